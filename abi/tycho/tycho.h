@@ -1,0 +1,77 @@
+/* The embedding API of libtycho: run a reconstruction from C, C++, Python (ctypes), Julia,
+ * Rust or MATLAB.
+ *
+ *   tycho_session* s;
+ *   if (tycho_session_create(toml_text, base_dir, &s) != TYCHO_OK) puts(tycho_last_error());
+ *   tycho_session_run(s, 100, on_progress, NULL);
+ *   DLManagedTensor* obj; tycho_session_get(s, "object", &obj);  ... obj->deleter(obj);
+ *   tycho_session_save(s, "result.zip", TYCHO_SAVE_OVERWRITE);
+ *   tycho_session_destroy(s);
+ *
+ * Every function returning tycho_status sets the thread's last-error message on failure. */
+#ifndef TYCHO_H
+#define TYCHO_H
+
+#include <stdint.h>
+
+#include <dlpack/dlpack.h>
+
+#include "tycho_components.h"
+#include "tycho_status.h"
+#include "tycho_version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define TYCHO_API __declspec(dllexport)
+#else
+#define TYCHO_API __attribute__((visibility("default")))
+#endif
+
+typedef struct tycho_session tycho_session;
+
+/* Progress after each iteration. Return 0 to go on, non-zero to stop (the run then returns
+ * TYCHO_ERR_CANCELLED with everything computed so far kept). */
+typedef struct tycho_progress {
+  uint32_t struct_size;
+  int64_t iteration;        /* 1-based, counted over the session's whole life */
+  int64_t iterations_total; /* of this run call */
+  double loss;              /* mean loss per pattern of this iteration */
+  double seconds;           /* wall time of this iteration */
+} tycho_progress;
+typedef int (*tycho_progress_fn)(const tycho_progress* progress, void* user_data);
+
+/* TYCHO_ABI_VERSION of the loaded library, (major << 16) | minor. */
+TYCHO_API uint32_t tycho_abi_version(void);
+/* Release version, e.g. "0.1.0". */
+TYCHO_API const char* tycho_version(void);
+/* A constant English name for a status, e.g. "TYCHO_ERR_NOT_FOUND". */
+TYCHO_API const char* tycho_status_string(tycho_status status);
+/* The calling thread's last error message ("" if none). Valid until the next tycho call. */
+TYCHO_API const char* tycho_last_error(void);
+
+/* Parses and validates the TOML configuration, loads plugins (build tree, install tree and
+ * TYCHO_PLUGIN_PATH), reads the data and prepares the engine. `base_dir` resolves relative
+ * paths in the config (NULL: the current directory). */
+TYCHO_API tycho_status tycho_session_create(const char* toml_text, const char* base_dir,
+                                            tycho_session** out);
+/* Runs `iterations` more iterations (epochs over all positions); 0: the configured number. */
+TYCHO_API tycho_status tycho_session_run(tycho_session* session, int64_t iterations,
+                                         tycho_progress_fn progress, void* user_data);
+/* A copy of "object" (slices,H,W c64), "probe" (modes,N0,N1 c64), "positions" (P,2 f64,
+ * object pixels) or "loss_history" (iterations f64), owned by the caller: call
+ * (*out)->deleter(*out). */
+TYCHO_API tycho_status tycho_session_get(tycho_session* session, const char* name,
+                                         DLManagedTensor** out);
+/* Saves the result (arrays, manifest with resolved config and provenance) through the
+ * configured format plugin, atomically. */
+TYCHO_API tycho_status tycho_session_save(tycho_session* session, const char* path,
+                                          tycho_save_mode mode);
+TYCHO_API void tycho_session_destroy(tycho_session* session);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,199 @@
+/* The component kinds a plugin can provide, and the vtable of each.
+ *
+ * Every vtable starts with `struct_size` and `abi_version`; vtables are append-only within a
+ * major version. Arrays cross as DLPack tensors (dlpack.h v0.6: DLTensor / DLManagedTensor).
+ * Handles are opaque; whoever creates one destroys it through the same vtable.
+ * Every function that can fail returns a tycho_status and sets the thread's last error
+ * through tycho_host_api::set_error.
+ *
+ * Units and axes follow docs/conventions.md: lengths in Å, energies in eV, angles in mrad,
+ * patterns (Qx, Qy) in C order, object (slices, H, W) and probe (modes, N0, N1) complex64. */
+#ifndef TYCHO_COMPONENTS_H
+#define TYCHO_COMPONENTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dlpack/dlpack.h>
+
+#include "tycho_host_api.h"
+#include "tycho_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tycho_component_kind {
+  TYCHO_COMPONENT_SOURCE = 1,    /* reads diffraction data and calibrations */
+  TYCHO_COMPONENT_ENGINE = 2,    /* forward model and gradients for one mini-batch */
+  TYCHO_COMPONENT_LOSS = 3,      /* L(I, D) and dL/dI */
+  TYCHO_COMPONENT_OPTIMIZER = 4, /* updates a parameter from its gradient */
+  TYCHO_COMPONENT_REDUCER = 5,   /* all-reduce across ranks */
+  TYCHO_COMPONENT_FORMAT = 6     /* saves and loads records (result files) */
+} tycho_component_kind;
+
+/* ---------------------------------------------------------------- source */
+
+typedef struct tycho_source tycho_source;
+
+/* What a data set holds. Unknown calibrations are NaN. */
+typedef struct tycho_dataset_info {
+  uint32_t struct_size;
+  int64_t scan_shape[2];          /* (Rx, Ry) positions */
+  int64_t detector_shape[2];      /* (Qx, Qy) pixels */
+  DLDataType stored_dtype;        /* as stored on disk (uint16 counts, float32, ...) */
+  double scan_step_A[2];          /* real-space scan step along Rx, Ry, Å */
+  double detector_pixel_invA[2];  /* reciprocal pixel along Qx, Qy, Å⁻¹ */
+  double energy_eV;               /* beam energy */
+  double semiangle_mrad;          /* probe-forming aperture semiangle */
+  double C10_A;                   /* defocus aberration C10 (= −defocus), Å */
+  int32_t patterns_centred;       /* 1: zero frequency at index N/2 (fftshift order) */
+  const char* description;        /* e.g. "file.h5:/datacube_root/datacube/data"; owned by source */
+} tycho_dataset_info;
+
+typedef struct tycho_source_vtable {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  /* Opens the data set described by the [data] table. */
+  tycho_status (*open)(const tycho_config* cfg, tycho_source** out);
+  tycho_status (*info)(tycho_source* src, tycho_dataset_info* out);
+  /* Reads patterns [first, first+count) in scan order (C order over Rx, Ry) into `dst`:
+   * a host float32 tensor of shape (count, Qx, Qy), C-contiguous, as stored (still centred). */
+  tycho_status (*read)(tycho_source* src, int64_t first, int64_t count, DLTensor* dst);
+  void (*close)(tycho_source* src);
+} tycho_source_vtable;
+
+/* ---------------------------------------------------------------- loss */
+
+typedef struct tycho_loss tycho_loss;
+
+typedef struct tycho_loss_vtable {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  tycho_status (*create)(const tycho_config* cfg, tycho_loss** out);
+  /* For n patterns: model intensity I (n, N0, N1) float32, measured D (same shape, float32,
+   * in the units of D; D·measured_scale is in the units of I), optional mask (N0, N1) uint8,
+   * 1 = use the pixel (NULL: all). Writes dL/dI (same shape, float32) and adds Σ L over the
+   * n patterns to *loss_sum. Pixels outside the mask get dL/dI = 0. */
+  tycho_status (*evaluate)(tycho_loss* loss, const DLTensor* model_intensity,
+                           const DLTensor* measured, const DLTensor* mask, double measured_scale,
+                           DLTensor* dloss_dintensity, double* loss_sum);
+  void (*destroy)(tycho_loss* loss);
+} tycho_loss_vtable;
+
+/* A loss instance bound to its vtable, as handed to an engine. */
+typedef struct tycho_loss_binding {
+  const tycho_loss_vtable* vtable;
+  tycho_loss* instance;
+} tycho_loss_binding;
+
+/* ---------------------------------------------------------------- engine */
+
+typedef struct tycho_engine tycho_engine;
+
+/* Everything an engine needs, computed once by the host (optics, geometry, preprocessing). */
+typedef struct tycho_engine_setup {
+  uint32_t struct_size;
+  const tycho_config* config;     /* the [reconstruct] table */
+  const DLTensor* targets;        /* (P, N0, N1) float32, host, FFT natural order (not centred) */
+  const DLTensor* mask;           /* (N0, N1) uint8, 1 = valid; NULL: all valid */
+  double target_scale;            /* model intensity = target · target_scale */
+  const DLTensor* positions_px;   /* (P, 2) float64: window's top-left corner in object pixels */
+  const DLTensor* object_init;    /* (slices, H, W) complex64 */
+  const DLTensor* probe_init;     /* (modes, N0, N1) complex64, centred in its window */
+  tycho_loss_binding loss;
+  int32_t num_threads;            /* 0: all hardware threads */
+  DLDevice device;
+} tycho_engine_setup;
+
+/* Tensors an engine exposes as views on its own memory (valid until the next call). */
+typedef enum tycho_tensor_id {
+  TYCHO_TENSOR_OBJECT = 0,        /* (slices, H, W) complex64 */
+  TYCHO_TENSOR_PROBE = 1,         /* (modes, N0, N1) complex64 */
+  TYCHO_TENSOR_OBJECT_GRAD = 2,   /* ∂L/∂O* summed over the last batch, same shape */
+  TYCHO_TENSOR_PROBE_GRAD = 3,    /* ∂L/∂P* summed over the last batch, same shape */
+  TYCHO_TENSOR_POSITIONS = 4      /* (P, 2) float64, object pixels */
+} tycho_tensor_id;
+
+typedef struct tycho_engine_vtable {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  tycho_status (*create)(const tycho_engine_setup* setup, tycho_engine** out);
+  /* Zeroes the gradients, then for the `count` patterns `indices` computes the model, the
+   * loss (through setup->loss) and the Wirtinger gradients ∂L/∂O*, ∂L/∂P* (sums, not means).
+   * Adds Σ L over the batch to *loss_sum. */
+  tycho_status (*compute_batch)(tycho_engine* eng, const int64_t* indices, int64_t count,
+                                double* loss_sum);
+  tycho_status (*get_tensor)(tycho_engine* eng, tycho_tensor_id id, DLTensor* out);
+  void (*destroy)(tycho_engine* eng);
+} tycho_engine_vtable;
+
+/* ---------------------------------------------------------------- optimizer */
+
+typedef struct tycho_optimizer tycho_optimizer;
+
+typedef struct tycho_optimizer_vtable {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  /* cfg: the parameter's table, e.g. [reconstruct.object]; `param` gives shape, dtype, device. */
+  tycho_status (*create)(const tycho_config* cfg, const DLTensor* param, tycho_optimizer** out);
+  /* param ← update(param, grad · grad_scale). Complex parameters are treated as pairs of
+   * independent reals. `stream` is the engine's stream (NULL on the CPU). */
+  tycho_status (*step)(tycho_optimizer* opt, DLTensor* param, const DLTensor* grad,
+                       double grad_scale, void* stream);
+  void (*destroy)(tycho_optimizer* opt);
+} tycho_optimizer_vtable;
+
+/* ---------------------------------------------------------------- reducer */
+
+typedef struct tycho_reducer tycho_reducer;
+
+typedef struct tycho_reducer_vtable {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  tycho_status (*create)(const tycho_config* cfg, tycho_reducer** out);
+  int32_t (*rank)(const tycho_reducer* red);
+  int32_t (*world_size)(const tycho_reducer* red);
+  /* In-place sum across ranks of a tensor on the engine's device. */
+  tycho_status (*allreduce_sum)(tycho_reducer* red, DLTensor* inout, void* stream);
+  tycho_status (*broadcast)(tycho_reducer* red, DLTensor* inout, int32_t root, void* stream);
+  tycho_status (*barrier)(tycho_reducer* red);
+  void (*destroy)(tycho_reducer* red);
+} tycho_reducer_vtable;
+
+/* ---------------------------------------------------------------- format */
+
+/* A named set of arrays plus a JSON manifest: what a result or a prepared file holds. */
+typedef struct tycho_named_array {
+  const char* name;   /* member name without extension, e.g. "object" */
+  DLTensor tensor;    /* host, C-contiguous */
+} tycho_named_array;
+
+typedef struct tycho_record {
+  uint32_t struct_size;
+  int64_t n_arrays;
+  tycho_named_array* arrays;
+  const char* manifest_json; /* UTF-8 JSON object; NULL when a loaded file has none */
+  /* Frees the record and everything it points to; NULL when the caller owns the memory. */
+  void (*release)(struct tycho_record* self);
+} tycho_record;
+
+typedef enum tycho_save_mode {
+  TYCHO_SAVE_NEW = 0,       /* fail if the file exists ("w") */
+  TYCHO_SAVE_OVERWRITE = 1  /* replace it ("o") */
+} tycho_save_mode;
+
+typedef struct tycho_format_vtable {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  const char* extension;    /* e.g. ".zip" */
+  /* Writes atomically: to a temporary file beside `path`, then renamed over it. */
+  tycho_status (*save)(const tycho_record* rec, const char* path, tycho_save_mode mode);
+  /* Reads every array member and the manifest; the caller frees with (*out)->release. */
+  tycho_status (*load)(const char* path, tycho_record** out);
+} tycho_format_vtable;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

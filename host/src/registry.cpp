@@ -1,0 +1,193 @@
+#include "tycho/host/registry.hpp"
+
+#include <tycho/core/config.hpp>
+#include <tycho/core/error.hpp>
+
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <boost/dll/shared_library.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include "tycho/host/log.hpp"
+
+namespace fs = std::filesystem;
+
+namespace tycho::host {
+
+struct registry::library {
+  boost::dll::shared_library lib;
+};
+
+const char* kind_name(tycho_component_kind kind) {
+  switch (kind) {
+    case TYCHO_COMPONENT_SOURCE: return "source";
+    case TYCHO_COMPONENT_ENGINE: return "engine";
+    case TYCHO_COMPONENT_LOSS: return "loss";
+    case TYCHO_COMPONENT_OPTIMIZER: return "optimizer";
+    case TYCHO_COMPONENT_REDUCER: return "reducer";
+    case TYCHO_COMPONENT_FORMAT: return "format";
+  }
+  return "unknown";
+}
+
+registry::registry() = default;
+registry::~registry() = default;
+
+std::vector<std::string> registry::default_search_dirs() {
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("TYCHO_PLUGIN_PATH")) {
+    std::string s(env);
+    std::size_t start = 0;
+    while (start <= s.size()) {
+      std::size_t colon = s.find(':', start);
+      if (colon == std::string::npos) colon = s.size();
+      if (colon > start) dirs.push_back(s.substr(start, colon - start));
+      start = colon + 1;
+    }
+  }
+  // The module holding this code: libtycho.so in lib/, or the tycho command in bin/.
+  fs::path here = boost::dll::this_line_location().parent_path().string();
+  for (const fs::path& candidate : {here / "tycho" / "plugins", here / ".." / "lib" / "tycho" / "plugins"}) {
+    std::error_code ec;
+    if (fs::is_directory(candidate, ec)) {
+      auto canon = fs::canonical(candidate, ec).string();
+      if (std::find(dirs.begin(), dirs.end(), canon) == dirs.end()) dirs.push_back(canon);
+    }
+  }
+  return dirs;
+}
+
+void registry::load_directories(const std::vector<std::string>& dirs) {
+  for (const auto& dir : dirs) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) {
+      log(TYCHO_LOG_DEBUG, "plugins", cat("plugin folder '", dir, "' does not exist; skipped"));
+      continue;
+    }
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      auto name = entry.path().filename().string();
+      if (name.rfind("libtycho_plugin_", 0) == 0 && entry.path().extension() == ".so")
+        files.push_back(entry.path());
+    }
+    std::sort(files.begin(), files.end());  // deterministic: first file wins a name clash
+    for (const auto& f : files) load_file(f.string());
+  }
+}
+
+bool registry::load_file(const std::string& path) {
+  plugin_report report;
+  report.path = path;
+  auto refuse = [&](const std::string& why) {
+    report.refusal = why;
+    log(TYCHO_LOG_WARNING, "plugins", cat("refused plugin '", path, "': ", why));
+    reports_.push_back(report);
+    return false;
+  };
+
+  auto lib = std::make_unique<library>();
+  try {
+    lib->lib.load(path, boost::dll::load_mode::rtld_lazy | boost::dll::load_mode::rtld_local);
+  } catch (const std::exception& e) {
+    return refuse(cat("cannot be loaded: ", e.what()));
+  }
+  if (!lib->lib.has(TYCHO_PLUGIN_ENTRY_SYMBOL))
+    return refuse(cat("exports no '", TYCHO_PLUGIN_ENTRY_SYMBOL, "' function"));
+  auto entry = lib->lib.get<const tycho_plugin_descriptor*()>(TYCHO_PLUGIN_ENTRY_SYMBOL);
+  const tycho_plugin_descriptor* d = entry();
+  if (d == nullptr) return refuse("its entry function returned no descriptor");
+
+  // The first two fields are frozen across all ABI versions: read them before anything else.
+  report.abi_version = d->abi_version;
+  unsigned major = TYCHO_ABI_MAJOR_OF(d->abi_version), minor = TYCHO_ABI_MINOR_OF(d->abi_version);
+  std::string versions = cat("built for tycho ABI ", major, ".", minor, ", this host has ABI ",
+                             TYCHO_ABI_VERSION_MAJOR, ".", TYCHO_ABI_VERSION_MINOR);
+  if (major != TYCHO_ABI_VERSION_MAJOR)
+    return refuse(cat(versions, " (major versions differ: rebuild the plugin against tycho ",
+                      TYCHO_ABI_VERSION_MAJOR, ".x)"));
+  if (minor > TYCHO_ABI_VERSION_MINOR)
+    return refuse(cat(versions, " (the plugin is newer than the host: update tycho)"));
+  if (d->struct_size < sizeof(tycho_plugin_descriptor))
+    return refuse(cat("its descriptor is ", d->struct_size, " bytes, expected at least ",
+                      sizeof(tycho_plugin_descriptor)));
+  report.name = d->name ? d->name : "";
+  report.version = d->version ? d->version : "";
+  if (d->init != nullptr) {
+    tycho_status s = d->init(host_api());
+    if (s != TYCHO_OK) return refuse(cat("its init function failed with status ", int(s)));
+  }
+
+  std::vector<component_ref> added;
+  for (int64_t i = 0; i < d->n_components; ++i) {
+    const tycho_component& c = d->components[i];
+    std::string cname = c.name ? c.name : "";
+    if (c.struct_size < sizeof(tycho_component) || TYCHO_ABI_MAJOR_OF(c.abi_version) != TYCHO_ABI_VERSION_MAJOR)
+      return refuse(cat("component '", cname, "' has an incompatible descriptor"));
+    if (c.vtable == nullptr) return refuse(cat("component '", cname, "' has no vtable"));
+    // Every vtable starts with struct_size and abi_version.
+    auto* head = static_cast<const uint32_t*>(c.vtable);
+    if (TYCHO_ABI_MAJOR_OF(head[1]) != TYCHO_ABI_VERSION_MAJOR)
+      return refuse(cat("component '", cname, "' has a vtable of ABI ", TYCHO_ABI_MAJOR_OF(head[1]),
+                        ".", TYCHO_ABI_MINOR_OF(head[1])));
+    component_ref ref;
+    ref.kind = c.kind;
+    ref.name = cname;
+    ref.version = c.version ? c.version : "";
+    ref.description = c.description ? c.description : "";
+    ref.plugin_path = path;
+    ref.devices = c.devices;
+    for (const char* const* k = c.config_keys; k && *k; ++k) ref.config_keys.emplace_back(*k);
+    ref.vtable = c.vtable;
+    bool clash = false;
+    for (const auto& existing : components_)
+      if (existing.kind == ref.kind && existing.name == ref.name) {
+        log(TYCHO_LOG_WARNING, "plugins",
+            cat(kind_name(ref.kind), " '", ref.name, "' from '", path, "' ignored: '",
+                existing.plugin_path, "' already provides it"));
+        clash = true;
+      }
+    if (clash) continue;
+    report.components.push_back(cat(kind_name(ref.kind), " ", ref.name, " ", ref.version));
+    added.push_back(std::move(ref));
+  }
+  components_.insert(components_.end(), added.begin(), added.end());
+  report.loaded = true;
+  reports_.push_back(report);
+  libraries_.push_back(std::move(lib));
+  return true;
+}
+
+const component_ref& registry::find(tycho_component_kind kind, const std::string& name) const {
+  for (const auto& c : components_)
+    if (c.kind == kind && c.name == name) return c;
+  auto known = names(kind);
+  std::string msg = cat("unknown ", kind_name(kind), " '", name, "'");
+  std::string near = nearest_name(name, known);
+  if (!near.empty()) msg += cat("; did you mean '", near, "'?");
+  std::string list;
+  for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+  msg += known.empty() ? cat(" (no ", kind_name(kind), " plugins were found; see `tycho plugins`)")
+                       : cat(" (available: ", list, ")");
+  fail(TYCHO_ERR_NOT_FOUND, msg);
+}
+
+std::vector<std::string> registry::names(tycho_component_kind kind) const {
+  std::vector<std::string> out;
+  for (const auto& c : components_)
+    if (c.kind == kind) out.push_back(c.name);
+  return out;
+}
+
+registry& registry::global() {
+  static registry* r = [] {
+    auto* reg = new registry();  // never destroyed: plugins stay loaded until exit
+    reg->load_directories(default_search_dirs());
+    return reg;
+  }();
+  return *r;
+}
+
+}  // namespace tycho::host
