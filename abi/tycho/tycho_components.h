@@ -91,14 +91,19 @@ typedef struct tycho_loss_binding {
 
 typedef struct tycho_engine tycho_engine;
 
-/* Everything an engine needs, computed once by the host (optics, geometry, preprocessing). */
+/* Everything an engine needs, computed once by the host (optics, geometry, preprocessing).
+ * `targets` and `mask` stay valid and unchanged until the engine is destroyed, so an engine
+ * may read them in place; the other tensors are copied during create. */
 typedef struct tycho_engine_setup {
   uint32_t struct_size;
   const tycho_config* config;     /* the [reconstruct] table */
   const DLTensor* targets;        /* (P, N0, N1) float32, host, FFT natural order (not centred) */
   const DLTensor* mask;           /* (N0, N1) uint8, 1 = valid; NULL: all valid */
   double target_scale;            /* model intensity = target · target_scale */
-  const DLTensor* positions_px;   /* (P, 2) float64: window's top-left corner in object pixels */
+  /* (P, 2) float64: probe centre of each pattern in object pixels (row = axis 0, col = axis 1).
+   * The window's top-left corner is centre − (N0/2, N1/2); its integer part selects the object
+   * patch, its fractional part shifts the probe by a Fourier phase ramp. */
+  const DLTensor* positions_px;
   const DLTensor* object_init;    /* (slices, H, W) complex64 */
   const DLTensor* probe_init;     /* (modes, N0, N1) complex64, centred in its window */
   tycho_loss_binding loss;
@@ -112,7 +117,7 @@ typedef enum tycho_tensor_id {
   TYCHO_TENSOR_PROBE = 1,         /* (modes, N0, N1) complex64 */
   TYCHO_TENSOR_OBJECT_GRAD = 2,   /* ∂L/∂O* summed over the last batch, same shape */
   TYCHO_TENSOR_PROBE_GRAD = 3,    /* ∂L/∂P* summed over the last batch, same shape */
-  TYCHO_TENSOR_POSITIONS = 4      /* (P, 2) float64, object pixels */
+  TYCHO_TENSOR_POSITIONS = 4      /* (P, 2) float64, probe centres in object pixels */
 } tycho_tensor_id;
 
 typedef struct tycho_engine_vtable {
@@ -132,15 +137,24 @@ typedef struct tycho_engine_vtable {
 
 typedef struct tycho_optimizer tycho_optimizer;
 
+/* What the driver tells an optimizer at each step. Append-only. */
+typedef struct tycho_step_info {
+  uint32_t struct_size;
+  double grad_scale;           /* multiply the gradient by this (1 / global batch size) */
+  double learning_rate_scale;  /* the schedule's factor on the configured learning rate */
+  int64_t iteration;           /* 1-based iteration (epoch) of this step */
+} tycho_step_info;
+
 typedef struct tycho_optimizer_vtable {
   uint32_t struct_size;
   uint32_t abi_version;
   /* cfg: the parameter's table, e.g. [reconstruct.object]; `param` gives shape, dtype, device. */
   tycho_status (*create)(const tycho_config* cfg, const DLTensor* param, tycho_optimizer** out);
-  /* param ← update(param, grad · grad_scale). Complex parameters are treated as pairs of
-   * independent reals. `stream` is the engine's stream (NULL on the CPU). */
+  /* param ← update(param, grad · info->grad_scale) with the learning rate times
+   * info->learning_rate_scale. Complex parameters are treated as pairs of independent reals.
+   * `stream` is the engine's stream (NULL on the CPU). */
   tycho_status (*step)(tycho_optimizer* opt, DLTensor* param, const DLTensor* grad,
-                       double grad_scale, void* stream);
+                       const tycho_step_info* info, void* stream);
   void (*destroy)(tycho_optimizer* opt);
 } tycho_optimizer_vtable;
 

@@ -12,6 +12,7 @@ function(tycho_add_plugin name)
   set_target_properties(${target} PROPERTIES
     CXX_VISIBILITY_PRESET hidden C_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON
     LIBRARY_OUTPUT_DIRECTORY "${TYCHO_PLUGIN_OUTPUT_DIRECTORY}")
+  set_property(GLOBAL APPEND PROPERTY TYCHO_PLUGIN_TARGETS ${target})
   if(COMMAND tycho_install_plugin)
     tycho_install_plugin(${target})
   endif()

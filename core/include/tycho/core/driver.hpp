@@ -1,0 +1,74 @@
+// The iteration loop, once for every engine: epochs over a global permutation of the
+// patterns, mini-batches, the gradient step through optimizer components.
+#pragma once
+
+#include <tycho/tycho_components.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tycho {
+
+// Throws tycho::error with the thread's last-error message if `s` is not TYCHO_OK.
+void check_status(tycho_status s, const std::string& context);
+
+struct engine_binding {
+  const tycho_engine_vtable* vtable = nullptr;
+  tycho_engine* instance = nullptr;
+};
+
+// The learning-rate factor per iteration: "constant" (1), "cosine" (from 1 down to
+// final_fraction at the last iteration, Loshchilov & Hutter 2017), "exponential"
+// (final_fraction^((it−1)/(total−1))).
+struct learning_rate_schedule {
+  enum class shape { constant, cosine, exponential };
+  shape kind = shape::constant;
+  double final_fraction = 0.1;
+  int64_t total_iterations = 1;
+  double factor(int64_t iteration) const;
+  // Parses "constant" | "cosine" | "exponential"; errors name `key`.
+  static shape parse(const std::string& name, const std::string& key);
+};
+
+struct optimizer_binding {
+  const tycho_optimizer_vtable* vtable = nullptr;
+  tycho_optimizer* instance = nullptr;
+  tycho_tensor_id parameter;     // TYCHO_TENSOR_OBJECT or TYCHO_TENSOR_PROBE
+  tycho_tensor_id gradient;      // its gradient
+  int64_t first_iteration = 1;   // the parameter stays fixed before this iteration
+  learning_rate_schedule schedule;
+};
+
+// Projections applied to the object after each optimizer step (host memory only for now).
+struct object_constraints {
+  double amplitude_max = 0;      // > 0: clip |O| to at most this (a specimen does not amplify)
+};
+
+struct driver_options {
+  int64_t batch_size = 128;      // global mini-batch, positions
+  uint64_t seed = 0;
+  object_constraints object;
+};
+
+class driver {
+ public:
+  driver(engine_binding engine, std::vector<optimizer_binding> optimizers, int64_t n_patterns,
+         driver_options options);
+
+  // One iteration (epoch): every pattern once, in batches of batch_size (the last one may be
+  // smaller). Gradients are divided by the batch size before the optimizer step.
+  // Returns the mean loss per pattern.
+  double run_iteration();
+  int64_t iterations_done() const { return iterations_done_; }
+
+ private:
+  void apply_object_constraints();
+  engine_binding engine_;
+  std::vector<optimizer_binding> optimizers_;
+  int64_t n_patterns_;
+  driver_options options_;
+  int64_t iterations_done_ = 0;
+};
+
+}  // namespace tycho

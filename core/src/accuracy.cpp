@@ -1,0 +1,184 @@
+// The accuracy metric (see accuracy.hpp and the data README's "Ground truth"): local phases of
+// object and truth, the inner field of view, brute-force integer registration by Pearson
+// correlation. Each image is filtered once; a shift then costs one pass over the field of view.
+#include "tycho/core/accuracy.hpp"
+
+#include "tycho/core/error.hpp"
+
+#include <cmath>
+#include <limits>
+
+namespace tycho {
+
+std::vector<double> local_phase(const std::complex<double>* z, int64_t h, int64_t w,
+                                double sigma_px, filter_boundary boundary) {
+  if (z == nullptr || h <= 0 || w <= 0)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "local_phase: empty image (", h, " x ", w, ")");
+  const size_t n = static_cast<size_t>(h * w);
+  std::vector<std::complex<double>> smooth(z, z + n);
+  gaussian_filter_2d(smooth.data(), h, w, sigma_px, boundary);
+  std::vector<double> phase(n);
+  for (size_t i = 0; i < n; ++i) phase[i] = std::arg(z[i] * std::conj(smooth[i]));
+  return phase;
+}
+
+namespace {
+
+void check_input(const accuracy_input& in) {
+  const auto bad = [](const auto&... what) {
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "accuracy: ", what...);
+  };
+  if (in.object == nullptr) bad("object is null");
+  if (in.positions_px == nullptr) bad("positions_px is null");
+  if (in.truth_phase == nullptr) bad("truth_phase is null");
+  if (in.object_shape[0] <= 0 || in.object_shape[1] <= 0)
+    bad("object_shape must be positive, got (", in.object_shape[0], ", ", in.object_shape[1], ")");
+  if (in.truth_shape[0] <= 0 || in.truth_shape[1] <= 0)
+    bad("truth_shape must be positive, got (", in.truth_shape[0], ", ", in.truth_shape[1], ")");
+  if (in.n_positions <= 0) bad("n_positions must be positive, got ", in.n_positions);
+  for (int64_t i = 0; i < 2 * in.n_positions; ++i)
+    if (!std::isfinite(in.positions_px[i])) bad("positions_px[", i / 2, "] is not finite");
+  if (!(in.object_pixel_A > 0.0) || !std::isfinite(in.object_pixel_A))
+    bad("object_pixel_A must be positive, got ", in.object_pixel_A);
+  if (!(in.truth_pixel_A > 0.0) || !std::isfinite(in.truth_pixel_A))
+    bad("truth_pixel_A must be positive, got ", in.truth_pixel_A);
+  // The metric compares pixel to pixel; resampling would blur one side and bias the figure.
+  if (std::abs(in.truth_pixel_A - in.object_pixel_A) > 1e-3 * in.object_pixel_A)
+    bad("object pixel ", in.object_pixel_A, " Å differs from truth pixel ", in.truth_pixel_A,
+        " Å (must agree within 1e-3 relative; resample one first)");
+  if (!std::isfinite(in.scan_origin_A[0]) || !std::isfinite(in.scan_origin_A[1]))
+    bad("scan_origin_A is not finite");
+  if (!(in.sigma_A > 0.0) || !std::isfinite(in.sigma_A))
+    bad("sigma_A must be positive, got ", in.sigma_A);
+  if (!(in.fov_fraction > 0.0 && in.fov_fraction <= 1.0))
+    bad("fov_fraction must lie in (0, 1], got ", in.fov_fraction);
+  if (in.search_radius_px < 0 || in.search_radius_px > 10000)
+    bad("search_radius_px must lie in [0, 10000], got ", in.search_radius_px);
+}
+
+// Inclusive pixel range [lo, hi] on one axis: the central fov_fraction of the positions' extent,
+// rounded to whole pixels and clipped to the object.
+void fov_axis(const accuracy_input& in, int axis, int64_t& lo, int64_t& hi) {
+  double mn = std::numeric_limits<double>::infinity(), mx = -mn;
+  for (int64_t p = 0; p < in.n_positions; ++p) {
+    const double v = in.positions_px[2 * p + axis];
+    mn = v < mn ? v : mn;
+    mx = v > mx ? v : mx;
+  }
+  const double centre = 0.5 * (mn + mx), half = 0.5 * in.fov_fraction * (mx - mn);
+  lo = static_cast<int64_t>(std::llround(centre - half));
+  hi = static_cast<int64_t>(std::llround(centre + half));
+  if (lo < 0) lo = 0;
+  if (hi > in.object_shape[axis] - 1) hi = in.object_shape[axis] - 1;
+  if (lo > hi)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "accuracy: the field of view on axis ", axis, " (positions ",
+         mn, "..", mx, " px) lies outside the object of size ", in.object_shape[axis]);
+}
+
+int64_t wrap(int64_t i, int64_t n) {
+  const int64_t m = i % n;
+  return m < 0 ? m + n : m;
+}
+
+}  // namespace
+
+accuracy_result evaluate_accuracy(const accuracy_input& in) {
+  check_input(in);
+  const int64_t oh = in.object_shape[0], ow = in.object_shape[1];
+  const int64_t th = in.truth_shape[0], tw = in.truth_shape[1];
+
+  std::vector<std::complex<double>> z(in.object, in.object + oh * ow);
+  const std::vector<double> obj = local_phase(z.data(), oh, ow, in.sigma_A / in.object_pixel_A,
+                                              filter_boundary::reflect);
+  z.resize(static_cast<size_t>(th * tw));
+  for (size_t i = 0; i < z.size(); ++i) z[i] = std::polar(1.0, double(in.truth_phase[i]));
+  const std::vector<double> truth = local_phase(z.data(), th, tw, in.sigma_A / in.truth_pixel_A,
+                                                filter_boundary::wrap);
+
+  int64_t r0, r1, c0, c1;
+  fov_axis(in, 0, r0, r1);
+  fov_axis(in, 1, c0, c1);
+  const int64_t nr = r1 - r0 + 1, nc = c1 - c0 + 1;
+  const double n = double(nr * nc);
+
+  // Object side, centred once: Pearson = Σ a_c b / (|a_c| · sqrt(Σb² - (Σb)²/n)).
+  std::vector<double> a(static_cast<size_t>(nr * nc));
+  double mean_a = 0.0;
+  for (int64_t r = 0; r < nr; ++r)
+    for (int64_t c = 0; c < nc; ++c) {
+      const double v = obj[size_t((r0 + r) * ow + c0 + c)];
+      a[size_t(r * nc + c)] = v;
+      mean_a += v;
+    }
+  mean_a /= n;
+  double saa = 0.0;
+  for (double& v : a) {
+    v -= mean_a;
+    saa += v * v;
+  }
+
+  // Expected offset (truth index - object index) from the scan geometry.
+  int64_t base[2];
+  for (int axis = 0; axis < 2; ++axis)
+    base[axis] = std::llround(in.scan_origin_A[axis] / in.truth_pixel_A - in.positions_px[axis]);
+
+  std::vector<int64_t> cols(static_cast<size_t>(nc));
+  const auto pearson_at = [&](int64_t sr, int64_t sc) {
+    for (int64_t c = 0; c < nc; ++c) cols[size_t(c)] = wrap(c0 + c + sc, tw);
+    double sb = 0.0, sbb = 0.0, sab = 0.0;
+    for (int64_t r = 0; r < nr; ++r) {
+      const double* trow = truth.data() + wrap(r0 + r + sr, th) * tw;
+      const double* arow = a.data() + r * nc;
+      for (int64_t c = 0; c < nc; ++c) {
+        const double b = trow[cols[size_t(c)]];
+        sb += b;
+        sbb += b * b;
+        sab += arow[c] * b;
+      }
+    }
+    const double var_b = sbb - sb * sb / n;
+    // A constant map has no defined correlation; count it as none rather than NaN (the relative
+    // floor catches the rounding residue this one-pass variance leaves for a constant truth).
+    return (saa > 0.0 && var_b > 1e-12 * sbb) ? sab / std::sqrt(saa * var_b) : 0.0;
+  };
+
+  // The expected shift first, so ties (e.g. all-constant maps) keep it.
+  int64_t best[2] = {base[0], base[1]};
+  double best_p = pearson_at(base[0], base[1]);
+  const int64_t R = in.search_radius_px;
+  for (int64_t dr = -R; dr <= R; ++dr)
+    for (int64_t dc = -R; dc <= R; ++dc) {
+      const double p = pearson_at(base[0] + dr, base[1] + dc);
+      if (p > best_p) {
+        best_p = p;
+        best[0] = base[0] + dr;
+        best[1] = base[1] + dc;
+      }
+    }
+
+  // RMS of the difference with its mean removed; two passes, as the differences can be tiny.
+  std::vector<double> d(a.size());
+  double mean_d = 0.0;
+  for (int64_t r = 0; r < nr; ++r) {
+    const double* trow = truth.data() + wrap(r0 + r + best[0], th) * tw;
+    for (int64_t c = 0; c < nc; ++c) {
+      const size_t i = size_t(r * nc + c);
+      d[i] = a[i] - trow[wrap(c0 + c + best[1], tw)];  // a is centred: the offset drops out
+      mean_d += d[i];
+    }
+  }
+  mean_d /= n;
+  double sdd = 0.0;
+  for (double v : d) sdd += (v - mean_d) * (v - mean_d);
+
+  accuracy_result res{};
+  res.pearson = best_p;
+  res.rms_rad = std::sqrt(sdd / n);
+  res.shift_px[0] = best[0];
+  res.shift_px[1] = best[1];
+  res.fov_shape[0] = nr;
+  res.fov_shape[1] = nc;
+  return res;
+}
+
+}  // namespace tycho

@@ -1,0 +1,51 @@
+#include "tycho/core/geometry.hpp"
+
+#include <cmath>
+#include <numeric>
+
+namespace tycho {
+
+object_layout layout_object(const scan_geometry& g) {
+  object_layout out;
+  const int64_t p = g.scan_shape[0] * g.scan_shape[1];
+  out.positions_px.resize(std::size_t(2 * p));
+  double extent[2], first[2];
+  for (int a = 0; a < 2; ++a) {
+    extent[a] = double(g.scan_shape[a] - 1) * g.step_A[a] / g.pixel_A[a];
+    double origin_px = g.scan_origin_A[a] / g.pixel_A[a];
+    first[a] = double(g.padding_px + g.window[a] / 2) + (origin_px - std::floor(origin_px));
+  }
+  for (int64_t i = 0; i < g.scan_shape[0]; ++i)
+    for (int64_t j = 0; j < g.scan_shape[1]; ++j) {
+      int64_t k = i * g.scan_shape[1] + j;
+      out.positions_px[std::size_t(2 * k)] = first[0] + double(i) * g.step_A[0] / g.pixel_A[0];
+      out.positions_px[std::size_t(2 * k + 1)] = first[1] + double(j) * g.step_A[1] / g.pixel_A[1];
+    }
+  for (int a = 0; a < 2; ++a)
+    out.shape[a] = int64_t(std::ceil(extent[a] + 1.0)) + g.window[a] + 2 * g.padding_px + 1;
+  return out;
+}
+
+namespace {
+// splitmix64: a small, well-mixed generator with a fixed definition.
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) {
+  std::vector<int64_t> perm(static_cast<std::size_t>(n));
+  std::iota(perm.begin(), perm.end(), int64_t(0));
+  uint64_t state = seed * 0x9E3779B97F4A7C15ull + uint64_t(epoch) + 1;
+  for (int64_t i = n - 1; i > 0; --i) {
+    // The modulo bias (< n / 2^64) is far below anything a reconstruction can notice.
+    int64_t j = int64_t(splitmix64(state) % uint64_t(i + 1));
+    std::swap(perm[std::size_t(i)], perm[std::size_t(j)]);
+  }
+  return perm;
+}
+
+}  // namespace tycho

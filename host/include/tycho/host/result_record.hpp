@@ -1,0 +1,51 @@
+// The result file's content: the manifest (format version, resolved config, calibrations,
+// provenance, history) and saving/loading records through a format component.
+#pragma once
+
+#include <tycho/core/array.hpp>
+#include <tycho/tycho_components.h>
+
+#include <string>
+#include <vector>
+
+#include "tycho/host/registry.hpp"
+
+namespace tycho::host {
+
+// Version of the manifest's layout (docs/file-format.md).
+constexpr int k_result_format_version = 1;
+
+struct component_provenance {
+  std::string kind, name, version, plugin_path;
+};
+
+struct result_manifest {
+  std::string config_toml;  // the configuration as run
+  std::string data_description, source;
+  std::vector<int64_t> scan_shape, detector_shape;
+  std::vector<double> scan_step_A, detector_pixel_invA, object_pixel_A;
+  double energy_eV = 0, wavelength_A = 0, semiangle_mrad = 0, C10_A = 0;
+  double mean_total_intensity = 0;
+  int64_t object_padding_px = 0;
+  std::vector<double> loss_history, seconds_history;
+  std::vector<component_provenance> components;
+};
+
+std::string to_json(const result_manifest& m);
+
+// Saves arrays + manifest through `format` (atomically: the format writes a temporary file
+// and renames it).
+void save_record(const component_ref& format, std::vector<owned_array>& arrays,
+                 const std::string& manifest_json, const std::string& path, tycho_save_mode mode);
+
+struct loaded_record {
+  std::vector<owned_array> arrays;
+  std::string manifest_json;  // "" when the file has none
+  const owned_array& array(const std::string& name, const std::string& path) const;
+};
+loaded_record load_record(const component_ref& format, const std::string& path);
+
+// The format component whose extension matches `path` (".zip" → zip), else "zip".
+const component_ref& format_for_path(const registry& reg, const std::string& path);
+
+}  // namespace tycho::host

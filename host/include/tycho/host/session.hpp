@@ -1,0 +1,50 @@
+// A reconstruction session: the configuration resolved, the data read, the components
+// created from the registry, and the driver that runs iterations. The C API and the
+// `tycho` command both sit on this class.
+#pragma once
+
+#include <tycho/core/array.hpp>
+#include <tycho/core/config.hpp>
+#include <tycho/tycho.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tycho/host/registry.hpp"
+
+namespace tycho::host {
+
+// Returns false to stop the run after this iteration.
+using progress_callback = std::function<bool(const tycho_progress&)>;
+
+class session {
+ public:
+  session(config_document config, registry& reg);
+  ~session();
+  session(const session&) = delete;
+  session& operator=(const session&) = delete;
+
+  // Runs `iterations` more iterations (0: the configured number). Returns false if the
+  // callback stopped it.
+  bool run(int64_t iterations, const progress_callback& progress);
+
+  // "object", "probe", "positions_px", "positions_A", "loss_history".
+  owned_array get(const std::string& name) const;
+  // The result as a record (arrays + manifest) saved through the configured format.
+  void save(const std::string& path, tycho_save_mode mode) const;
+  std::string manifest_json() const;
+
+  int64_t configured_iterations() const;
+  std::string output_path() const;      // [output] path resolved against the config's folder
+  bool previews_enabled() const;
+  const std::vector<double>& loss_history() const;
+  double object_pixel_A(int axis) const;
+
+ private:
+  struct state;
+  std::unique_ptr<state> s_;
+};
+
+}  // namespace tycho::host

@@ -1,0 +1,109 @@
+// The `tycho` command: reconstruct, evaluate, plugins, --version.
+#include <tycho/core/config.hpp>
+#include <tycho/core/error.hpp>
+#include <tycho/tycho_version.h>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <filesystem>
+
+#include "tycho/host/evaluate.hpp"
+#include "tycho/host/previews.hpp"
+#include "tycho/host/registry.hpp"
+#include "tycho/host/session.hpp"
+
+namespace th = tycho::host;
+
+namespace {
+
+int cmd_reconstruct(const std::string& config_path, int64_t iterations, const std::string& output,
+                    const std::vector<std::string>& sets, bool quiet) {
+  auto doc = tycho::config_document::load_file(config_path);
+  for (const auto& s : sets) doc.set_from_text(s);
+  // --iterations is the run's length: the schedule and the recorded config follow it.
+  if (iterations > 0) doc.set_from_text(fmt::format("reconstruct.iterations={}", iterations));
+  th::session session(std::move(doc), th::registry::global());
+  std::string out_path = output.empty() ? session.output_path() : output;
+  int64_t n = iterations > 0 ? iterations : session.configured_iterations();
+  session.run(n, [&](const tycho_progress& p) {
+    if (!quiet)
+      fmt::print("iteration {:>4}/{}  loss {:.6e}  {:.3f} s/it\n", p.iteration, p.iterations_total,
+                 p.loss, p.seconds);
+    std::fflush(stdout);
+    return true;
+  });
+  session.save(out_path, TYCHO_SAVE_OVERWRITE);
+  fmt::print("wrote {}\n", out_path);
+  if (session.previews_enabled())
+    for (const auto& png : th::write_previews(out_path, session.get("object"), session.get("probe"),
+                                              session.get("positions_px")))
+      fmt::print("wrote {}\n", png);
+  return 0;
+}
+
+int cmd_plugins() {
+  auto& reg = th::registry::global();
+  fmt::print("tycho {} (ABI {}.{})\nplugin folders:\n", TYCHO_VERSION_STRING,
+             TYCHO_ABI_VERSION_MAJOR, TYCHO_ABI_VERSION_MINOR);
+  for (const auto& d : th::registry::default_search_dirs()) fmt::print("  {}\n", d);
+  for (const auto& r : reg.reports()) {
+    if (r.loaded) {
+      fmt::print("{} {} (ABI {}.{}) from {}\n", r.name, r.version, TYCHO_ABI_MAJOR_OF(r.abi_version),
+                 TYCHO_ABI_MINOR_OF(r.abi_version), r.path);
+      for (const auto& c : reg.components())
+        if (c.plugin_path == r.path)
+          fmt::print("  {:<10} {:<12} {:<7} {}\n", th::kind_name(c.kind), c.name, c.version, c.description);
+    } else {
+      fmt::print("REFUSED {}: {}\n", r.path, r.refusal);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tycho: ptychographic reconstruction at scale"};
+  app.set_version_flag("--version", fmt::format("tycho {} (ABI {}.{})", TYCHO_VERSION_STRING,
+                                                TYCHO_ABI_VERSION_MAJOR, TYCHO_ABI_VERSION_MINOR));
+  app.require_subcommand(1);
+
+  auto* rec = app.add_subcommand("reconstruct", "reconstruct object and probe from a TOML config");
+  std::string config_path, output;
+  int64_t iterations = 0;
+  std::vector<std::string> sets;
+  bool quiet = false;
+  rec->add_option("config", config_path, "TOML configuration file")->required();
+  rec->add_option("--iterations", iterations, "iterations to run (default: [reconstruct] iterations)");
+  rec->add_option("--output,-o", output, "result file (default: [output] path)");
+  rec->add_option("--set", sets, "override a config value: --set reconstruct.batch_size=64");
+  rec->add_flag("--quiet,-q", quiet, "no progress lines");
+
+  auto* ev = app.add_subcommand("evaluate", "accuracy of a result against a ground-truth phase (JSON)");
+  std::string result_path, truth_path;
+  double sigma_A = 2.0, fov = 0.8;
+  ev->add_option("result", result_path, "result file written by tycho reconstruct")->required();
+  ev->add_option("--truth", truth_path, ".npz with phase, pixel_size_A, scan_origin_A")->required();
+  ev->add_option("--sigma-A", sigma_A, "σ of the local-phase Gaussian, Å (default 2)");
+  ev->add_option("--fov-fraction", fov, "inner fraction of the scanned field of view (default 0.8)");
+
+  auto* pl = app.add_subcommand("plugins", "list plugin folders, plugins, components, refusals");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (rec->parsed()) return cmd_reconstruct(config_path, iterations, output, sets, quiet);
+    if (ev->parsed()) {
+      fmt::print("{}\n", th::evaluate_result(th::registry::global(), result_path, truth_path, sigma_A, fov));
+      return 0;
+    }
+    if (pl->parsed()) return cmd_plugins();
+  } catch (const tycho::error& e) {
+    fmt::print(stderr, "tycho: error: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "tycho: internal error: {}\n", e.what());
+    return 3;
+  }
+  return 1;
+}

@@ -1,0 +1,81 @@
+#include "tycho/host/dataset.hpp"
+
+#include <tycho/core/driver.hpp>
+#include <tycho/core/error.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+namespace tycho::host {
+
+namespace {
+// Swaps the quadrants of one (n0, n1) pattern: centred (zero frequency at N/2) → FFT order.
+// ifftshift for odd sizes too.
+void ifftshift(float* p, int64_t n0, int64_t n1, std::vector<float>& tmp) {
+  tmp.assign(p, p + n0 * n1);
+  for (int64_t i = 0; i < n0; ++i)
+    for (int64_t j = 0; j < n1; ++j)
+      p[i * n1 + j] = tmp[std::size_t(((i + n0 / 2) % n0) * n1 + (j + n1 / 2) % n1)];
+}
+}  // namespace
+
+dataset read_dataset(const component_ref& source, const tycho_config* data_table) {
+  const auto* vt = source.as<tycho_source_vtable>();
+  tycho_source* src = nullptr;
+  check_status(vt->open(data_table, &src), "source open");
+  std::unique_ptr<tycho_source, void (*)(tycho_source*)> guard(src, vt->close);
+
+  dataset d;
+  d.source_name = source.name;
+  d.info.struct_size = sizeof(tycho_dataset_info);
+  check_status(vt->info(src, &d.info), "source info");
+  d.description = d.info.description ? d.info.description : source.name;
+  d.info.description = nullptr;  // owned by the source, which closes below
+  d.patterns = d.info.scan_shape[0] * d.info.scan_shape[1];
+  d.n0 = d.info.detector_shape[0];
+  d.n1 = d.info.detector_shape[1];
+  if (d.patterns <= 0 || d.n0 <= 0 || d.n1 <= 0)
+    fail(TYCHO_ERR_BAD_DATA, "data '", d.description, "' is empty (scan ", d.info.scan_shape[0],
+         " x ", d.info.scan_shape[1], ", detector ", d.n0, " x ", d.n1, ")");
+
+  const int64_t m = d.n0 * d.n1;
+  d.targets.resize(std::size_t(d.patterns * m));
+  const int64_t chunk = std::max<int64_t>(1, (int64_t(64) << 20) / (m * 4));  // ~64 MiB reads
+  for (int64_t first = 0; first < d.patterns; first += chunk) {
+    int64_t count = std::min(chunk, d.patterns - first);
+    int64_t shape[3] = {count, d.n0, d.n1};
+    DLTensor t{};
+    t.data = d.targets.data() + first * m;
+    t.device = {kDLCPU, 0};
+    t.ndim = 3;
+    t.dtype = {kDLFloat, 32, 1};
+    t.shape = shape;
+    check_status(vt->read(src, first, count, &t), "source read");
+  }
+
+  double total = 0;
+  std::vector<float> tmp;
+  for (int64_t j = 0; j < d.patterns; ++j) {
+    float* p = d.targets.data() + j * m;
+    double sum = 0;
+    for (int64_t k = 0; k < m; ++k) {
+      if (!std::isfinite(p[k]))
+        fail(TYCHO_ERR_BAD_DATA, "data '", d.description, "': pattern ", j, " (scan position ",
+             j / d.info.scan_shape[1], ", ", j % d.info.scan_shape[1], "), pixel (", k / d.n1, ", ",
+             k % d.n1, ") is ", p[k], "; expected finite intensities");
+      if (p[k] < 0)
+        fail(TYCHO_ERR_BAD_DATA, "data '", d.description, "': pattern ", j, " pixel (", k / d.n1,
+             ", ", k % d.n1, ") is negative (", p[k], "); expected intensities >= 0");
+      sum += p[k];
+    }
+    total += sum;
+    if (d.info.patterns_centred) ifftshift(p, d.n0, d.n1, tmp);
+  }
+  d.mean_total_intensity = total / double(d.patterns);
+  if (!(d.mean_total_intensity > 0))
+    fail(TYCHO_ERR_BAD_DATA, "data '", d.description, "' holds no intensity (all patterns are zero)");
+  return d;
+}
+
+}  // namespace tycho::host

@@ -1,0 +1,383 @@
+#include "tycho/host/session.hpp"
+
+#include <tycho/core/driver.hpp>
+#include <tycho/core/error.hpp>
+#include <tycho/core/geometry.hpp>
+#include <tycho/core/optics.hpp>
+
+#include <toml++/toml.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "tycho/host/dataset.hpp"
+#include "tycho/host/log.hpp"
+#include "tycho/host/result_record.hpp"
+
+namespace tycho::host {
+
+namespace {
+
+using cfloat = std::complex<float>;
+constexpr DLDataType k_complex64{kDLComplex, 64, 1};
+constexpr DLDataType k_float64{kDLFloat, 64, 1};
+
+// Keys the runtime itself reads in each table; components add their own.
+const std::vector<std::string> k_top_tables = {"data", "optics", "preprocess", "reconstruct",
+                                               "output"};
+const std::vector<std::string> k_data_keys = {"source", "scan_step_A", "detector_pixel_invA"};
+const std::vector<std::string> k_optics_keys = {"energy_eV", "semiangle_mrad", "C10_A",
+                                                "defocus_A"};
+const std::vector<std::string> k_preprocess_keys = {"object_padding_px", "scan_origin_A"};
+const std::vector<std::string> k_reconstruct_keys = {
+    "engine", "iterations", "batch_size", "loss", "seed", "precision", "probe_modes", "slices",
+    "object", "probe"};
+const std::vector<std::string> k_parameter_keys = {"optimizer", "first_iteration", "schedule",
+                                                   "final_learning_rate_fraction"};
+const std::vector<std::string> k_object_keys = {"amplitude_max"};
+const std::vector<std::string> k_output_keys = {"path", "previews", "format"};
+
+std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
+  base.insert(base.end(), more.begin(), more.end());
+  return base;
+}
+
+template <class T>
+std::optional<T> read_key(const toml::table& t, const char* key, const std::string& where) {
+  auto node = t[key];
+  if (!node) return std::nullopt;
+  if constexpr (std::is_same_v<T, double>) {
+    if (node.is_integer() || node.is_floating_point()) return node.value<double>();
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key '", key, "' in [", where, "] must be a number");
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    if (node.is_integer()) return node.value<int64_t>();
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key '", key, "' in [", where, "] must be an integer");
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (node.is_boolean()) return node.value<bool>();
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key '", key, "' in [", where, "] must be true or false");
+  } else {
+    if (node.is_string()) return node.value<std::string>();
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key '", key, "' in [", where, "] must be a string");
+  }
+}
+
+// A calibration: the config wins over the file; absent in both is an error naming the key.
+double calibration(const toml::table& t, const char* key, const std::string& table, double from_file,
+                   const std::string& data_desc, const char* what) {
+  if (auto v = read_key<double>(t, key, table)) return *v;
+  if (std::isfinite(from_file)) return from_file;
+  fail(TYCHO_ERR_INVALID_ARGUMENT, "the ", what, " is not known: '", data_desc,
+       "' does not record it; set '", key, "' in [", table, "]");
+}
+
+const std::string& origin_name(const config_document& doc) { return doc.origin(); }
+
+}  // namespace
+
+struct session::state {
+  explicit state(config_document c) : config(std::move(c)) {}
+  config_document config;
+  registry* reg = nullptr;
+  dataset data;
+  probe_optics optics;
+  double wavelength_A = 0;
+  window_sampling sampling{};
+  scan_geometry geometry{};
+  object_layout layout;
+  int64_t iterations = 100;
+  std::vector<double> loss_history, seconds_history;
+
+  const component_ref* engine_ref = nullptr;
+  const component_ref* loss_ref = nullptr;
+  const component_ref* format_ref = nullptr;
+  const component_ref* object_opt_ref = nullptr;
+  const component_ref* probe_opt_ref = nullptr;
+  tycho_config reconstruct_cfg{}, object_cfg{}, probe_cfg{};
+  tycho_loss* loss = nullptr;
+  tycho_engine* engine = nullptr;
+  tycho_optimizer* object_opt = nullptr;
+  tycho_optimizer* probe_opt = nullptr;
+  std::unique_ptr<driver> drv;
+
+  ~state() {
+    if (object_opt) object_opt_ref->as<tycho_optimizer_vtable>()->destroy(object_opt);
+    if (probe_opt) probe_opt_ref->as<tycho_optimizer_vtable>()->destroy(probe_opt);
+    if (engine) engine_ref->as<tycho_engine_vtable>()->destroy(engine);
+    if (loss) loss_ref->as<tycho_loss_vtable>()->destroy(loss);
+  }
+
+  DLTensor engine_tensor(tycho_tensor_id id) const {
+    DLTensor t{};
+    check_status(engine_ref->as<tycho_engine_vtable>()->get_tensor(engine, id, &t),
+                 "engine get_tensor");
+    return t;
+  }
+};
+
+session::session(config_document config, registry& reg)
+    : s_(std::make_unique<state>(std::move(config))) {
+  s_->reg = &reg;
+  state& s = *s_;
+  const std::string& origin = s.config.origin();
+  check_keys(s.config.root(), "top level", k_top_tables, origin);
+
+  // ---- data
+  const toml::table& data_t = s.config.table_at("data");
+  std::string source_name = read_key<std::string>(data_t, "source", "data").value_or("emd");
+  const component_ref& source = reg.find(TYCHO_COMPONENT_SOURCE, source_name);
+  check_keys(data_t, "data", with(k_data_keys, source.config_keys), origin);
+  tycho_config data_cfg{&data_t, "[data]", s.config.base_dir()};
+  s.data = read_dataset(source, &data_cfg);
+  const auto& info = s.data.info;
+
+  // ---- optics and geometry (config overrides the file)
+  const toml::table& optics_t = s.config.table_at("optics");
+  check_keys(optics_t, "optics", k_optics_keys, origin);
+  const std::string& desc = s.data.description;
+  s.optics.energy_eV = calibration(optics_t, "energy_eV", "optics", info.energy_eV, desc, "beam energy");
+  s.optics.semiangle_mrad = calibration(optics_t, "semiangle_mrad", "optics", info.semiangle_mrad, desc,
+                                        "probe semiangle");
+  if (auto defocus = read_key<double>(optics_t, "defocus_A", "optics")) {
+    if (optics_t.contains("C10_A"))
+      fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": give either C10_A or defocus_A (= −C10) in [optics], not both");
+    s.optics.C10_A = -*defocus;
+  } else {
+    double file_c10 = std::isfinite(info.C10_A) ? info.C10_A : 0.0;
+    s.optics.C10_A = read_key<double>(optics_t, "C10_A", "optics").value_or(file_c10);
+  }
+  if (!(s.optics.energy_eV > 0)) fail(TYCHO_ERR_INVALID_ARGUMENT, "[optics] energy_eV must be > 0");
+  if (!(s.optics.semiangle_mrad > 0)) fail(TYCHO_ERR_INVALID_ARGUMENT, "[optics] semiangle_mrad must be > 0");
+  s.wavelength_A = wavelength_A(s.optics.energy_eV);
+
+  double dk = calibration(data_t, "detector_pixel_invA", "data", info.detector_pixel_invA[0], desc,
+                          "detector pixel size (Å⁻¹)");
+  double step = calibration(data_t, "scan_step_A", "data", info.scan_step_A[0], desc, "scan step (Å)");
+  double dk1 = data_t.contains("detector_pixel_invA") || !std::isfinite(info.detector_pixel_invA[1])
+                   ? dk : info.detector_pixel_invA[1];
+  double step1 = data_t.contains("scan_step_A") || !std::isfinite(info.scan_step_A[1]) ? step : info.scan_step_A[1];
+  if (!(dk > 0 && dk1 > 0 && step > 0 && step1 > 0))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "scan step and detector pixel must be > 0 (got ", step, " Å, ", dk, " Å⁻¹)");
+  s.sampling = window_sampling{{s.data.n0, s.data.n1}, {dk, dk1}};
+
+  // The aperture must lie inside the detector, or the window cannot hold the probe's spectrum.
+  double k_aperture = s.optics.semiangle_mrad * 1e-3 / s.wavelength_A;
+  double k_nyquist = 0.5 * double(std::min(s.data.n0, s.data.n1)) * std::min(dk, dk1);
+  if (k_aperture >= k_nyquist)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "the probe does not fit the window: a ", s.optics.semiangle_mrad,
+         " mrad aperture reaches ", k_aperture, " Å⁻¹ but the detector only spans ±", k_nyquist,
+         " Å⁻¹; check [optics] semiangle_mrad and the detector pixel size");
+
+  const toml::table& pre_t = s.config.table_at("preprocess");
+  check_keys(pre_t, "preprocess", k_preprocess_keys, origin);
+  s.geometry.scan_shape[0] = info.scan_shape[0];
+  s.geometry.scan_shape[1] = info.scan_shape[1];
+  s.geometry.step_A[0] = step;
+  s.geometry.step_A[1] = step1;
+  s.geometry.pixel_A[0] = s.sampling.dx_A(0);
+  s.geometry.pixel_A[1] = s.sampling.dx_A(1);
+  s.geometry.window[0] = s.data.n0;
+  s.geometry.window[1] = s.data.n1;
+  s.geometry.padding_px = read_key<int64_t>(pre_t, "object_padding_px", "preprocess").value_or(16);
+  if (s.geometry.padding_px < 0) fail(TYCHO_ERR_INVALID_ARGUMENT, "[preprocess] object_padding_px must be >= 0");
+  if (auto origin_node = pre_t["scan_origin_A"]) {
+    const toml::array* arr = origin_node.as_array();
+    if (!arr || arr->size() != 2 || !(*arr)[0].value<double>() || !(*arr)[1].value<double>())
+      fail(TYCHO_ERR_INVALID_ARGUMENT, origin_name(s.config), ": [preprocess] scan_origin_A must be two numbers [x, y] in Å");
+    s.geometry.scan_origin_A[0] = *(*arr)[0].value<double>();
+    s.geometry.scan_origin_A[1] = *(*arr)[1].value<double>();
+  }
+  s.layout = layout_object(s.geometry);
+
+  // ---- initial probe, normalised so Σ|P|² = 1: the model intensity is in units of the mean
+  // measured total (targets are scaled by 1 / mean total below), whatever the dose.
+  auto probe = make_probe(s.optics, s.sampling, 1.0);
+  double edge = probe_edge_fraction(probe, s.data.n0, s.data.n1, 0.05);
+  if (edge > 0.1)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "the probe does not fit the window: ", edge * 100,
+         " % of its intensity lies within 5 % of the window's edge (window ", s.data.n0 * s.geometry.pixel_A[0],
+         " Å wide, C10 = ", s.optics.C10_A, " Å, semiangle ", s.optics.semiangle_mrad,
+         " mrad); reduce the defocus or use a larger detector window");
+
+  // ---- reconstruct: loss, engine, optimizers
+  const toml::table& rec_t = s.config.table_at("reconstruct");
+  std::string engine_name = read_key<std::string>(rec_t, "engine", "reconstruct").value_or("cpu");
+  std::string loss_name = read_key<std::string>(rec_t, "loss", "reconstruct").value_or("amplitude");
+  s.engine_ref = &reg.find(TYCHO_COMPONENT_ENGINE, engine_name);
+  s.loss_ref = &reg.find(TYCHO_COMPONENT_LOSS, loss_name);
+  check_keys(rec_t, "reconstruct",
+             with(with(k_reconstruct_keys, s.engine_ref->config_keys), s.loss_ref->config_keys), origin);
+  s.iterations = read_key<int64_t>(rec_t, "iterations", "reconstruct").value_or(100);
+  if (s.iterations < 0) fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] iterations must be >= 0");
+  int64_t modes = read_key<int64_t>(rec_t, "probe_modes", "reconstruct").value_or(1);
+  int64_t slices = read_key<int64_t>(rec_t, "slices", "reconstruct").value_or(1);
+  std::string precision = read_key<std::string>(rec_t, "precision", "reconstruct").value_or("float32");
+  if (precision != "float32")
+    fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] precision = \"", precision, "\": this version computes in \"float32\" only");
+  if (modes != 1 || slices != 1)
+    fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] probe_modes = ", modes, ", slices = ", slices,
+         ": this version reconstructs one probe mode and one slice");
+  s.reconstruct_cfg = tycho_config{&rec_t, "[reconstruct]", s.config.base_dir()};
+  check_status(s.loss_ref->as<tycho_loss_vtable>()->create(&s.reconstruct_cfg, &s.loss), "loss create");
+
+  std::vector<cfloat> object(static_cast<std::size_t>(s.layout.shape[0] * s.layout.shape[1]), cfloat(1.f, 0.f));
+  int64_t object_shape[3] = {1, s.layout.shape[0], s.layout.shape[1]};
+  int64_t probe_shape[3] = {1, s.data.n0, s.data.n1};
+  int64_t target_shape[3] = {s.data.patterns, s.data.n0, s.data.n1};
+  int64_t pos_shape[2] = {s.data.patterns, 2};
+  DLTensor targets{s.data.targets.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, target_shape, nullptr, 0};
+  DLTensor positions{s.layout.positions_px.data(), {kDLCPU, 0}, 2, k_float64, pos_shape, nullptr, 0};
+  DLTensor object_t{object.data(), {kDLCPU, 0}, 3, k_complex64, object_shape, nullptr, 0};
+  DLTensor probe_t{probe.data(), {kDLCPU, 0}, 3, k_complex64, probe_shape, nullptr, 0};
+  tycho_engine_setup setup{};
+  setup.struct_size = sizeof(setup);
+  setup.config = &s.reconstruct_cfg;
+  setup.targets = &targets;
+  setup.mask = nullptr;
+  setup.target_scale = 1.0 / s.data.mean_total_intensity;
+  setup.positions_px = &positions;
+  setup.object_init = &object_t;
+  setup.probe_init = &probe_t;
+  setup.loss = tycho_loss_binding{s.loss_ref->as<tycho_loss_vtable>(), s.loss};
+  setup.device = {kDLCPU, 0};
+  check_status(s.engine_ref->as<tycho_engine_vtable>()->create(&setup, &s.engine), "engine create");
+
+  auto make_optimizer = [&](const char* which, tycho_config& cfg, const component_ref*& ref,
+                            tycho_optimizer*& opt, tycho_tensor_id param, tycho_tensor_id grad) {
+    std::string table_name = cat("reconstruct.", which);
+    const toml::table& t = s.config.table_at(table_name);
+    std::string name = read_key<std::string>(t, "optimizer", table_name).value_or("adam");
+    ref = &reg.find(TYCHO_COMPONENT_OPTIMIZER, name);
+    auto allowed = with(k_parameter_keys, ref->config_keys);
+    if (param == TYCHO_TENSOR_OBJECT) allowed = with(allowed, k_object_keys);
+    check_keys(t, table_name, allowed, origin);
+    cfg = tycho_config{&t, cat("[", table_name, "]"), s.config.base_dir()};
+    DLTensor p = s.engine_tensor(param);
+    check_status(ref->as<tycho_optimizer_vtable>()->create(&cfg, &p, &opt), "optimizer create");
+    optimizer_binding b{ref->as<tycho_optimizer_vtable>(), opt, param, grad, 1, {}};
+    b.first_iteration = read_key<int64_t>(t, "first_iteration", table_name).value_or(1);
+    b.schedule.kind = learning_rate_schedule::parse(
+        read_key<std::string>(t, "schedule", table_name).value_or("constant"),
+        cat("[", table_name, "] schedule"));
+    b.schedule.final_fraction =
+        read_key<double>(t, "final_learning_rate_fraction", table_name).value_or(0.1);
+    if (!(b.schedule.final_fraction > 0 && b.schedule.final_fraction <= 1))
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[", table_name, "] final_learning_rate_fraction must be in (0, 1]");
+    b.schedule.total_iterations = s.iterations;
+    return b;
+  };
+  std::vector<optimizer_binding> opts;
+  opts.push_back(make_optimizer("object", s.object_cfg, s.object_opt_ref, s.object_opt,
+                                TYCHO_TENSOR_OBJECT, TYCHO_TENSOR_OBJECT_GRAD));
+  opts.push_back(make_optimizer("probe", s.probe_cfg, s.probe_opt_ref, s.probe_opt,
+                                TYCHO_TENSOR_PROBE, TYCHO_TENSOR_PROBE_GRAD));
+
+  driver_options dopt;
+  dopt.batch_size = read_key<int64_t>(rec_t, "batch_size", "reconstruct").value_or(128);
+  int64_t seed = read_key<int64_t>(rec_t, "seed", "reconstruct").value_or(0);
+  dopt.seed = uint64_t(seed);
+  dopt.object.amplitude_max =
+      read_key<double>(s.config.table_at("reconstruct.object"), "amplitude_max", "reconstruct.object").value_or(0.0);
+  s.drv = std::make_unique<driver>(engine_binding{s.engine_ref->as<tycho_engine_vtable>(), s.engine},
+                                   std::move(opts), s.data.patterns, dopt);
+
+  // ---- output
+  const toml::table& out_t = s.config.table_at("output");
+  check_keys(out_t, "output", k_output_keys, origin);
+  std::string format = read_key<std::string>(out_t, "format", "output").value_or("zip");
+  s.format_ref = &reg.find(TYCHO_COMPONENT_FORMAT, format);
+
+  log_info("session", cat("data ", desc, ": scan ", info.scan_shape[0], " x ", info.scan_shape[1],
+                          ", detector ", s.data.n0, " x ", s.data.n1, ", mean ", s.data.mean_total_intensity,
+                          " per pattern; object ", s.layout.shape[0], " x ", s.layout.shape[1], " px of ",
+                          s.geometry.pixel_A[0], " Å; engine ", engine_name, ", loss ", loss_name,
+                          ", batch ", dopt.batch_size, ", float32 on cpu"));
+}
+
+session::~session() = default;
+
+bool session::run(int64_t iterations, const progress_callback& progress) {
+  state& s = *s_;
+  int64_t n = iterations > 0 ? iterations : s.iterations;
+  for (int64_t i = 0; i < n; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    double loss = s.drv->run_iteration();
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    s.loss_history.push_back(loss);
+    s.seconds_history.push_back(secs);
+    if (progress) {
+      tycho_progress p{sizeof(tycho_progress), s.drv->iterations_done(), n, loss, secs};
+      if (!progress(p)) return false;
+    }
+  }
+  return true;
+}
+
+owned_array session::get(const std::string& name) const {
+  const state& s = *s_;
+  if (name == "object") return owned_array::copy_of(name, s.engine_tensor(TYCHO_TENSOR_OBJECT));
+  if (name == "probe") return owned_array::copy_of(name, s.engine_tensor(TYCHO_TENSOR_PROBE));
+  if (name == "positions_px") {
+    auto a = owned_array::copy_of(name, s.engine_tensor(TYCHO_TENSOR_POSITIONS));
+    return a;
+  }
+  if (name == "positions_A") {
+    auto a = owned_array::copy_of(name, s.engine_tensor(TYCHO_TENSOR_POSITIONS));
+    auto* p = reinterpret_cast<double*>(a.bytes.data());
+    for (int64_t k = 0; k < a.count(); ++k) p[k] *= s.geometry.pixel_A[k % 2];
+    return a;
+  }
+  if (name == "loss_history")
+    return owned_array::from_vector(name, k_float64, {int64_t(s.loss_history.size())}, s.loss_history);
+  fail(TYCHO_ERR_NOT_FOUND, "no result array '", name,
+       "' (available: object, probe, positions_px, positions_A, loss_history)");
+}
+
+int64_t session::configured_iterations() const { return s_->iterations; }
+const std::vector<double>& session::loss_history() const { return s_->loss_history; }
+double session::object_pixel_A(int axis) const { return s_->geometry.pixel_A[axis]; }
+
+std::string session::output_path() const {
+  const toml::table& out_t = s_->config.table_at("output");
+  return resolve_path(s_->config.base_dir(),
+                      read_key<std::string>(out_t, "path", "output").value_or("tycho-result.zip"));
+}
+
+bool session::previews_enabled() const {
+  return read_key<bool>(s_->config.table_at("output"), "previews", "output").value_or(true);
+}
+
+std::string session::manifest_json() const {
+  const state& s = *s_;
+  result_manifest m;
+  m.config_toml = s.config.to_toml();
+  m.data_description = s.data.description;
+  m.source = s.data.source_name;
+  m.scan_shape = {s.data.info.scan_shape[0], s.data.info.scan_shape[1]};
+  m.detector_shape = {s.data.n0, s.data.n1};
+  m.scan_step_A = {s.geometry.step_A[0], s.geometry.step_A[1]};
+  m.detector_pixel_invA = {s.sampling.dk_invA[0], s.sampling.dk_invA[1]};
+  m.object_pixel_A = {s.geometry.pixel_A[0], s.geometry.pixel_A[1]};
+  m.energy_eV = s.optics.energy_eV;
+  m.wavelength_A = s.wavelength_A;
+  m.semiangle_mrad = s.optics.semiangle_mrad;
+  m.C10_A = s.optics.C10_A;
+  m.mean_total_intensity = s.data.mean_total_intensity;
+  m.object_padding_px = s.geometry.padding_px;
+  m.loss_history = s.loss_history;
+  m.seconds_history = s.seconds_history;
+  for (const component_ref* c : {s.format_ref, s.engine_ref, s.loss_ref, s.object_opt_ref, s.probe_opt_ref})
+    m.components.push_back({kind_name(c->kind), c->name, c->version, c->plugin_path});
+  const auto& src = s.reg->find(TYCHO_COMPONENT_SOURCE, s.data.source_name);
+  m.components.push_back({kind_name(src.kind), src.name, src.version, src.plugin_path});
+  return to_json(m);
+}
+
+void session::save(const std::string& path, tycho_save_mode mode) const {
+  std::vector<owned_array> arrays;
+  for (const char* name : {"object", "probe", "positions_px", "positions_A", "loss_history"})
+    arrays.push_back(get(name));
+  save_record(*s_->format_ref, arrays, manifest_json(), path, mode);
+}
+
+}  // namespace tycho::host

@@ -1,0 +1,57 @@
+// The CPU engine: single-slice, single-mode gradient model of one mini-batch (FFTW, OpenMP).
+//
+// For pattern j with probe centre c_j (object pixels), window top-left t_j = c_j − N/2,
+// integer part i_j and fractional part δ_j (CONVENTIONS.md, "The math of one gradient step"):
+//   P_j = F⁻¹[ F[P] · exp(−2πi k·δ_j / N) ]     (sub-pixel shift of the probe)
+//   ψ_j = P_j · O[i_j : i_j + N],  Ψ_j = F ψ_j,  I_j = |Ψ_j|²        (F unitary)
+//   ∂L/∂Ψ_j* = (dL/dI)(I_j, D_j) · Ψ_j        (the loss component gives dL/dI)
+//   g_j = F⁻¹ ∂L/∂Ψ_j*;   ∂L/∂O* += conj(P_j) g_j on the patch;
+//   ∂L/∂P* += F⁻¹[ exp(+2πi k·δ_j / N) · F[conj(O_patch) g_j] ]
+// (Thibault & Guizar-Sicairos 2012; Odstrčil et al. 2018). Gradients are sums over the batch.
+#pragma once
+
+#include <tycho/sdk.hpp>
+
+#include <complex>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "fft_plan.hpp"
+
+namespace tycho::cpu {
+
+using cfloat = std::complex<float>;
+
+struct engine_options {
+  int threads = 0;          // 0: all OpenMP threads
+  bool measure_fft = false; // FFTW_MEASURE instead of FFTW_ESTIMATE
+};
+
+class cpu_engine {
+ public:
+  cpu_engine(const tycho_engine_setup& setup, const engine_options& options);
+  ~cpu_engine();
+
+  // Returns Σ L over the batch; gradients (sums) land in object_grad_ / probe_grad_.
+  double compute_batch(const int64_t* indices, int64_t count);
+  DLTensor* tensor(tycho_tensor_id id);
+
+ private:
+  struct thread_scratch;
+  void process_pattern(int64_t j, thread_scratch& s, const cfloat* probe_spectrum);
+
+  int64_t n0_, n1_, h_, w_, patterns_;
+  int threads_;
+  const float* targets_;
+  const uint8_t* mask_;
+  double target_scale_;
+  tycho_loss_binding loss_;
+  std::vector<double> positions_;  // (P, 2) probe centres
+  std::vector<cfloat> object_, probe_, object_grad_, probe_grad_;
+  std::unique_ptr<fft_plan_2d> fft_;
+  std::vector<std::unique_ptr<thread_scratch>> scratch_;
+  sdk::tensor_view views_[5];
+};
+
+}  // namespace tycho::cpu

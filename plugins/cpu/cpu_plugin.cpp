@@ -1,0 +1,53 @@
+// The `cpu` engine component behind the ABI's engine vtable.
+#include <tycho/sdk.hpp>
+
+#include "cpu_engine.hpp"
+
+namespace {
+using namespace tycho::sdk;
+using tycho::cpu::cpu_engine;
+
+tycho_status create(const tycho_engine_setup* setup, tycho_engine** out) {
+  return guarded([&] {
+    if (setup == nullptr || setup->struct_size < sizeof(tycho_engine_setup))
+      fail(TYCHO_ERR_ABI_MISMATCH, "cpu engine: engine setup struct is too small");
+    if (setup->device.device_type != kDLCPU)
+      fail(TYCHO_ERR_UNSUPPORTED, "cpu engine: runs on the CPU only, device type ",
+           int(setup->device.device_type), " was requested");
+    config_view cfg(setup->config);
+    tycho::cpu::engine_options options;
+    int64_t threads = cfg.get_int("threads").value_or(0);
+    if (threads < 0) fail(TYCHO_ERR_INVALID_ARGUMENT, "config key 'threads' must be >= 0");
+    options.threads = setup->num_threads > 0 ? setup->num_threads : int(threads);
+    std::string planning = cfg.get_string("fft_planning").value_or("estimate");
+    if (planning != "estimate" && planning != "measure")
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "config key 'fft_planning' must be \"estimate\" or \"measure\", got \"",
+           planning, "\"");
+    options.measure_fft = planning == "measure";
+    *out = reinterpret_cast<tycho_engine*>(new cpu_engine(*setup, options));
+  });
+}
+
+tycho_status compute_batch(tycho_engine* eng, const int64_t* indices, int64_t count,
+                           double* loss_sum) {
+  return guarded(
+      [&] { *loss_sum += reinterpret_cast<cpu_engine*>(eng)->compute_batch(indices, count); });
+}
+
+tycho_status get_tensor(tycho_engine* eng, tycho_tensor_id id, DLTensor* out) {
+  return guarded([&] { *out = *reinterpret_cast<cpu_engine*>(eng)->tensor(id); });
+}
+
+void destroy(tycho_engine* eng) { delete reinterpret_cast<cpu_engine*>(eng); }
+
+const tycho_engine_vtable k_vtable = {sizeof(tycho_engine_vtable), TYCHO_ABI_VERSION, &create,
+                                      &compute_batch, &get_tensor, &destroy};
+const char* const k_keys[] = {"threads", "fft_planning", nullptr};
+const tycho_component k_components[] = {
+    component(TYCHO_COMPONENT_ENGINE, "cpu", "1.0.0",
+              "single-slice gradient engine on the CPU (FFTW single precision, OpenMP)",
+              TYCHO_DEVICE_BIT(kDLCPU), k_keys, &k_vtable),
+};
+}  // namespace
+
+TYCHO_PLUGIN("cpu", "1.0.0", k_components)

@@ -1,0 +1,206 @@
+// The `emd` source component: 4D-STEM diffraction data and calibrations from EMD 1.0 files
+// (HDF5, as written by emdfile / py4DSTEM), converted to float32 patterns on read.
+#include <tycho/sdk.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "emd_calibration.hpp"
+#include "emd_locate.hpp"
+#include "h5_read.hpp"
+
+using tycho::sdk::fail;
+namespace emd = tycho::emd;
+
+// The opened data set. Members are destroyed in reverse order: the dataset before the file.
+struct tycho_source {
+  std::string file_name;
+  std::string dataset_path;
+  std::string description;  // "<file>:<dataset path>", pointed to by info.description
+  emd::h5_id file;
+  emd::h5_id dataset;
+  int64_t scan[2] = {0, 0};      // Rx, Ry
+  int64_t detector[2] = {0, 0};  // Qx, Qy
+  tycho_dataset_info info{};
+};
+
+namespace {
+
+std::string resolve(const std::string& base_dir, const std::string& path) {
+  std::filesystem::path p(path);
+  if (p.is_absolute() || base_dir.empty()) return p.string();
+  return (std::filesystem::path(base_dir) / p).lexically_normal().string();
+}
+
+emd::h5_id open_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    fail(TYCHO_ERR_NOT_FOUND, "data file '", path, "' does not exist");
+  if (std::filesystem::is_directory(path, ec))
+    fail(TYCHO_ERR_BAD_DATA, "data file '", path, "' is a directory, expected an HDF5 (EMD) file");
+  if (H5Fis_hdf5(path.c_str()) <= 0)
+    fail(TYCHO_ERR_BAD_DATA, "data file '", path,
+         "' is not an HDF5 file (the emd source reads EMD 1.0 / py4DSTEM .h5 / .emd files)");
+  emd::h5_id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file) fail(TYCHO_ERR_IO, "could not open the HDF5 file '", path, "' for reading");
+  return file;
+}
+
+// Opens the array, checks it is 4-D with an integer or float element type, fills the shapes.
+void open_array(tycho_source& s) {
+  s.dataset = emd::h5_id(H5Dopen2(s.file.get(), s.dataset_path.c_str(), H5P_DEFAULT));
+  if (!s.dataset) fail(TYCHO_ERR_IO, "could not open '", s.description, "'");
+  auto shape = emd::dataset_shape(s.dataset.get());
+  if (shape.size() != 4)
+    fail(TYCHO_ERR_BAD_DATA, "'", s.description, "' has shape ", emd::shape_text(shape),
+         ", expected a 4-D array (Rx, Ry, Qx, Qy)");
+  if (std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d == 0; }))
+    fail(TYCHO_ERR_BAD_DATA, "'", s.description, "' has shape ", emd::shape_text(shape),
+         ", which holds no patterns");
+  emd::h5_id type(H5Dget_type(s.dataset.get()));
+  auto dtype = type ? emd::dl_dtype(type.get()) : std::nullopt;
+  if (!dtype)
+    fail(TYCHO_ERR_BAD_DATA, "'", s.description, "' has element type ",
+         type ? emd::type_text(type.get()) : "unknown",
+         ", expected integers or floats of 8 to 64 bits");
+  s.scan[0] = shape[0];
+  s.scan[1] = shape[1];
+  s.detector[0] = shape[2];
+  s.detector[1] = shape[3];
+  s.info.stored_dtype = *dtype;
+}
+
+void fill_info(tycho_source& s) {
+  tycho_dataset_info& i = s.info;
+  i.struct_size = sizeof(tycho_dataset_info);
+  std::copy(std::begin(s.scan), std::end(s.scan), i.scan_shape);
+  std::copy(std::begin(s.detector), std::end(s.detector), i.detector_shape);
+  emd::read_calibrations(s.file.get(), s.file_name, s.dataset_path, i);
+  i.patterns_centred = 1;  // EMD / py4DSTEM store patterns with zero frequency at N/2
+  i.description = s.description.c_str();
+}
+
+// Reads patterns [first, first + n) as one hyperslab: either part of one scan row, or whole
+// rows. The destination is C order over (Rx, Ry), as the file is, so the pieces are contiguous.
+void read_slab(const tycho_source& s, int64_t first, int64_t n_rows, int64_t n_cols, float* dst) {
+  const int64_t ry = s.scan[1];
+  hsize_t start[4] = {hsize_t(first / ry), hsize_t(first % ry), 0, 0};
+  hsize_t count[4] = {hsize_t(n_rows), hsize_t(n_cols), hsize_t(s.detector[0]),
+                      hsize_t(s.detector[1])};
+  emd::h5_id file_space(H5Dget_space(s.dataset.get()));
+  emd::h5_id mem_space(H5Screate_simple(4, count, nullptr));
+  if (!file_space || !mem_space ||
+      H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) < 0 ||
+      H5Dread(s.dataset.get(), H5T_NATIVE_FLOAT, mem_space.get(), file_space.get(), H5P_DEFAULT,
+              dst) < 0)
+    fail(TYCHO_ERR_IO, "reading patterns [", first, ", ", first + n_rows * n_cols, ") of '",
+         s.description, "' failed (the file may be truncated or use an unavailable filter)");
+}
+
+tycho_status source_open(const tycho_config* cfg, tycho_source** out) {
+  return tycho::sdk::guarded([&] {
+    if (out == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "emd source: open() needs an output");
+    *out = nullptr;
+    tycho::sdk::config_view config(cfg);
+    std::string path = resolve(config.base_dir(), config.require_string("path"));
+    std::optional<std::string> dataset = config.get_string("dataset");
+
+    emd::h5_session session;  // declared before the handle: the handle closes inside it
+    auto s = std::make_unique<tycho_source>();
+    s->file_name = path;
+    s->file = open_file(path);
+    s->dataset_path = emd::locate_dataset(s->file.get(), path, dataset);
+    s->description = path + ":" + s->dataset_path;
+    open_array(*s);
+    fill_info(*s);
+    tycho::sdk::log(TYCHO_LOG_INFO, "emd",
+                    tycho::sdk::cat("opened '", s->description, "': ", s->scan[0], " x ",
+                                    s->scan[1], " patterns of ", s->detector[0], " x ",
+                                    s->detector[1], " ",
+                                    tycho::sdk::dtype_name(s->info.stored_dtype)));
+    *out = s.release();
+  });
+}
+
+tycho_status source_info(tycho_source* src, tycho_dataset_info* out) {
+  return tycho::sdk::guarded([&] {
+    if (src == nullptr || out == nullptr)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "emd source: info() needs a source and an output");
+    // Append-only struct: copy what both sides know. A zeroed struct_size means the caller's
+    // build matches this one (a value-initialised struct).
+    std::size_t n = out->struct_size == 0 ? sizeof(tycho_dataset_info)
+                                          : std::min<std::size_t>(out->struct_size,
+                                                                  sizeof(tycho_dataset_info));
+    tycho_dataset_info copy = src->info;
+    copy.struct_size = static_cast<uint32_t>(n);
+    std::memcpy(out, &copy, n);
+  });
+}
+
+tycho_status source_read(tycho_source* src, int64_t first, int64_t count, DLTensor* dst) {
+  return tycho::sdk::guarded([&] {
+    if (src == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "emd source: read() needs a source");
+    const tycho_source& s = *src;
+    const int64_t total = s.scan[0] * s.scan[1];
+    if (first < 0 || count < 0 || first > total || count > total - first)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "patterns [", first, ", ", first + count,
+           ") are out of range: '", s.description, "' holds ", total, " patterns (", s.scan[0],
+           " x ", s.scan[1], ")");
+    tycho::sdk::expect_tensor(dst, "patterns", tycho::sdk::dtype_float32, 3);
+    if (dst->device.device_type != kDLCPU && dst->device.device_type != kDLCUDAHost)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "emd source: the patterns array must be in host memory");
+    if (dst->shape[0] != count || dst->shape[1] != s.detector[0] ||
+        dst->shape[2] != s.detector[1])
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "the patterns array has shape ",
+           tycho::sdk::shape_string(*dst), ", expected (", count, ", ", s.detector[0], ", ",
+           s.detector[1], ") to read ", count, " patterns of '", s.description, "'");
+    if (count == 0) return;
+
+    emd::h5_session session;
+    float* out = tycho::sdk::data_of<float>(*dst);
+    const int64_t ry = s.scan[1], pattern = s.detector[0] * s.detector[1];
+    int64_t pos = first;
+    const int64_t end = first + count;
+    // At most three reads: the rest of the first row, the whole rows, the start of the last.
+    while (pos < end) {
+      int64_t n = 0;
+      if (pos % ry != 0 || end - pos < ry) {
+        n = std::min(ry - pos % ry, end - pos);
+        read_slab(s, pos, 1, n, out);
+      } else {
+        int64_t rows = (end - pos) / ry;
+        n = rows * ry;
+        read_slab(s, pos, rows, ry, out);
+      }
+      pos += n;
+      out += n * pattern;
+    }
+  });
+}
+
+void source_close(tycho_source* src) {
+  if (src == nullptr) return;
+  tycho::sdk::guarded([&] {
+    emd::h5_session session;
+    delete src;
+  });
+}
+
+const tycho_source_vtable k_vtable = {sizeof(tycho_source_vtable), TYCHO_ABI_VERSION,
+                                      &source_open, &source_info, &source_read, &source_close};
+
+// "source" is the host's key (which plugin to use); the emd source reads only these.
+const char* const k_config_keys[] = {"path", "dataset", nullptr};
+
+const tycho_component k_components[] = {tycho::sdk::component(
+    TYCHO_COMPONENT_SOURCE, "emd", "1.0.0",
+    "EMD 1.0 / py4DSTEM HDF5 4D-STEM data (integer or float arrays, calibrations from metadata)",
+    TYCHO_DEVICE_BIT(kDLCPU), k_config_keys, &k_vtable)};
+
+}  // namespace
+
+TYCHO_PLUGIN("emd", "1.0.0", k_components)

@@ -1,0 +1,56 @@
+// The built-in loss components, behind the ABI's loss vtable.
+#include <tycho/sdk.hpp>
+
+#include "amplitude_loss.hpp"
+
+namespace {
+using namespace tycho::sdk;
+
+struct amplitude_instance {};
+
+tycho_status amplitude_create(const tycho_config*, tycho_loss** out) {
+  return guarded([&] { *out = reinterpret_cast<tycho_loss*>(new amplitude_instance()); });
+}
+
+tycho_status amplitude_evaluate(tycho_loss*, const DLTensor* model, const DLTensor* measured,
+                                const DLTensor* mask, double measured_scale, DLTensor* grad,
+                                double* loss_sum) {
+  return guarded([&] {
+    expect_tensor(model, "model_intensity", dtype_float32, 3);
+    expect_tensor(measured, "measured", dtype_float32, 3);
+    expect_tensor(grad, "dloss_dintensity", dtype_float32, 3);
+    const int64_t n = element_count(*model);
+    if (element_count(*measured) != n || element_count(*grad) != n)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "amplitude loss: model ", shape_string(*model),
+           ", measured ", shape_string(*measured), " and gradient ", shape_string(*grad),
+           " must have the same shape");
+    const uint8_t* mask_data = nullptr;
+    int64_t period = 1;
+    if (mask != nullptr) {
+      expect_tensor(mask, "mask", dtype_uint8, 2);
+      period = element_count(*mask);
+      if (period != model->shape[1] * model->shape[2])
+        fail(TYCHO_ERR_INVALID_ARGUMENT, "amplitude loss: mask ", shape_string(*mask),
+             " does not match the patterns ", shape_string(*model));
+      mask_data = data_of<const uint8_t>(*mask);
+    }
+    *loss_sum += tycho::losses::amplitude_loss(
+        data_of<const float>(*model), data_of<const float>(*measured), mask_data, period, n,
+        static_cast<float>(measured_scale), data_of<float>(*grad));
+  });
+}
+
+void amplitude_destroy(tycho_loss* loss) { delete reinterpret_cast<amplitude_instance*>(loss); }
+
+const tycho_loss_vtable k_amplitude = {sizeof(tycho_loss_vtable), TYCHO_ABI_VERSION,
+                                       &amplitude_create, &amplitude_evaluate, &amplitude_destroy};
+const char* const k_no_keys[] = {nullptr};
+
+const tycho_component k_components[] = {
+    component(TYCHO_COMPONENT_LOSS, "amplitude", "1.0.0",
+              "amplitude loss Σ(√I − √D)², normalised to the mean measured intensity",
+              TYCHO_DEVICE_BIT(kDLCPU), k_no_keys, &k_amplitude),
+};
+}  // namespace
+
+TYCHO_PLUGIN("losses", "1.0.0", k_components)

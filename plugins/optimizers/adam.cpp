@@ -1,0 +1,30 @@
+#include <cmath>
+
+#include "optimizers.hpp"
+
+namespace tycho::optimizers {
+void adam_state::step(float* param, const float* grad, int64_t n, float grad_scale,
+                      double lr_scale) {
+  if (m.size() != std::size_t(n)) {
+    m.assign(std::size_t(n), 0.f);
+    v.assign(std::size_t(n), 0.f);
+  }
+  ++steps;
+  const float b1 = float(beta1), b2 = float(beta2);
+  // Bias corrections folded into the step size and epsilon, as in the paper's final form.
+  const double c1 = 1.0 - std::pow(beta1, double(steps));
+  const double c2 = 1.0 - std::pow(beta2, double(steps));
+  const float step_size = float(learning_rate * lr_scale / c1);
+  const float sqrt_c2 = float(std::sqrt(c2));
+  const float eps = float(epsilon);
+  float* __restrict mp = m.data();
+  float* __restrict vp = v.data();
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    float g = grad[i] * grad_scale;
+    mp[i] = b1 * mp[i] + (1.f - b1) * g;
+    vp[i] = b2 * vp[i] + (1.f - b2) * g * g;
+    param[i] -= step_size * mp[i] / (std::sqrt(vp[i]) / sqrt_c2 + eps);
+  }
+}
+}  // namespace tycho::optimizers

@@ -1,0 +1,25 @@
+// Built-in optimizers on float32 data (complex parameters are pairs of independent reals).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace tycho::optimizers {
+
+// Adam (Kingma & Ba 2015), bias-corrected:
+//   m ← β1 m + (1−β1) g;  v ← β2 v + (1−β2) g²;  p ← p − lr · m̂ / (√v̂ + ε)
+struct adam_state {
+  double learning_rate = 5e-3, beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
+  int64_t steps = 0;
+  std::vector<float> m, v;
+  void step(float* param, const float* grad, int64_t n, float grad_scale, double lr_scale);
+};
+
+// Plain gradient descent with optional momentum: u ← μ u + g;  p ← p − lr · u
+struct sgd_state {
+  double learning_rate = 1e-2, momentum = 0.0;
+  std::vector<float> velocity;
+  void step(float* param, const float* grad, int64_t n, float grad_scale, double lr_scale);
+};
+
+}  // namespace tycho::optimizers
