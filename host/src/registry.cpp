@@ -50,7 +50,8 @@ std::vector<std::string> registry::default_search_dirs() {
   }
   // The module holding this code: libtycho.so in lib/, or the tycho command in bin/.
   fs::path here = boost::dll::this_line_location().parent_path().string();
-  for (const fs::path& candidate : {here / "tycho" / "plugins", here / ".." / "lib" / "tycho" / "plugins"}) {
+  for (const fs::path& candidate : {here / "tycho" / "plugins", here / ".." / "lib" / "tycho" / "plugins",
+                                    fs::path(TYCHO_INSTALL_PLUGIN_DIR)}) {
     std::error_code ec;
     if (fs::is_directory(candidate, ec)) {
       auto canon = fs::canonical(candidate, ec).string();

@@ -73,6 +73,37 @@ double calibration(const toml::table& t, const char* key, const std::string& tab
 
 const std::string& origin_name(const config_document& doc) { return doc.origin(); }
 
+// Checks every table's keys and that every named component exists, before any data is read:
+// a typo must not cost the minutes it takes to load a large scan.
+void validate_config(const config_document& doc, const registry& reg) {
+  const std::string& origin = doc.origin();
+  check_keys(doc.root(), "top level", k_top_tables, origin);
+  const toml::table& data_t = doc.table_at("data");
+  const auto& source = reg.find(TYCHO_COMPONENT_SOURCE,
+                                read_key<std::string>(data_t, "source", "data").value_or("emd"));
+  check_keys(data_t, "data", with(k_data_keys, source.config_keys), origin);
+  check_keys(doc.table_at("optics"), "optics", k_optics_keys, origin);
+  check_keys(doc.table_at("preprocess"), "preprocess", k_preprocess_keys, origin);
+  const toml::table& rec_t = doc.table_at("reconstruct");
+  const auto& engine = reg.find(TYCHO_COMPONENT_ENGINE,
+                                read_key<std::string>(rec_t, "engine", "reconstruct").value_or("cpu"));
+  const auto& loss = reg.find(TYCHO_COMPONENT_LOSS,
+                              read_key<std::string>(rec_t, "loss", "reconstruct").value_or("amplitude"));
+  check_keys(rec_t, "reconstruct", with(with(k_reconstruct_keys, engine.config_keys), loss.config_keys), origin);
+  for (const char* which : {"object", "probe"}) {
+    std::string name = cat("reconstruct.", which);
+    const toml::table& t = doc.table_at(name);
+    const auto& opt = reg.find(TYCHO_COMPONENT_OPTIMIZER,
+                               read_key<std::string>(t, "optimizer", name).value_or("adam"));
+    auto allowed = with(k_parameter_keys, opt.config_keys);
+    if (std::string(which) == "object") allowed = with(allowed, k_object_keys);
+    check_keys(t, name, allowed, origin);
+  }
+  const toml::table& out_t = doc.table_at("output");
+  check_keys(out_t, "output", k_output_keys, origin);
+  reg.find(TYCHO_COMPONENT_FORMAT, read_key<std::string>(out_t, "format", "output").value_or("zip"));
+}
+
 }  // namespace
 
 struct session::state {
@@ -120,20 +151,18 @@ session::session(config_document config, registry& reg)
   s_->reg = &reg;
   state& s = *s_;
   const std::string& origin = s.config.origin();
-  check_keys(s.config.root(), "top level", k_top_tables, origin);
+  validate_config(s.config, reg);
 
   // ---- data
   const toml::table& data_t = s.config.table_at("data");
   std::string source_name = read_key<std::string>(data_t, "source", "data").value_or("emd");
   const component_ref& source = reg.find(TYCHO_COMPONENT_SOURCE, source_name);
-  check_keys(data_t, "data", with(k_data_keys, source.config_keys), origin);
   tycho_config data_cfg{&data_t, "[data]", s.config.base_dir()};
   s.data = read_dataset(source, &data_cfg);
   const auto& info = s.data.info;
 
   // ---- optics and geometry (config overrides the file)
   const toml::table& optics_t = s.config.table_at("optics");
-  check_keys(optics_t, "optics", k_optics_keys, origin);
   const std::string& desc = s.data.description;
   s.optics.energy_eV = calibration(optics_t, "energy_eV", "optics", info.energy_eV, desc, "beam energy");
   s.optics.semiangle_mrad = calibration(optics_t, "semiangle_mrad", "optics", info.semiangle_mrad, desc,
@@ -169,7 +198,6 @@ session::session(config_document config, registry& reg)
          " Å⁻¹; check [optics] semiangle_mrad and the detector pixel size");
 
   const toml::table& pre_t = s.config.table_at("preprocess");
-  check_keys(pre_t, "preprocess", k_preprocess_keys, origin);
   s.geometry.scan_shape[0] = info.scan_shape[0];
   s.geometry.scan_shape[1] = info.scan_shape[1];
   s.geometry.step_A[0] = step;
@@ -205,8 +233,6 @@ session::session(config_document config, registry& reg)
   std::string loss_name = read_key<std::string>(rec_t, "loss", "reconstruct").value_or("amplitude");
   s.engine_ref = &reg.find(TYCHO_COMPONENT_ENGINE, engine_name);
   s.loss_ref = &reg.find(TYCHO_COMPONENT_LOSS, loss_name);
-  check_keys(rec_t, "reconstruct",
-             with(with(k_reconstruct_keys, s.engine_ref->config_keys), s.loss_ref->config_keys), origin);
   s.iterations = read_key<int64_t>(rec_t, "iterations", "reconstruct").value_or(100);
   if (s.iterations < 0) fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] iterations must be >= 0");
   int64_t modes = read_key<int64_t>(rec_t, "probe_modes", "reconstruct").value_or(1);
@@ -248,9 +274,6 @@ session::session(config_document config, registry& reg)
     const toml::table& t = s.config.table_at(table_name);
     std::string name = read_key<std::string>(t, "optimizer", table_name).value_or("adam");
     ref = &reg.find(TYCHO_COMPONENT_OPTIMIZER, name);
-    auto allowed = with(k_parameter_keys, ref->config_keys);
-    if (param == TYCHO_TENSOR_OBJECT) allowed = with(allowed, k_object_keys);
-    check_keys(t, table_name, allowed, origin);
     cfg = tycho_config{&t, cat("[", table_name, "]"), s.config.base_dir()};
     DLTensor p = s.engine_tensor(param);
     check_status(ref->as<tycho_optimizer_vtable>()->create(&cfg, &p, &opt), "optimizer create");
@@ -283,7 +306,6 @@ session::session(config_document config, registry& reg)
 
   // ---- output
   const toml::table& out_t = s.config.table_at("output");
-  check_keys(out_t, "output", k_output_keys, origin);
   std::string format = read_key<std::string>(out_t, "format", "output").value_or("zip");
   s.format_ref = &reg.find(TYCHO_COMPONENT_FORMAT, format);
 
@@ -339,8 +361,9 @@ double session::object_pixel_A(int axis) const { return s_->geometry.pixel_A[axi
 
 std::string session::output_path() const {
   const toml::table& out_t = s_->config.table_at("output");
-  return resolve_path(s_->config.base_dir(),
-                      read_key<std::string>(out_t, "path", "output").value_or("tycho-result.zip"));
+  // Relative to the current folder (where the user runs tycho), unlike input paths, which
+  // resolve against the config file's folder so a config travels with its data.
+  return read_key<std::string>(out_t, "path", "output").value_or("tycho-result.zip");
 }
 
 bool session::previews_enabled() const {

@@ -50,7 +50,8 @@ class registry {
   registry& operator=(const registry&) = delete;
 
   // Entries of TYCHO_PLUGIN_PATH (':'-separated), then the plugin folder beside libtycho /
-  // the tycho command (lib/tycho/plugins), the same in the build and the install tree.
+  // the tycho command (lib/tycho/plugins), the same in the build and the install tree, then
+  // the configured install folder (<libdir>/tycho/plugins). Missing folders are left out.
   static std::vector<std::string> default_search_dirs();
 
   // Loads every libtycho_plugin_*.so in the folders (missing folders are skipped).

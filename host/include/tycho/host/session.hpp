@@ -37,7 +37,7 @@ class session {
   std::string manifest_json() const;
 
   int64_t configured_iterations() const;
-  std::string output_path() const;      // [output] path resolved against the config's folder
+  std::string output_path() const;      // [output] path, relative to the current folder
   bool previews_enabled() const;
   const std::vector<double>& loss_history() const;
   double object_pixel_A(int axis) const;

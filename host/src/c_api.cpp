@@ -1,0 +1,132 @@
+// The embedding C API (abi/tycho/tycho.h) over the C++ session: every entry point catches
+// every exception and turns it into a status plus the thread's last-error message.
+#include <tycho/core/error.hpp>
+#include <tycho/core/last_error.hpp>
+#include <tycho/tycho.h>
+
+#include <cstring>
+#include <memory>
+#include <new>
+
+#include "tycho/host/registry.hpp"
+#include "tycho/host/session.hpp"
+
+struct tycho_session {
+  std::unique_ptr<tycho::host::session> impl;
+};
+
+namespace {
+
+template <class F>
+tycho_status guarded(F&& f) noexcept {
+  try {
+    tycho::set_last_error(TYCHO_OK, "");
+    return f();
+  } catch (const tycho::error& e) {
+    return tycho::set_last_error(e.status, e.what());
+  } catch (const std::bad_alloc&) {
+    return tycho::set_last_error(TYCHO_ERR_OUT_OF_MEMORY, "out of host memory");
+  } catch (const std::exception& e) {
+    return tycho::set_last_error(TYCHO_ERR_INTERNAL, e.what());
+  } catch (...) {
+    return tycho::set_last_error(TYCHO_ERR_INTERNAL, "unknown exception");
+  }
+}
+
+tycho_status null_argument(const char* fn, const char* arg) {
+  return tycho::set_last_error(TYCHO_ERR_INVALID_ARGUMENT,
+                               tycho::cat(fn, ": argument '", arg, "' is NULL"));
+}
+
+// A DLManagedTensor that owns its array; the deleter frees both.
+struct managed_array {
+  DLManagedTensor managed{};
+  tycho::owned_array array;
+};
+
+void delete_managed(DLManagedTensor* t) {
+  if (t) delete static_cast<managed_array*>(t->manager_ctx);
+}
+
+}  // namespace
+
+extern "C" {
+
+TYCHO_API uint32_t tycho_abi_version(void) { return TYCHO_ABI_VERSION; }
+TYCHO_API const char* tycho_version(void) { return TYCHO_VERSION_STRING; }
+TYCHO_API const char* tycho_last_error(void) { return tycho::last_error(); }
+
+TYCHO_API const char* tycho_status_string(tycho_status status) {
+  switch (status) {
+    case TYCHO_OK: return "TYCHO_OK";
+    case TYCHO_ERR_INVALID_ARGUMENT: return "TYCHO_ERR_INVALID_ARGUMENT";
+    case TYCHO_ERR_NOT_FOUND: return "TYCHO_ERR_NOT_FOUND";
+    case TYCHO_ERR_IO: return "TYCHO_ERR_IO";
+    case TYCHO_ERR_BAD_DATA: return "TYCHO_ERR_BAD_DATA";
+    case TYCHO_ERR_ABI_MISMATCH: return "TYCHO_ERR_ABI_MISMATCH";
+    case TYCHO_ERR_OUT_OF_MEMORY: return "TYCHO_ERR_OUT_OF_MEMORY";
+    case TYCHO_ERR_UNSUPPORTED: return "TYCHO_ERR_UNSUPPORTED";
+    case TYCHO_ERR_CANCELLED: return "TYCHO_ERR_CANCELLED";
+    case TYCHO_ERR_INTERNAL: return "TYCHO_ERR_INTERNAL";
+  }
+  return "TYCHO_ERR_UNKNOWN";
+}
+
+TYCHO_API tycho_status tycho_session_create(const char* toml_text, const char* base_dir,
+                                            tycho_session** out) {
+  if (toml_text == nullptr) return null_argument("tycho_session_create", "toml_text");
+  if (out == nullptr) return null_argument("tycho_session_create", "out");
+  *out = nullptr;
+  return guarded([&] {
+    auto doc = tycho::config_document::parse(toml_text, "<config text>", base_dir ? base_dir : "");
+    auto s = std::make_unique<tycho_session>();
+    s->impl = std::make_unique<tycho::host::session>(std::move(doc), tycho::host::registry::global());
+    *out = s.release();
+    return TYCHO_OK;
+  });
+}
+
+TYCHO_API tycho_status tycho_session_run(tycho_session* session, int64_t iterations,
+                                         tycho_progress_fn progress, void* user_data) {
+  if (session == nullptr) return null_argument("tycho_session_run", "session");
+  return guarded([&] {
+    bool finished = session->impl->run(iterations, [&](const tycho_progress& p) {
+      return progress == nullptr || progress(&p, user_data) == 0;
+    });
+    if (!finished)
+      return tycho::set_last_error(TYCHO_ERR_CANCELLED, "the progress callback stopped the run");
+    return TYCHO_OK;
+  });
+}
+
+TYCHO_API tycho_status tycho_session_get(tycho_session* session, const char* name,
+                                         DLManagedTensor** out) {
+  if (session == nullptr) return null_argument("tycho_session_get", "session");
+  if (name == nullptr) return null_argument("tycho_session_get", "name");
+  if (out == nullptr) return null_argument("tycho_session_get", "out");
+  *out = nullptr;
+  return guarded([&] {
+    std::string which = std::strcmp(name, "positions") == 0 ? "positions_px" : name;
+    auto holder = std::make_unique<managed_array>();
+    holder->array = session->impl->get(which);
+    holder->managed.dl_tensor = holder->array.view();
+    holder->managed.manager_ctx = holder.get();
+    holder->managed.deleter = &delete_managed;
+    *out = &holder.release()->managed;
+    return TYCHO_OK;
+  });
+}
+
+TYCHO_API tycho_status tycho_session_save(tycho_session* session, const char* path,
+                                          tycho_save_mode mode) {
+  if (session == nullptr) return null_argument("tycho_session_save", "session");
+  if (path == nullptr) return null_argument("tycho_session_save", "path");
+  return guarded([&] {
+    session->impl->save(path, mode);
+    return TYCHO_OK;
+  });
+}
+
+TYCHO_API void tycho_session_destroy(tycho_session* session) { delete session; }
+
+}  // extern "C"

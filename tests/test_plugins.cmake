@@ -1,0 +1,32 @@
+# Test-only plugins for tests/test_plugin_abi.cpp and tests/test_bad_input.cpp: libraries the
+# host must refuse (another ABI major, a newer ABI minor, no entry function). They go to
+# <build>/test-plugins, NOT lib/tycho/plugins, so normal runs never see them; tests reach them
+# through TYCHO_TEST_PLUGIN_DIR (registry::load_file / TYCHO_PLUGIN_PATH).
+set(TYCHO_TEST_PLUGIN_DIR ${CMAKE_BINARY_DIR}/test-plugins)
+
+function(tycho_add_test_plugin target output_name source)
+  add_library(${target} SHARED ${source})
+  target_link_libraries(${target} PRIVATE tycho::sdk)
+  set_target_properties(${target} PROPERTIES
+    OUTPUT_NAME ${output_name}
+    CXX_VISIBILITY_PRESET hidden C_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON
+    LIBRARY_OUTPUT_DIRECTORY ${TYCHO_TEST_PLUGIN_DIR})
+  add_dependencies(tycho_tests ${target})
+endfunction()
+
+tycho_add_test_plugin(tycho_test_plugin_abi_major2 tycho_plugin_abi_major2
+  ${CMAKE_CURRENT_SOURCE_DIR}/plugins/abi_version_plugin.cpp)
+target_compile_definitions(tycho_test_plugin_abi_major2 PRIVATE
+  "TEST_PLUGIN_ABI_VERSION=((2u << 16) | 0u)" TEST_PLUGIN_NAME="abi_major2"
+  TEST_PLUGIN_ENGINE="abi2_engine")
+
+tycho_add_test_plugin(tycho_test_plugin_abi_newer_minor tycho_plugin_abi_newer_minor
+  ${CMAKE_CURRENT_SOURCE_DIR}/plugins/abi_version_plugin.cpp)
+target_compile_definitions(tycho_test_plugin_abi_newer_minor PRIVATE
+  "TEST_PLUGIN_ABI_VERSION=((1u << 16) | 99u)" TEST_PLUGIN_NAME="abi_newer_minor"
+  TEST_PLUGIN_ENGINE="abi_minor99_engine")
+
+tycho_add_test_plugin(tycho_test_plugin_no_entry tycho_plugin_no_entry
+  ${CMAKE_CURRENT_SOURCE_DIR}/plugins/no_entry_plugin.cpp)
+
+target_compile_definitions(tycho_tests PRIVATE TYCHO_TEST_PLUGIN_DIR="${TYCHO_TEST_PLUGIN_DIR}")
