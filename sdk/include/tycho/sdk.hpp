@@ -11,6 +11,7 @@
 // library keeps its own host pointer.
 #pragma once
 
+#include <tycho/sdk/error.hpp>
 #include <tycho/tycho_plugin.h>
 
 #include <cstdint>
@@ -35,25 +36,6 @@ inline tycho_status init_host(const tycho_host_api* h) {
   if (h == nullptr || h->struct_size < sizeof(tycho_host_api)) return TYCHO_ERR_ABI_MISMATCH;
   host_slot() = h;
   return TYCHO_OK;
-}
-
-// An error with a status; thrown inside plugins, caught by guarded().
-struct error : std::runtime_error {
-  tycho_status status;
-  error(tycho_status s, const std::string& what) : std::runtime_error(what), status(s) {}
-};
-
-template <class... Args>
-std::string cat(const Args&... args) {
-  std::ostringstream os;
-  os.precision(10);
-  (os << ... << args);
-  return os.str();
-}
-
-template <class... Args>
-[[noreturn]] void fail(tycho_status status, const Args&... args) {
-  throw error(status, cat(args...));
 }
 
 inline tycho_status report(tycho_status status, const std::string& message) {
