@@ -106,6 +106,11 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 std::string nearest_name(const std::string& word, const std::vector<std::string>& candidates) {
+  // A key given without its unit suffix ("semiangle" for "semiangle_mrad") is the likeliest
+  // slip of all: a candidate that extends the word with "_..." wins outright.
+  for (const auto& c : candidates)
+    if (c.size() > word.size() && c.compare(0, word.size(), word) == 0 && c[word.size()] == '_')
+      return c;
   std::string best;
   std::size_t best_d = std::max<std::size_t>(3, word.size() / 2) + 1;
   for (const auto& c : candidates) {

@@ -10,6 +10,9 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <thread>
+
+#include <unistd.h>
 
 #include "tycho/host/dataset.hpp"
 #include "tycho/host/log.hpp"
@@ -72,6 +75,20 @@ double calibration(const toml::table& t, const char* key, const std::string& tab
 }
 
 const std::string& origin_name(const config_document& doc) { return doc.origin(); }
+
+// Refuses an object that cannot be held (a wrong scan step or pixel size, or a huge padding),
+// naming the numbers that made it, before anything that size is allocated.
+void check_object_size(const object_layout& layout, const scan_geometry& g, int64_t n0, int64_t n1) {
+  const double h = double(layout.shape[0]), w = double(layout.shape[1]);
+  // Object, its gradient, two Adam moments, and one gradient buffer per engine thread.
+  const double bytes = h * w * 8.0 * (4.0 + double(std::thread::hardware_concurrency()));
+  const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  if (h * w > 4e9 || bytes > ram)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "the object would be ", layout.shape[0], " x ", layout.shape[1],
+         " px (", bytes / double(1ull << 30), " GiB with its gradients and optimizer state; this machine has ",
+         ram / double(1ull << 30), " GiB): check [data] scan_step_A (", g.step_A[0], " Å), the pixel size (",
+         g.pixel_A[0], " Å from a ", n0, " x ", n1, " window) and [preprocess] object_padding_px (", g.padding_px, ")");
+}
 
 // Checks every table's keys and that every named component exists, before any data is read:
 // a typo must not cost the minutes it takes to load a large scan.
@@ -216,6 +233,7 @@ session::session(config_document config, registry& reg)
     s.geometry.scan_origin_A[1] = *(*arr)[1].value<double>();
   }
   s.layout = layout_object(s.geometry);
+  check_object_size(s.layout, s.geometry, s.data.n0, s.data.n1);
 
   // ---- initial probe, normalised so Σ|P|² = 1: the model intensity is in units of the mean
   // measured total (targets are scaled by 1 / mean total below), whatever the dose.

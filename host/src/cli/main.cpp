@@ -75,7 +75,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> sets;
   bool quiet = false;
   rec->add_option("config", config_path, "TOML configuration file")->required();
-  rec->add_option("--iterations", iterations, "iterations to run (default: [reconstruct] iterations)");
+  rec->add_option("--iterations", iterations, "iterations to run (default: [reconstruct] iterations)")
+      ->check(CLI::Validator(
+          [](std::string& v) { return std::stoll(v) > 0 ? std::string() : "must be a positive integer"; },
+          "POSITIVE"));
   rec->add_option("--output,-o", output, "result file (default: [output] path)");
   rec->add_option("--set", sets, "override a config value: --set reconstruct.batch_size=64");
   rec->add_flag("--quiet,-q", quiet, "no progress lines");
