@@ -89,7 +89,9 @@ static_assert(offsetof(tycho_host_api, config_get_bool) == 48);
 static_assert(offsetof(tycho_host_api, config_base_dir) == 56);
 static_assert(offsetof(tycho_host_api, alloc) == 64);
 static_assert(offsetof(tycho_host_api, free) == 72);
-static_assert(sizeof(tycho_host_api) == 80);
+static_assert(offsetof(tycho_host_api, last_error) == 80);
+static_assert(offsetof(tycho_host_api, config_table_name) == 88);
+static_assert(sizeof(tycho_host_api) == 96);
 
 static_assert(offsetof(tycho_source_vtable, open) == 8);
 static_assert(offsetof(tycho_source_vtable, info) == 16);
@@ -165,7 +167,7 @@ TEST(PluginAbi, LayoutIsStable) {
 #if UINTPTR_MAX == 0xffffffffffffffffu
   EXPECT_EQ(sizeof(tycho_plugin_descriptor), 48u);
   EXPECT_EQ(sizeof(tycho_component), 64u);
-  EXPECT_EQ(sizeof(tycho_host_api), 80u);
+  EXPECT_EQ(sizeof(tycho_host_api), 96u);
   EXPECT_EQ(offsetof(tycho_component, vtable), 56u);
   EXPECT_EQ(offsetof(tycho_plugin_descriptor, components), 40u);
 #endif

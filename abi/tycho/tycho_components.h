@@ -74,7 +74,9 @@ typedef struct tycho_loss_vtable {
   /* For n patterns: model intensity I (n, N0, N1) float32, measured D (same shape, float32,
    * in the units of D; D·measured_scale is in the units of I), optional mask (N0, N1) uint8,
    * 1 = use the pixel (NULL: all). Writes dL/dI (same shape, float32) and adds Σ L over the
-   * n patterns to *loss_sum. Pixels outside the mask get dL/dI = 0. */
+   * n patterns to *loss_sum. Pixels outside the mask get dL/dI = 0.
+   * Engines call evaluate concurrently from several threads on the same instance: it must
+   * be thread-safe (keep per-call state on the stack). */
   tycho_status (*evaluate)(tycho_loss* loss, const DLTensor* model_intensity,
                            const DLTensor* measured, const DLTensor* mask, double measured_scale,
                            DLTensor* dloss_dintensity, double* loss_sum);

@@ -51,6 +51,11 @@ typedef struct tycho_host_api {
    * example) must come from here so the host can free it. 64-byte aligned. */
   void* (*alloc)(size_t bytes);
   void (*free)(void* p);
+
+  /* The calling thread's last-error message (what set_error or a failed host call left). */
+  const char* (*last_error)(void);
+  /* The table's name for messages, e.g. "[data]". */
+  const char* (*config_table_name)(const tycho_config* cfg);
 } tycho_host_api;
 
 #ifdef __cplusplus

@@ -27,10 +27,16 @@ void* host_alloc(size_t bytes) {
 }
 void host_free(void* p) { std::free(p); }
 
+const char* host_last_error() { return last_error(); }
+const char* host_config_table_name(const tycho_config* cfg) {
+  return cfg ? cfg->name.c_str() : "(no table)";
+}
+
 const tycho_host_api k_host_api = {
     sizeof(tycho_host_api), TYCHO_ABI_VERSION, &host_log,          &host_set_error,
     &config_get_string,     &config_get_double, &config_get_int,   &config_get_bool,
-    &config_base_dir,       &host_alloc,        &host_free,
+    &config_base_dir,       &host_alloc,        &host_free,        &host_last_error,
+    &host_config_table_name,
 };
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include <boost/dll/shared_library.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
@@ -16,6 +17,12 @@
 namespace fs = std::filesystem;
 
 namespace tycho::host {
+
+// Struct sizes as ABI 1.0 froze them (offset of the last 1.0 field plus its size): a plugin
+// built against any 1.x minor has at least these, whatever a later minor appends.
+constexpr std::size_t k_descriptor_size_1_0 =
+    offsetof(tycho_plugin_descriptor, components) + sizeof(const tycho_component*);
+constexpr std::size_t k_component_size_1_0 = offsetof(tycho_component, vtable) + sizeof(const void*);
 
 struct registry::library {
   boost::dll::shared_library lib;
@@ -44,7 +51,14 @@ std::vector<std::string> registry::default_search_dirs() {
     while (start <= s.size()) {
       std::size_t colon = s.find(':', start);
       if (colon == std::string::npos) colon = s.size();
-      if (colon > start) dirs.push_back(s.substr(start, colon - start));
+      if (colon > start) {
+        // Canonical, so one folder named two ways is scanned once.
+        std::error_code ec;
+        fs::path entry = s.substr(start, colon - start);
+        fs::path canon = fs::canonical(entry, ec);
+        std::string d = ec ? entry.string() : canon.string();
+        if (std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.push_back(d);
+      }
       start = colon + 1;
     }
   }
@@ -111,9 +125,9 @@ bool registry::load_file(const std::string& path) {
                       TYCHO_ABI_VERSION_MAJOR, ".x)"));
   if (minor > TYCHO_ABI_VERSION_MINOR)
     return refuse(cat(versions, " (the plugin is newer than the host: update tycho)"));
-  if (d->struct_size < sizeof(tycho_plugin_descriptor))
+  if (d->struct_size < k_descriptor_size_1_0)
     return refuse(cat("its descriptor is ", d->struct_size, " bytes, expected at least ",
-                      sizeof(tycho_plugin_descriptor)));
+                      k_descriptor_size_1_0));
   report.name = d->name ? d->name : "";
   report.version = d->version ? d->version : "";
   if (d->init != nullptr) {
@@ -122,10 +136,15 @@ bool registry::load_file(const std::string& path) {
   }
 
   std::vector<component_ref> added;
+  // The plugin's component structs may be smaller (older minor) than the host's: step through
+  // the array by the plugin's own struct size, as Vulkan's loader does with its chains.
+  const std::size_t stride = d->n_components > 0 ? d->components[0].struct_size : 0;
   for (int64_t i = 0; i < d->n_components; ++i) {
-    const tycho_component& c = d->components[i];
+    const tycho_component& c = *reinterpret_cast<const tycho_component*>(
+        reinterpret_cast<const char*>(d->components) + std::size_t(i) * stride);
     std::string cname = c.name ? c.name : "";
-    if (c.struct_size < sizeof(tycho_component) || TYCHO_ABI_MAJOR_OF(c.abi_version) != TYCHO_ABI_VERSION_MAJOR)
+    if (c.struct_size < k_component_size_1_0 || c.struct_size != stride ||
+        TYCHO_ABI_MAJOR_OF(c.abi_version) != TYCHO_ABI_VERSION_MAJOR)
       return refuse(cat("component '", cname, "' has an incompatible descriptor"));
     if (c.vtable == nullptr) return refuse(cat("component '", cname, "' has no vtable"));
     // Every vtable starts with struct_size and abi_version.

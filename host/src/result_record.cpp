@@ -39,6 +39,7 @@ std::string to_json(const result_manifest& m) {
   j["calibration"] = {{"scan_step_A", m.scan_step_A},
                       {"detector_pixel_invA", m.detector_pixel_invA},
                       {"object_pixel_A", m.object_pixel_A},
+                      {"scan_origin_A", m.scan_origin_A},
                       {"energy_eV", m.energy_eV},
                       {"wavelength_A", m.wavelength_A},
                       {"semiangle_mrad", m.semiangle_mrad},
@@ -46,7 +47,7 @@ std::string to_json(const result_manifest& m) {
                       {"object_padding_px", m.object_padding_px}};
   j["arrays"] = {
       {"object", "(slices, H, W) complex64: transmission function"},
-      {"probe", "(modes, N0, N1) complex64: real-space probe, centred, Σ|P|² = 1 (units of mean_total_intensity)"},
+      {"probe", "(modes, N0, N1) complex64: real-space probe, centred in its window; Σ|P|² in units of data.mean_total_intensity (the initial probe has 1)"},
       {"positions_px", "(P, 2) float64: probe centres in object pixels, C order over the scan"},
       {"positions_A", "(P, 2) float64: probe centres in Å from the object's corner"},
       {"loss_history", "(iterations,) float64: mean loss per pattern"}};
@@ -54,7 +55,8 @@ std::string to_json(const result_manifest& m) {
                   {"seconds", m.seconds_history}};
   nlohmann::ordered_json comps = nlohmann::ordered_json::array();
   for (const auto& c : m.components)
-    comps.push_back({{"kind", c.kind}, {"name", c.name}, {"version", c.version}, {"plugin", c.plugin_path}});
+    comps.push_back({{"role", c.role}, {"kind", c.kind}, {"name", c.name}, {"version", c.version},
+                     {"plugin", c.plugin_path}});
   j["provenance"] = {{"tycho_version", TYCHO_VERSION_STRING},
                      {"abi_version", std::to_string(TYCHO_ABI_VERSION_MAJOR) + "." +
                                          std::to_string(TYCHO_ABI_VERSION_MINOR)},

@@ -90,6 +90,61 @@ void check_object_size(const object_layout& layout, const scan_geometry& g, int6
          g.pixel_A[0], " Å from a ", n0, " x ", n1, " window) and [preprocess] object_padding_px (", g.padding_px, ")");
 }
 
+// [reconstruct] values, read and checked before any data is read.
+struct parameter_settings {
+  int64_t first_iteration = 1;
+  learning_rate_schedule schedule;
+};
+struct reconstruct_settings {
+  int64_t iterations = 100;
+  driver_options driver;
+  parameter_settings object, probe;
+};
+
+parameter_settings read_parameter_settings(const config_document& doc, const char* which,
+                                           int64_t iterations) {
+  std::string table_name = cat("reconstruct.", which);
+  const toml::table& t = doc.table_at(table_name);
+  parameter_settings p;
+  p.first_iteration = read_key<int64_t>(t, "first_iteration", table_name).value_or(1);
+  p.schedule.kind = learning_rate_schedule::parse(
+      read_key<std::string>(t, "schedule", table_name).value_or("constant"),
+      cat("[", table_name, "] schedule"));
+  p.schedule.final_fraction = read_key<double>(t, "final_learning_rate_fraction", table_name).value_or(0.1);
+  if (!(p.schedule.final_fraction > 0 && p.schedule.final_fraction <= 1))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[", table_name, "] final_learning_rate_fraction must be in (0, 1], got ",
+         p.schedule.final_fraction);
+  p.schedule.total_iterations = iterations;
+  return p;
+}
+
+reconstruct_settings read_reconstruct_settings(const config_document& doc) {
+  const toml::table& rec_t = doc.table_at("reconstruct");
+  reconstruct_settings r;
+  r.iterations = read_key<int64_t>(rec_t, "iterations", "reconstruct").value_or(100);
+  if (r.iterations < 0) fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] iterations must be >= 0, got ", r.iterations);
+  int64_t modes = read_key<int64_t>(rec_t, "probe_modes", "reconstruct").value_or(1);
+  int64_t slices = read_key<int64_t>(rec_t, "slices", "reconstruct").value_or(1);
+  std::string precision = read_key<std::string>(rec_t, "precision", "reconstruct").value_or("float32");
+  if (precision != "float32")
+    fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] precision = \"", precision, "\": this version computes in \"float32\" only");
+  if (modes != 1 || slices != 1)
+    fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] probe_modes = ", modes, ", slices = ", slices,
+         ": this version reconstructs one probe mode and one slice");
+  r.driver.batch_size = read_key<int64_t>(rec_t, "batch_size", "reconstruct").value_or(128);
+  if (r.driver.batch_size <= 0)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] batch_size must be > 0, got ", r.driver.batch_size);
+  r.driver.seed = uint64_t(read_key<int64_t>(rec_t, "seed", "reconstruct").value_or(0));
+  r.driver.object.amplitude_max =
+      read_key<double>(doc.table_at("reconstruct.object"), "amplitude_max", "reconstruct.object").value_or(0.0);
+  r.object = read_parameter_settings(doc, "object", r.iterations);
+  r.probe = read_parameter_settings(doc, "probe", r.iterations);
+  const toml::table& optics_t = doc.table_at("optics");
+  if (optics_t.contains("defocus_A") && optics_t.contains("C10_A"))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, doc.origin(), ": give either C10_A or defocus_A (= −C10) in [optics], not both");
+  return r;
+}
+
 // Checks every table's keys and that every named component exists, before any data is read:
 // a typo must not cost the minutes it takes to load a large scan.
 void validate_config(const config_document& doc, const registry& reg) {
@@ -167,8 +222,9 @@ session::session(config_document config, registry& reg)
     : s_(std::make_unique<state>(std::move(config))) {
   s_->reg = &reg;
   state& s = *s_;
-  const std::string& origin = s.config.origin();
   validate_config(s.config, reg);
+  const reconstruct_settings settings = read_reconstruct_settings(s.config);
+  s.iterations = settings.iterations;
 
   // ---- data
   const toml::table& data_t = s.config.table_at("data");
@@ -185,12 +241,15 @@ session::session(config_document config, registry& reg)
   s.optics.semiangle_mrad = calibration(optics_t, "semiangle_mrad", "optics", info.semiangle_mrad, desc,
                                         "probe semiangle");
   if (auto defocus = read_key<double>(optics_t, "defocus_A", "optics")) {
-    if (optics_t.contains("C10_A"))
-      fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": give either C10_A or defocus_A (= −C10) in [optics], not both");
     s.optics.C10_A = -*defocus;
+  } else if (auto c10 = read_key<double>(optics_t, "C10_A", "optics")) {
+    s.optics.C10_A = *c10;
+  } else if (std::isfinite(info.C10_A)) {
+    s.optics.C10_A = info.C10_A;
   } else {
-    double file_c10 = std::isfinite(info.C10_A) ? info.C10_A : 0.0;
-    s.optics.C10_A = read_key<double>(optics_t, "C10_A", "optics").value_or(file_c10);
+    s.optics.C10_A = 0.0;
+    log_warning("session", cat("'", desc, "' does not record the defocus and [optics] gives neither C10_A ",
+                               "nor defocus_A: starting from an in-focus probe (C10 = 0)"));
   }
   if (!(s.optics.energy_eV > 0)) fail(TYCHO_ERR_INVALID_ARGUMENT, "[optics] energy_eV must be > 0");
   if (!(s.optics.semiangle_mrad > 0)) fail(TYCHO_ERR_INVALID_ARGUMENT, "[optics] semiangle_mrad must be > 0");
@@ -251,16 +310,6 @@ session::session(config_document config, registry& reg)
   std::string loss_name = read_key<std::string>(rec_t, "loss", "reconstruct").value_or("amplitude");
   s.engine_ref = &reg.find(TYCHO_COMPONENT_ENGINE, engine_name);
   s.loss_ref = &reg.find(TYCHO_COMPONENT_LOSS, loss_name);
-  s.iterations = read_key<int64_t>(rec_t, "iterations", "reconstruct").value_or(100);
-  if (s.iterations < 0) fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] iterations must be >= 0");
-  int64_t modes = read_key<int64_t>(rec_t, "probe_modes", "reconstruct").value_or(1);
-  int64_t slices = read_key<int64_t>(rec_t, "slices", "reconstruct").value_or(1);
-  std::string precision = read_key<std::string>(rec_t, "precision", "reconstruct").value_or("float32");
-  if (precision != "float32")
-    fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] precision = \"", precision, "\": this version computes in \"float32\" only");
-  if (modes != 1 || slices != 1)
-    fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] probe_modes = ", modes, ", slices = ", slices,
-         ": this version reconstructs one probe mode and one slice");
   s.reconstruct_cfg = tycho_config{&rec_t, "[reconstruct]", s.config.base_dir()};
   check_status(s.loss_ref->as<tycho_loss_vtable>()->create(&s.reconstruct_cfg, &s.loss), "loss create");
 
@@ -295,17 +344,9 @@ session::session(config_document config, registry& reg)
     cfg = tycho_config{&t, cat("[", table_name, "]"), s.config.base_dir()};
     DLTensor p = s.engine_tensor(param);
     check_status(ref->as<tycho_optimizer_vtable>()->create(&cfg, &p, &opt), "optimizer create");
-    optimizer_binding b{ref->as<tycho_optimizer_vtable>(), opt, param, grad, 1, {}};
-    b.first_iteration = read_key<int64_t>(t, "first_iteration", table_name).value_or(1);
-    b.schedule.kind = learning_rate_schedule::parse(
-        read_key<std::string>(t, "schedule", table_name).value_or("constant"),
-        cat("[", table_name, "] schedule"));
-    b.schedule.final_fraction =
-        read_key<double>(t, "final_learning_rate_fraction", table_name).value_or(0.1);
-    if (!(b.schedule.final_fraction > 0 && b.schedule.final_fraction <= 1))
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "[", table_name, "] final_learning_rate_fraction must be in (0, 1]");
-    b.schedule.total_iterations = s.iterations;
-    return b;
+    const parameter_settings& ps = param == TYCHO_TENSOR_OBJECT ? settings.object : settings.probe;
+    return optimizer_binding{ref->as<tycho_optimizer_vtable>(), opt, param, grad, ps.first_iteration,
+                             ps.schedule};
   };
   std::vector<optimizer_binding> opts;
   opts.push_back(make_optimizer("object", s.object_cfg, s.object_opt_ref, s.object_opt,
@@ -313,12 +354,7 @@ session::session(config_document config, registry& reg)
   opts.push_back(make_optimizer("probe", s.probe_cfg, s.probe_opt_ref, s.probe_opt,
                                 TYCHO_TENSOR_PROBE, TYCHO_TENSOR_PROBE_GRAD));
 
-  driver_options dopt;
-  dopt.batch_size = read_key<int64_t>(rec_t, "batch_size", "reconstruct").value_or(128);
-  int64_t seed = read_key<int64_t>(rec_t, "seed", "reconstruct").value_or(0);
-  dopt.seed = uint64_t(seed);
-  dopt.object.amplitude_max =
-      read_key<double>(s.config.table_at("reconstruct.object"), "amplitude_max", "reconstruct.object").value_or(0.0);
+  const driver_options& dopt = settings.driver;
   s.drv = std::make_unique<driver>(engine_binding{s.engine_ref->as<tycho_engine_vtable>(), s.engine},
                                    std::move(opts), s.data.patterns, dopt);
 
@@ -377,8 +413,10 @@ int64_t session::configured_iterations() const { return s_->iterations; }
 const std::vector<double>& session::loss_history() const { return s_->loss_history; }
 double session::object_pixel_A(int axis) const { return s_->geometry.pixel_A[axis]; }
 
-std::string session::output_path() const {
-  const toml::table& out_t = s_->config.table_at("output");
+std::string session::output_path() const { return configured_output_path(s_->config); }
+
+std::string session::configured_output_path(const config_document& config) {
+  const toml::table& out_t = config.table_at("output");
   // Relative to the current folder (where the user runs tycho), unlike input paths, which
   // resolve against the config file's folder so a config travels with its data.
   return read_key<std::string>(out_t, "path", "output").value_or("tycho-result.zip");
@@ -399,6 +437,7 @@ std::string session::manifest_json() const {
   m.scan_step_A = {s.geometry.step_A[0], s.geometry.step_A[1]};
   m.detector_pixel_invA = {s.sampling.dk_invA[0], s.sampling.dk_invA[1]};
   m.object_pixel_A = {s.geometry.pixel_A[0], s.geometry.pixel_A[1]};
+  m.scan_origin_A = {s.geometry.scan_origin_A[0], s.geometry.scan_origin_A[1]};
   m.energy_eV = s.optics.energy_eV;
   m.wavelength_A = s.wavelength_A;
   m.semiangle_mrad = s.optics.semiangle_mrad;
@@ -407,10 +446,16 @@ std::string session::manifest_json() const {
   m.object_padding_px = s.geometry.padding_px;
   m.loss_history = s.loss_history;
   m.seconds_history = s.seconds_history;
-  for (const component_ref* c : {s.format_ref, s.engine_ref, s.loss_ref, s.object_opt_ref, s.probe_opt_ref})
-    m.components.push_back({kind_name(c->kind), c->name, c->version, c->plugin_path});
-  const auto& src = s.reg->find(TYCHO_COMPONENT_SOURCE, s.data.source_name);
-  m.components.push_back({kind_name(src.kind), src.name, src.version, src.plugin_path});
+  const component_ref* source = &s.reg->find(TYCHO_COMPONENT_SOURCE, s.data.source_name);
+  const std::pair<const char*, const component_ref*> used[] = {
+      {"source", source},
+      {"engine", s.engine_ref},
+      {"loss", s.loss_ref},
+      {"object optimizer", s.object_opt_ref},
+      {"probe optimizer", s.probe_opt_ref},
+      {"format", s.format_ref}};
+  for (const auto& [role, c] : used)
+    m.components.push_back({role, kind_name(c->kind), c->name, c->version, c->plugin_path});
   return to_json(m);
 }
 

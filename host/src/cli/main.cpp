@@ -23,8 +23,13 @@ int cmd_reconstruct(const std::string& config_path, int64_t iterations, const st
   for (const auto& s : sets) doc.set_from_text(s);
   // --iterations is the run's length: the schedule and the recorded config follow it.
   if (iterations > 0) doc.set_from_text(fmt::format("reconstruct.iterations={}", iterations));
+  std::string out_path = output.empty() ? th::session::configured_output_path(doc) : output;
+  // Fail now, not after an hour of iterations, if the result cannot be written there.
+  auto out_dir = std::filesystem::absolute(out_path).parent_path();
+  if (!std::filesystem::is_directory(out_dir))
+    throw tycho::error(TYCHO_ERR_NOT_FOUND, fmt::format("output folder '{}' (for '{}') does not exist",
+                                                        out_dir.string(), out_path));
   th::session session(std::move(doc), th::registry::global());
-  std::string out_path = output.empty() ? session.output_path() : output;
   int64_t n = iterations > 0 ? iterations : session.configured_iterations();
   session.run(n, [&](const tycho_progress& p) {
     if (!quiet)
@@ -80,7 +85,8 @@ int main(int argc, char** argv) {
           [](std::string& v) { return std::stoll(v) > 0 ? std::string() : "must be a positive integer"; },
           "POSITIVE"));
   rec->add_option("--output,-o", output, "result file (default: [output] path)");
-  rec->add_option("--set", sets, "override a config value: --set reconstruct.batch_size=64");
+  rec->add_option("--set", sets, "override a config value: --set reconstruct.batch_size=64")
+      ->allow_extra_args(false);  // one value per --set, so a config path after it stays positional
   rec->add_flag("--quiet,-q", quiet, "no progress lines");
 
   auto* ev = app.add_subcommand("evaluate", "accuracy of a result against a ground-truth phase (JSON)");

@@ -91,16 +91,18 @@ class config_view {
   }
   std::string require_string(const char* key) const {
     auto v = get_string(key);
-    if (!v) fail(TYCHO_ERR_INVALID_ARGUMENT, "missing config key '", key, "' (", "a string)");
+    if (!v) fail(TYCHO_ERR_INVALID_ARGUMENT, "missing config key '", key, "' in ", table_name(), " (a string)");
     return *v;
   }
   std::string base_dir() const { return cfg_ ? host()->config_base_dir(cfg_) : ""; }
+  std::string table_name() const { return cfg_ ? host()->config_table_name(cfg_) : "(no table)"; }
   const tycho_config* raw() const { return cfg_; }
 
  private:
   bool check(tycho_status s, const char* key, const char* expected) const {
     if (cfg_ == nullptr || s == TYCHO_ERR_NOT_FOUND) return false;
-    if (s != TYCHO_OK) fail(s, "config key '", key, "' must be ", expected);
+    // The host's message names the table too; keep it.
+    if (s != TYCHO_OK) fail(s, "config key '", key, "' in ", table_name(), " must be ", expected);
     return true;
   }
   const tycho_config* cfg_;

@@ -16,6 +16,7 @@ namespace tycho::host {
 constexpr int k_result_format_version = 1;
 
 struct component_provenance {
+  std::string role;  // "source", "engine", "loss", "object optimizer", "probe optimizer", "format"
   std::string kind, name, version, plugin_path;
 };
 
@@ -23,7 +24,7 @@ struct result_manifest {
   std::string config_toml;  // the configuration as run
   std::string data_description, source;
   std::vector<int64_t> scan_shape, detector_shape;
-  std::vector<double> scan_step_A, detector_pixel_invA, object_pixel_A;
+  std::vector<double> scan_step_A, detector_pixel_invA, object_pixel_A, scan_origin_A;
   double energy_eV = 0, wavelength_A = 0, semiangle_mrad = 0, C10_A = 0;
   double mean_total_intensity = 0;
   int64_t object_padding_px = 0;

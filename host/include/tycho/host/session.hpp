@@ -38,6 +38,7 @@ class session {
 
   int64_t configured_iterations() const;
   std::string output_path() const;      // [output] path, relative to the current folder
+  static std::string configured_output_path(const config_document& config);
   bool previews_enabled() const;
   const std::vector<double>& loss_history() const;
   double object_pixel_A(int axis) const;
