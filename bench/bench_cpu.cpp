@@ -88,6 +88,7 @@ struct case_result {
   double setup_s = 0;           // session construction: data read, probe, engine (FFT plans)
   double final_loss = 0;
   double peak_MiB = 0;
+  double other_load = 0;         // cores busy with other processes during the timed iterations
 
   int64_t positions() const { return scan[0] * scan[1]; }
   double median_s() const {
@@ -108,7 +109,8 @@ json to_json(const case_result& r) {
               {"batch", r.batch},       {"threads", r.threads},
               {"planning", r.planning}, {"warmup", r.warmup},
               {"seconds", r.seconds},   {"setup_s", r.setup_s},
-              {"final_loss", r.final_loss}, {"peak_MiB", r.peak_MiB}};
+              {"final_loss", r.final_loss}, {"peak_MiB", r.peak_MiB},
+              {"other_load", r.other_load}};
 }
 
 case_result from_json(const json& j) {
@@ -126,6 +128,7 @@ case_result from_json(const json& j) {
   r.setup_s = j.at("setup_s");
   r.final_loss = j.at("final_loss");
   r.peak_MiB = j.at("peak_MiB");
+  r.other_load = j.at("other_load");
   return r;
 }
 
@@ -184,10 +187,14 @@ case_result run_case(const case_spec& c, const options& o) {
   r.detector[1] = probe.shape.at(probe.shape.size() - 1);
 
   int done = 0;
+  tycho::bench::cpu_sample timed_start = tycho::bench::sample_cpu();
   session.run(o.warmup + o.iterations, [&](const tycho_progress& p) {
     ++done;
     if (done > o.warmup) r.seconds.push_back(p.seconds);
     r.final_loss = p.loss;
+    if (done == o.warmup) timed_start = tycho::bench::sample_cpu();
+    if (done == o.warmup + o.iterations)
+      r.other_load = tycho::bench::other_cpu_load(timed_start, tycho::bench::sample_cpu());
     if (o.verbose)
       std::fprintf(stderr, "  %s iteration %d%s: %.4f s, loss %.6g\n", c.name.c_str(), done,
                    done <= o.warmup ? " (warm-up)" : "", p.seconds, p.loss);
@@ -202,7 +209,10 @@ case_result run_case(const case_spec& c, const options& o) {
 // Runs one case in a fresh copy of this program, for a per-case peak RSS.
 case_result run_case_in_child(const case_spec& c, const options& o) {
   fs::path result = fs::path(o.tmp_dir) / fmt::format("result-{}-{}.json", c.name, ::getpid());
-  std::vector<std::string> args = {"tycho_bench_cpu", "--case", c.name,
+  // argv[0] is the real path: the runtime finds its plugin folder from the module's location,
+  // which the loader reports as argv[0] for the main program.
+  const std::string exe = fs::read_symlink("/proc/self/exe").string();
+  std::vector<std::string> args = {exe, "--case", c.name,
                                    "--iterations", std::to_string(o.iterations),
                                    "--warmup", std::to_string(o.warmup),
                                    "--threads", std::to_string(o.threads),
@@ -221,7 +231,7 @@ case_result run_case_in_child(const case_spec& c, const options& o) {
   std::fflush(stdout);
   std::fflush(stderr);
   pid_t pid = 0;
-  int rc = posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ);
+  int rc = posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), environ);
   if (rc != 0) throw std::runtime_error(fmt::format("could not start the case '{}' process (errno {})", c.name, rc));
   int status = 0;
   while (waitpid(pid, &status, 0) < 0) {
@@ -297,20 +307,25 @@ json record(const case_result& r, const tycho::bench::machine_info& m, const std
   j["iterations_warmup"] = r.warmup;
   j["peak_memory_MiB"] = std::round(r.peak_MiB * 10) / 10;
   j["setup_seconds"] = std::round(r.setup_s * 1000) / 1000;
+  // Mean cores taken by other processes while the timed iterations ran (the machine may be shared).
+  j["other_cpu_load_cores"] = std::round(r.other_load * 100) / 100;
   if (r.name == "tiled") j["note"] = k_tiled_note;
   return j;
 }
 
 void print_table(const std::vector<case_result>& results, bool per_case_rss) {
-  fmt::print("{:<6} {:>9} {:>8} {:>5} {:>7} {:>8} {:>13} {:>9} {:>9} {:>9} {:>8}\n", "case", "scan", "detector",
-             "batch", "threads", "fft", "median us/p.it", "min", "max", "peak MiB", "setup s");
+  fmt::print("{:<6} {:>9} {:>8} {:>5} {:>7} {:>8} {:>13} {:>9} {:>9} {:>9} {:>8} {:>7}\n", "case", "scan",
+             "detector", "batch", "threads", "fft", "median us/p.it", "min", "max", "peak MiB", "setup s", "others");
   for (const auto& r : results)
-    fmt::print("{:<6} {:>9} {:>8} {:>5} {:>7} {:>8} {:>13.1f} {:>9.1f} {:>9.1f} {:>9.0f} {:>8.2f}\n", r.name,
+    fmt::print("{:<6} {:>9} {:>8} {:>5} {:>7} {:>8} {:>13.1f} {:>9.1f} {:>9.1f} {:>9.0f} {:>8.2f} {:>7.2f}\n", r.name,
                fmt::format("{}x{}", r.scan[0], r.scan[1]), fmt::format("{}x{}", r.detector[0], r.detector[1]),
-               r.batch, r.threads, r.planning, r.median_us(), r.min_us(), r.max_us(), r.peak_MiB, r.setup_s);
+               r.batch, r.threads, r.planning, r.median_us(), r.min_us(), r.max_us(), r.peak_MiB, r.setup_s,
+               r.other_load);
   fmt::print("us/p.it = wall seconds of one iteration / positions x 1e6: median (min, max) of {} timed "
              "iterations after {} warm-up.\n",
              results.empty() ? 0 : results.front().seconds.size(), results.empty() ? 0 : results.front().warmup);
+  fmt::print("others: mean CPU cores busy with other processes during the timed iterations "
+             "(from /proc/stat); well above 0 means the figures are skewed.\n");
   fmt::print("peak MiB: getrusage ru_maxrss, {}.\n",
              per_case_rss ? "each case in its own process"
                           : "of this whole process (it includes writing the tiled file, if done here)");
@@ -384,6 +399,7 @@ int main(int argc, char** argv) {
                "and on a larger tiled scan (see bench/RESULTS.md)."};
   app.add_option("--case", o.which, "mos2 | tiled | all")
       ->check(CLI::IsMember({"mos2", "tiled", "all"}))
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
       ->capture_default_str();
   app.add_option("--iterations,-T", o.iterations, "timed iterations")->capture_default_str();
   app.add_option("--warmup,-W", o.warmup, "warm-up iterations before timing")->capture_default_str();

@@ -2,7 +2,11 @@
 
 #include <sys/resource.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -85,6 +89,28 @@ double peak_rss_MiB() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return double(u.ru_maxrss) / 1024.0;  // Linux: KiB
+}
+
+cpu_sample sample_cpu() {
+  cpu_sample c;
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  if (in >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal)
+    c.machine_busy_s = (user + nice + system + irq + softirq + steal) / double(sysconf(_SC_CLK_TCK));
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  c.self_s = double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+             1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+  c.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return c;
+}
+
+double other_cpu_load(const cpu_sample& a, const cpu_sample& b) {
+  double wall = b.wall_s - a.wall_s;
+  if (!(wall > 0)) return 0;
+  double others = (b.machine_busy_s - a.machine_busy_s) - (b.self_s - a.self_s);
+  return std::max(0.0, others / wall);
 }
 
 void append_line(const std::string& path, const std::string& line) {

@@ -13,7 +13,7 @@ using namespace tycho::sdk;
 // Per-thread buffers: nothing is shared while a batch runs but the read-only inputs; the
 // object and probe gradients are accumulated per thread and summed once per batch.
 struct cpu_engine::thread_scratch {
-  fft_buffer shifted_probe, wave, work;
+  fft_buffer shifted_probe, wave, work, input;  // input: what each transform reads (and destroys)
   std::vector<float> intensity, dloss;
   std::vector<cfloat> ramp0, ramp1;
   std::vector<cfloat> object_grad, probe_spectrum_grad;
@@ -98,6 +98,7 @@ cpu_engine::cpu_engine(const tycho_engine_setup& setup, const engine_options& op
     s->shifted_probe = make_fft_buffer(m);
     s->wave = make_fft_buffer(m);
     s->work = make_fft_buffer(m);
+    s->input = make_fft_buffer(m);
     s->intensity.resize(std::size_t(m));
     s->dloss.resize(std::size_t(m));
     s->object_grad.assign(object_.size(), cfloat(0));
@@ -129,17 +130,18 @@ void cpu_engine::process_pattern(int64_t j, thread_scratch& s, const cfloat* pro
 
   // Shifted probe P_j (probe_spectrum already carries the 1/M of the round trip).
   cfloat* pj = s.shifted_probe.get();
+  cfloat* in = s.input.get();
   for (int64_t a = 0; a < n0_; ++a)
     for (int64_t b = 0; b < n1_; ++b)
-      pj[a * n1_ + b] = probe_spectrum[a * n1_ + b] * s.ramp0[std::size_t(a)] * s.ramp1[std::size_t(b)];
-  fft_->backward(pj);
+      in[a * n1_ + b] = probe_spectrum[a * n1_ + b] * s.ramp0[std::size_t(a)] * s.ramp1[std::size_t(b)];
+  fft_->backward(in, pj);
 
   // Exit wave and far field.
   cfloat* wave = s.wave.get();
   const cfloat* obj = object_.data() + i0 * w_ + j0;
   for (int64_t a = 0; a < n0_; ++a)
-    for (int64_t b = 0; b < n1_; ++b) wave[a * n1_ + b] = pj[a * n1_ + b] * obj[a * w_ + b];
-  fft_->forward(wave);  // unnormalised: Ψ = wave / √M
+    for (int64_t b = 0; b < n1_; ++b) in[a * n1_ + b] = pj[a * n1_ + b] * obj[a * w_ + b];
+  fft_->forward(in, wave);  // unnormalised: Ψ = wave / √M
   const float inv_m = 1.0f / float(m);
   for (int64_t k = 0; k < m; ++k) s.intensity[std::size_t(k)] = std::norm(wave[k]) * inv_m;
 
@@ -154,8 +156,8 @@ void cpu_engine::process_pattern(int64_t j, thread_scratch& s, const cfloat* pro
   if (st != TYCHO_OK) throw error(st, cat("loss component failed on pattern ", j));
 
   // g = F⁻¹[dL/dI · Ψ]: with unnormalised transforms that is backward(dL/dI · wave) / M.
-  for (int64_t k = 0; k < m; ++k) wave[k] *= s.dloss[std::size_t(k)] * inv_m;
-  fft_->backward(wave);
+  for (int64_t k = 0; k < m; ++k) in[k] = wave[k] * (s.dloss[std::size_t(k)] * inv_m);
+  fft_->backward(in, wave);
 
   // Object gradient on the patch, and the probe gradient before the shift is undone.
   cfloat* og = s.object_grad.data() + i0 * w_ + j0;
@@ -164,11 +166,11 @@ void cpu_engine::process_pattern(int64_t j, thread_scratch& s, const cfloat* pro
     for (int64_t b = 0; b < n1_; ++b) {
       const cfloat g = wave[a * n1_ + b];
       og[a * w_ + b] += std::conj(pj[a * n1_ + b]) * g;
-      work[a * n1_ + b] = std::conj(obj[a * w_ + b]) * g;
+      in[a * n1_ + b] = std::conj(obj[a * w_ + b]) * g;
     }
   s.row_min = std::min(s.row_min, i0);
   s.row_max = std::max(s.row_max, i0 + n0_ - 1);
-  fft_->forward(work);
+  fft_->forward(in, work);
   cfloat* acc = s.probe_spectrum_grad.data();
   for (int64_t a = 0; a < n0_; ++a)
     for (int64_t b = 0; b < n1_; ++b)
@@ -183,9 +185,9 @@ double cpu_engine::compute_batch(const int64_t* indices, int64_t count) {
            patterns_, ")");
 
   // F[P] / M, shared read-only by all threads.
-  auto probe_spectrum = make_fft_buffer(m);
-  std::copy(probe_.begin(), probe_.end(), probe_spectrum.get());
-  fft_->forward(probe_spectrum.get());
+  auto probe_spectrum = make_fft_buffer(m), batch_input = make_fft_buffer(m);
+  std::copy(probe_.begin(), probe_.end(), batch_input.get());
+  fft_->forward(batch_input.get(), probe_spectrum.get());
   const float inv_m = 1.0f / float(m);
   for (int64_t k = 0; k < m; ++k) probe_spectrum[k] *= inv_m;
 
@@ -232,8 +234,8 @@ double cpu_engine::compute_batch(const int64_t* indices, int64_t count) {
     }
   }
   // ∂L/∂P* = F⁻¹[Σ_j conj(ramp_j) F[...]]: one inverse transform per batch.
-  fft_->backward(probe_grad_.data());
-  for (auto& v : probe_grad_) v *= inv_m;
+  for (int64_t k = 0; k < m; ++k) batch_input[k] = probe_grad_[std::size_t(k)] * inv_m;
+  fft_->backward(batch_input.get(), probe_grad_.data());
   return loss;
 }
 

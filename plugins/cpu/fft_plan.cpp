@@ -18,12 +18,14 @@ fft_buffer make_fft_buffer(int64_t n) {
 }
 
 fft_plan_2d::fft_plan_2d(int64_t n0, int64_t n1, bool measure) {
-  auto scratch = make_fft_buffer(n0 * n1);
-  auto* d = reinterpret_cast<fftwf_complex*>(scratch.get());
-  unsigned flags = measure ? FFTW_MEASURE : FFTW_ESTIMATE;
+  auto in = make_fft_buffer(n0 * n1), out = make_fft_buffer(n0 * n1);
+  auto* i = reinterpret_cast<fftwf_complex*>(in.get());
+  auto* o = reinterpret_cast<fftwf_complex*>(out.get());
+  // Out-of-place transforms may destroy their input: callers only pass scratch buffers.
+  unsigned flags = (measure ? FFTW_MEASURE : FFTW_ESTIMATE) | FFTW_DESTROY_INPUT;
   std::lock_guard lock(planner_mutex());
-  forward_ = fftwf_plan_dft_2d(int(n0), int(n1), d, d, FFTW_FORWARD, flags);
-  backward_ = fftwf_plan_dft_2d(int(n0), int(n1), d, d, FFTW_BACKWARD, flags);
+  forward_ = fftwf_plan_dft_2d(int(n0), int(n1), i, o, FFTW_FORWARD, flags);
+  backward_ = fftwf_plan_dft_2d(int(n0), int(n1), i, o, FFTW_BACKWARD, flags);
   if (forward_ == nullptr || backward_ == nullptr) throw std::bad_alloc();
 }
 
@@ -33,13 +35,11 @@ fft_plan_2d::~fft_plan_2d() {
   if (backward_) fftwf_destroy_plan(backward_);
 }
 
-void fft_plan_2d::forward(std::complex<float>* data) const {
-  auto* d = reinterpret_cast<fftwf_complex*>(data);
-  fftwf_execute_dft(forward_, d, d);
+void fft_plan_2d::forward(std::complex<float>* in, std::complex<float>* out) const {
+  fftwf_execute_dft(forward_, reinterpret_cast<fftwf_complex*>(in), reinterpret_cast<fftwf_complex*>(out));
 }
 
-void fft_plan_2d::backward(std::complex<float>* data) const {
-  auto* d = reinterpret_cast<fftwf_complex*>(data);
-  fftwf_execute_dft(backward_, d, d);
+void fft_plan_2d::backward(std::complex<float>* in, std::complex<float>* out) const {
+  fftwf_execute_dft(backward_, reinterpret_cast<fftwf_complex*>(in), reinterpret_cast<fftwf_complex*>(out));
 }
 }  // namespace tycho::cpu

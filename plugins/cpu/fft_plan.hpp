@@ -1,6 +1,7 @@
 // A 2-D single-precision FFTW plan pair for one window shape, made once (the FFTW planner is
-// not thread-safe, so planning takes a process-wide lock) and executed in place from many
-// threads on buffers from fft_buffer (FFTW's SIMD alignment).
+// not thread-safe, so planning takes a process-wide lock) and executed out of place from many
+// threads on buffers from fft_buffer (FFTW's SIMD alignment). Out of place because FFTW_ESTIMATE
+// picks a buffered algorithm for in-place 2-D transforms that copies and allocates per call.
 #pragma once
 
 #include <fftw3.h>
@@ -26,9 +27,10 @@ class fft_plan_2d {
   fft_plan_2d(const fft_plan_2d&) = delete;
   fft_plan_2d& operator=(const fft_plan_2d&) = delete;
 
-  // Unnormalised transforms, in place: forward exp(−2πi k·r), backward exp(+2πi k·r).
-  void forward(std::complex<float>* data) const;
-  void backward(std::complex<float>* data) const;
+  // Unnormalised transforms from `in` to `out` (distinct buffers; `in` is overwritten):
+  // forward exp(−2πi k·r), backward exp(+2πi k·r).
+  void forward(std::complex<float>* in, std::complex<float>* out) const;
+  void backward(std::complex<float>* in, std::complex<float>* out) const;
 
  private:
   fftwf_plan forward_ = nullptr, backward_ = nullptr;

@@ -8,7 +8,8 @@
 #include <cstdint>
 
 namespace tycho::losses {
-// n pixels; mask may be null (all valid) and repeats every `mask_period` pixels.
+// n pixels; mask may be null (all valid) and repeats every `mask_period` pixels (one pattern;
+// without a mask, any period that splits the sum into float-sized pieces).
 double amplitude_loss(const float* model_intensity, const float* measured, const uint8_t* mask,
                       int64_t mask_period, int64_t n, float measured_scale, float* dloss_dI);
 }

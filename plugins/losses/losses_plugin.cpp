@@ -25,7 +25,7 @@ tycho_status amplitude_evaluate(tycho_loss*, const DLTensor* model, const DLTens
            ", measured ", shape_string(*measured), " and gradient ", shape_string(*grad),
            " must have the same shape");
     const uint8_t* mask_data = nullptr;
-    int64_t period = 1;
+    int64_t period = model->shape[1] * model->shape[2];
     if (mask != nullptr) {
       expect_tensor(mask, "mask", dtype_uint8, 2);
       period = element_count(*mask);

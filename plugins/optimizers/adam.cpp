@@ -19,7 +19,8 @@ void adam_state::step(float* param, const float* grad, int64_t n, float grad_sca
   const float eps = float(epsilon);
   float* __restrict mp = m.data();
   float* __restrict vp = v.data();
-#pragma omp parallel for simd schedule(static) if (n > 65536)
+// simd only: a thread team here would not honour the engine's thread count.
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     float g = grad[i] * grad_scale;
     mp[i] = b1 * mp[i] + (1.f - b1) * g;

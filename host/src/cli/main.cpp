@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "tycho/host/evaluate.hpp"
+#include "tycho/host/log.hpp"
 #include "tycho/host/previews.hpp"
 #include "tycho/host/registry.hpp"
 #include "tycho/host/session.hpp"
@@ -100,6 +101,7 @@ int main(int argc, char** argv) {
   auto* pl = app.add_subcommand("plugins", "list plugin folders, plugins, components, refusals");
 
   CLI11_PARSE(app, argc, argv);
+  if (quiet) th::set_log_level(TYCHO_LOG_WARNING);
   try {
     if (rec->parsed()) return cmd_reconstruct(config_path, iterations, output, sets, quiet);
     if (ev->parsed()) {
