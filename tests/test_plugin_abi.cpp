@@ -108,7 +108,10 @@ static_assert(offsetof(tycho_engine_vtable, create) == 8);
 static_assert(offsetof(tycho_engine_vtable, compute_batch) == 16);
 static_assert(offsetof(tycho_engine_vtable, get_tensor) == 24);
 static_assert(offsetof(tycho_engine_vtable, destroy) == 32);
-static_assert(sizeof(tycho_engine_vtable) == 40);
+static_assert(offsetof(tycho_engine_vtable, read_tensor) == 40);
+static_assert(offsetof(tycho_engine_vtable, stream) == 48);
+static_assert(offsetof(tycho_engine_vtable, collect_loss) == 56);
+static_assert(sizeof(tycho_engine_vtable) == 64);
 
 static_assert(offsetof(tycho_optimizer_vtable, create) == 8);
 static_assert(offsetof(tycho_optimizer_vtable, step) == 16);

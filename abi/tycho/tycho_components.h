@@ -75,11 +75,15 @@ typedef struct tycho_loss_vtable {
    * in the units of D; D·measured_scale is in the units of I), optional mask (N0, N1) uint8,
    * 1 = use the pixel (NULL: all). Writes dL/dI (same shape, float32) and adds Σ L over the
    * n patterns to *loss_sum. Pixels outside the mask get dL/dI = 0.
-   * Engines call evaluate concurrently from several threads on the same instance: it must
-   * be thread-safe (keep per-call state on the stack). */
+   * Host tensors (kDLCPU): loss_sum is host memory, `stream` is NULL, the call is synchronous;
+   * engines call it concurrently from several threads on the same instance, so it must be
+   * thread-safe (keep per-call state on the stack).
+   * Device tensors (kDLCUDA): loss_sum points to a double in device memory that the work
+   * adds to, and the work is queued on `stream` (a cudaStream_t) without synchronising.
+   * A loss that does not support the tensors' device returns TYCHO_ERR_UNSUPPORTED. */
   tycho_status (*evaluate)(tycho_loss* loss, const DLTensor* model_intensity,
                            const DLTensor* measured, const DLTensor* mask, double measured_scale,
-                           DLTensor* dloss_dintensity, double* loss_sum);
+                           DLTensor* dloss_dintensity, double* loss_sum, void* stream);
   void (*destroy)(tycho_loss* loss);
 } tycho_loss_vtable;
 
@@ -128,11 +132,23 @@ typedef struct tycho_engine_vtable {
   tycho_status (*create)(const tycho_engine_setup* setup, tycho_engine** out);
   /* Zeroes the gradients, then for the `count` patterns `indices` computes the model, the
    * loss (through setup->loss) and the Wirtinger gradients ∂L/∂O*, ∂L/∂P* (sums, not means).
-   * Adds Σ L over the batch to *loss_sum. */
+   * Host engines add Σ L over the batch to *loss_sum; device engines keep it for
+   * collect_loss. Queued on the engine's stream: nothing here needs to synchronise. */
   tycho_status (*compute_batch)(tycho_engine* eng, const int64_t* indices, int64_t count,
                                 double* loss_sum);
   tycho_status (*get_tensor)(tycho_engine* eng, tycho_tensor_id id, DLTensor* out);
   void (*destroy)(tycho_engine* eng);
+  /* Copies a tensor into host memory of `bytes` bytes (its exact size), waiting for pending
+   * work: how the host reads results whatever device the engine uses. */
+  tycho_status (*read_tensor)(tycho_engine* eng, tycho_tensor_id id, void* host_dst, size_t bytes);
+  /* The stream the engine queues its work on (a cudaStream_t), NULL for host engines: the
+   * driver passes it to optimizers and reducers so nothing synchronises per batch. */
+  void* (*stream)(tycho_engine* eng);
+  /* Waits for the engine's queued work and adds the losses accumulated on the device since
+   * the last call to *loss_sum. Device engines keep batch losses on the device (compute_batch
+   * then leaves its loss_sum untouched), so the driver synchronises once per iteration, not
+   * per batch. NULL for host engines, whose compute_batch adds to loss_sum directly. */
+  tycho_status (*collect_loss)(tycho_engine* eng, double* loss_sum);
 } tycho_engine_vtable;
 
 /* ---------------------------------------------------------------- optimizer */

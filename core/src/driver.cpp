@@ -44,6 +44,7 @@ double driver::run_iteration() {
   const int64_t epoch = iterations_done_ + 1;
   const auto order = epoch_permutation(n_patterns_, options_.seed, epoch);
   double loss = 0;
+  void* stream = engine_.vtable->stream ? engine_.vtable->stream(engine_.instance) : nullptr;
   for (int64_t start = 0; start < n_patterns_; start += options_.batch_size) {
     const int64_t count = std::min(options_.batch_size, n_patterns_ - start);
     check_status(engine_.vtable->compute_batch(engine_.instance, order.data() + start, count, &loss),
@@ -55,10 +56,12 @@ double driver::run_iteration() {
       check_status(engine_.vtable->get_tensor(engine_.instance, opt.gradient, &grad), "engine get_tensor");
       tycho_step_info info{sizeof(tycho_step_info), 1.0 / double(count),
                            opt.schedule.factor(epoch), epoch};
-      check_status(opt.vtable->step(opt.instance, &param, &grad, &info, nullptr), "optimizer step");
+      check_status(opt.vtable->step(opt.instance, &param, &grad, &info, stream), "optimizer step");
     }
     apply_object_constraints();
   }
+  if (engine_.vtable->collect_loss != nullptr)
+    check_status(engine_.vtable->collect_loss(engine_.instance, &loss), "engine collect_loss");
   ++iterations_done_;
   return loss / double(n_patterns_);
 }

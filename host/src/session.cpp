@@ -216,6 +216,19 @@ struct session::state {
                  "engine get_tensor");
     return t;
   }
+
+  // A host copy of an engine tensor, wherever the engine keeps it.
+  owned_array read_engine_tensor(const std::string& name, tycho_tensor_id id) const {
+    DLTensor t = engine_tensor(id);
+    owned_array a;
+    a.name = name;
+    a.dtype = t.dtype;
+    a.shape.assign(t.shape, t.shape + t.ndim);
+    a.bytes.resize(std::size_t(a.count()) * ((t.dtype.bits * t.dtype.lanes + 7u) / 8u));
+    check_status(engine_ref->as<tycho_engine_vtable>()->read_tensor(engine, id, a.bytes.data(), a.bytes.size()),
+                 "engine read_tensor");
+    return a;
+  }
 };
 
 session::session(config_document config, registry& reg)
@@ -391,14 +404,11 @@ bool session::run(int64_t iterations, const progress_callback& progress) {
 
 owned_array session::get(const std::string& name) const {
   const state& s = *s_;
-  if (name == "object") return owned_array::copy_of(name, s.engine_tensor(TYCHO_TENSOR_OBJECT));
-  if (name == "probe") return owned_array::copy_of(name, s.engine_tensor(TYCHO_TENSOR_PROBE));
-  if (name == "positions_px") {
-    auto a = owned_array::copy_of(name, s.engine_tensor(TYCHO_TENSOR_POSITIONS));
-    return a;
-  }
+  if (name == "object") return s.read_engine_tensor(name, TYCHO_TENSOR_OBJECT);
+  if (name == "probe") return s.read_engine_tensor(name, TYCHO_TENSOR_PROBE);
+  if (name == "positions_px") return s.read_engine_tensor(name, TYCHO_TENSOR_POSITIONS);
   if (name == "positions_A") {
-    auto a = owned_array::copy_of(name, s.engine_tensor(TYCHO_TENSOR_POSITIONS));
+    auto a = s.read_engine_tensor(name, TYCHO_TENSOR_POSITIONS);
     auto* p = reinterpret_cast<double*>(a.bytes.data());
     for (int64_t k = 0; k < a.count(); ++k) p[k] *= s.geometry.pixel_A[k % 2];
     return a;

@@ -152,7 +152,7 @@ void cpu_engine::process_pattern(int64_t j, thread_scratch& s, const cfloat* pro
   tensor_view mask(const_cast<uint8_t*>(mask_), dtype_uint8, {n0_, n1_});
   tycho_status st = loss_.vtable->evaluate(loss_.instance, model.get(), measured.get(),
                                            mask_ ? mask.get() : nullptr, target_scale_, grad.get(),
-                                           &s.loss);
+                                           &s.loss, nullptr);
   if (st != TYCHO_OK) throw error(st, cat("loss component failed on pattern ", j));
 
   // g = F⁻¹[dL/dI · Ψ]: with unnormalised transforms that is backward(dL/dI · wave) / M.

@@ -1,6 +1,8 @@
 // The `cpu` engine component behind the ABI's engine vtable.
 #include <tycho/sdk.hpp>
 
+#include <cstring>
+
 #include "cpu_engine.hpp"
 
 namespace {
@@ -40,8 +42,22 @@ tycho_status get_tensor(tycho_engine* eng, tycho_tensor_id id, DLTensor* out) {
 
 void destroy(tycho_engine* eng) { delete reinterpret_cast<cpu_engine*>(eng); }
 
+tycho_status read_tensor(tycho_engine* eng, tycho_tensor_id id, void* dst, size_t bytes) {
+  return guarded([&] {
+    const DLTensor& t = *reinterpret_cast<cpu_engine*>(eng)->tensor(id);
+    size_t size = size_t(element_count(t)) * (t.dtype.bits * t.dtype.lanes / 8u);
+    if (bytes != size)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: read_tensor of ", shape_string(t), " needs ", size,
+           " bytes, got ", bytes);
+    std::memcpy(dst, data_of<const char>(t), size);
+  });
+}
+
+void* no_stream(tycho_engine*) { return nullptr; }
+
 const tycho_engine_vtable k_vtable = {sizeof(tycho_engine_vtable), TYCHO_ABI_VERSION, &create,
-                                      &compute_batch, &get_tensor, &destroy};
+                                      &compute_batch, &get_tensor, &destroy, &read_tensor,
+                                      &no_stream, nullptr};
 const char* const k_keys[] = {"threads", "fft_planning", nullptr};
 const tycho_component k_components[] = {
     component(TYCHO_COMPONENT_ENGINE, "cpu", "1.0.0",

@@ -14,8 +14,12 @@ tycho_status amplitude_create(const tycho_config*, tycho_loss** out) {
 
 tycho_status amplitude_evaluate(tycho_loss*, const DLTensor* model, const DLTensor* measured,
                                 const DLTensor* mask, double measured_scale, DLTensor* grad,
-                                double* loss_sum) {
+                                double* loss_sum, void*) {
   return guarded([&] {
+    for (const DLTensor* t : {model, measured, static_cast<const DLTensor*>(grad)})
+      if (t != nullptr && t->device.device_type != kDLCPU)
+        fail(TYCHO_ERR_UNSUPPORTED, "amplitude loss: tensors on device type ", int(t->device.device_type),
+             " are not supported by this build (host tensors only)");
     expect_tensor(model, "model_intensity", dtype_float32, 3);
     expect_tensor(measured, "measured", dtype_float32, 3);
     expect_tensor(grad, "dloss_dintensity", dtype_float32, 3);
