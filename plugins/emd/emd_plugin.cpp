@@ -36,10 +36,15 @@ std::string resolve(const std::string& base_dir, const std::string& path) {
   return (std::filesystem::path(base_dir) / p).lexically_normal().string();
 }
 
-emd::h5_id open_file(const std::string& path) {
+// `given` is the path as the config wrote it: a relative one gets a hint about where it resolved.
+emd::h5_id open_file(const std::string& path, const std::string& given) {
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec))
+  if (!std::filesystem::exists(path, ec)) {
+    if (std::filesystem::path(given).is_relative())
+      fail(TYCHO_ERR_NOT_FOUND, "data file '", path, "' does not exist ([data] path = \"", given,
+           "\" is relative to the config file's folder)");
     fail(TYCHO_ERR_NOT_FOUND, "data file '", path, "' does not exist");
+  }
   if (std::filesystem::is_directory(path, ec))
     fail(TYCHO_ERR_BAD_DATA, "data file '", path, "' is a directory, expected an HDF5 (EMD) file");
   if (H5Fis_hdf5(path.c_str()) <= 0)
@@ -106,13 +111,14 @@ tycho_status source_open(const tycho_config* cfg, tycho_source** out) {
     if (out == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "emd source: open() needs an output");
     *out = nullptr;
     tycho::sdk::config_view config(cfg);
-    std::string path = resolve(config.base_dir(), config.require_string("path"));
+    const std::string given = config.require_string("path");
+    std::string path = resolve(config.base_dir(), given);
     std::optional<std::string> dataset = config.get_string("dataset");
 
     emd::h5_session session;  // declared before the handle: the handle closes inside it
     auto s = std::make_unique<tycho_source>();
     s->file_name = path;
-    s->file = open_file(path);
+    s->file = open_file(path, given);
     s->dataset_path = emd::locate_dataset(s->file.get(), path, dataset);
     s->description = path + ":" + s->dataset_path;
     open_array(*s);
