@@ -1,0 +1,134 @@
+// Electron optics shared by the runtime and plugins, header-only (CONVENTIONS.md, "Optics"):
+// the relativistic wavelength, the sampling of a detector window and the initial probe. One
+// formula in one place, so that the host's initial probe and a plugin's probe (the `simulate`
+// source) are the same numbers.
+//
+//   tycho::sdk::probe_optics optics{80e3, 25.0, -150.0};
+//   tycho::sdk::window_sampling w{{96, 96}, {0.06, 0.06}};
+//   auto probe = tycho::sdk::make_probe(optics, w, 1.0);  // Σ|P|² = 1, centred in its window
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <complex>
+#include <cstdint>
+#include <vector>
+
+namespace tycho::sdk {
+
+// Relativistic electron wavelength in Å for a beam energy in eV:
+// λ = 12.2643 / sqrt(E (1 + 0.978476e-6 E)). 80 keV → 0.041757 Å.
+inline double wavelength_A(double energy_eV) {
+  return 12.2643 / std::sqrt(energy_eV * (1.0 + 0.978476e-6 * energy_eV));
+}
+
+struct probe_optics {
+  double energy_eV = 0;
+  double semiangle_mrad = 0;
+  double C10_A = 0;  // defocus aberration; C10 < 0 is underfocus (abTEM defocus = −C10)
+};
+
+// Reciprocal-space sampling of an (n0, n1) window: dk in Å⁻¹ per pixel along each axis.
+struct window_sampling {
+  int64_t n[2];
+  double dk_invA[2];
+  // Real-space pixel of the window, dx = 1 / (N · dk) Å.
+  double dx_A(int axis) const { return 1.0 / (double(n[axis]) * dk_invA[axis]); }
+};
+
+namespace detail {
+constexpr double pi = 3.14159265358979323846;  // M_PI's value, without relying on M_PI
+
+// 1-D DFT of `n` values at stride `stride`, via a precomputed twiddle table.
+inline void dft1(std::complex<double>* data, int64_t n, int64_t stride, bool inverse,
+                 std::vector<std::complex<double>>& scratch,
+                 const std::vector<std::complex<double>>& tw) {
+  for (int64_t k = 0; k < n; ++k) {
+    std::complex<double> acc = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      auto w = tw[std::size_t((k * r) % n)];
+      acc += data[r * stride] * (inverse ? std::conj(w) : w);
+    }
+    scratch[std::size_t(k)] = acc;
+  }
+  for (int64_t k = 0; k < n; ++k) data[k * stride] = scratch[std::size_t(k)];
+}
+inline std::vector<std::complex<double>> twiddles(int64_t n) {
+  std::vector<std::complex<double>> tw(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    tw[std::size_t(i)] = std::polar(1.0, -2.0 * pi * double(i) / double(n));
+  return tw;
+}
+// Spatial frequency of index i of an n-point DFT in natural order, in units of dk.
+inline double freq(int64_t i, int64_t n) { return double(i < (n + 1) / 2 ? i : i - n); }
+}  // namespace detail
+
+// A plain O(N·(n0+n1)) 2-D DFT in double precision for set-up work (the initial probe), so no
+// FFT library is needed; engines use FFTW or cuFFT for the hot loop. (n0, n1) C order.
+// Unitary scaling: forward exp(−2πi k·r) / sqrt(n0 n1), inverse exp(+2πi k·r) / sqrt(n0 n1).
+inline std::vector<std::complex<double>> dft2_reference(const std::vector<std::complex<double>>& in,
+                                                        int64_t n0, int64_t n1, bool inverse) {
+  std::vector<std::complex<double>> out = in;
+  std::vector<std::complex<double>> scratch(std::size_t(std::max(n0, n1)));
+  auto tw0 = detail::twiddles(n0), tw1 = detail::twiddles(n1);
+  for (int64_t i = 0; i < n0; ++i) detail::dft1(out.data() + i * n1, n1, 1, inverse, scratch, tw1);
+  for (int64_t j = 0; j < n1; ++j) detail::dft1(out.data() + j, n0, n1, inverse, scratch, tw0);
+  double s = 1.0 / std::sqrt(double(n0 * n1));
+  for (auto& v : out) v *= s;
+  return out;
+}
+
+// The probe in real space, (n0, n1) C order, centred in its window (fftshift of
+// F⁻¹[A(k) exp(−i χ(k))], χ(k) = π λ C10 |k|², A the aperture of the semiangle with a
+// one-pixel soft edge against ringing), scaled so that Σ|P|² = total_intensity (with the
+// unitary DFT this is also Σ_k |F P|²).
+inline std::vector<std::complex<float>> make_probe(const probe_optics& optics,
+                                                   const window_sampling& w,
+                                                   double total_intensity) {
+  const int64_t n0 = w.n[0], n1 = w.n[1];
+  const double lambda = wavelength_A(optics.energy_eV);
+  const double k_cut = optics.semiangle_mrad * 1e-3 / lambda;  // aperture radius, Å⁻¹
+  const double edge = std::max(w.dk_invA[0], w.dk_invA[1]);    // soft edge width, Å⁻¹
+  std::vector<std::complex<double>> spectrum(std::size_t(n0 * n1));
+  for (int64_t i = 0; i < n0; ++i) {
+    double kx = detail::freq(i, n0) * w.dk_invA[0];
+    for (int64_t j = 0; j < n1; ++j) {
+      double ky = detail::freq(j, n1) * w.dk_invA[1];
+      double k2 = kx * kx + ky * ky;
+      double a = std::clamp((k_cut - std::sqrt(k2)) / edge + 0.5, 0.0, 1.0);
+      double chi = detail::pi * lambda * optics.C10_A * k2;
+      spectrum[std::size_t(i * n1 + j)] = a * std::polar(1.0, -chi);
+    }
+  }
+  auto real_space = dft2_reference(spectrum, n0, n1, /*inverse=*/true);
+  // Centre the probe in its window (fftshift), then normalise.
+  std::vector<std::complex<float>> probe(spectrum.size());
+  double power = 0;
+  for (const auto& v : real_space) power += std::norm(v);
+  double scale = power > 0 ? std::sqrt(total_intensity / power) : 0.0;
+  for (int64_t i = 0; i < n0; ++i)
+    for (int64_t j = 0; j < n1; ++j) {
+      int64_t si = (i + n0 / 2) % n0, sj = (j + n1 / 2) % n1;
+      probe[std::size_t(si * n1 + sj)] =
+          std::complex<float>(real_space[std::size_t(i * n1 + j)] * scale);
+    }
+  return probe;
+}
+
+// Fraction of Σ|P|² that lies within `margin` (fraction of the window) of the window's edges:
+// a probe with much intensity there wraps around the window.
+inline double probe_edge_fraction(const std::vector<std::complex<float>>& probe, int64_t n0,
+                                  int64_t n1, double margin) {
+  int64_t m0 = std::max<int64_t>(1, int64_t(margin * double(n0)));
+  int64_t m1 = std::max<int64_t>(1, int64_t(margin * double(n1)));
+  double total = 0, edge = 0;
+  for (int64_t i = 0; i < n0; ++i)
+    for (int64_t j = 0; j < n1; ++j) {
+      double p = std::norm(probe[std::size_t(i * n1 + j)]);
+      total += p;
+      if (i < m0 || i >= n0 - m0 || j < m1 || j >= n1 - m1) edge += p;
+    }
+  return total > 0 ? edge / total : 0.0;
+}
+
+}  // namespace tycho::sdk
