@@ -104,7 +104,8 @@ typedef struct tycho_engine_setup {
   uint32_t struct_size;
   const tycho_config* config;     /* the [reconstruct] table */
   const DLTensor* targets;        /* (P, N0, N1) float32, host, FFT natural order (not centred) */
-  const DLTensor* mask;           /* (N0, N1) uint8, 1 = valid; NULL: all valid */
+  const DLTensor* mask;           /* (N0, N1) uint8, 1 = valid, FFT natural order like the
+                                   * targets (padding added by the host is 0); NULL: all valid */
   double target_scale;            /* model intensity = target · target_scale */
   /* (P, 2) float64: probe centre of each pattern in object pixels (row = axis 0, col = axis 1).
    * The window's top-left corner is centre − (N0/2, N1/2); its integer part selects the object

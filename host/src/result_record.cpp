@@ -39,6 +39,8 @@ std::string to_json(const result_manifest& m) {
   j["calibration"] = {{"scan_step_A", m.scan_step_A},
                       {"detector_pixel_invA", m.detector_pixel_invA},
                       {"object_pixel_A", m.object_pixel_A},
+                      {"window_shape", m.window_shape},
+                      {"detector_padding", m.detector_padding},
                       {"scan_origin_A", m.scan_origin_A},
                       {"energy_eV", m.energy_eV},
                       {"wavelength_A", m.wavelength_A},

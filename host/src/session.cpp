@@ -7,6 +7,7 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -15,8 +16,10 @@
 #include <unistd.h>
 
 #include "tycho/host/dataset.hpp"
+#include "detector_padding.hpp"
 #include "tycho/host/log.hpp"
 #include "tycho/host/result_record.hpp"
+#include "tycho/host/run_plan.hpp"
 
 namespace tycho::host {
 
@@ -32,10 +35,11 @@ const std::vector<std::string> k_top_tables = {"data", "optics", "preprocess", "
 const std::vector<std::string> k_data_keys = {"source", "scan_step_A", "detector_pixel_invA"};
 const std::vector<std::string> k_optics_keys = {"energy_eV", "semiangle_mrad", "C10_A",
                                                 "defocus_A"};
-const std::vector<std::string> k_preprocess_keys = {"object_padding_px", "scan_origin_A"};
+const std::vector<std::string> k_preprocess_keys = {"object_padding_px", "scan_origin_A", "pad_detector",
+                                                     "pad_detector_to"};
 const std::vector<std::string> k_reconstruct_keys = {
     "engine", "iterations", "batch_size", "loss", "seed", "precision", "probe_modes", "slices",
-    "object", "probe"};
+    "object", "probe", "devices"};
 const std::vector<std::string> k_parameter_keys = {"optimizer", "first_iteration", "schedule",
                                                    "final_learning_rate_fraction"};
 const std::vector<std::string> k_object_keys = {"amplitude_max"};
@@ -75,20 +79,6 @@ double calibration(const toml::table& t, const char* key, const std::string& tab
 }
 
 const std::string& origin_name(const config_document& doc) { return doc.origin(); }
-
-// Refuses an object that cannot be held (a wrong scan step or pixel size, or a huge padding),
-// naming the numbers that made it, before anything that size is allocated.
-void check_object_size(const object_layout& layout, const scan_geometry& g, int64_t n0, int64_t n1) {
-  const double h = double(layout.shape[0]), w = double(layout.shape[1]);
-  // Object, its gradient, two Adam moments, and one gradient buffer per engine thread.
-  const double bytes = h * w * 8.0 * (4.0 + double(std::thread::hardware_concurrency()));
-  const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
-  if (h * w > 4e9 || bytes > ram)
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "the object would be ", layout.shape[0], " x ", layout.shape[1],
-         " px (", bytes / double(1ull << 30), " GiB with its gradients and optimizer state; this machine has ",
-         ram / double(1ull << 30), " GiB): check [data] scan_step_A (", g.step_A[0], " Å), the pixel size (",
-         g.pixel_A[0], " Å from a ", n0, " x ", n1, " window) and [preprocess] object_padding_px (", g.padding_px, ")");
-}
 
 // [reconstruct] values, read and checked before any data is read.
 struct parameter_settings {
@@ -145,9 +135,40 @@ reconstruct_settings read_reconstruct_settings(const config_document& doc) {
   return r;
 }
 
+// [reconstruct] devices: the device numbers to run on (default [0]); one device for now.
+std::vector<int64_t> read_devices(const toml::table& rec_t) {
+  auto node = rec_t["devices"];
+  if (!node) return {0};
+  const toml::array* arr = node.as_array();
+  if (arr == nullptr || arr->empty())
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] devices must be a non-empty list of device numbers, e.g. [0]");
+  std::vector<int64_t> ids;
+  for (const auto& v : *arr) {
+    if (!v.is_integer() || *v.value<int64_t>() < 0 || *v.value<int64_t>() > INT32_MAX)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] devices must list device numbers >= 0, e.g. [0]");
+    ids.push_back(*v.value<int64_t>());
+  }
+  if (ids.size() > 1)
+    fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] devices lists ", ids.size(),
+         " devices: this version runs on one device (multi-GPU comes with the reducers)");
+  return ids;
+}
+
+// The engine's device: the first of [reconstruct] devices for an engine that runs on CUDA and
+// not on the CPU, else the CPU.
+DLDevice engine_device(const toml::table& rec_t, const component_ref& engine) {
+  const std::vector<int64_t> ids = read_devices(rec_t);
+  const bool cuda = (engine.devices & TYCHO_DEVICE_BIT(kDLCUDA)) != 0;
+  const bool cpu = (engine.devices & TYCHO_DEVICE_BIT(kDLCPU)) != 0;
+  if (cuda && !cpu) return DLDevice{kDLCUDA, int32_t(ids.front())};
+  return DLDevice{kDLCPU, 0};
+}
+
 // Checks every table's keys and that every named component exists, before any data is read:
 // a typo must not cost the minutes it takes to load a large scan.
-void validate_config(const config_document& doc, const registry& reg) {
+// `tycho plan` (engine_may_be_absent) accepts an engine that is not loaded here when the planner
+// has a model for it ("cuda"); that engine's own keys cannot be checked then.
+void validate_config(const config_document& doc, const registry& reg, bool engine_may_be_absent = false) {
   const std::string& origin = doc.origin();
   check_keys(doc.root(), "top level", k_top_tables, origin);
   const toml::table& data_t = doc.table_at("data");
@@ -157,11 +178,18 @@ void validate_config(const config_document& doc, const registry& reg) {
   check_keys(doc.table_at("optics"), "optics", k_optics_keys, origin);
   check_keys(doc.table_at("preprocess"), "preprocess", k_preprocess_keys, origin);
   const toml::table& rec_t = doc.table_at("reconstruct");
-  const auto& engine = reg.find(TYCHO_COMPONENT_ENGINE,
-                                read_key<std::string>(rec_t, "engine", "reconstruct").value_or("cpu"));
+  const std::string engine_name = read_key<std::string>(rec_t, "engine", "reconstruct").value_or("cpu");
+  std::vector<std::string> engine_keys;
+  const auto engines = reg.names(TYCHO_COMPONENT_ENGINE);
+  if (engine_may_be_absent && engine_name == "cuda" &&
+      std::find(engines.begin(), engines.end(), engine_name) == engines.end()) {
+    for (auto&& [key, value] : rec_t) engine_keys.emplace_back(key.str());
+  } else {
+    engine_keys = reg.find(TYCHO_COMPONENT_ENGINE, engine_name).config_keys;
+  }
   const auto& loss = reg.find(TYCHO_COMPONENT_LOSS,
                               read_key<std::string>(rec_t, "loss", "reconstruct").value_or("amplitude"));
-  check_keys(rec_t, "reconstruct", with(with(k_reconstruct_keys, engine.config_keys), loss.config_keys), origin);
+  check_keys(rec_t, "reconstruct", with(with(k_reconstruct_keys, engine_keys), loss.config_keys), origin);
   for (const char* which : {"object", "probe"}) {
     std::string name = cat("reconstruct.", which);
     const toml::table& t = doc.table_at(name);
@@ -178,11 +206,140 @@ void validate_config(const config_document& doc, const registry& reg) {
 
 }  // namespace
 
+run_geometry resolve_run_geometry(const config_document& doc, const tycho_dataset_info& info,
+                                  const std::string& desc, int64_t n0, int64_t n1) {
+  run_geometry r;
+  const toml::table& data_t = doc.table_at("data");
+  const toml::table& optics_t = doc.table_at("optics");
+  r.optics.energy_eV = calibration(optics_t, "energy_eV", "optics", info.energy_eV, desc, "beam energy");
+  r.optics.semiangle_mrad = calibration(optics_t, "semiangle_mrad", "optics", info.semiangle_mrad, desc,
+                                        "probe semiangle");
+  if (auto defocus = read_key<double>(optics_t, "defocus_A", "optics")) {
+    r.optics.C10_A = -*defocus;
+  } else if (auto c10 = read_key<double>(optics_t, "C10_A", "optics")) {
+    r.optics.C10_A = *c10;
+  } else if (std::isfinite(info.C10_A)) {
+    r.optics.C10_A = info.C10_A;
+  } else {
+    r.optics.C10_A = 0.0;
+    log_warning("session", cat("'", desc, "' does not record the defocus and [optics] gives neither C10_A ",
+                               "nor defocus_A: starting from an in-focus probe (C10 = 0)"));
+  }
+  if (!(r.optics.energy_eV > 0)) fail(TYCHO_ERR_INVALID_ARGUMENT, "[optics] energy_eV must be > 0");
+  if (!(r.optics.semiangle_mrad > 0)) fail(TYCHO_ERR_INVALID_ARGUMENT, "[optics] semiangle_mrad must be > 0");
+  r.wavelength_A = wavelength_A(r.optics.energy_eV);
+
+  double dk = calibration(data_t, "detector_pixel_invA", "data", info.detector_pixel_invA[0], desc,
+                          "detector pixel size (Å⁻¹)");
+  double step = calibration(data_t, "scan_step_A", "data", info.scan_step_A[0], desc, "scan step (Å)");
+  double dk1 = data_t.contains("detector_pixel_invA") || !std::isfinite(info.detector_pixel_invA[1])
+                   ? dk : info.detector_pixel_invA[1];
+  double step1 = data_t.contains("scan_step_A") || !std::isfinite(info.scan_step_A[1]) ? step : info.scan_step_A[1];
+  if (!(dk > 0 && dk1 > 0 && step > 0 && step1 > 0))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "scan step and detector pixel must be > 0 (got ", step, " Å, ", dk, " Å⁻¹)");
+  r.sampling = window_sampling{{n0, n1}, {dk, dk1}};
+
+  // The aperture must lie inside the detector, or the window cannot hold the probe's spectrum.
+  double k_aperture = r.optics.semiangle_mrad * 1e-3 / r.wavelength_A;
+  double k_nyquist = 0.5 * double(std::min(n0, n1)) * std::min(dk, dk1);
+  if (k_aperture >= k_nyquist)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "the probe does not fit the window: a ", r.optics.semiangle_mrad,
+         " mrad aperture reaches ", k_aperture, " Å⁻¹ but the detector only spans ±", k_nyquist,
+         " Å⁻¹; check [optics] semiangle_mrad and the detector pixel size");
+
+  const toml::table& pre_t = doc.table_at("preprocess");
+  r.geometry.scan_shape[0] = info.scan_shape[0];
+  r.geometry.scan_shape[1] = info.scan_shape[1];
+  r.geometry.step_A[0] = step;
+  r.geometry.step_A[1] = step1;
+  r.geometry.pixel_A[0] = r.sampling.dx_A(0);
+  r.geometry.pixel_A[1] = r.sampling.dx_A(1);
+  r.geometry.window[0] = n0;
+  r.geometry.window[1] = n1;
+  r.geometry.padding_px = read_key<int64_t>(pre_t, "object_padding_px", "preprocess").value_or(16);
+  if (r.geometry.padding_px < 0) fail(TYCHO_ERR_INVALID_ARGUMENT, "[preprocess] object_padding_px must be >= 0");
+  if (auto origin_node = pre_t["scan_origin_A"]) {
+    const toml::array* arr = origin_node.as_array();
+    if (!arr || arr->size() != 2 || !(*arr)[0].value<double>() || !(*arr)[1].value<double>())
+      fail(TYCHO_ERR_INVALID_ARGUMENT, origin_name(doc), ": [preprocess] scan_origin_A must be two numbers [x, y] in Å");
+    r.geometry.scan_origin_A[0] = *(*arr)[0].value<double>();
+    r.geometry.scan_origin_A[1] = *(*arr)[1].value<double>();
+  }
+  r.layout = layout_object(r.geometry);
+  return r;
+}
+
+memory_problem run_memory_problem(const config_document& doc, const tycho_dataset_info& info,
+                                  int64_t n0, int64_t n1, const object_layout& layout) {
+  const reconstruct_settings settings = read_reconstruct_settings(doc);
+  const toml::table& rec_t = doc.table_at("reconstruct");
+  const std::string engine = read_key<std::string>(rec_t, "engine", "reconstruct").value_or("cpu");
+  memory_problem p;
+  p.model = engine == "cpu" ? memory_model::cpu : engine == "cuda" ? memory_model::cuda : memory_model::host_staging;
+  p.patterns = info.scan_shape[0] * info.scan_shape[1];
+  p.window[0] = n0;
+  p.window[1] = n1;
+  p.target_bytes = 4;  // float32: what the host hands every engine, and what the cuda engine keeps
+  p.object_shape[0] = layout.shape[0];
+  p.object_shape[1] = layout.shape[1];
+  p.slices = read_key<int64_t>(rec_t, "slices", "reconstruct").value_or(1);
+  p.probe_modes = read_key<int64_t>(rec_t, "probe_modes", "reconstruct").value_or(1);
+  p.batch_size = settings.driver.batch_size;
+  if (const toml::array* devices = rec_t["devices"].as_array(); devices && !devices->empty())
+    p.devices = int64_t(devices->size());
+  int64_t threads = 0;
+  if (engine == "cpu" && rec_t["threads"].is_integer()) threads = *rec_t["threads"].value<int64_t>();
+  p.threads = threads > 0 ? threads : default_engine_threads();
+  auto state_arrays = [&](const char* which) -> int64_t {
+    std::string table = cat("reconstruct.", which);
+    std::string name = read_key<std::string>(doc.table_at(table), "optimizer", table).value_or("adam");
+    return name == "sgd" ? 1 : 2;  // Adam: m and v; SGD: the velocity; others: as many as Adam
+  };
+  p.object_optimizer_arrays = state_arrays("object");
+  p.probe_optimizer_arrays = state_arrays("probe");
+  if (p.model == memory_model::cuda) p.reserve_bytes = uint64_t(512) << 20;
+  return p;
+}
+
+run_preview preview_run(const config_document& doc, const registry& reg) {
+  validate_config(doc, reg, /*engine_may_be_absent=*/true);
+  read_reconstruct_settings(doc);
+  run_preview r;
+  const toml::table& data_t = doc.table_at("data");
+  const component_ref& source =
+      reg.find(TYCHO_COMPONENT_SOURCE, read_key<std::string>(data_t, "source", "data").value_or("emd"));
+  tycho_config data_cfg{&data_t, "[data]", doc.base_dir()};
+  {
+    const auto* vt = source.as<tycho_source_vtable>();
+    tycho_source* src = nullptr;
+    check_status(vt->open(&data_cfg, &src), "source open");
+    std::unique_ptr<tycho_source, void (*)(tycho_source*)> guard(src, vt->close);
+    r.info.struct_size = sizeof(tycho_dataset_info);
+    check_status(vt->info(src, &r.info), "source info");
+    r.description = r.info.description ? r.info.description : source.name;
+    r.info.description = nullptr;  // owned by the source, which closes here
+  }
+  const int64_t n0 = r.info.detector_shape[0], n1 = r.info.detector_shape[1];
+  if (r.info.scan_shape[0] <= 0 || r.info.scan_shape[1] <= 0 || n0 <= 0 || n1 <= 0)
+    fail(TYCHO_ERR_BAD_DATA, "data '", r.description, "' is empty (scan ", r.info.scan_shape[0], " x ",
+         r.info.scan_shape[1], ", detector ", n0, " x ", n1, ")");
+  auto window = padded_window(read_detector_padding(doc.table_at("preprocess"), doc.origin()), n0, n1);
+  r.window[0] = window[0];
+  r.window[1] = window[1];
+  r.geometry = resolve_run_geometry(doc, r.info, r.description, window[0], window[1]);
+  r.problem = run_memory_problem(doc, r.info, window[0], window[1], r.geometry.layout);
+  r.engine_name = read_key<std::string>(doc.table_at("reconstruct"), "engine", "reconstruct").value_or("cpu");
+  const auto engines = reg.names(TYCHO_COMPONENT_ENGINE);
+  r.engine_available = std::find(engines.begin(), engines.end(), r.engine_name) != engines.end();
+  return r;
+}
+
 struct session::state {
   explicit state(config_document c) : config(std::move(c)) {}
   config_document config;
   registry* reg = nullptr;
   dataset data;
+  detector_padding padding;  // of the detector to the window; its mask lives as long as the engine
   probe_optics optics;
   double wavelength_A = 0;
   window_sampling sampling{};
@@ -236,6 +393,7 @@ session::session(config_document config, registry& reg)
   s_->reg = &reg;
   state& s = *s_;
   validate_config(s.config, reg);
+  read_devices(s.config.table_at("reconstruct"));  // several devices: refused before the data is read
   const reconstruct_settings settings = read_reconstruct_settings(s.config);
   s.iterations = settings.iterations;
 
@@ -245,67 +403,26 @@ session::session(config_document config, registry& reg)
   const component_ref& source = reg.find(TYCHO_COMPONENT_SOURCE, source_name);
   tycho_config data_cfg{&data_t, "[data]", s.config.base_dir()};
   s.data = read_dataset(source, &data_cfg);
+  // Before any geometry: the window (and so dx, positions, object, probe) is the padded one.
+  s.padding = apply_detector_padding(s.data, s.config.table_at("preprocess"), s.config.origin());
   const auto& info = s.data.info;
 
   // ---- optics and geometry (config overrides the file)
-  const toml::table& optics_t = s.config.table_at("optics");
   const std::string& desc = s.data.description;
-  s.optics.energy_eV = calibration(optics_t, "energy_eV", "optics", info.energy_eV, desc, "beam energy");
-  s.optics.semiangle_mrad = calibration(optics_t, "semiangle_mrad", "optics", info.semiangle_mrad, desc,
-                                        "probe semiangle");
-  if (auto defocus = read_key<double>(optics_t, "defocus_A", "optics")) {
-    s.optics.C10_A = -*defocus;
-  } else if (auto c10 = read_key<double>(optics_t, "C10_A", "optics")) {
-    s.optics.C10_A = *c10;
-  } else if (std::isfinite(info.C10_A)) {
-    s.optics.C10_A = info.C10_A;
-  } else {
-    s.optics.C10_A = 0.0;
-    log_warning("session", cat("'", desc, "' does not record the defocus and [optics] gives neither C10_A ",
-                               "nor defocus_A: starting from an in-focus probe (C10 = 0)"));
+  {
+    run_geometry g = resolve_run_geometry(s.config, info, desc, s.data.n0, s.data.n1);
+    s.optics = g.optics;
+    s.wavelength_A = g.wavelength_A;
+    s.sampling = g.sampling;
+    s.geometry = g.geometry;
+    s.layout = std::move(g.layout);
   }
-  if (!(s.optics.energy_eV > 0)) fail(TYCHO_ERR_INVALID_ARGUMENT, "[optics] energy_eV must be > 0");
-  if (!(s.optics.semiangle_mrad > 0)) fail(TYCHO_ERR_INVALID_ARGUMENT, "[optics] semiangle_mrad must be > 0");
-  s.wavelength_A = wavelength_A(s.optics.energy_eV);
-
-  double dk = calibration(data_t, "detector_pixel_invA", "data", info.detector_pixel_invA[0], desc,
-                          "detector pixel size (Å⁻¹)");
-  double step = calibration(data_t, "scan_step_A", "data", info.scan_step_A[0], desc, "scan step (Å)");
-  double dk1 = data_t.contains("detector_pixel_invA") || !std::isfinite(info.detector_pixel_invA[1])
-                   ? dk : info.detector_pixel_invA[1];
-  double step1 = data_t.contains("scan_step_A") || !std::isfinite(info.scan_step_A[1]) ? step : info.scan_step_A[1];
-  if (!(dk > 0 && dk1 > 0 && step > 0 && step1 > 0))
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "scan step and detector pixel must be > 0 (got ", step, " Å, ", dk, " Å⁻¹)");
-  s.sampling = window_sampling{{s.data.n0, s.data.n1}, {dk, dk1}};
-
-  // The aperture must lie inside the detector, or the window cannot hold the probe's spectrum.
-  double k_aperture = s.optics.semiangle_mrad * 1e-3 / s.wavelength_A;
-  double k_nyquist = 0.5 * double(std::min(s.data.n0, s.data.n1)) * std::min(dk, dk1);
-  if (k_aperture >= k_nyquist)
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "the probe does not fit the window: a ", s.optics.semiangle_mrad,
-         " mrad aperture reaches ", k_aperture, " Å⁻¹ but the detector only spans ±", k_nyquist,
-         " Å⁻¹; check [optics] semiangle_mrad and the detector pixel size");
-
-  const toml::table& pre_t = s.config.table_at("preprocess");
-  s.geometry.scan_shape[0] = info.scan_shape[0];
-  s.geometry.scan_shape[1] = info.scan_shape[1];
-  s.geometry.step_A[0] = step;
-  s.geometry.step_A[1] = step1;
-  s.geometry.pixel_A[0] = s.sampling.dx_A(0);
-  s.geometry.pixel_A[1] = s.sampling.dx_A(1);
-  s.geometry.window[0] = s.data.n0;
-  s.geometry.window[1] = s.data.n1;
-  s.geometry.padding_px = read_key<int64_t>(pre_t, "object_padding_px", "preprocess").value_or(16);
-  if (s.geometry.padding_px < 0) fail(TYCHO_ERR_INVALID_ARGUMENT, "[preprocess] object_padding_px must be >= 0");
-  if (auto origin_node = pre_t["scan_origin_A"]) {
-    const toml::array* arr = origin_node.as_array();
-    if (!arr || arr->size() != 2 || !(*arr)[0].value<double>() || !(*arr)[1].value<double>())
-      fail(TYCHO_ERR_INVALID_ARGUMENT, origin_name(s.config), ": [preprocess] scan_origin_A must be two numbers [x, y] in Å");
-    s.geometry.scan_origin_A[0] = *(*arr)[0].value<double>();
-    s.geometry.scan_origin_A[1] = *(*arr)[1].value<double>();
-  }
-  s.layout = layout_object(s.geometry);
-  check_object_size(s.layout, s.geometry, s.data.n0, s.data.n1);
+  // ---- memory: the planner's count for this engine against this machine's memory, before
+  // anything that size is allocated (a wrong scan step or pixel size makes a huge object)
+  check_host_memory(run_memory_problem(s.config, info, s.data.n0, s.data.n1, s.layout),
+                    cat("the object is ", s.layout.shape[0], " x ", s.layout.shape[1], " px: check [data] scan_step_A (",
+                        s.geometry.step_A[0], " Å), the pixel size (", s.geometry.pixel_A[0], " Å from a ", s.data.n0,
+                        " x ", s.data.n1, " window) and [preprocess] object_padding_px (", s.geometry.padding_px, ")"));
 
   // ---- initial probe, normalised so Σ|P|² = 1: the model intensity is in units of the mean
   // measured total (targets are scaled by 1 / mean total below), whatever the dose.
@@ -339,13 +456,15 @@ session::session(config_document config, registry& reg)
   setup.struct_size = sizeof(setup);
   setup.config = &s.reconstruct_cfg;
   setup.targets = &targets;
-  setup.mask = nullptr;
+  int64_t mask_shape[2] = {s.data.n0, s.data.n1};
+  DLTensor mask_t{s.padding.mask.data(), {kDLCPU, 0}, 2, {kDLUInt, 8, 1}, mask_shape, nullptr, 0};
+  setup.mask = s.padding.mask.empty() ? nullptr : &mask_t;
   setup.target_scale = 1.0 / s.data.mean_total_intensity;
   setup.positions_px = &positions;
   setup.object_init = &object_t;
   setup.probe_init = &probe_t;
   setup.loss = tycho_loss_binding{s.loss_ref->as<tycho_loss_vtable>(), s.loss};
-  setup.device = {kDLCPU, 0};
+  setup.device = engine_device(rec_t, *s.engine_ref);
   check_status(s.engine_ref->as<tycho_engine_vtable>()->create(&setup, &s.engine), "engine create");
 
   auto make_optimizer = [&](const char* which, tycho_config& cfg, const component_ref*& ref,
@@ -443,7 +562,9 @@ std::string session::manifest_json() const {
   m.data_description = s.data.description;
   m.source = s.data.source_name;
   m.scan_shape = {s.data.info.scan_shape[0], s.data.info.scan_shape[1]};
-  m.detector_shape = {s.data.n0, s.data.n1};
+  m.detector_shape = {s.padding.detector[0], s.padding.detector[1]};
+  m.window_shape = {s.data.n0, s.data.n1};
+  for (const auto& ba : s.padding.before_after) m.detector_padding.push_back({ba[0], ba[1]});
   m.scan_step_A = {s.geometry.step_A[0], s.geometry.step_A[1]};
   m.detector_pixel_invA = {s.sampling.dk_invA[0], s.sampling.dk_invA[1]};
   m.object_pixel_A = {s.geometry.pixel_A[0], s.geometry.pixel_A[1]};

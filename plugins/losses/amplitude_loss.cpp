@@ -17,12 +17,13 @@ double amplitude_loss(const float* model_intensity, const float* measured, const
     float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
     for (int64_t k = 0; k < len; ++k) {
-      const float use = mask != nullptr ? float(mask[k] != 0) : 1.f;
+      // Selects, not products with the mask: a masked pixel may hold anything, even inf.
+      const bool use = mask == nullptr || mask[k] != 0;
       const float amp_model = std::sqrt(im[k]);
       const float amp_meas = std::sqrt(std::max(d[k] * measured_scale, 0.f));
       const float diff = amp_model - amp_meas;
-      sum += use * diff * diff;
-      g[k] = amp_model > 0.f ? use * (1.f - amp_meas / amp_model) : 0.f;
+      sum += use ? diff * diff : 0.f;
+      g[k] = use && amp_model > 0.f ? 1.f - amp_meas / amp_model : 0.f;
     }
     loss += double(sum);
   }

@@ -1,4 +1,4 @@
-// The `tycho` command: reconstruct, evaluate, plugins, --version.
+// The `tycho` command: reconstruct, plan, evaluate, plugins, --version.
 #include <tycho/core/config.hpp>
 #include <tycho/core/error.hpp>
 #include <tycho/tycho_version.h>
@@ -7,11 +7,13 @@
 #include <fmt/core.h>
 
 #include <filesystem>
+#include <iostream>
 
 #include "tycho/host/evaluate.hpp"
 #include "tycho/host/log.hpp"
 #include "tycho/host/previews.hpp"
 #include "tycho/host/registry.hpp"
+#include "tycho/host/run_plan.hpp"
 #include "tycho/host/session.hpp"
 
 namespace th = tycho::host;
@@ -46,6 +48,15 @@ int cmd_reconstruct(const std::string& config_path, int64_t iterations, const st
                                               session.get("positions_px")))
       fmt::print("wrote {}\n", png);
   return 0;
+}
+
+// The memory plan of a run, from the config and the data's header only (no pattern is read).
+int cmd_plan(const std::string& config_path, const std::vector<std::string>& sets, const th::plan_options& options) {
+  auto doc = tycho::config_document::load_file(config_path);
+  for (const auto& s : sets) doc.set_from_text(s);
+  int code = th::run_plan_command(doc, th::registry::global(), options, std::cout);
+  std::cout.flush();
+  return code;
 }
 
 int cmd_plugins() {
@@ -98,6 +109,19 @@ int main(int argc, char** argv) {
   ev->add_option("--sigma-A", sigma_A, "σ of the local-phase Gaussian, Å (default 2)");
   ev->add_option("--fov-fraction", fov, "inner fraction of the scanned field of view (default 0.8)");
 
+  auto* plan = app.add_subcommand("plan", "memory per device of every term of a run, without reading the data");
+  std::string plan_config;
+  std::vector<std::string> plan_sets;
+  th::plan_options plan_options;
+  plan->add_option("config", plan_config, "TOML configuration file")->required();
+  plan->add_option("--devices", plan_options.devices, "devices sharing the patterns (default: [reconstruct] devices)")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--device-memory", plan_options.memory_GiB,
+                   "memory per device in GiB (default: the CUDA device's, or this machine's for the cpu engine)")
+      ->check(CLI::NonNegativeNumber);
+  plan->add_option("--set", plan_sets, "override a config value: --set reconstruct.batch_size=64")
+      ->allow_extra_args(false);
+
   auto* pl = app.add_subcommand("plugins", "list plugin folders, plugins, components, refusals");
 
   CLI11_PARSE(app, argc, argv);
@@ -109,6 +133,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (pl->parsed()) return cmd_plugins();
+    if (plan->parsed()) return cmd_plan(plan_config, plan_sets, plan_options);
   } catch (const tycho::error& e) {
     fmt::print(stderr, "tycho: error: {}\n", e.what());
     return 2;

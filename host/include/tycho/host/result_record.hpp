@@ -24,6 +24,8 @@ struct result_manifest {
   std::string config_toml;  // the configuration as run
   std::string data_description, source;
   std::vector<int64_t> scan_shape, detector_shape;
+  std::vector<int64_t> window_shape;                   // (N0', N1'): the detector after padding
+  std::vector<std::vector<int64_t>> detector_padding;  // per axis [before, after], centred order
   std::vector<double> scan_step_A, detector_pixel_invA, object_pixel_A, scan_origin_A;
   double energy_eV = 0, wavelength_A = 0, semiangle_mrad = 0, C10_A = 0;
   double mean_total_intensity = 0;

@@ -1,0 +1,114 @@
+// The memory planner (DESIGN.md, "Scale"): the bytes each device needs for every term of a run
+// (targets, object, probe, gradients, optimizer state, transients, FFT workspace), computed
+// before anything is allocated from the shapes alone, compared with the device's memory; when
+// the run does not fit, the largest term and the remedies, in order, with the numbers that
+// would fit: more devices, host-resident targets, detector binning, a smaller batch.
+//
+// One model per engine, each counting what that engine allocates (C = complex bytes, 8 for
+// complex64; M = N0·N1; S slices; K probe modes; O = S·H·W object pixels; W devices; B the
+// global batch, b = min(⌈B/W⌉, ⌈P/W⌉) per device):
+//
+//   term             cpu (plugins/cpu/cpu_engine.cpp)       cuda (plugins/cuda/cuda_engine.cu)
+//   targets          ⌈P/W⌉·M·4 (float32, read in place)     ⌈P/W⌉·M·t (t: target_bytes; the cuda
+//                                                           engine keeps float32, t = 4)
+//   object           O·C                                    O·C
+//   probe            K·M·C                                  K·M·C
+//   positions        P·2·8                                  P·2·8
+//   gradients        (O + K·M)·C                            (O + K·M)·C
+//   optimizer state  (a_o·O + a_p·K·M)·C (a: arrays per parameter: Adam 2, SGD 1)
+//   transients       T threads × (4 FFT buffers M·C,        b × (M·(K·(S+1)·C + 3·C/2) + (N0+N1)·C
+//                    intensity + dL/dI 2·M·C/2, a whole     + 16): per pattern K shifted probes,
+//                    object-gradient copy O·C, a probe-     K·S waves (exit wave, far field and
+//                    spectrum accumulator M·C, the two      back-propagated wave in place),
+//                    phase ramps (N0+N1)·C)                 intensity, measured, dL/dI, the two
+//                                                           ramps, indices; plus K·(1+G)·M·C once
+//                                                           (probe spectrum, G = 8 partial sums
+//                                                           of the probe gradient)
+//   FFT workspace    2·M·C (the batch's probe transform     plans × b·M·C (cuFFT's work area ≈ one
+//                    and its input buffer)                  batch buffer), × 4 when N0 or N1 is
+//                                                           not 2^a·3^b·5^c·7^d (Bluestein)
+//   runtime reserve  —                                      a fixed allowance (the CUDA context)
+//
+// The host_staging model is what the host process itself holds for a device engine: the
+// targets as float32 (every pattern is read before the upload), the initial object and probe,
+// the positions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tycho {
+
+enum class memory_model { cpu, cuda, host_staging };
+
+// "cpu", "cuda", "host" (host_staging).
+const char* memory_model_name(memory_model m);
+
+struct memory_problem {
+  memory_model model = memory_model::cpu;
+  int64_t patterns = 0;                // P, all devices together
+  int64_t window[2] = {0, 0};          // (N0, N1), the engine's window (after any padding)
+  int64_t target_bytes = 4;            // bytes per target pixel where the engine keeps them
+  int64_t object_shape[2] = {0, 0};    // (H, W) object pixels
+  int64_t slices = 1;                  // S
+  int64_t probe_modes = 1;             // K
+  int64_t batch_size = 128;            // B, global (split over the devices)
+  int64_t devices = 1;                 // W: devices (or processes) sharing the patterns
+  int64_t threads = 1;                 // T: cpu engine threads, each with its own scratch
+  int64_t complex_bytes = 8;           // C: complex64
+  int64_t object_optimizer_arrays = 2; // optimizer state arrays per object element (Adam: 2)
+  int64_t probe_optimizer_arrays = 2;  // the same for the probe
+  int64_t fft_plans = 1;               // cuda: work areas alive at once (the plans share one)
+  int64_t probe_gradient_slices = 8;   // cuda: partial sums of the probe gradient (G)
+  uint64_t reserve_bytes = 0;          // cuda: fixed per-device allowance (context, allocator)
+};
+
+struct memory_term {
+  std::string name;     // "targets", "object", ...
+  uint64_t bytes = 0;   // per device
+  std::string formula;  // how it was counted, with the numbers
+};
+
+struct memory_plan {
+  memory_problem problem;          // as planned: batch_size may have been shrunk to fit
+  std::vector<memory_term> terms;  // every term, in the order of the table
+  uint64_t total = 0;              // Σ terms, per device
+  uint64_t capacity = 0;           // the device's memory (0: unknown, nothing is compared)
+  bool fits = false;               // total ≤ capacity (false when the capacity is unknown)
+  int64_t requested_batch = 0;     // the batch asked for
+  bool batch_shrunk = false;       // fits only because batch_size was lowered
+  std::string largest_term;        // the biggest term (of the plan as requested)
+  uint64_t requested_total = 0;    // total with the requested batch
+
+  // The remedies' numbers (0: that remedy alone does not make it fit or does not apply).
+  int64_t devices_to_fit = 0;      // the fewest devices that fit
+  int64_t binning_to_fit = 0;      // the smallest detector binning factor that fits
+  int64_t batch_to_fit = 0;        // the largest global batch that fits (cuda)
+  int64_t threads_to_fit = 0;      // the most cpu engine threads that fit (cpu)
+  std::vector<std::string> remedies;  // in order; empty when it fits as requested
+
+  const memory_term& term(const std::string& name) const;  // throws if absent
+};
+
+// The terms of `p` (no fitting, no search).
+std::vector<memory_term> memory_terms(const memory_problem& p);
+uint64_t memory_total(const memory_problem& p);
+
+// Plans `p` against `capacity` bytes per device (0: unknown). When the requested batch does
+// not fit but a smaller one does (cuda: transients and FFT workspace scale with the batch),
+// the plan's batch is shrunk to the largest that fits and reported (batch_shrunk). When
+// nothing fits, lists the remedies in order.
+memory_plan plan_memory(const memory_problem& p, uint64_t capacity);
+
+// One line: "needs X per device, Y available: fits" or "... does not fit (largest term: ...)",
+// then the remedies ("; " separated) when it does not fit; for error messages.
+std::string memory_plan_summary(const memory_plan& plan);
+
+// The table: one row per term (name, bytes, human units, formula), the total, the capacity.
+std::string memory_plan_table(const memory_plan& plan);
+
+// "1.50 GiB", "96.00 KiB", "512 B" (binary units).
+std::string human_bytes(uint64_t bytes);
+
+}  // namespace tycho

@@ -1,0 +1,338 @@
+#include "tycho/core/memory_plan.hpp"
+
+#include <tycho/core/error.hpp>
+#include <tycho/core/fft_size.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+
+namespace tycho {
+
+namespace {
+
+constexpr uint64_t k_max = std::numeric_limits<uint64_t>::max();
+
+// Saturating arithmetic: an absurd configuration gives "more than any device", not a wrap.
+uint64_t mul(uint64_t a, uint64_t b) {
+  if (a != 0 && b > k_max / a) return k_max;
+  return a * b;
+}
+uint64_t mul(std::initializer_list<uint64_t> xs) {
+  uint64_t r = 1;
+  for (uint64_t x : xs) r = mul(r, x);
+  return r;
+}
+uint64_t add(uint64_t a, uint64_t b) { return b > k_max - a ? k_max : a + b; }
+uint64_t u(int64_t v) { return v > 0 ? uint64_t(v) : 0; }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void check(const memory_problem& p) {
+  auto positive = [](int64_t v, const char* what) {
+    if (v < 1) fail(TYCHO_ERR_INVALID_ARGUMENT, "memory plan: ", what, " must be >= 1, got ", v);
+  };
+  positive(p.patterns, "patterns");
+  positive(p.window[0], "window N0");
+  positive(p.window[1], "window N1");
+  positive(p.target_bytes, "target bytes");
+  positive(p.object_shape[0], "object H");
+  positive(p.object_shape[1], "object W");
+  positive(p.slices, "slices");
+  positive(p.probe_modes, "probe modes");
+  positive(p.batch_size, "batch size");
+  positive(p.devices, "devices");
+  positive(p.threads, "threads");
+  positive(p.complex_bytes, "complex bytes");
+  positive(p.fft_plans, "FFT plans");
+  if (p.object_optimizer_arrays < 0 || p.probe_optimizer_arrays < 0)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "memory plan: optimizer state arrays must be >= 0");
+}
+
+// The same problem with the detector binned by b: the window shrinks to ⌊N/b⌋, the real-space
+// pixel stays (dx = 1/(N·dk)), so the object loses only the window's share of its extent.
+memory_problem binned(const memory_problem& p, int64_t b) {
+  memory_problem q = p;
+  for (int a = 0; a < 2; ++a) {
+    q.window[a] = std::max<int64_t>(1, p.window[a] / b);
+    q.object_shape[a] = std::max<int64_t>(1, p.object_shape[a] - p.window[a] + q.window[a]);
+  }
+  return q;
+}
+
+// Largest x in [1, hi] with fits(x) (fits monotone: true up to some x), 0 if none.
+template <class F>
+int64_t largest_fitting(int64_t hi, F fits) {
+  if (hi < 1 || !fits(1)) return 0;
+  int64_t lo = 1;  // fits(lo)
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid))
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+// Smallest x in [lo, hi] with fits(x) (monotone: false then true), 0 if none.
+template <class F>
+int64_t smallest_fitting(int64_t lo, int64_t hi, F fits) {
+  if (lo > hi || !fits(hi)) return 0;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (fits(mid))
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
+}
+
+}  // namespace
+
+const char* memory_model_name(memory_model m) {
+  switch (m) {
+    case memory_model::cpu: return "cpu";
+    case memory_model::cuda: return "cuda";
+    case memory_model::host_staging: return "host";
+  }
+  return "?";
+}
+
+const memory_term& memory_plan::term(const std::string& name) const {
+  for (const auto& t : terms)
+    if (t.name == name) return t;
+  fail(TYCHO_ERR_NOT_FOUND, "memory plan: no term '", name, "'");
+}
+
+std::vector<memory_term> memory_terms(const memory_problem& p) {
+  check(p);
+  const uint64_t c = u(p.complex_bytes), real = c / 2;
+  const uint64_t n0 = u(p.window[0]), n1 = u(p.window[1]), m = mul(n0, n1);
+  const uint64_t k = u(p.probe_modes), s = u(p.slices);
+  const uint64_t obj = mul({s, u(p.object_shape[0]), u(p.object_shape[1])});  // O
+  const uint64_t probe = mul(k, m);                                          // K·M
+  const int64_t w = p.devices;
+  const std::string M = cat(n0, "·", n1);
+  const std::string O = s > 1 ? cat(s, "·", p.object_shape[0], "·", p.object_shape[1])
+                              : cat(p.object_shape[0], "·", p.object_shape[1]);
+  const std::string KM = k > 1 ? cat(k, "·", M) : M;
+
+  std::vector<memory_term> t;
+  // Targets: a shard of ⌈P/W⌉ patterns per device (all of them on the host for a device engine).
+  const uint64_t shard = p.model == memory_model::host_staging ? u(p.patterns) : u(ceil_div(p.patterns, w));
+  const uint64_t tb = p.model == memory_model::cuda ? u(p.target_bytes) : 4;
+  t.push_back({"targets", mul({shard, m, tb}),
+               cat(shard, " patterns · ", M, " px · ", tb, " B", p.model == memory_model::cuda ? "" : " (float32)")});
+  t.push_back({"object", mul(obj, c), cat(O, " px · ", c, " B")});
+  t.push_back({"probe", mul(probe, c), cat(KM, " px · ", c, " B")});
+  t.push_back({"positions", mul(u(p.patterns), 16), cat(p.patterns, " · 2 · 8 B (float64)")});
+  if (p.model != memory_model::host_staging) {
+    t.push_back({"gradients", mul(add(obj, probe), c), cat("(", O, " + ", KM, ") · ", c, " B")});
+    t.push_back({"optimizer state",
+                 mul(add(mul(u(p.object_optimizer_arrays), obj), mul(u(p.probe_optimizer_arrays), probe)), c),
+                 cat("(", p.object_optimizer_arrays, "·", O, " + ", p.probe_optimizer_arrays, "·", KM, ") · ", c,
+                     " B")});
+  }
+  if (p.model == memory_model::cpu) {
+    // Per thread (cpu_engine.cpp, thread_scratch): 4 FFT buffers, intensity and dL/dI, a whole
+    // object-gradient copy, the probe-spectrum accumulator, the two phase ramps.
+    const uint64_t per_thread = add(add(mul(4 * c, m), mul(2 * real, m)),
+                                    add(add(mul(obj, c), mul(probe, c)), mul(add(n0, n1), c)));
+    t.push_back({"transients", mul(u(p.threads), per_thread),
+                 cat(p.threads, " threads · (4·", M, "·", c, " + 2·", M, "·", real, " + ", O, "·", c, " + ", KM, "·",
+                     c, " + (", n0, "+", n1, ")·", c, ") B")});
+    t.push_back({"FFT workspace", mul({2, m, c}), cat("2 · ", M, " · ", c, " B (the batch's probe transform)")});
+  } else if (p.model == memory_model::cuda) {
+    // Per pattern of the batch (plugins/cuda/cuda_engine.cu): K·(S+1) complex buffers (the
+    // shifted probes; one wave per slice, transformed and back-propagated in place), 3 float32
+    // ones (intensity, the batch's measured patterns, dL/dI), the two phase ramps, 16 B of
+    // indices; once: the probe spectrum and the probe-gradient partial sums, K·(1+G)·M·C.
+    const uint64_t b = u(std::min(ceil_div(p.batch_size, w), ceil_div(p.patterns, w)));
+    const uint64_t complex_buffers = mul(k, s + 1);
+    const uint64_t per_pattern = add(add(mul(m, add(mul(complex_buffers, c), 3 * real)), mul(add(n0, n1), c)), 16);
+    const uint64_t once = mul({k, 1 + u(p.probe_gradient_slices), m, c});
+    t.push_back({"transients", add(mul(b, per_pattern), once),
+                 cat(b, " patterns · (", M, " · (", complex_buffers, "·", c, " + 3·", real, ") + (", n0, "+", n1, ")·",
+                     c, " + 16) + ", k * (1 + u(p.probe_gradient_slices)), " · ", M, " · ", c, " B")});
+    const bool fast = is_fast_fft_size(p.window[0]) && is_fast_fft_size(p.window[1]);
+    t.push_back({"FFT workspace", mul({u(p.fft_plans), b, m, c, fast ? 1u : 4u}),
+                 cat(p.fft_plans, " plan · ", b, " · ", M, " · ", c, " B",
+                     fast ? "" : " · 4 (not 2^a·3^b·5^c·7^d: Bluestein)")});
+    if (p.reserve_bytes > 0) t.push_back({"runtime reserve", p.reserve_bytes, "CUDA context and allocator"});
+  }
+  uint64_t total = 0;
+  for (const auto& x : t) total = add(total, x.bytes);
+  t.push_back({"total", total, ""});
+  return t;
+}
+
+uint64_t memory_total(const memory_problem& p) { return memory_terms(p).back().bytes; }
+
+memory_plan plan_memory(const memory_problem& p, uint64_t capacity) {
+  memory_plan plan;
+  plan.problem = p;
+  plan.capacity = capacity;
+  plan.requested_batch = p.batch_size;
+  auto all = memory_terms(p);
+  plan.requested_total = all.back().bytes;
+  all.pop_back();
+  plan.terms = all;
+  plan.total = plan.requested_total;
+  const memory_term* largest = &all.front();
+  for (const auto& t : all)
+    if (t.bytes > largest->bytes) largest = &t;
+  plan.largest_term = largest->name;
+  if (capacity == 0) return plan;
+  auto fits = [&](const memory_problem& q) { return memory_total(q) <= capacity; };
+  if (plan.total <= capacity) {
+    plan.fits = true;
+    return plan;
+  }
+
+  const bool cuda = p.model == memory_model::cuda, cpu = p.model == memory_model::cpu;
+  // The batch (cuda): transients and FFT workspace grow with the per-device batch.
+  if (cuda) {
+    const int64_t per_device = largest_fitting(ceil_div(p.batch_size, p.devices), [&](int64_t b) {
+      memory_problem q = p;
+      q.batch_size = b * p.devices;
+      return fits(q);
+    });
+    if (per_device > 0) plan.batch_to_fit = std::min(p.batch_size, per_device * p.devices);
+  }
+  if (cpu)
+    plan.threads_to_fit = largest_fitting(p.threads, [&](int64_t t) {
+      memory_problem q = p;
+      q.threads = t;
+      return fits(q);
+    });
+  // More devices: the shards (targets; the cuda batch) shrink, the rest is replicated.
+  const int64_t most = std::max<int64_t>({p.patterns, p.batch_size, p.devices + 1});
+  if (p.model != memory_model::host_staging) {
+    plan.devices_to_fit = smallest_fitting(p.devices + 1, most, [&](int64_t w) {
+      memory_problem q = p;
+      q.devices = w;
+      return fits(q);
+    });
+  }
+  if (cuda && plan.batch_to_fit > 0) {
+    // Fitting needs only a smaller batch: take the largest that fits, and say so.
+    plan.problem.batch_size = plan.batch_to_fit;
+    plan.batch_shrunk = true;
+    plan.fits = true;
+    auto shrunk = memory_terms(plan.problem);
+    plan.total = shrunk.back().bytes;
+    shrunk.pop_back();
+    plan.terms = shrunk;
+    return plan;
+  }
+
+  // Detector binning by b.
+  const int64_t max_bin = std::min(p.window[0], p.window[1]);
+  plan.binning_to_fit = smallest_fitting(2, max_bin, [&](int64_t b) { return fits(binned(p, b)); });
+
+  if (plan.devices_to_fit > 0) {
+    memory_problem q = p;
+    q.devices = plan.devices_to_fit;
+    plan.remedies.push_back(cat("more devices: ", plan.devices_to_fit, " would fit (",
+                                human_bytes(memory_total(q)), " per device)",
+                                cpu ? ", as processes with their own memory (MPI ranks on other nodes)" : ""));
+  } else if (p.model == memory_model::host_staging) {
+    plan.remedies.push_back("more devices would not help: the host reads every pattern");
+  } else {
+    memory_problem q = p;
+    q.devices = most;  // one pattern each: what is left is held in full by every device
+    plan.remedies.push_back(cat("more devices would not help: even ", most, " need ", human_bytes(memory_total(q)),
+                                " each (every device holds the object, probe, gradients, optimizer state",
+                                cpu ? " and the threads' buffers" : "", " in full)"));
+  }
+  if (cuda) {
+    const uint64_t without = plan.total - plan.term("targets").bytes;
+    plan.remedies.push_back(cat("host-resident targets (target_residency = \"host\", streamed per batch) would "
+                                "free the targets' ", human_bytes(plan.term("targets").bytes), " per device",
+                                without <= capacity ? " and then fit" : " (not enough alone)",
+                                ", but this version keeps targets on the device only: not yet available"));
+  }
+  if (plan.binning_to_fit > 0) {
+    memory_problem q = binned(p, plan.binning_to_fit);
+    plan.remedies.push_back(cat("binning the detector by ", plan.binning_to_fit, " (window ", q.window[0], " x ",
+                                q.window[1], ") would fit (", human_bytes(memory_total(q)), " per device)"));
+  } else {
+    plan.remedies.push_back("binning the detector would not fit at any factor");
+  }
+  if (cuda) {
+    memory_problem q = p;
+    q.batch_size = p.devices;
+    plan.remedies.push_back(cat("a smaller batch would not fit: even one pattern per device needs ",
+                                human_bytes(memory_total(q))));
+  } else if (cpu) {
+    if (plan.threads_to_fit > 0) {
+      memory_problem q = p;
+      q.threads = plan.threads_to_fit;
+      plan.remedies.push_back(cat("fewer engine threads: [reconstruct] threads = ", plan.threads_to_fit,
+                                  " would fit (", human_bytes(memory_total(q)),
+                                  "; the batch size does not change the cpu engine's memory)"));
+    } else {
+      memory_problem q = p;
+      q.threads = 1;
+      plan.remedies.push_back(cat("fewer engine threads would not fit: even 1 thread needs ",
+                                  human_bytes(memory_total(q))));
+    }
+  }
+  return plan;
+}
+
+std::string human_bytes(uint64_t bytes) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double v = double(bytes);
+  int i = 0;
+  while (v >= 1024.0 && i < 6) {
+    v /= 1024.0;
+    ++i;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f %s", v, units[i]);
+  return buf;
+}
+
+std::string memory_plan_summary(const memory_plan& plan) {
+  std::string where = plan.problem.model == memory_model::cuda ? "per device" : "";
+  std::string s = cat("the ", memory_model_name(plan.problem.model), " plan needs ", human_bytes(plan.total),
+                      where.empty() ? "" : " ", where);
+  if (plan.capacity == 0) return s + " (memory not known: not compared)";
+  s += cat(", ", human_bytes(plan.capacity), " available: ");
+  if (plan.fits && !plan.batch_shrunk) return s + "fits";
+  if (plan.fits)
+    return s + cat("fits with batch_size = ", plan.problem.batch_size, " (shrunk from ", plan.requested_batch,
+                   ", which needs ", human_bytes(plan.requested_total), ")",
+                   plan.devices_to_fit > 0 ? cat("; ", plan.devices_to_fit, " devices would keep the batch") : "");
+  s += cat("does not fit (largest term: ", plan.largest_term, ", ", human_bytes(plan.term(plan.largest_term).bytes),
+           "); remedies, in order: ");
+  for (std::size_t i = 0; i < plan.remedies.size(); ++i) s += cat(i ? "; " : "", i + 1, ") ", plan.remedies[i]);
+  return s;
+}
+
+std::string memory_plan_table(const memory_plan& plan) {
+  char line[512];
+  std::string out;
+  std::snprintf(line, sizeof line, "%-16s %18s %12s  %s\n", "term", "bytes per device", "", "counted as");
+  out += line;
+  for (const auto& t : plan.terms) {
+    std::snprintf(line, sizeof line, "%-16s %18llu %12s  %s\n", t.name.c_str(), (unsigned long long)t.bytes,
+                  human_bytes(t.bytes).c_str(), t.formula.c_str());
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "%-16s %18llu %12s\n", "total", (unsigned long long)plan.total,
+                human_bytes(plan.total).c_str());
+  out += line;
+  if (plan.capacity > 0) {
+    std::snprintf(line, sizeof line, "%-16s %18llu %12s  (%.1f %% used)\n",
+                  plan.problem.model == memory_model::cuda ? "device memory" : "host memory", (unsigned long long)plan.capacity,
+                  human_bytes(plan.capacity).c_str(), 100.0 * double(plan.total) / double(plan.capacity));
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace tycho

@@ -1,0 +1,81 @@
+// A run resolved without reading its patterns (the source's info() only): the geometry, the
+// memory problem the planner (tycho/core/memory_plan.hpp) sizes, the host-memory check the
+// session makes before creating the engine, and the `tycho plan` command.
+#pragma once
+
+#include <tycho/core/config.hpp>
+#include <tycho/core/geometry.hpp>
+#include <tycho/core/memory_plan.hpp>
+#include <tycho/core/optics.hpp>
+#include <tycho/tycho_components.h>
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+
+#include "tycho/host/registry.hpp"
+
+namespace tycho::host {
+
+// Optics and geometry of a run: what the config says, else what the data file records.
+struct run_geometry {
+  probe_optics optics;
+  double wavelength_A = 0;
+  window_sampling sampling{};
+  scan_geometry geometry{};
+  object_layout layout;
+};
+
+// Resolves optics, sampling, scan geometry and object layout from the config and the source's
+// info() for an (n0, n1) window (after any detector padding); `description` names the data in
+// errors. The session and `tycho plan` both use it. (Defined in session.cpp.)
+run_geometry resolve_run_geometry(const config_document& doc, const tycho_dataset_info& info,
+                                  const std::string& description, int64_t n0, int64_t n1);
+
+// The memory problem of a run: the engine named in [reconstruct] chooses the model ("cpu" →
+// cpu, "cuda" → cuda, any other → host_staging), batch, modes, slices, optimizers (Adam 2 state
+// arrays, SGD 1, others counted as 2), cpu threads ([reconstruct] threads, else the OpenMP
+// default), devices ([reconstruct] devices, a list), the targets' stored type. (session.cpp)
+memory_problem run_memory_problem(const config_document& doc, const tycho_dataset_info& info,
+                                  int64_t n0, int64_t n1, const object_layout& layout);
+
+// What `tycho plan` shows: everything resolved as reconstruct resolves it (config checks,
+// calibrations, detector padding, geometry), with the source opened for info() only.
+struct run_preview {
+  std::string description;        // the data, as the source names it
+  std::string engine_name;
+  bool engine_available = false;  // false: planned with the model of an engine not loaded here
+  tycho_dataset_info info{};      // info.description is cleared (owned by the closed source)
+  int64_t window[2] = {0, 0};     // the engine's window (after padding)
+  run_geometry geometry;
+  memory_problem problem;
+};
+// (Defined in session.cpp.) An engine that is not loaded is accepted only when the planner has
+// a model for it ("cuda"); its own config keys then cannot be checked.
+run_preview preview_run(const config_document& doc, const registry& reg);
+
+// This machine's physical memory, bytes.
+uint64_t physical_memory_bytes();
+// Threads the cpu engine uses when [reconstruct] threads is not given: OMP_NUM_THREADS, else
+// the CPUs this process may run on (what OpenMP's default team uses).
+int64_t default_engine_threads();
+// Total memory of CUDA device `ordinal` through the driver library (libcuda.so.1, loaded at
+// run time); 0 when there is no driver or no such device.
+uint64_t cuda_device_memory_bytes(int ordinal);
+
+// Refuses a run whose host-side plan does not fit this machine's physical memory, with the
+// planner's message (the largest term, the remedies) and `hint`. A device engine's own plan is
+// not checked here (its device memory is not known to the host): its host side is.
+void check_host_memory(const memory_problem& problem, const std::string& hint);
+
+struct plan_options {
+  int64_t devices = 0;             // > 0: overrides [reconstruct] devices
+  double memory_GiB = -1;          // >= 0: the memory to compare with (device, or host for cpu)
+};
+
+// `tycho plan`: resolves the run (preview_run), prints the table and the verdict to `out`.
+// Returns 0 when it fits, 2 when it does not (or the device memory is unknown).
+int run_plan_command(const config_document& doc, const registry& reg, const plan_options& options,
+                     std::ostream& out);
+
+}  // namespace tycho::host

@@ -1,0 +1,143 @@
+// The host side of the memory planner: this machine's memory, the session's check, and the
+// `tycho plan` command (resolve_run_geometry, run_memory_problem and preview_run live in
+// session.cpp, beside the config readers they share with the session).
+#include "tycho/host/run_plan.hpp"
+
+#include <tycho/core/error.hpp>
+
+#include <toml++/toml.h>
+
+#include <dlfcn.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <ostream>
+#include <string>
+#include <thread>
+
+#include "tycho/host/log.hpp"
+
+namespace tycho::host {
+
+namespace {
+std::string dtype_text(DLDataType t) {
+  const char* kind = t.code == kDLUInt ? "uint" : t.code == kDLInt ? "int" : t.code == kDLFloat ? "float" : "type";
+  return cat(kind, int(t.bits));
+}
+}  // namespace
+
+uint64_t physical_memory_bytes() {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
+}
+
+int64_t default_engine_threads() {
+  if (const char* env = std::getenv("OMP_NUM_THREADS")) {
+    char* end = nullptr;
+    long n = std::strtol(env, &end, 10);  // "8" or "8,4": the outermost level
+    if (end != env && n > 0) return n;
+  }
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  unsigned n = std::thread::hardware_concurrency();
+  return n > 0 ? int64_t(n) : 1;
+}
+
+uint64_t cuda_device_memory_bytes(int ordinal) {
+  // The driver API through dlopen: the host does not link CUDA, and a machine without a GPU
+  // simply has no libcuda. The library stays loaded (unloading the driver is not supported).
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return 0;
+  using init_fn = int (*)(unsigned);
+  using device_get_fn = int (*)(int*, int);
+  using total_mem_fn = int (*)(std::size_t*, int);
+  auto init = reinterpret_cast<init_fn>(dlsym(lib, "cuInit"));
+  auto device_get = reinterpret_cast<device_get_fn>(dlsym(lib, "cuDeviceGet"));
+  auto total_mem = reinterpret_cast<total_mem_fn>(dlsym(lib, "cuDeviceTotalMem_v2"));
+  int device = 0;
+  std::size_t bytes = 0;
+  if (init && device_get && total_mem && init(0) == 0 && device_get(&device, ordinal) == 0 &&
+      total_mem(&bytes, device) == 0)
+    return bytes;
+  return 0;
+}
+
+void check_host_memory(const memory_problem& problem, const std::string& hint) {
+  memory_problem host = problem;
+  if (host.model == memory_model::cuda) host.model = memory_model::host_staging;
+  const memory_plan plan = plan_memory(host, physical_memory_bytes());
+  if (!plan.fits) fail(TYCHO_ERR_OUT_OF_MEMORY, memory_plan_summary(plan), "; ", hint);
+  log_info("session", cat("memory plan (", memory_model_name(host.model), "): ", human_bytes(plan.total), " of ",
+                          human_bytes(plan.capacity), " (largest term: ", plan.largest_term, ")"));
+}
+
+int run_plan_command(const config_document& doc, const registry& reg, const plan_options& options,
+                     std::ostream& out) {
+  run_preview r = preview_run(doc, reg);
+  memory_problem& p = r.problem;
+  if (options.devices > 0) p.devices = options.devices;
+  const bool device_model = p.model == memory_model::cuda;
+
+  out << "plan for " << doc.origin() << "\n";
+  out << "data     " << r.description << ": scan " << r.info.scan_shape[0] << " x " << r.info.scan_shape[1] << " ("
+      << p.patterns << " patterns), detector " << r.info.detector_shape[0] << " x " << r.info.detector_shape[1]
+      << " " << dtype_text(r.info.stored_dtype) << ", window " << p.window[0] << " x " << p.window[1] << "\n";
+  out << "object   " << p.slices << " x " << p.object_shape[0] << " x " << p.object_shape[1] << " px of "
+      << r.geometry.geometry.pixel_A[0] << " Å; probe " << p.probe_modes << " mode(s) of " << p.window[0] << " x "
+      << p.window[1] << "\n";
+  out << "engine   " << r.engine_name << " (" << memory_model_name(p.model) << " model";
+  if (p.model == memory_model::cpu) out << ", " << p.threads << " threads";
+  if (device_model) out << ", " << p.devices << " device(s), batch " << p.batch_size << " global";
+  out << ")";
+  if (!r.engine_available)
+    out << "\n         the '" << r.engine_name << "' engine is not available here: planned with its model anyway";
+  out << "\n\n";
+
+  uint64_t capacity = 0;
+  std::string capacity_source;
+  if (options.memory_GiB >= 0) {
+    capacity = std::max<uint64_t>(1, uint64_t(options.memory_GiB * double(uint64_t(1) << 30)));
+    capacity_source = "--device-memory";
+  } else if (device_model) {
+    const toml::table& rec_t = doc.table_at("reconstruct");
+    int ordinal = 0;
+    if (const toml::array* d = rec_t["devices"].as_array(); d && !d->empty() && (*d)[0].is_integer())
+      ordinal = int(*(*d)[0].value<int64_t>());
+    capacity = cuda_device_memory_bytes(ordinal);
+    capacity_source = cat("CUDA device ", ordinal);
+  } else {
+    capacity = physical_memory_bytes();
+    capacity_source = "this machine's physical memory";
+  }
+
+  const memory_plan plan = plan_memory(p, capacity);
+  out << memory_plan_table(plan);
+  if (capacity == 0) {
+    out << "\nthe device memory is not known here (no CUDA driver or device): give --device-memory GiB\n";
+    return 2;
+  }
+  out << "(memory: " << capacity_source << ")\n\n";
+  if (plan.fits && !plan.batch_shrunk) {
+    out << "fits: " << human_bytes(plan.total) << (device_model ? " per device" : "") << " of "
+        << human_bytes(plan.capacity) << "\n";
+    return 0;
+  }
+  if (plan.fits) {
+    out << "fits with batch_size = " << plan.problem.batch_size << ", shrunk from " << plan.requested_batch
+        << " (which needs " << human_bytes(plan.requested_total) << " per device): set [reconstruct] batch_size = "
+        << plan.problem.batch_size;
+    if (plan.devices_to_fit > 0) out << ", or " << plan.devices_to_fit << " devices keep the batch";
+    out << "\n";
+    return 0;
+  }
+  out << "does not fit: needs " << human_bytes(plan.total) << (device_model ? " per device" : "") << ", "
+      << human_bytes(plan.capacity) << " available; largest term: " << plan.largest_term << " ("
+      << human_bytes(plan.term(plan.largest_term).bytes) << ")\nremedies, in order:\n";
+  for (std::size_t i = 0; i < plan.remedies.size(); ++i) out << "  " << i + 1 << ". " << plan.remedies[i] << "\n";
+  return 2;
+}
+
+}  // namespace tycho::host
