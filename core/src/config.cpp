@@ -77,6 +77,8 @@ void config_document::set_from_text(const std::string& assignment) {
     t = sub;
   }
   t->insert_or_assign(key.substr(start), *parsed.get("v"));
+  // Messages about the configuration now concern the file and the command line together.
+  if (origin_.find(" + --set") == std::string::npos) origin_ += " + --set";
 }
 
 std::string config_document::to_toml() const {
@@ -132,7 +134,12 @@ void check_keys(const toml::table& table, const std::string& table_name,
     std::string near = nearest_name(key, allowed);
     if (!near.empty()) msg += cat("; did you mean '", near, "'?");
     std::string list;
-    for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+    std::vector<std::string> listed;  // a key both the runtime and a component read is listed once
+    for (const auto& a : allowed) {
+      if (std::find(listed.begin(), listed.end(), a) != listed.end()) continue;
+      listed.push_back(a);
+      list += (list.empty() ? "" : ", ") + a;
+    }
     msg += cat(" (allowed: ", list, ")");
     fail(TYCHO_ERR_INVALID_ARGUMENT, msg);
   }

@@ -239,9 +239,11 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
     fail(TYCHO_ERR_INVALID_ARGUMENT, "scan step and detector pixel must be > 0 (got ", step, " Å, ", dk, " Å⁻¹)");
   r.sampling = window_sampling{{n0, n1}, {dk, dk1}};
 
-  // The aperture must lie inside the detector, or the window cannot hold the probe's spectrum.
+  // The aperture must lie inside the measured detector (not a padded window: padding adds no
+  // measurements), or the data cannot hold the probe's spectrum.
   double k_aperture = r.optics.semiangle_mrad * 1e-3 / r.wavelength_A;
-  double k_nyquist = 0.5 * double(std::min(n0, n1)) * std::min(dk, dk1);
+  double k_nyquist =
+      0.5 * double(std::min(info.detector_shape[0], info.detector_shape[1])) * std::min(dk, dk1);
   if (k_aperture >= k_nyquist)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "the probe does not fit the window: a ", r.optics.semiangle_mrad,
          " mrad aperture reaches ", k_aperture, " Å⁻¹ but the detector only spans ±", k_nyquist,

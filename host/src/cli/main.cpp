@@ -28,6 +28,10 @@ int cmd_reconstruct(const std::string& config_path, int64_t iterations, const st
   if (iterations > 0) doc.set_from_text(fmt::format("reconstruct.iterations={}", iterations));
   std::string out_path = output.empty() ? th::session::configured_output_path(doc) : output;
   // Fail now, not after an hour of iterations, if the result cannot be written there.
+  if (std::filesystem::is_directory(out_path))
+    throw tycho::error(TYCHO_ERR_INVALID_ARGUMENT,
+                       fmt::format("output '{}' is a folder; give a file name, e.g. '{}/result.zip'",
+                                   out_path, out_path));
   auto out_dir = std::filesystem::absolute(out_path).parent_path();
   if (!std::filesystem::is_directory(out_dir))
     throw tycho::error(TYCHO_ERR_NOT_FOUND, fmt::format("output folder '{}' (for '{}') does not exist",
@@ -63,7 +67,8 @@ int cmd_plugins() {
   auto& reg = th::registry::global();
   fmt::print("tycho {} (ABI {}.{})\nplugin folders:\n", TYCHO_VERSION_STRING,
              TYCHO_ABI_VERSION_MAJOR, TYCHO_ABI_VERSION_MINOR);
-  for (const auto& d : th::registry::default_search_dirs()) fmt::print("  {}\n", d);
+  for (const auto& d : th::registry::default_search_dirs())
+    fmt::print("  {}{}\n", d, std::filesystem::is_directory(d) ? "" : "  (does not exist)");
   for (const auto& r : reg.reports()) {
     if (r.loaded) {
       fmt::print("{} {} (ABI {}.{}) from {}\n", r.name, r.version, TYCHO_ABI_MAJOR_OF(r.abi_version),
