@@ -2,9 +2,19 @@
 #include <tycho/sdk.hpp>
 
 #include "amplitude_loss.hpp"
+#ifdef TYCHO_HAVE_CUDA
+#include "amplitude_loss_cuda.hpp"
+#endif
 
 namespace {
 using namespace tycho::sdk;
+
+// Built with CUDA: device tensors run the kernel of amplitude_loss.cu.
+#ifdef TYCHO_HAVE_CUDA
+constexpr bool k_cuda = true;
+#else
+constexpr bool k_cuda = false;
+#endif
 
 struct amplitude_instance {};
 
@@ -14,12 +24,18 @@ tycho_status amplitude_create(const tycho_config*, tycho_loss** out) {
 
 tycho_status amplitude_evaluate(tycho_loss*, const DLTensor* model, const DLTensor* measured,
                                 const DLTensor* mask, double measured_scale, DLTensor* grad,
-                                double* loss_sum, void*) {
+                                double* loss_sum, [[maybe_unused]] void* stream) {
   return guarded([&] {
-    for (const DLTensor* t : {model, measured, static_cast<const DLTensor*>(grad)})
-      if (t != nullptr && t->device.device_type != kDLCPU)
+    // Host tensors run here; CUDA tensors (all of them on one device) go to the kernel.
+    const DLDevice dev = model != nullptr ? model->device : DLDevice{kDLCPU, 0};
+    for (const DLTensor* t : {model, measured, static_cast<const DLTensor*>(grad), mask}) {
+      if (t == nullptr) continue;
+      if (t->device.device_type != dev.device_type || t->device.device_id != dev.device_id)
+        fail(TYCHO_ERR_INVALID_ARGUMENT, "amplitude loss: the tensors lie on different devices");
+      if (t->device.device_type != kDLCPU && !(k_cuda && t->device.device_type == kDLCUDA))
         fail(TYCHO_ERR_UNSUPPORTED, "amplitude loss: tensors on device type ", int(t->device.device_type),
-             " are not supported by this build (host tensors only)");
+             " are not supported by this build (", k_cuda ? "host and CUDA" : "host", " tensors only)");
+    }
     expect_tensor(model, "model_intensity", dtype_float32, 3);
     expect_tensor(measured, "measured", dtype_float32, 3);
     expect_tensor(grad, "dloss_dintensity", dtype_float32, 3);
@@ -38,6 +54,15 @@ tycho_status amplitude_evaluate(tycho_loss*, const DLTensor* model, const DLTens
              " does not match the patterns ", shape_string(*model));
       mask_data = data_of<const uint8_t>(*mask);
     }
+#ifdef TYCHO_HAVE_CUDA
+    if (dev.device_type == kDLCUDA) {
+      if (loss_sum == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "amplitude loss: no device loss accumulator");
+      tycho::losses::amplitude_loss_cuda(data_of<const float>(*model), data_of<const float>(*measured), mask_data,
+                                         period, n, static_cast<float>(measured_scale), data_of<float>(*grad),
+                                         loss_sum, stream, dev.device_id);
+      return;
+    }
+#endif
     *loss_sum += tycho::losses::amplitude_loss(
         data_of<const float>(*model), data_of<const float>(*measured), mask_data, period, n,
         static_cast<float>(measured_scale), data_of<float>(*grad));
@@ -49,11 +74,12 @@ void amplitude_destroy(tycho_loss* loss) { delete reinterpret_cast<amplitude_ins
 const tycho_loss_vtable k_amplitude = {sizeof(tycho_loss_vtable), TYCHO_ABI_VERSION,
                                        &amplitude_create, &amplitude_evaluate, &amplitude_destroy};
 const char* const k_no_keys[] = {nullptr};
+constexpr uint32_t k_devices = TYCHO_DEVICE_BIT(kDLCPU) | (k_cuda ? TYCHO_DEVICE_BIT(kDLCUDA) : 0u);
 
 const tycho_component k_components[] = {
     component(TYCHO_COMPONENT_LOSS, "amplitude", "1.0.0",
               "amplitude loss Σ(√I − √D)², normalised to the mean measured intensity",
-              TYCHO_DEVICE_BIT(kDLCPU), k_no_keys, &k_amplitude),
+              k_devices, k_no_keys, &k_amplitude),
 };
 }  // namespace
 

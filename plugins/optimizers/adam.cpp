@@ -3,20 +3,26 @@
 #include "optimizers.hpp"
 
 namespace tycho::optimizers {
+adam_coefficients adam_state::begin_step(float grad_scale, double lr_scale) {
+  ++steps;
+  // Bias corrections folded into the step size and epsilon, as in the paper's final form.
+  const double c1 = 1.0 - std::pow(beta1, double(steps));
+  const double c2 = 1.0 - std::pow(beta2, double(steps));
+  return {float(beta1), float(beta2), float(learning_rate * lr_scale / c1), float(std::sqrt(c2)),
+          float(epsilon), grad_scale};
+}
+
 void adam_state::step(float* param, const float* grad, int64_t n, float grad_scale,
                       double lr_scale) {
   if (m.size() != std::size_t(n)) {
     m.assign(std::size_t(n), 0.f);
     v.assign(std::size_t(n), 0.f);
   }
-  ++steps;
-  const float b1 = float(beta1), b2 = float(beta2);
-  // Bias corrections folded into the step size and epsilon, as in the paper's final form.
-  const double c1 = 1.0 - std::pow(beta1, double(steps));
-  const double c2 = 1.0 - std::pow(beta2, double(steps));
-  const float step_size = float(learning_rate * lr_scale / c1);
-  const float sqrt_c2 = float(std::sqrt(c2));
-  const float eps = float(epsilon);
+  const adam_coefficients c = begin_step(grad_scale, lr_scale);
+  const float b1 = c.beta1, b2 = c.beta2;
+  const float step_size = c.step_size;
+  const float sqrt_c2 = c.sqrt_c2;
+  const float eps = c.epsilon;
   float* __restrict mp = m.data();
   float* __restrict vp = v.data();
 // simd only: a thread team here would not honour the engine's thread count.

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "optimizer_elements.hpp"
+
 namespace tycho::optimizers {
 
 // Adam (Kingma & Ba 2015), bias-corrected:
@@ -13,6 +15,8 @@ struct adam_state {
   int64_t steps = 0;
   std::vector<float> m, v;
   void step(float* param, const float* grad, int64_t n, float grad_scale, double lr_scale);
+  // Counts the step and returns its coefficients (what step() applies; the device path too).
+  adam_coefficients begin_step(float grad_scale, double lr_scale);
 };
 
 // Plain gradient descent with optional momentum: u ← μ u + g;  p ← p − lr · u
@@ -20,6 +24,7 @@ struct sgd_state {
   double learning_rate = 1e-2, momentum = 0.0;
   std::vector<float> velocity;
   void step(float* param, const float* grad, int64_t n, float grad_scale, double lr_scale);
+  sgd_coefficients coefficients(float grad_scale, double lr_scale) const;
 };
 
 }  // namespace tycho::optimizers
