@@ -59,6 +59,7 @@
 #include "losses/amplitude_pixel.hpp"
 #include "optimizers/optimizers.hpp"
 #include "run_command.hpp"
+#include "built_in_plugins.hpp"
 #include "test_paths.hpp"
 
 namespace fs = std::filesystem;
@@ -117,14 +118,7 @@ bool gpu_required() {
 
 // ------------------------------------------------------------------ helpers
 
-const tycho::host::registry& plugins() {
-  static tycho::host::registry* reg = [] {
-    auto* r = new tycho::host::registry;
-    r->load_directories({tycho::test::plugin_dir()});
-    return r;
-  }();
-  return *reg;
-}
+using tycho::test::plugins;
 
 bool has_engine(const std::string& name) {
   auto names = plugins().names(TYCHO_COMPONENT_ENGINE);
@@ -366,9 +360,7 @@ void expect_optimizer_matches_host(const std::string& engine, const std::string&
 
 std::string example_config() { return tycho::test::source_dir() + "/examples/mos2.toml"; }
 
-tycho::host::loaded_record load_result(const std::string& path) {
-  return tycho::host::load_record(tycho::host::format_for_path(plugins(), path), path);
-}
+using tycho::test::load_result;
 
 struct run_figures {
   double object = 0, probe = 0, loss = 0;  // relative differences

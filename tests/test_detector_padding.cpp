@@ -23,6 +23,7 @@
 
 #include "../host/src/detector_padding.hpp"
 #include "run_command.hpp"
+#include "built_in_plugins.hpp"
 #include "test_paths.hpp"
 
 namespace fs = std::filesystem;
@@ -222,14 +223,7 @@ struct engine_run {
   std::vector<std::complex<float>> object_grad, probe_grad;
 };
 
-const tycho::host::registry& plugins() {
-  static tycho::host::registry* reg = [] {
-    auto* r = new tycho::host::registry;
-    r->load_directories({tycho::test::plugin_dir()});
-    return r;
-  }();
-  return *reg;
-}
+using tycho::test::plugins;
 
 // One batch of every pattern on the CPU engine (one thread) with the amplitude loss.
 engine_run run_engine(std::vector<float>& targets, const std::vector<uint8_t>* mask, int64_t patterns,
@@ -327,9 +321,7 @@ TEST(DetectorPadding, MaskedPixelsContributeNothing) {
 
 std::string example_config() { return tycho::test::source_dir() + "/examples/mos2.toml"; }
 
-tycho::host::loaded_record load_result(const std::string& path) {
-  return tycho::host::load_record(tycho::host::format_for_path(plugins(), path), path);
-}
+using tycho::test::load_result;
 
 // Lines of stderr containing `text`.
 int count_lines(const command_result& r, const std::string& text) {

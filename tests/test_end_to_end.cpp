@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "run_command.hpp"
+#include "built_in_plugins.hpp"
 #include "test_paths.hpp"
 
 namespace fs = std::filesystem;
@@ -32,18 +33,9 @@ std::string example_config() { return tycho::test::source_dir() + "/examples/mos
 std::string ground_truth() { return tycho::test::example_data("mos2_ground_truth.npz"); }
 
 // A registry of the built-in plugins, to read results through the zip format as the host does.
-const tycho::host::registry& plugins() {
-  static tycho::host::registry* reg = [] {
-    auto* r = new tycho::host::registry;
-    r->load_directories({tycho::test::plugin_dir()});
-    return r;
-  }();
-  return *reg;
-}
+using tycho::test::plugins;
 
-tycho::host::loaded_record load_result(const std::string& path) {
-  return tycho::host::load_record(tycho::host::format_for_path(plugins(), path), path);
-}
+using tycho::test::load_result;
 
 bool is_png(const std::string& path) {
   static const unsigned char signature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "run_command.hpp"
+#include "built_in_plugins.hpp"
 #include "test_paths.hpp"
 
 namespace {
@@ -32,14 +33,7 @@ namespace {
 using cdouble = std::complex<double>;
 using tycho::test::run_command;
 
-const tycho::host::registry& plugins() {
-  static tycho::host::registry* reg = [] {
-    auto* r = new tycho::host::registry;
-    r->load_directories({tycho::test::plugin_dir()});
-    return r;
-  }();
-  return *reg;
-}
+using tycho::test::plugins;
 
 // Writes a 2-D C-order .npy (version 1.0) of float32 or float64 values.
 void write_npy(const std::string& path, const std::vector<double>& v, int64_t rows, int64_t cols,
