@@ -116,7 +116,11 @@ static_assert(sizeof(tycho_engine_vtable) == 64);
 static_assert(offsetof(tycho_optimizer_vtable, create) == 8);
 static_assert(offsetof(tycho_optimizer_vtable, step) == 16);
 static_assert(offsetof(tycho_optimizer_vtable, destroy) == 24);
-static_assert(sizeof(tycho_optimizer_vtable) == 32);
+static_assert(offsetof(tycho_optimizer_vtable, state_count) == 32);
+static_assert(offsetof(tycho_optimizer_vtable, state_array) == 40);
+static_assert(offsetof(tycho_optimizer_vtable, set_state) == 48);
+static_assert(offsetof(tycho_optimizer_vtable, step_count) == 56);
+static_assert(sizeof(tycho_optimizer_vtable) == 64);
 
 static_assert(offsetof(tycho_reducer_vtable, create) == 8);
 static_assert(offsetof(tycho_reducer_vtable, rank) == 16);

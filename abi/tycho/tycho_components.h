@@ -175,6 +175,25 @@ typedef struct tycho_optimizer_vtable {
   tycho_status (*step)(tycho_optimizer* opt, DLTensor* param, const DLTensor* grad,
                        const tycho_step_info* info, void* stream);
   void (*destroy)(tycho_optimizer* opt);
+  /* ---- appended: the optimizer's state, so that a saved run resumes bit for bit
+   * (`tycho reconstruct --from`). A host reads these only when struct_size covers them; an
+   * optimizer without state may leave them NULL (it then resumes as created).
+   * The state is `state_count` arrays (Adam: "m", "v"; SGD: "velocity"), each with the shape
+   * and dtype of the parameter given to create (complex parameters hold pairs of independent
+   * reals), plus a step count (the number of steps taken; Adam's bias correction uses it).
+   * Before the first step the arrays are zeros and the count is 0. None of these may be
+   * called while a step is in flight from another thread. */
+  int64_t (*state_count)(tycho_optimizer* opt);
+  /* Array i (0 <= i < state_count): *name (owned by the optimizer, valid while it lives) and
+   * a host view (kDLCPU, C-contiguous) of its current values, valid until the next call on
+   * `opt`. For device state the optimizer copies into a host staging buffer it owns, after
+   * waiting for the device's pending work. `view` may be NULL to ask for the name only. */
+  tycho_status (*state_array)(tycho_optimizer* opt, int64_t i, const char** name, DLTensor* view);
+  /* Replaces array i with `host_values` (host memory, the view's shape and dtype) and sets the
+   * step count to `steps` (>= 0). Copied before it returns; on a device, the copy is complete
+   * before later work on any stream. */
+  tycho_status (*set_state)(tycho_optimizer* opt, int64_t i, const DLTensor* host_values, int64_t steps);
+  int64_t (*step_count)(tycho_optimizer* opt);
 } tycho_optimizer_vtable;
 
 /* ---------------------------------------------------------------- reducer */

@@ -53,8 +53,18 @@ std::string to_json(const result_manifest& m) {
       {"positions_px", "(P, 2) float64: probe centres in object pixels, C order over the scan"},
       {"positions_A", "(P, 2) float64: probe centres in Å from the object's corner"},
       {"loss_history", "(iterations,) float64: mean loss per pattern"}};
-  j["history"] = {{"iterations", m.loss_history.size()}, {"loss", m.loss_history},
+  for (const auto& o : m.optimizer_states)
+    for (const auto& a : o.arrays)
+      j["arrays"]["optimizer." + o.parameter + "." + a] =
+          o.array_description + ": " + o.optimizer + " state '" + a + "' of the " + o.parameter;
+  j["history"] = {{"iterations", m.loss_history.size()},
+                  {"schedule_iterations", m.schedule_iterations},
+                  {"loss", m.loss_history},
                   {"seconds", m.seconds_history}};
+  nlohmann::ordered_json opts = nlohmann::ordered_json::object();
+  for (const auto& o : m.optimizer_states)
+    opts[o.parameter] = {{"optimizer", o.optimizer}, {"steps", o.steps}, {"arrays", o.arrays}};
+  j["optimizer_state"] = opts;
   nlohmann::ordered_json comps = nlohmann::ordered_json::array();
   for (const auto& c : m.components)
     comps.push_back({{"role", c.role}, {"kind", c.kind}, {"name", c.name}, {"version", c.version},

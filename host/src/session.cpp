@@ -5,13 +5,17 @@
 #include <tycho/core/geometry.hpp>
 #include <tycho/core/optics.hpp>
 
+#include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <filesystem>
+#include <optional>
 #include <thread>
+#include <tuple>
 
 #include <unistd.h>
 
@@ -204,6 +208,111 @@ void validate_config(const config_document& doc, const registry& reg, bool engin
   reg.find(TYCHO_COMPONENT_FORMAT, read_key<std::string>(out_t, "format", "output").value_or("zip"));
 }
 
+// Whether an optimizer component has the state functions appended to its vtable (an older
+// plugin's vtable is shorter; an optimizer without state leaves them NULL).
+bool has_state_functions(const tycho_optimizer_vtable* vt) {
+  return vt->struct_size >= offsetof(tycho_optimizer_vtable, step_count) + sizeof(vt->step_count) &&
+         vt->state_count != nullptr && vt->state_array != nullptr && vt->set_state != nullptr &&
+         vt->step_count != nullptr;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string t;
+  for (std::size_t i = 0; i < shape.size(); ++i) t += (i ? " x " : "") + std::to_string(shape[i]);
+  return t.empty() ? "()" : t;
+}
+
+// A result file to resume from (`tycho reconstruct --from`): its arrays, its manifest, how many
+// iterations it ran and the total its schedules span.
+struct resume_data {
+  std::string path;
+  loaded_record record;
+  nlohmann::json manifest;
+  int64_t done = 0, total = 0;
+  std::vector<int64_t> scan_shape, window_shape;
+};
+
+resume_data load_resume(const std::string& path, const registry& reg) {
+  if (!std::filesystem::is_regular_file(path))
+    fail(TYCHO_ERR_NOT_FOUND, "--from '", path, "': no such file");
+  resume_data r;
+  r.path = path;
+  try {
+    r.record = load_record(format_for_path(reg, path), path);
+  } catch (const error& e) {
+    fail(TYCHO_ERR_BAD_DATA, "'", path, "' is not a tycho result: ", e.what());
+  }
+  try {
+    r.manifest = nlohmann::json::parse(r.record.manifest_json);
+  } catch (const nlohmann::json::exception&) {
+    r.manifest = nullptr;
+  }
+  if (!r.manifest.is_object() || !r.manifest.contains("format") || r.manifest["format"] != "tycho-result")
+    fail(TYCHO_ERR_BAD_DATA, "'", path, "' is not a tycho result (its manifest.json does not say \"format\": \"tycho-result\")");
+  try {
+    const auto& h = r.manifest.at("history");
+    if (!h.contains("schedule_iterations") || !r.manifest.contains("optimizer_state"))
+      fail(TYCHO_ERR_BAD_DATA, "'", path, "' cannot be resumed: it was written by a tycho that did not save ",
+           "the optimizer state and the schedule's length");
+    r.done = h.at("iterations").get<int64_t>();
+    r.total = h.at("schedule_iterations").get<int64_t>();
+    r.scan_shape = r.manifest.at("data").at("scan_shape").get<std::vector<int64_t>>();
+    r.window_shape = r.manifest.at("calibration").at("window_shape").get<std::vector<int64_t>>();
+  } catch (const nlohmann::json::exception& e) {
+    fail(TYCHO_ERR_BAD_DATA, "'", path, "' is not a tycho result: its manifest is incomplete (", e.what(), ")");
+  }
+  if (r.done < 0 || r.total < 0) fail(TYCHO_ERR_BAD_DATA, "'", path, "': negative iteration counts in its manifest");
+  const owned_array& history = r.record.array("loss_history", path);
+  if (history.dtype.code != kDLFloat || history.dtype.bits != 64 || history.count() != r.done)
+    fail(TYCHO_ERR_BAD_DATA, "'", path, "': loss_history ", shape_text(history.shape), " does not hold the ",
+         r.done, " iterations its manifest records");
+  return r;
+}
+
+// Refuses a resumed file whose data does not match the config's, naming both.
+void check_resume_shapes(const resume_data& r, const std::vector<int64_t>& scan, const std::vector<int64_t>& window,
+                         const std::vector<int64_t>& object, const std::vector<int64_t>& probe, int64_t patterns) {
+  const owned_array& obj = r.record.array("object", r.path);
+  const owned_array& prb = r.record.array("probe", r.path);
+  const owned_array& pos = r.record.array("positions_px", r.path);
+  if (r.scan_shape != scan || r.window_shape != window || obj.shape != object || prb.shape != probe)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "--from '", r.path, "' does not match this config's data: the file has scan ",
+         shape_text(r.scan_shape), ", window ", shape_text(r.window_shape), ", object ", shape_text(obj.shape),
+         ", probe ", shape_text(prb.shape), "; the config gives scan ", shape_text(scan), ", window ",
+         shape_text(window), ", object ", shape_text(object), ", probe ", shape_text(probe));
+  const DLDataType c64{kDLComplex, 64, 1};
+  auto same = [](DLDataType a, DLDataType b) { return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes; };
+  if (!same(obj.dtype, c64) || !same(prb.dtype, c64))
+    fail(TYCHO_ERR_BAD_DATA, "'", r.path, "': object and probe must be complex64");
+  if (pos.shape != std::vector<int64_t>{patterns, 2} || !same(pos.dtype, DLDataType{kDLFloat, 64, 1}))
+    fail(TYCHO_ERR_BAD_DATA, "'", r.path, "': positions_px ", shape_text(pos.shape), " is not (", patterns,
+         ", 2) float64");
+}
+
+// Gives a new optimizer the saved state of `which` ("object" or "probe").
+void restore_optimizer(const resume_data& r, const char* which, const component_ref& ref, tycho_optimizer* opt) {
+  const auto* vt = ref.as<tycho_optimizer_vtable>();
+  const int64_t count = has_state_functions(vt) ? vt->state_count(opt) : 0;
+  const nlohmann::json& all = r.manifest.at("optimizer_state");
+  if (!all.contains(which)) {
+    if (count == 0) return;
+    fail(TYCHO_ERR_BAD_DATA, "'", r.path, "' holds no state for the ", which, " optimizer");
+  }
+  const nlohmann::json& saved = all.at(which);
+  std::string saved_name = saved.value("optimizer", std::string());
+  if (saved_name != ref.name)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "--from '", r.path, "': the ", which, " optimizer was \"", saved_name,
+         "\", the config asks for \"", ref.name, "\"; a resumed run keeps its optimizers");
+  const int64_t steps = saved.value("steps", int64_t(0));
+  for (int64_t i = 0; i < count; ++i) {
+    const char* name = nullptr;
+    check_status(vt->state_array(opt, i, &name, nullptr), "optimizer state_array");
+    const owned_array& a = r.record.array(cat("optimizer.", which, ".", name ? name : ""), r.path);
+    DLTensor t = const_cast<owned_array&>(a).view();
+    check_status(vt->set_state(opt, i, &t, steps), "optimizer set_state");
+  }
+}
+
 }  // namespace
 
 run_geometry resolve_run_geometry(const config_document& doc, const tycho_dataset_info& info,
@@ -390,12 +499,19 @@ struct session::state {
   }
 };
 
-session::session(config_document config, registry& reg)
+session::session(config_document config, registry& reg, const std::string& resume_from)
     : s_(std::make_unique<state>(std::move(config))) {
   s_->reg = &reg;
   state& s = *s_;
   validate_config(s.config, reg);
   read_devices(s.config.table_at("reconstruct"));  // several devices: refused before the data is read
+  // Resuming: the schedules span the resumed run's total (its recorded
+  // history.schedule_iterations), whatever [reconstruct] iterations says; the config records it.
+  std::optional<resume_data> resume;
+  if (!resume_from.empty()) {
+    resume = load_resume(resume_from, reg);
+    s.config.set_from_text(cat("reconstruct.iterations=", resume->total));
+  }
   const reconstruct_settings settings = read_reconstruct_settings(s.config);
   s.iterations = settings.iterations;
 
@@ -445,15 +561,30 @@ session::session(config_document config, registry& reg)
   s.reconstruct_cfg = tycho_config{&rec_t, "[reconstruct]", s.config.base_dir()};
   check_status(s.loss_ref->as<tycho_loss_vtable>()->create(&s.reconstruct_cfg, &s.loss), "loss create");
 
-  std::vector<cfloat> object(static_cast<std::size_t>(s.layout.shape[0] * s.layout.shape[1]), cfloat(1.f, 0.f));
+  std::vector<cfloat> object;
   int64_t object_shape[3] = {1, s.layout.shape[0], s.layout.shape[1]};
   int64_t probe_shape[3] = {1, s.data.n0, s.data.n1};
   int64_t target_shape[3] = {s.data.patterns, s.data.n0, s.data.n1};
   int64_t pos_shape[2] = {s.data.patterns, 2};
+  void* object_data = nullptr;
+  void* probe_data = probe.data();
+  void* positions_data = s.layout.positions_px.data();
+  if (resume) {
+    // The engine starts from the saved object, probe and positions instead of ones and the
+    // optics' probe.
+    check_resume_shapes(*resume, {info.scan_shape[0], info.scan_shape[1]}, {s.data.n0, s.data.n1},
+                        {object_shape, object_shape + 3}, {probe_shape, probe_shape + 3}, s.data.patterns);
+    object_data = const_cast<unsigned char*>(resume->record.array("object", resume->path).bytes.data());
+    probe_data = const_cast<unsigned char*>(resume->record.array("probe", resume->path).bytes.data());
+    positions_data = const_cast<unsigned char*>(resume->record.array("positions_px", resume->path).bytes.data());
+  } else {
+    object.assign(static_cast<std::size_t>(s.layout.shape[0] * s.layout.shape[1]), cfloat(1.f, 0.f));
+    object_data = object.data();
+  }
   DLTensor targets{s.data.targets.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, target_shape, nullptr, 0};
-  DLTensor positions{s.layout.positions_px.data(), {kDLCPU, 0}, 2, k_float64, pos_shape, nullptr, 0};
-  DLTensor object_t{object.data(), {kDLCPU, 0}, 3, k_complex64, object_shape, nullptr, 0};
-  DLTensor probe_t{probe.data(), {kDLCPU, 0}, 3, k_complex64, probe_shape, nullptr, 0};
+  DLTensor positions{positions_data, {kDLCPU, 0}, 2, k_float64, pos_shape, nullptr, 0};
+  DLTensor object_t{object_data, {kDLCPU, 0}, 3, k_complex64, object_shape, nullptr, 0};
+  DLTensor probe_t{probe_data, {kDLCPU, 0}, 3, k_complex64, probe_shape, nullptr, 0};
   tycho_engine_setup setup{};
   setup.struct_size = sizeof(setup);
   setup.config = &s.reconstruct_cfg;
@@ -491,6 +622,23 @@ session::session(config_document config, registry& reg)
   const driver_options& dopt = settings.driver;
   s.drv = std::make_unique<driver>(engine_binding{s.engine_ref->as<tycho_engine_vtable>(), s.engine},
                                    std::move(opts), s.data.patterns, dopt);
+
+  // ---- resumed: optimizer state, iteration count and history continue where the file ended
+  if (resume) {
+    restore_optimizer(*resume, "object", *s.object_opt_ref, s.object_opt);
+    restore_optimizer(*resume, "probe", *s.probe_opt_ref, s.probe_opt);
+    s.drv->set_iterations_done(resume->done);
+    const owned_array& h = resume->record.array("loss_history", resume->path);
+    s.loss_history.assign(h.as<double>(), h.as<double>() + h.count());
+    std::vector<double> secs;
+    try {
+      secs = resume->manifest.at("history").value("seconds", std::vector<double>());
+    } catch (const nlohmann::json::exception&) {
+    }
+    secs.resize(std::size_t(resume->done), 0.0);
+    s.seconds_history = std::move(secs);
+    log_info("session", cat("resuming '", resume->path, "' after iteration ", resume->done, " of ", resume->total));
+  }
 
   // ---- output
   const toml::table& out_t = s.config.table_at("output");
@@ -541,6 +689,7 @@ owned_array session::get(const std::string& name) const {
 }
 
 int64_t session::configured_iterations() const { return s_->iterations; }
+int64_t session::iterations_done() const { return s_->drv->iterations_done(); }
 const std::vector<double>& session::loss_history() const { return s_->loss_history; }
 double session::object_pixel_A(int axis) const { return s_->geometry.pixel_A[axis]; }
 
@@ -579,6 +728,23 @@ std::string session::manifest_json() const {
   m.object_padding_px = s.geometry.padding_px;
   m.loss_history = s.loss_history;
   m.seconds_history = s.seconds_history;
+  m.schedule_iterations = s.iterations;
+  for (const auto& [which, ref, opt] : {std::tuple{"object", s.object_opt_ref, s.object_opt},
+                                        std::tuple{"probe", s.probe_opt_ref, s.probe_opt}}) {
+    const auto* vt = ref->as<tycho_optimizer_vtable>();
+    if (!has_state_functions(vt)) continue;
+    optimizer_state_record o;
+    o.parameter = which;
+    o.optimizer = ref->name;
+    o.steps = vt->step_count(opt);
+    o.array_description = cat("the shape and dtype of ", which);
+    for (int64_t i = 0, n = vt->state_count(opt); i < n; ++i) {
+      const char* name = nullptr;
+      check_status(vt->state_array(opt, i, &name, nullptr), "optimizer state_array");
+      o.arrays.emplace_back(name ? name : "");
+    }
+    m.optimizer_states.push_back(std::move(o));
+  }
   const component_ref* source = &s.reg->find(TYCHO_COMPONENT_SOURCE, s.data.source_name);
   const std::pair<const char*, const component_ref*> used[] = {
       {"source", source},
@@ -596,6 +762,19 @@ void session::save(const std::string& path, tycho_save_mode mode) const {
   std::vector<owned_array> arrays;
   for (const char* name : {"object", "probe", "positions_px", "positions_A", "loss_history"})
     arrays.push_back(get(name));
+  // The optimizers' state, for `tycho reconstruct --from` (optimizer.<parameter>.<array>).
+  const state& s = *s_;
+  for (const auto& [which, ref, opt] : {std::tuple{"object", s.object_opt_ref, s.object_opt},
+                                        std::tuple{"probe", s.probe_opt_ref, s.probe_opt}}) {
+    const auto* vt = ref->as<tycho_optimizer_vtable>();
+    if (!has_state_functions(vt)) continue;
+    for (int64_t i = 0, n = vt->state_count(opt); i < n; ++i) {
+      const char* name = nullptr;
+      DLTensor view{};
+      check_status(vt->state_array(opt, i, &name, &view), "optimizer state_array");
+      arrays.push_back(owned_array::copy_of(cat("optimizer.", which, ".", name ? name : ""), view));
+    }
+  }
   save_record(*s_->format_ref, arrays, manifest_json(), path, mode);
 }
 

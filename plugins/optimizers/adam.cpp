@@ -14,10 +14,9 @@ adam_coefficients adam_state::begin_step(float grad_scale, double lr_scale) {
 
 void adam_state::step(float* param, const float* grad, int64_t n, float grad_scale,
                       double lr_scale) {
-  if (m.size() != std::size_t(n)) {
-    m.assign(std::size_t(n), 0.f);
-    v.assign(std::size_t(n), 0.f);
-  }
+  // Zeros on the first step; a restored state (set_state) already has n values.
+  if (m.size() != std::size_t(n)) m.assign(std::size_t(n), 0.f);
+  if (v.size() != std::size_t(n)) v.assign(std::size_t(n), 0.f);
   const adam_coefficients c = begin_step(grad_scale, lr_scale);
   const float b1 = c.beta1, b2 = c.beta2;
   const float step_size = c.step_size;

@@ -81,6 +81,29 @@ void device_state::ensure(int64_t n, int buffers, void* stream, int device) {
   n_ = n;
 }
 
+void device_state::read(int which, float* host, int64_t n, int device) {
+  float* buf = which == 0 ? a_ : b_;
+  if (buf == nullptr || n_ != n) {
+    std::fill(host, host + n, 0.f);
+    return;
+  }
+  check(cudaSetDevice(device_), "cudaSetDevice", "optimizer state");
+  (void)device;
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize", "optimizer state");
+  check(cudaMemcpy(host, buf, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy",
+        "optimizer state");
+}
+
+void device_state::write(int which, const float* host, int64_t n, int buffers, int device) {
+  // Ordered on the legacy default stream, then waited for: complete before any later work.
+  ensure(n, buffers, nullptr, device);
+  check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize", "optimizer state");
+  float* buf = which == 0 ? a_ : b_;
+  check(cudaMemcpy(buf, host, size_t(n) * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy",
+        "optimizer state");
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize", "optimizer state");
+}
+
 void device_state::adam_step(float* param, const float* grad, int64_t n, const adam_coefficients& c, void* stream,
                              int device) {
   ensure(n, 2, stream, device);

@@ -22,6 +22,7 @@ struct adam_state {
 // Plain gradient descent with optional momentum: u ← μ u + g;  p ← p − lr · u
 struct sgd_state {
   double learning_rate = 1e-2, momentum = 0.0;
+  int64_t steps = 0;  // counted for saving and resuming; the update does not use it
   std::vector<float> velocity;
   void step(float* param, const float* grad, int64_t n, float grad_scale, double lr_scale);
   sgd_coefficients coefficients(float grad_scale, double lr_scale) const;

@@ -23,6 +23,13 @@ class device_state {
   void sgd_step(float* param, const float* grad, int64_t n, const sgd_coefficients& c, void* stream,
                 int device);
 
+  // Saving and resuming (the optimizer vtable's state functions). Buffer `which` (0: a, 1: b)
+  // into host memory after waiting for the device; zeros when it was never allocated.
+  void read(int which, float* host, int64_t n, int device);
+  // Buffer `which` from host memory (allocating `buffers` buffers of n floats if needed),
+  // complete before it returns.
+  void write(int which, const float* host, int64_t n, int buffers, int device);
+
  private:
   void ensure(int64_t n, int buffers, void* stream, int device);
   float* a_ = nullptr;

@@ -2,6 +2,7 @@
 #include <tycho/sdk.hpp>
 
 #include <memory>
+#include <vector>
 
 #include "optimizers.hpp"
 #ifdef TYCHO_HAVE_CUDA
@@ -28,6 +29,28 @@ struct instance {
 #ifdef TYCHO_HAVE_CUDA
   tycho::optimizers::device_state device;
 #endif
+  // The parameter given to create: the state arrays have its shape and dtype.
+  std::vector<int64_t> shape;
+  DLDataType dtype{};
+  DLDevice param_device{kDLCPU, 0};
+  int64_t reals = 0;
+  std::vector<float> staging;  // host copy of device state (state_array)
+};
+
+// The state arrays of each optimizer, by index: names and the host vectors holding them.
+template <class State>
+struct state_layout;
+template <>
+struct state_layout<adam_state> {
+  static constexpr int count = 2;
+  static constexpr const char* names[count] = {"m", "v"};
+  static std::vector<float>& host(adam_state& s, int64_t i) { return i == 0 ? s.m : s.v; }
+};
+template <>
+struct state_layout<sgd_state> {
+  static constexpr int count = 1;
+  static constexpr const char* names[count] = {"velocity"};
+  static std::vector<float>& host(sgd_state& s, int64_t) { return s.velocity; }
 };
 
 // Reals per element of a float32 or complex64 parameter (host, or CUDA in a CUDA build).
@@ -57,6 +80,7 @@ void device_step(instance<adam_state>& in, float* p, const float* g, int64_t n, 
 }
 void device_step(instance<sgd_state>& in, float* p, const float* g, int64_t n, float grad_scale,
                  double lr_scale, void* stream, int device) {
+  ++in.state.steps;
   in.device.sgd_step(p, g, n, in.state.coefficients(grad_scale, lr_scale), stream, device);
 }
 #endif
@@ -86,11 +110,88 @@ tycho_status step_impl(tycho_optimizer* opt, DLTensor* param, const DLTensor* gr
   });
 }
 
+template <class State>
+void remember_param(instance<State>& in, const DLTensor* param) {
+  in.reals = real_count(param, "param");
+  in.shape.assign(param->shape, param->shape + param->ndim);
+  in.dtype = param->dtype;
+  in.param_device = param->device;
+}
+
+template <class State>
+int64_t state_count_impl(tycho_optimizer*) {
+  return state_layout<State>::count;
+}
+
+template <class State>
+instance<State>& checked_instance(tycho_optimizer* opt, int64_t i) {
+  if (opt == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "optimizer: the instance is NULL");
+  if (i < 0 || i >= state_layout<State>::count)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "optimizer: state array ", i, " does not exist (there are ",
+         state_layout<State>::count, ")");
+  return *reinterpret_cast<instance<State>*>(opt);
+}
+
+template <class State>
+tycho_status state_array_impl(tycho_optimizer* opt, int64_t i, const char** name, DLTensor* view) {
+  return guarded([&] {
+    auto& in = checked_instance<State>(opt, i);
+    if (name != nullptr) *name = state_layout<State>::names[i];
+    if (view == nullptr) return;
+    float* data = nullptr;
+#ifdef TYCHO_HAVE_CUDA
+    if (in.param_device.device_type == kDLCUDA) {
+      in.staging.resize(std::size_t(in.reals));
+      in.device.read(int(i), in.staging.data(), in.reals, in.param_device.device_id);
+      data = in.staging.data();
+    }
+#endif
+    if (data == nullptr) {
+      std::vector<float>& h = state_layout<State>::host(in.state, i);
+      if (h.size() != std::size_t(in.reals)) h.assign(std::size_t(in.reals), 0.f);
+      data = h.data();
+    }
+    *view = DLTensor{data, {kDLCPU, 0}, int32_t(in.shape.size()), in.dtype, in.shape.data(), nullptr, 0};
+  });
+}
+
+template <class State>
+tycho_status set_state_impl(tycho_optimizer* opt, int64_t i, const DLTensor* values, int64_t steps) {
+  return guarded([&] {
+    auto& in = checked_instance<State>(opt, i);
+    if (values == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "optimizer: state values are missing");
+    if (values->device.device_type != kDLCPU)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "optimizer: state values must be in host memory");
+    if (steps < 0) fail(TYCHO_ERR_INVALID_ARGUMENT, "optimizer: step count ", steps, " is negative");
+    const std::vector<int64_t> shape(values->shape, values->shape + values->ndim);
+    if (shape != in.shape || !same_dtype(values->dtype, in.dtype) || !is_contiguous(*values))
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "optimizer: state '", state_layout<State>::names[i], "' ",
+           shape_string(*values), " ", dtype_name(values->dtype),
+           " does not match the parameter's shape and dtype");
+    const float* src = data_of<const float>(*values);
+#ifdef TYCHO_HAVE_CUDA
+    if (in.param_device.device_type == kDLCUDA) {
+      in.device.write(int(i), src, in.reals, state_layout<State>::count, in.param_device.device_id);
+      in.state.steps = steps;
+      return;
+    }
+#endif
+    state_layout<State>::host(in.state, i).assign(src, src + in.reals);
+    in.state.steps = steps;
+  });
+}
+
+template <class State>
+int64_t step_count_impl(tycho_optimizer* opt) {
+  return opt == nullptr ? 0 : reinterpret_cast<instance<State>*>(opt)->state.steps;
+}
+
 tycho_status adam_create(const tycho_config* cfg, const DLTensor* param, tycho_optimizer** out) {
   return guarded([&] {
     real_count(param, "param");
     config_view c(cfg);
     auto in = std::make_unique<instance<adam_state>>();
+    remember_param(*in, param);
     adam_state* s = &in->state;
     s->learning_rate = positive(c, "learning_rate", s->learning_rate);
     s->beta1 = positive(c, "beta1", s->beta1);
@@ -112,6 +213,7 @@ tycho_status sgd_create(const tycho_config* cfg, const DLTensor* param, tycho_op
     real_count(param, "param");
     config_view c(cfg);
     auto in = std::make_unique<instance<sgd_state>>();
+    remember_param(*in, param);
     sgd_state* s = &in->state;
     s->learning_rate = positive(c, "learning_rate", s->learning_rate);
     s->momentum = positive(c, "momentum", s->momentum);
@@ -125,9 +227,13 @@ tycho_status sgd_step(tycho_optimizer* o, DLTensor* p, const DLTensor* g,
 void sgd_destroy(tycho_optimizer* o) { delete reinterpret_cast<instance<sgd_state>*>(o); }
 
 const tycho_optimizer_vtable k_adam = {sizeof(tycho_optimizer_vtable), TYCHO_ABI_VERSION,
-                                       &adam_create, &adam_step, &adam_destroy};
+                                       &adam_create, &adam_step, &adam_destroy,
+                                       &state_count_impl<adam_state>, &state_array_impl<adam_state>,
+                                       &set_state_impl<adam_state>, &step_count_impl<adam_state>};
 const tycho_optimizer_vtable k_sgd = {sizeof(tycho_optimizer_vtable), TYCHO_ABI_VERSION,
-                                      &sgd_create, &sgd_step, &sgd_destroy};
+                                      &sgd_create, &sgd_step, &sgd_destroy,
+                                      &state_count_impl<sgd_state>, &state_array_impl<sgd_state>,
+                                      &set_state_impl<sgd_state>, &step_count_impl<sgd_state>};
 const char* const k_adam_keys[] = {"learning_rate", "beta1", "beta2", "epsilon", nullptr};
 const char* const k_sgd_keys[] = {"learning_rate", "momentum", nullptr};
 

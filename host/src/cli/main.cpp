@@ -20,12 +20,23 @@ namespace th = tycho::host;
 
 namespace {
 
-int cmd_reconstruct(const std::string& config_path, int64_t iterations, const std::string& output,
+// How many iterations an invocation runs, and over how many the learning-rate schedules are laid
+// out (the run's total, [reconstruct] iterations):
+//   fresh run:  --iterations N sets the total to N and runs N; --stop-after M runs only M of the
+//               total (the schedules keep the total's length), so that the run can be resumed.
+//   --from R:   the total is R's (recorded as history.schedule_iterations); --iterations N (or
+//               --stop-after N) runs N more; neither runs what is left of the total. Past the
+//               total, the schedules stay at their final value.
+int cmd_reconstruct(const std::string& config_path, int64_t iterations, int64_t stop_after,
+                    const std::string& from, const std::string& output,
                     const std::vector<std::string>& sets, bool quiet) {
   auto doc = tycho::config_document::load_file(config_path);
   for (const auto& s : sets) doc.set_from_text(s);
-  // --iterations is the run's length: the schedule and the recorded config follow it.
-  if (iterations > 0) doc.set_from_text(fmt::format("reconstruct.iterations={}", iterations));
+  // A fresh run's --iterations is the run's length: the schedule and the recorded config follow it.
+  if (iterations > 0 && from.empty()) doc.set_from_text(fmt::format("reconstruct.iterations={}", iterations));
+  if (!from.empty() && iterations > 0 && stop_after > 0)
+    throw tycho::error(TYCHO_ERR_INVALID_ARGUMENT,
+                       "with --from, --iterations and --stop-after both mean \"run N more\": give one");
   std::string out_path = output.empty() ? th::session::configured_output_path(doc) : output;
   // Fail now, not after an hour of iterations, if the result cannot be written there.
   if (std::filesystem::is_directory(out_path))
@@ -36,11 +47,21 @@ int cmd_reconstruct(const std::string& config_path, int64_t iterations, const st
   if (!std::filesystem::is_directory(out_dir))
     throw tycho::error(TYCHO_ERR_NOT_FOUND, fmt::format("output folder '{}' (for '{}') does not exist",
                                                         out_dir.string(), out_path));
-  th::session session(std::move(doc), th::registry::global());
-  int64_t n = iterations > 0 ? iterations : session.configured_iterations();
+  th::session session(std::move(doc), th::registry::global(), from);
+  const int64_t done = session.iterations_done();
+  int64_t n = 0;
+  if (from.empty()) {
+    n = stop_after > 0 ? stop_after : iterations > 0 ? iterations : session.configured_iterations();
+  } else {
+    n = iterations > 0 ? iterations : stop_after > 0 ? stop_after : session.configured_iterations() - done;
+    if (n <= 0)
+      throw tycho::error(TYCHO_ERR_INVALID_ARGUMENT,
+                         fmt::format("'{}' already ran {} of its {} iterations: give --iterations N to run N more",
+                                     from, done, session.configured_iterations()));
+  }
   session.run(n, [&](const tycho_progress& p) {
     if (!quiet)
-      fmt::print("iteration {:>4}/{}  loss {:.6e}  {:.3f} s/it\n", p.iteration, p.iterations_total,
+      fmt::print("iteration {:>4}/{}  loss {:.6e}  {:.3f} s/it\n", p.iteration, done + p.iterations_total,
                  p.loss, p.seconds);
     std::fflush(stdout);
     return true;
@@ -93,14 +114,21 @@ int main(int argc, char** argv) {
 
   auto* rec = app.add_subcommand("reconstruct", "reconstruct object and probe from a TOML config");
   std::string config_path, output;
-  int64_t iterations = 0;
+  int64_t iterations = 0, stop_after = 0;
+  std::string from;
   std::vector<std::string> sets;
   bool quiet = false;
   rec->add_option("config", config_path, "TOML configuration file")->required();
-  rec->add_option("--iterations", iterations, "iterations to run (default: [reconstruct] iterations)")
-      ->check(CLI::Validator(
-          [](std::string& v) { return std::stoll(v) > 0 ? std::string() : "must be a positive integer"; },
-          "POSITIVE"));
+  const CLI::Validator positive(
+      [](std::string& v) { return std::stoll(v) > 0 ? std::string() : "must be a positive integer"; }, "POSITIVE");
+  rec->add_option("--iterations", iterations,
+                  "iterations to run (default: [reconstruct] iterations); with --from: iterations to run more")
+      ->check(positive);
+  rec->add_option("--stop-after", stop_after,
+                  "run only this many iterations now; the learning-rate schedules keep the run's total length")
+      ->check(positive);
+  rec->add_option("--from", from, "continue the run saved in this result file (object, probe, optimizer state, "
+                                  "iteration count, loss history)");
   rec->add_option("--output,-o", output, "result file (default: [output] path)");
   rec->add_option("--set", sets, "override a config value: --set reconstruct.batch_size=64")
       ->allow_extra_args(false);  // one value per --set, so a config path after it stays positional
@@ -132,7 +160,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (quiet) th::set_log_level(TYCHO_LOG_WARNING);
   try {
-    if (rec->parsed()) return cmd_reconstruct(config_path, iterations, output, sets, quiet);
+    if (rec->parsed()) return cmd_reconstruct(config_path, iterations, stop_after, from, output, sets, quiet);
     if (ev->parsed()) {
       fmt::print("{}\n", th::evaluate_result(th::registry::global(), result_path, truth_path, sigma_A, fov));
       return 0;

@@ -61,6 +61,9 @@ class driver {
   // Returns the mean loss per pattern.
   double run_iteration();
   int64_t iterations_done() const { return iterations_done_; }
+  // Resuming a saved run: the next iteration is n + 1, with that epoch's permutation and
+  // schedule factor, exactly as in a run that never stopped.
+  void set_iterations_done(int64_t n) { iterations_done_ = n; }
 
  private:
   void apply_object_constraints();

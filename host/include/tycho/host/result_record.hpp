@@ -20,6 +20,16 @@ struct component_provenance {
   std::string kind, name, version, plugin_path;
 };
 
+// The state of one parameter's optimizer, saved so that `tycho reconstruct --from` resumes bit
+// for bit: its arrays are saved as "optimizer.<parameter>.<array>".
+struct optimizer_state_record {
+  std::string parameter;              // "object" or "probe"
+  std::string optimizer;              // component name, e.g. "adam"
+  int64_t steps = 0;                  // steps taken
+  std::vector<std::string> arrays;    // e.g. {"m", "v"}
+  std::string array_description;      // shape and dtype, for the manifest's "arrays"
+};
+
 struct result_manifest {
   std::string config_toml;  // the configuration as run
   std::string data_description, source;
@@ -31,6 +41,8 @@ struct result_manifest {
   double mean_total_intensity = 0;
   int64_t object_padding_px = 0;
   std::vector<double> loss_history, seconds_history;
+  int64_t schedule_iterations = 0;    // the run's total: the learning-rate schedules span it
+  std::vector<optimizer_state_record> optimizer_states;
   std::vector<component_provenance> components;
 };
 

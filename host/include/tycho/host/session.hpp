@@ -21,7 +21,13 @@ using progress_callback = std::function<bool(const tycho_progress&)>;
 
 class session {
  public:
-  session(config_document config, registry& reg);
+  // `resume_from`: a result file to continue (`tycho reconstruct --from`): the engine starts
+  // from its object, probe and positions, the optimizers from its saved state, and iterations,
+  // loss history and schedules continue where it stopped. The schedules span the file's
+  // recorded total (history.schedule_iterations), which replaces [reconstruct] iterations; the
+  // rest of the config applies as given. A file whose scan, window or object shape differs from
+  // the config's data, or that is not a tycho result, is refused.
+  session(config_document config, registry& reg, const std::string& resume_from = "");
   ~session();
   session(const session&) = delete;
   session& operator=(const session&) = delete;
@@ -36,7 +42,8 @@ class session {
   void save(const std::string& path, tycho_save_mode mode) const;
   std::string manifest_json() const;
 
-  int64_t configured_iterations() const;
+  int64_t configured_iterations() const;  // the schedules' total
+  int64_t iterations_done() const;        // counted over the whole run, resumed ones included
   std::string output_path() const;      // [output] path, relative to the current folder
   static std::string configured_output_path(const config_document& config);
   bool previews_enabled() const;
