@@ -649,7 +649,8 @@ session::session(config_document config, registry& reg, const std::string& resum
                           ", detector ", s.data.n0, " x ", s.data.n1, ", mean ", s.data.mean_total_intensity,
                           " per pattern; object ", s.layout.shape[0], " x ", s.layout.shape[1], " px of ",
                           s.geometry.pixel_A[0], " Å; engine ", engine_name, ", loss ", loss_name,
-                          ", batch ", dopt.batch_size, ", float32 on cpu"));
+                          ", batch ", dopt.batch_size, ", float32 on ",
+                          setup.device.device_type == kDLCUDA ? cat("cuda:", setup.device.device_id) : std::string("cpu")));
 }
 
 session::~session() = default;
