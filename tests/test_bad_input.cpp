@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "emd_test_file.hpp"
 #include "run_command.hpp"
 #include "test_paths.hpp"
 
@@ -46,31 +47,9 @@ void replace_once(std::string& text, const std::string& from, const std::string&
 
 // A small HDF5 file in emdfile's layout: float32 array at /datacube_root/datacube/data.
 void write_h5(const std::string& path, const std::vector<hsize_t>& dims, const std::vector<float>& values) {
-  hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  ASSERT_GE(file, 0) << path;
-  auto mark = [](hid_t obj, const char* value) {
-    hid_t type = H5Tcopy(H5T_C_S1);
-    H5Tset_size(type, H5T_VARIABLE);
-    hid_t space = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(obj, "emd_group_type", type, space, H5P_DEFAULT, H5P_DEFAULT);
-    H5Awrite(a, type, &value);
-    H5Aclose(a);
-    H5Sclose(space);
-    H5Tclose(type);
-  };
-  hid_t root = H5Gcreate2(file, "/datacube_root", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  mark(root, "root");
-  hid_t cube = H5Gcreate2(file, "/datacube_root/datacube", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  mark(cube, "array");
-  hid_t space = H5Screate_simple(int(dims.size()), dims.data(), nullptr);
-  hid_t d = H5Dcreate2(file, k_array.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT,
-                       H5P_DEFAULT);
-  ASSERT_GE(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), 0);
-  H5Dclose(d);
-  H5Sclose(space);
-  H5Gclose(cube);
-  H5Gclose(root);
-  H5Fclose(file);
+  std::string why;
+  ASSERT_TRUE(tycho::test::write_emd_file(path, {dims, tycho::test::emd_element::float32, values.data()}, &why))
+      << why;
 }
 
 class BadInput : public ::testing::Test {

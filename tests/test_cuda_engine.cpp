@@ -58,6 +58,7 @@
 #include "losses/amplitude_loss.hpp"
 #include "losses/amplitude_pixel.hpp"
 #include "optimizers/optimizers.hpp"
+#include "emd_test_file.hpp"
 #include "run_command.hpp"
 #include "built_in_plugins.hpp"
 #include "test_paths.hpp"
@@ -447,62 +448,11 @@ bool write_cropped_mos2(const std::string& dst, std::string& why) {
     for (hsize_t a = 0; a < q0; ++a)
       for (hsize_t b = 0; b < q1; ++b) crop[(p * q0 + a) * q1 + b] = all[(p * 96 + a + o0) * 96 + b + o1];
 
-  hid_t f = H5Fcreate(dst.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  auto str_attr = [](hid_t obj, const char* name, const char* value) {
-    hid_t t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, H5T_VARIABLE);
-    hid_t s = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(obj, name, t, s, H5P_DEFAULT, H5P_DEFAULT);
-    H5Awrite(a, t, &value);
-    H5Aclose(a);
-    H5Sclose(s);
-    H5Tclose(t);
-  };
-  auto number = [](hid_t group, const char* name, double value) {
-    hid_t s = H5Screate(H5S_SCALAR);
-    hid_t ds = H5Dcreate2(group, name, H5T_NATIVE_DOUBLE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    H5Dwrite(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &value);
-    H5Dclose(ds);
-    H5Sclose(s);
-  };
-  auto text = [](hid_t group, const char* name, const char* value) {
-    hid_t t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, H5T_VARIABLE);
-    hid_t s = H5Screate(H5S_SCALAR);
-    hid_t ds = H5Dcreate2(group, name, t, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    H5Dwrite(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, &value);
-    H5Dclose(ds);
-    H5Sclose(s);
-    H5Tclose(t);
-  };
-  auto group = [&](hid_t parent, const char* name, const char* type) {
-    hid_t g = H5Gcreate2(parent, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    str_attr(g, "emd_group_type", type);
-    return g;
-  };
-  str_attr(f, "emd_group_type", "file");
-  hid_t root = group(f, "datacube_root", "root");
-  hid_t cube = group(root, "datacube", "array");
-  hsize_t out_dims[4] = {dims[0], dims[1], q0, q1};
-  hid_t out_space = H5Screate_simple(4, out_dims, nullptr);
-  hid_t out = H5Dcreate2(cube, "data", H5T_STD_U16LE, out_space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  rc = H5Dwrite(out, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, crop.data());
-  H5Dclose(out);
-  H5Sclose(out_space);
-  hid_t meta = group(root, "metadatabundle", "metadatabundle");
-  hid_t cal = group(meta, "calibration", "metadata");
-  number(cal, "R_pixel_size", 0.5);
-  text(cal, "R_pixel_units", "A");
-  number(cal, "Q_pixel_size", 0.06);
-  text(cal, "Q_pixel_units", "A^-1");
-  hid_t mic = group(meta, "microscope", "metadata");
-  number(mic, "beam_energy_eV", 80e3);
-  number(mic, "convergence_semiangle_mrad", 25.0);
-  number(mic, "C10_A", -150.0);
-  for (hid_t g : {mic, cal, meta, cube, root}) H5Gclose(g);
-  H5Fclose(f);
-  if (rc < 0) why = "writing " + dst + " failed";
-  return rc >= 0;
+  tycho::test::emd_file_spec spec{{dims[0], dims[1], q0, q1}, tycho::test::emd_element::uint16, crop.data()};
+  spec.mark_file = true;
+  spec.calibration = tycho::test::emd_calibration{0.5, "A", 0.06, "A^-1"};
+  spec.microscope = tycho::test::emd_microscope{80e3, 25.0, -150.0};
+  return tycho::test::write_emd_file(dst, spec, &why);
 }
 
 double pearson_of(const std::string& result) {

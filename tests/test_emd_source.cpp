@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "emd_test_file.hpp"
 #include "test_paths.hpp"
 
 namespace fs = std::filesystem;
@@ -24,8 +25,8 @@ namespace {
 
 const std::string k_array = "/datacube_root/datacube/data";
 
-// Writes the small HDF5 files of the tests in emdfile's layout (groups marked with
-// `emd_group_type`), with the HDF5 C API.
+// Writes the HDF5 files of the tests whose layout emd_test_file.hpp does not write (calibrations
+// as attributes, dim vectors, several arrays, a compound element type), with the HDF5 C API.
 class h5_writer {
  public:
   explicit h5_writer(const std::string& path)
@@ -294,13 +295,10 @@ TEST_F(EmdSource, MissingDatasetListsTheArraysThatExist) {
 
 TEST_F(EmdSource, ThreeDimensionalArrayIsBadData) {
   const std::string file = tmp("cube3d.h5");
-  {
-    h5_writer w(file);
-    w.group("/datacube_root", "root");
-    w.group("/datacube_root/datacube");
-    std::vector<float> v(4 * 5 * 6, 1.0f);
-    w.dataset(k_array, H5T_NATIVE_FLOAT, {4, 5, 6}, v.data());
-  }
+  std::vector<float> v(4 * 5 * 6, 1.0f);
+  std::string why;
+  ASSERT_TRUE(tycho::test::write_emd_file(file, {{4, 5, 6}, tycho::test::emd_element::float32, v.data()}, &why))
+      << why;
   const std::string expected =
       "'" + file + ":" + k_array + "' has shape (4, 5, 6), expected a 4-D array (Rx, Ry, Qx, Qy)";
   EXPECT_EQ(open_path(file), TYCHO_ERR_BAD_DATA);

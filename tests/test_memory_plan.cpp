@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "emd_test_file.hpp"
 #include "run_command.hpp"
 #include "test_paths.hpp"
 
@@ -379,30 +380,10 @@ void write_small_mos2(const std::string& path) {
   H5Dclose(d);
   H5Fclose(in);
 
-  hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  ASSERT_GE(file, 0) << path;
-  auto mark = [](hid_t obj, const char* value) {
-    hid_t type = H5Tcopy(H5T_C_S1);
-    H5Tset_size(type, H5T_VARIABLE);
-    hid_t space = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(obj, "emd_group_type", type, space, H5P_DEFAULT, H5P_DEFAULT);
-    H5Awrite(a, type, &value);
-    H5Aclose(a);
-    H5Sclose(space);
-    H5Tclose(type);
-  };
-  hid_t root = H5Gcreate2(file, "/datacube_root", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  mark(root, "root");
-  hid_t cube = H5Gcreate2(file, "/datacube_root/datacube", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  mark(cube, "array");
-  hid_t space = H5Screate_simple(4, count, nullptr);
-  hid_t out = H5Dcreate2(file, array, H5T_STD_U16LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  ASSERT_GE(H5Dwrite(out, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), 0);
-  H5Dclose(out);
-  H5Sclose(space);
-  H5Gclose(cube);
-  H5Gclose(root);
-  H5Fclose(file);
+  std::string why;
+  ASSERT_TRUE(tycho::test::write_emd_file(path, {{count, count + 4}, tycho::test::emd_element::uint16, values.data()},
+                                          &why))
+      << why;
 }
 
 // What a config's run measures and the planner predicts.
