@@ -1,0 +1,403 @@
+// The `npy` source component: 4D-STEM diffraction data from a NumPy .npy file or one array of
+// an .npz archive, shape (Rx, Ry, Qx, Qy) in C order; calibrations come from the config
+// ([data] scan_step_A / detector_pixel_invA, [optics]). Patterns are converted to float32 on
+// read, and read() reads only the requested patterns (an .npz member stored uncompressed is
+// read in place; a compressed one is inflated once, at open).
+#include <tycho/sdk.hpp>
+#include <tycho/sdk/npy.hpp>
+
+#include <zip.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+static_assert(std::endian::native == std::endian::little, "the npy source assumes a little-endian host");
+
+using tycho::sdk::cat;
+using tycho::sdk::fail;
+namespace npy = tycho::sdk::npy;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct zip_closer {
+  void operator()(zip_t* z) const { zip_discard(z); }
+};
+struct zip_file_closer {
+  void operator()(zip_file_t* f) const { zip_fclose(f); }
+};
+using archive_ptr = std::unique_ptr<zip_t, zip_closer>;
+using member_ptr = std::unique_ptr<zip_file_t, zip_file_closer>;
+
+}  // namespace
+
+struct tycho_source {
+  std::string file_name;
+  std::string array;        // .npz member without ".npy"; empty for a .npy file
+  std::string description;  // "<file>" or "<file>:<array>", pointed to by info.description
+  // Where the bytes are: a .npy file, a stored .npz member (read in place), or a buffer.
+  std::ifstream file;
+  archive_ptr archive;
+  zip_uint64_t member_index = 0;
+  std::vector<unsigned char> inflated;  // a compressed member, whole
+  uint64_t data_offset = 0;             // start of the array data within the file / member
+  DLDataType dtype{};
+  int64_t scan[2] = {0, 0};
+  int64_t detector[2] = {0, 0};
+  tycho_dataset_info info{};
+};
+
+namespace {
+
+std::string resolve(const std::string& base_dir, const std::string& path) {
+  fs::path p(path);
+  if (p.is_absolute() || base_dir.empty()) return p.string();
+  return (fs::path(base_dir) / p).lexically_normal().string();
+}
+
+bool ends_with(const std::string& s, const char* suffix) {
+  const std::size_t n = std::strlen(suffix);
+  if (s.size() < n) return false;
+  for (std::size_t i = 0; i < n; ++i)
+    if (std::tolower(static_cast<unsigned char>(s[s.size() - n + i])) != suffix[i]) return false;
+  return true;
+}
+
+void check_exists(const std::string& path, const std::string& given) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    if (fs::path(given).is_relative())
+      fail(TYCHO_ERR_NOT_FOUND, "data file '", path, "' does not exist ([data] path = \"", given,
+           "\" is relative to the config file's folder)");
+    fail(TYCHO_ERR_NOT_FOUND, "data file '", path, "' does not exist");
+  }
+  if (fs::is_directory(path, ec))
+    fail(TYCHO_ERR_BAD_DATA, "data file '", path, "' is a directory, expected a .npy or .npz file");
+}
+
+bool is_supported(DLDataType t) {
+  using namespace tycho::sdk;
+  return (t.code == kDLUInt && (t.bits == 8 || t.bits == 16 || t.bits == 32)) ||
+         (t.code == kDLInt && (t.bits == 16 || t.bits == 32)) ||
+         (t.code == kDLFloat && (t.bits == 16 || t.bits == 32 || t.bits == 64));
+}
+
+// Checks what the header describes and fills the shapes.
+void accept_header(tycho_source& s, const npy::header& h) {
+  const std::string& d = s.description;
+  if (h.big_endian)
+    fail(TYCHO_ERR_BAD_DATA, "'", d, "' is big-endian (dtype '", h.descr,
+         "'), expected little-endian data (convert with arr.astype(arr.dtype.newbyteorder('<')))");
+  if (!h.dtype || !is_supported(*h.dtype))
+    fail(TYCHO_ERR_BAD_DATA, "'", d, "' has dtype '", h.descr,
+         "', expected uint8, uint16, uint32, int16, int32, float16, float32 or float64");
+  if (h.shape.size() != 4)
+    fail(TYCHO_ERR_BAD_DATA, "'", d, "' has shape ", npy::shape_text(h.shape),
+         ", expected a 4-D array (Rx, Ry, Qx, Qy)");
+  if (std::any_of(h.shape.begin(), h.shape.end(), [](int64_t v) { return v == 0; }))
+    fail(TYCHO_ERR_BAD_DATA, "'", d, "' has shape ", npy::shape_text(h.shape),
+         ", which holds no patterns");
+  if (h.fortran_order)
+    fail(TYCHO_ERR_BAD_DATA, "'", d,
+         "' is stored in Fortran order, expected a C-order (Rx, Ry, Qx, Qy) array (save "
+         "np.ascontiguousarray(arr))");
+  s.dtype = *h.dtype;
+  s.scan[0] = h.shape[0];
+  s.scan[1] = h.shape[1];
+  s.detector[0] = h.shape[2];
+  s.detector[1] = h.shape[3];
+  s.data_offset = h.header_bytes;
+}
+
+void open_npy_file(tycho_source& s) {
+  std::error_code ec;
+  const uint64_t size = fs::file_size(s.file_name, ec);
+  if (ec) fail(TYCHO_ERR_IO, "cannot read '", s.file_name, "': ", ec.message());
+  s.file.open(s.file_name, std::ios::binary);
+  if (!s.file) fail(TYCHO_ERR_IO, "cannot open '", s.file_name, "' for reading");
+  const auto read = [&](void* dst, std::size_t n) {
+    if (!s.file.read(static_cast<char*>(dst), std::streamsize(n)))
+      fail(TYCHO_ERR_BAD_DATA, "'", s.description, "' is truncated in its .npy header");
+  };
+  accept_header(s, npy::read_header(read, size, cat("'", s.description, "'")));
+}
+
+archive_ptr open_archive(const std::string& path) {
+  int code = 0;
+  archive_ptr za(zip_open(path.c_str(), ZIP_RDONLY, &code));
+  if (!za) {
+    zip_error_t e;
+    zip_error_init_with_code(&e, code);
+    std::string text = zip_error_strerror(&e);
+    zip_error_fini(&e);
+    fail(code == ZIP_ER_NOZIP || code == ZIP_ER_INCONS ? TYCHO_ERR_BAD_DATA : TYCHO_ERR_IO,
+         "cannot open '", path, "' as an .npz (zip) archive: ", text);
+  }
+  return za;
+}
+
+// Reads the first bytes of member `index` (its .npy header) to see whether it is 4-D.
+std::vector<int64_t> member_shape(zip_t* za, const zip_stat_t& st) {
+  member_ptr f(zip_fopen_index(za, st.index, 0));
+  if (!f) return {};
+  try {
+    const auto read = [&](void* dst, std::size_t n) {
+      if (zip_fread(f.get(), dst, n) != zip_int64_t(n)) fail(TYCHO_ERR_BAD_DATA, "short read");
+    };
+    return npy::read_header(read, st.size, "").shape;
+  } catch (const tycho::sdk::error&) {
+    return {};
+  }
+}
+
+void open_npz_member(tycho_source& s, const std::optional<std::string>& wanted) {
+  s.archive = open_archive(s.file_name);
+  zip_t* za = s.archive.get();
+  struct member {
+    std::string name;
+    zip_stat_t st;
+  };
+  std::vector<member> arrays;
+  const zip_int64_t entries = zip_get_num_entries(za, 0);
+  for (zip_int64_t i = 0; i < entries; ++i) {
+    zip_stat_t st;
+    if (zip_stat_index(za, zip_uint64_t(i), 0, &st) != 0 || !(st.valid & ZIP_STAT_NAME) ||
+        !(st.valid & ZIP_STAT_SIZE))
+      continue;
+    const std::string name = st.name;
+    if (name.size() > 4 && name.ends_with(".npy")) arrays.push_back({name.substr(0, name.size() - 4), st});
+  }
+  std::string listed;
+  for (const auto& a : arrays) listed += cat(listed.empty() ? "" : ", ", "'", a.name, "'");
+  if (listed.empty()) listed = "none";
+
+  const member* chosen = nullptr;
+  if (wanted) {
+    for (const auto& a : arrays)
+      if (a.name == *wanted) chosen = &a;
+    if (!chosen)
+      fail(TYCHO_ERR_NOT_FOUND, "'", s.file_name, "' has no array '", *wanted,
+           "' ([data] array); its arrays: ", listed);
+  } else {
+    std::vector<const member*> four_d;
+    std::string shapes;
+    for (const auto& a : arrays) {
+      auto shape = member_shape(za, a.st);
+      shapes += cat(shapes.empty() ? "" : ", ", "'", a.name, "' ", npy::shape_text(shape));
+      if (shape.size() == 4) four_d.push_back(&a);
+    }
+    if (four_d.size() != 1)
+      fail(four_d.empty() ? TYCHO_ERR_NOT_FOUND : TYCHO_ERR_BAD_DATA, "'", s.file_name, "' holds ",
+           four_d.empty() ? "no 4-D array" : "several 4-D arrays",
+           "; set [data] array to one of its arrays: ", shapes.empty() ? "none" : shapes);
+    chosen = four_d.front();
+  }
+  s.array = chosen->name;
+  s.description = s.file_name + ":" + s.array;
+  s.member_index = chosen->st.index;
+  const zip_stat_t& st = chosen->st;
+  const bool stored = (!(st.valid & ZIP_STAT_COMP_METHOD) || st.comp_method == ZIP_CM_STORE) &&
+                      (!(st.valid & ZIP_STAT_ENCRYPTION_METHOD) || st.encryption_method == ZIP_EM_NONE);
+
+  member_ptr f(zip_fopen_index(za, st.index, 0));
+  if (!f) fail(TYCHO_ERR_BAD_DATA, "cannot open '", s.description, "': ", zip_strerror(za));
+  const auto read_exact = [&](void* dst, std::size_t n) {
+    if (zip_fread(f.get(), dst, n) != zip_int64_t(n))
+      fail(TYCHO_ERR_BAD_DATA, "'", s.description, "' is truncated or corrupt: ", zip_file_strerror(f.get()));
+  };
+  npy::header h = npy::read_header(read_exact, st.size, cat("'", s.description, "'"));
+  accept_header(s, h);
+  if (!stored) {
+    // A compressed member cannot be sought in: inflate the array data once.
+    s.inflated.resize(std::size_t(h.data_bytes));
+    read_exact(s.inflated.data(), s.inflated.size());
+    s.data_offset = 0;
+    s.archive.reset();
+  }
+}
+
+void fill_info(tycho_source& s, bool centred) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  tycho_dataset_info& i = s.info;
+  i.struct_size = sizeof(tycho_dataset_info);
+  std::copy(std::begin(s.scan), std::end(s.scan), i.scan_shape);
+  std::copy(std::begin(s.detector), std::end(s.detector), i.detector_shape);
+  i.stored_dtype = s.dtype;
+  i.scan_step_A[0] = i.scan_step_A[1] = nan;  // from [data] scan_step_A
+  i.detector_pixel_invA[0] = i.detector_pixel_invA[1] = nan;
+  i.energy_eV = i.semiangle_mrad = i.C10_A = nan;  // from [optics]
+  i.patterns_centred = centred ? 1 : 0;
+  i.description = s.description.c_str();
+}
+
+template <class T>
+void convert(const unsigned char* src, float* dst, std::size_t n) {
+  for (std::size_t k = 0; k < n; ++k) {
+    T v;
+    std::memcpy(&v, src + k * sizeof(T), sizeof(T));
+    dst[k] = static_cast<float>(v);
+  }
+}
+
+void to_float(DLDataType t, const unsigned char* src, float* dst, std::size_t n) {
+  if (t.code == kDLFloat && t.bits == 32) {
+    std::memcpy(dst, src, n * 4);
+  } else if (t.code == kDLFloat && t.bits == 64) {
+    convert<double>(src, dst, n);
+  } else if (t.code == kDLFloat && t.bits == 16) {
+    for (std::size_t k = 0; k < n; ++k) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * k, 2);
+      dst[k] = npy::half_to_float(h);
+    }
+  } else if (t.code == kDLUInt && t.bits == 8) {
+    convert<uint8_t>(src, dst, n);
+  } else if (t.code == kDLUInt && t.bits == 16) {
+    convert<uint16_t>(src, dst, n);
+  } else if (t.code == kDLUInt && t.bits == 32) {
+    convert<uint32_t>(src, dst, n);
+  } else if (t.code == kDLInt && t.bits == 16) {
+    convert<int16_t>(src, dst, n);
+  } else {
+    convert<int32_t>(src, dst, n);
+  }
+}
+
+// Copies `bytes` bytes at `offset` (from the start of the array data) into `dst`.
+void read_bytes(tycho_source& s, uint64_t offset, std::size_t bytes, unsigned char* dst) {
+  if (!s.inflated.empty()) {
+    std::memcpy(dst, s.inflated.data() + offset, bytes);
+    return;
+  }
+  const uint64_t at = s.data_offset + offset;
+  if (s.archive) {
+    member_ptr f(zip_fopen_index(s.archive.get(), s.member_index, 0));
+    if (!f || zip_fseek(f.get(), zip_int64_t(at), SEEK_SET) != 0 ||
+        zip_fread(f.get(), dst, bytes) != zip_int64_t(bytes))
+      fail(TYCHO_ERR_IO, "reading '", s.description, "' failed: ",
+           f ? zip_file_strerror(f.get()) : zip_strerror(s.archive.get()));
+    return;
+  }
+  s.file.clear();
+  s.file.seekg(std::streamoff(at));
+  if (!s.file.read(reinterpret_cast<char*>(dst), std::streamsize(bytes)))
+    fail(TYCHO_ERR_IO, "reading '", s.description, "' failed (the file may be truncated)");
+}
+
+tycho_status source_open(const tycho_config* cfg, tycho_source** out) {
+  return tycho::sdk::guarded([&] {
+    if (out == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "npy source: open() needs an output");
+    *out = nullptr;
+    tycho::sdk::config_view config(cfg);
+    const std::string given = config.require_string("path");
+    const std::string path = resolve(config.base_dir(), given);
+    std::optional<std::string> array = config.get_string("array");
+    const bool centred = config.get_bool("centred").value_or(true);
+    if (array && array->ends_with(".npy")) array->resize(array->size() - 4);
+
+    auto s = std::make_unique<tycho_source>();
+    s->file_name = path;
+    s->description = path;
+    check_exists(path, given);
+    if (ends_with(path, ".npz")) {
+      open_npz_member(*s, array);
+    } else {
+      if (array)
+        fail(TYCHO_ERR_INVALID_ARGUMENT, "[data] array = \"", *array, "\" is for .npz archives; '",
+             path, "' is read as a single .npy array");
+      open_npy_file(*s);
+    }
+    fill_info(*s, centred);
+    tycho::sdk::log(TYCHO_LOG_INFO, "npy",
+                    cat("opened '", s->description, "': ", s->scan[0], " x ", s->scan[1],
+                        " patterns of ", s->detector[0], " x ", s->detector[1], " ",
+                        tycho::sdk::dtype_name(s->dtype)));
+    *out = s.release();
+  });
+}
+
+tycho_status source_info(tycho_source* src, tycho_dataset_info* out) {
+  return tycho::sdk::guarded([&] {
+    if (src == nullptr || out == nullptr)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "npy source: info() needs a source and an output");
+    std::size_t n = out->struct_size == 0 ? sizeof(tycho_dataset_info)
+                                          : std::min<std::size_t>(out->struct_size,
+                                                                  sizeof(tycho_dataset_info));
+    tycho_dataset_info copy = src->info;
+    copy.struct_size = static_cast<uint32_t>(n);
+    std::memcpy(out, &copy, n);
+  });
+}
+
+tycho_status source_read(tycho_source* src, int64_t first, int64_t count, DLTensor* dst) {
+  return tycho::sdk::guarded([&] {
+    if (src == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "npy source: read() needs a source");
+    tycho_source& s = *src;
+    const int64_t total = s.scan[0] * s.scan[1];
+    if (first < 0 || count < 0 || first > total || count > total - first)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "patterns [", first, ", ", first + count,
+           ") are out of range: '", s.description, "' holds ", total, " patterns (", s.scan[0],
+           " x ", s.scan[1], ")");
+    tycho::sdk::expect_tensor(dst, "patterns", tycho::sdk::dtype_float32, 3);
+    if (dst->device.device_type != kDLCPU && dst->device.device_type != kDLCUDAHost)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "npy source: the patterns array must be in host memory");
+    if (dst->shape[0] != count || dst->shape[1] != s.detector[0] || dst->shape[2] != s.detector[1])
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "the patterns array has shape ",
+           tycho::sdk::shape_string(*dst), ", expected (", count, ", ", s.detector[0], ", ",
+           s.detector[1], ") to read ", count, " patterns of '", s.description, "'");
+    if (count == 0) return;
+
+    float* outp = tycho::sdk::data_of<float>(*dst);
+    const uint64_t element = s.dtype.bits / 8;
+    const uint64_t pattern = uint64_t(s.detector[0] * s.detector[1]);
+    // In chunks of at most ~16 MiB of stored bytes, so a float32 file is read straight into
+    // the destination and others through a bounded staging buffer.
+    const uint64_t per_chunk = std::max<uint64_t>(1, (uint64_t(16) << 20) / (pattern * element));
+    std::vector<unsigned char> staging;
+    for (int64_t pos = 0; pos < count;) {
+      const uint64_t n = std::min<uint64_t>(per_chunk, uint64_t(count - pos));
+      const std::size_t bytes = std::size_t(n * pattern * element);
+      float* d = outp + uint64_t(pos) * pattern;
+      const uint64_t offset = uint64_t(first + pos) * pattern * element;
+      if (s.dtype.code == kDLFloat && s.dtype.bits == 32) {
+        read_bytes(s, offset, bytes, reinterpret_cast<unsigned char*>(d));
+      } else {
+        staging.resize(bytes);
+        read_bytes(s, offset, bytes, staging.data());
+        to_float(s.dtype, staging.data(), d, std::size_t(n * pattern));
+      }
+      pos += int64_t(n);
+    }
+  });
+}
+
+void source_close(tycho_source* src) {
+  if (src == nullptr) return;
+  tycho::sdk::guarded([&] { delete src; });
+}
+
+const tycho_source_vtable k_vtable = {sizeof(tycho_source_vtable), TYCHO_ABI_VERSION,
+                                      &source_open, &source_info, &source_read, &source_close};
+
+// "source", "scan_step_A" and "detector_pixel_invA" are the host's keys.
+const char* const k_config_keys[] = {"path", "array", "centred", nullptr};
+
+const tycho_component k_components[] = {tycho::sdk::component(
+    TYCHO_COMPONENT_SOURCE, "npy", "1.0.0",
+    "4D-STEM data (Rx, Ry, Qx, Qy) from a NumPy .npy file or one array of an .npz; calibrations "
+    "from [data] scan_step_A / detector_pixel_invA and [optics]",
+    TYCHO_DEVICE_BIT(kDLCPU), k_config_keys, &k_vtable)};
+
+}  // namespace
+
+TYCHO_PLUGIN("npy", "1.0.0", k_components)
