@@ -43,7 +43,9 @@ struct npy_array_header {
   uint64_t data_bytes = 0;    // element count × element size
 };
 
-// Reads the preamble through `read` (which delivers exactly n bytes or throws) and parses it.
+// Reads the preamble through `read` (which delivers exactly n bytes or throws) and parses it
+// with the SDK's parser (tycho/sdk/npy.hpp), then applies this codec's rules: a dtype of the
+// table above (bool included), little-endian data, and nothing after the array data.
 // `member_bytes` is the member's total size, so that a bogus length or shape is refused before
 // anything is allocated, and the data must fill the member exactly. Errors are
 // TYCHO_ERR_BAD_DATA and start with `where` (the member and the file).

@@ -1,10 +1,14 @@
 // Header-only reader for NumPy .npy preambles (magic, version, length, header dict), shared by
-// the plugins that read .npy data (the `npy` source, simulate's object_phase_npy).
+// the plugins that read .npy data (the `npy` source, simulate's object_phase_npy, the `zip`
+// format's members).
 // Versions 1.0, 2.0 and 3.0 (they differ only in the width of the length field). The array's
 // raw bytes follow the preamble; this header parses the dict and describes the array, the
 // caller decides which dtypes, orders and shapes it accepts.
 //
 //   tycho::sdk::npy::header h = tycho::sdk::npy::read_header(read, total_bytes, "'x.npy'");
+//
+// read_preamble parses without interpreting the descr, for callers with their own dtype set;
+// array_bytes sizes a shape with overflow checks.
 //
 // `read(dst, n)` must deliver exactly n bytes or throw. Errors are TYCHO_ERR_BAD_DATA and start
 // with `where`.
@@ -175,11 +179,11 @@ class dict_parser {
 
 }  // namespace detail
 
-// Reads and parses the preamble. `total_bytes` is the size of the whole .npy (file or member),
-// so that a bogus length is refused before anything is allocated; when the dtype is known the
-// data must hold at least data_bytes (more is allowed: callers that need "exactly" check it).
-inline header read_header(const std::function<void(void*, std::size_t)>& read, uint64_t total_bytes,
-                          const std::string& where) {
+// Reads and parses the preamble only: descr, fortran_order, shape and header_bytes are set,
+// dtype stays nullopt and data_bytes 0. For callers with their own dtype set and data-size rules
+// (the zip format); `total_bytes` bounds the header length as in read_header.
+inline header read_preamble(const std::function<void(void*, std::size_t)>& read, uint64_t total_bytes,
+                            const std::string& where) {
   unsigned char prefix[12] = {};
   if (total_bytes < 10)
     fail(TYCHO_ERR_BAD_DATA, where, ": too short for a .npy array (", total_bytes, " bytes)");
@@ -203,25 +207,46 @@ inline header read_header(const std::function<void(void*, std::size_t)>& read, u
 
   header h = detail::dict_parser(text, where).parse();
   h.header_bytes = fixed + header_len;
-  std::string_view code(h.descr);
-  char order = '=';
-  if (!code.empty() && std::strchr("<>|=", code[0])) {
-    order = code[0];
-    code.remove_prefix(1);
+  return h;
+}
+
+// The descr without its byte-order character ('<', '>', '|', '='), and that character ('='
+// when there is none).
+inline std::string_view descr_code(std::string_view descr, char* order = nullptr) {
+  char o = '=';
+  if (!descr.empty() && std::strchr("<>|=", descr[0])) {
+    o = descr[0];
+    descr.remove_prefix(1);
   }
-  h.dtype = dtype_of_code(code);
-  if (!h.dtype) return h;
-  h.big_endian = order == '>' && h.dtype->bits > 8;
+  if (order) *order = o;
+  return descr;
+}
+
+// Element count × element_bytes, refusing a shape whose size overflows uint64.
+inline uint64_t array_bytes(const std::vector<int64_t>& shape, uint64_t element_bytes,
+                            const std::string& where) {
   uint64_t count = 1;
-  for (int64_t d : h.shape) {
+  for (int64_t d : shape) {
     if (d != 0 && count > std::numeric_limits<uint64_t>::max() / uint64_t(d))
-      fail(TYCHO_ERR_BAD_DATA, where, ": shape ", shape_text(h.shape), " overflows");
+      fail(TYCHO_ERR_BAD_DATA, where, ": shape ", shape_text(shape), " overflows");
     count *= uint64_t(d);
   }
-  const uint64_t element = h.dtype->bits / 8;
-  if (count > std::numeric_limits<uint64_t>::max() / element)
-    fail(TYCHO_ERR_BAD_DATA, where, ": shape ", shape_text(h.shape), " overflows");
-  h.data_bytes = count * element;
+  if (element_bytes != 0 && count > std::numeric_limits<uint64_t>::max() / element_bytes)
+    fail(TYCHO_ERR_BAD_DATA, where, ": shape ", shape_text(shape), " overflows");
+  return count * element_bytes;
+}
+
+// Reads and parses the preamble. `total_bytes` is the size of the whole .npy (file or member),
+// so that a bogus length is refused before anything is allocated; when the dtype is known the
+// data must hold at least data_bytes (more is allowed: callers that need "exactly" check it).
+inline header read_header(const std::function<void(void*, std::size_t)>& read, uint64_t total_bytes,
+                          const std::string& where) {
+  header h = read_preamble(read, total_bytes, where);
+  char order = '=';
+  h.dtype = dtype_of_code(descr_code(h.descr, &order));
+  if (!h.dtype) return h;
+  h.big_endian = order == '>' && h.dtype->bits > 8;
+  h.data_bytes = array_bytes(h.shape, h.dtype->bits / 8, where);
   if (total_bytes - h.header_bytes < h.data_bytes)
     fail(TYCHO_ERR_BAD_DATA, where, ": is truncated: shape ", shape_text(h.shape), " of '", h.descr,
          "' needs ", h.data_bytes, " bytes of data, ", total_bytes - h.header_bytes, " follow the header");
