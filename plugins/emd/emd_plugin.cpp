@@ -1,6 +1,7 @@
 // The `emd` source component: 4D-STEM diffraction data and calibrations from EMD 1.0 files
 // (HDF5, as written by emdfile / py4DSTEM), converted to float32 patterns on read.
 #include <tycho/sdk.hpp>
+#include <tycho/sdk/source.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -29,12 +30,6 @@ struct tycho_source {
 };
 
 namespace {
-
-std::string resolve(const std::string& base_dir, const std::string& path) {
-  std::filesystem::path p(path);
-  if (p.is_absolute() || base_dir.empty()) return p.string();
-  return (std::filesystem::path(base_dir) / p).lexically_normal().string();
-}
 
 // `given` is the path as the config wrote it: a relative one gets a hint about where it resolved.
 emd::h5_id open_file(const std::string& path, const std::string& given) {
@@ -112,7 +107,7 @@ tycho_status source_open(const tycho_config* cfg, tycho_source** out) {
     *out = nullptr;
     tycho::sdk::config_view config(cfg);
     const std::string given = config.require_string("path");
-    std::string path = resolve(config.base_dir(), given);
+    std::string path = tycho::sdk::resolve_path(config.base_dir(), given);
     std::optional<std::string> dataset = config.get_string("dataset");
 
     emd::h5_session session;  // declared before the handle: the handle closes inside it
@@ -136,14 +131,7 @@ tycho_status source_info(tycho_source* src, tycho_dataset_info* out) {
   return tycho::sdk::guarded([&] {
     if (src == nullptr || out == nullptr)
       fail(TYCHO_ERR_INVALID_ARGUMENT, "emd source: info() needs a source and an output");
-    // Append-only struct: copy what both sides know. A zeroed struct_size means the caller's
-    // build matches this one (a value-initialised struct).
-    std::size_t n = out->struct_size == 0 ? sizeof(tycho_dataset_info)
-                                          : std::min<std::size_t>(out->struct_size,
-                                                                  sizeof(tycho_dataset_info));
-    tycho_dataset_info copy = src->info;
-    copy.struct_size = static_cast<uint32_t>(n);
-    std::memcpy(out, &copy, n);
+    tycho::sdk::copy_dataset_info(src->info, out);
   });
 }
 
@@ -151,19 +139,7 @@ tycho_status source_read(tycho_source* src, int64_t first, int64_t count, DLTens
   return tycho::sdk::guarded([&] {
     if (src == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "emd source: read() needs a source");
     const tycho_source& s = *src;
-    const int64_t total = s.scan[0] * s.scan[1];
-    if (first < 0 || count < 0 || first > total || count > total - first)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "patterns [", first, ", ", first + count,
-           ") are out of range: '", s.description, "' holds ", total, " patterns (", s.scan[0],
-           " x ", s.scan[1], ")");
-    tycho::sdk::expect_tensor(dst, "patterns", tycho::sdk::dtype_float32, 3);
-    if (dst->device.device_type != kDLCPU && dst->device.device_type != kDLCUDAHost)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "emd source: the patterns array must be in host memory");
-    if (dst->shape[0] != count || dst->shape[1] != s.detector[0] ||
-        dst->shape[2] != s.detector[1])
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "the patterns array has shape ",
-           tycho::sdk::shape_string(*dst), ", expected (", count, ", ", s.detector[0], ", ",
-           s.detector[1], ") to read ", count, " patterns of '", s.description, "'");
+    tycho::sdk::check_read_request("emd", s.description, s.scan, s.detector, first, count, dst);
     if (count == 0) return;
 
     emd::h5_session session;

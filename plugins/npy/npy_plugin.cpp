@@ -4,6 +4,7 @@
 // read, and read() reads only the requested patterns (an .npz member stored uncompressed is
 // read in place; a compressed one is inflated once, at open).
 #include <tycho/sdk.hpp>
+#include <tycho/sdk/source.hpp>
 #include <tycho/sdk/npy.hpp>
 
 #include <zip.h>
@@ -58,12 +59,6 @@ struct tycho_source {
 };
 
 namespace {
-
-std::string resolve(const std::string& base_dir, const std::string& path) {
-  fs::path p(path);
-  if (p.is_absolute() || base_dir.empty()) return p.string();
-  return (fs::path(base_dir) / p).lexically_normal().string();
-}
 
 bool ends_with(const std::string& s, const char* suffix) {
   const std::size_t n = std::strlen(suffix);
@@ -300,7 +295,7 @@ tycho_status source_open(const tycho_config* cfg, tycho_source** out) {
     *out = nullptr;
     tycho::sdk::config_view config(cfg);
     const std::string given = config.require_string("path");
-    const std::string path = resolve(config.base_dir(), given);
+    const std::string path = tycho::sdk::resolve_path(config.base_dir(), given);
     std::optional<std::string> array = config.get_string("array");
     const bool centred = config.get_bool("centred").value_or(true);
     if (array && array->ends_with(".npy")) array->resize(array->size() - 4);
@@ -330,12 +325,7 @@ tycho_status source_info(tycho_source* src, tycho_dataset_info* out) {
   return tycho::sdk::guarded([&] {
     if (src == nullptr || out == nullptr)
       fail(TYCHO_ERR_INVALID_ARGUMENT, "npy source: info() needs a source and an output");
-    std::size_t n = out->struct_size == 0 ? sizeof(tycho_dataset_info)
-                                          : std::min<std::size_t>(out->struct_size,
-                                                                  sizeof(tycho_dataset_info));
-    tycho_dataset_info copy = src->info;
-    copy.struct_size = static_cast<uint32_t>(n);
-    std::memcpy(out, &copy, n);
+    tycho::sdk::copy_dataset_info(src->info, out);
   });
 }
 
@@ -343,18 +333,7 @@ tycho_status source_read(tycho_source* src, int64_t first, int64_t count, DLTens
   return tycho::sdk::guarded([&] {
     if (src == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "npy source: read() needs a source");
     tycho_source& s = *src;
-    const int64_t total = s.scan[0] * s.scan[1];
-    if (first < 0 || count < 0 || first > total || count > total - first)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "patterns [", first, ", ", first + count,
-           ") are out of range: '", s.description, "' holds ", total, " patterns (", s.scan[0],
-           " x ", s.scan[1], ")");
-    tycho::sdk::expect_tensor(dst, "patterns", tycho::sdk::dtype_float32, 3);
-    if (dst->device.device_type != kDLCPU && dst->device.device_type != kDLCUDAHost)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "npy source: the patterns array must be in host memory");
-    if (dst->shape[0] != count || dst->shape[1] != s.detector[0] || dst->shape[2] != s.detector[1])
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "the patterns array has shape ",
-           tycho::sdk::shape_string(*dst), ", expected (", count, ", ", s.detector[0], ", ",
-           s.detector[1], ") to read ", count, " patterns of '", s.description, "'");
+    tycho::sdk::check_read_request("npy", s.description, s.scan, s.detector, first, count, dst);
     if (count == 0) return;
 
     float* outp = tycho::sdk::data_of<float>(*dst);

@@ -1,5 +1,7 @@
 #include "simulate_config.hpp"
 
+#include <tycho/sdk/source.hpp>
+
 #include <array>
 #include <cmath>
 #include <filesystem>
@@ -63,12 +65,6 @@ double finite(const sdk::config_view& cfg, const char* key, double fallback) {
   return v;
 }
 
-std::string resolve(const std::string& base_dir, const std::string& path) {
-  std::filesystem::path p(path);
-  if (p.is_absolute() || base_dir.empty()) return p.string();
-  return (std::filesystem::path(base_dir) / p).lexically_normal().string();
-}
-
 }  // namespace
 
 settings read_settings(const sdk::config_view& cfg) {
@@ -110,7 +106,7 @@ settings read_settings(const sdk::config_view& cfg) {
   if (npy) {
     if (npy->empty())
       fail(TYCHO_ERR_INVALID_ARGUMENT, "config key 'object_phase_npy' in ", table, " is an empty path");
-    s.npy_path = resolve(cfg.base_dir(), *npy);
+    s.npy_path = tycho::sdk::resolve_path(cfg.base_dir(), *npy);
   }
   s.phase_max_rad = finite(cfg, "phase_max_rad", s.phase_max_rad);
   if (std::fabs(s.phase_max_rad) > 1000)

@@ -1,6 +1,7 @@
 // The `simulate` source component: 4D-STEM patterns of a known object computed on the fly in
 // read() with the cpu engine's forward model, for tests and benchmarks of any size.
 #include <tycho/sdk.hpp>
+#include <tycho/sdk/source.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -65,13 +66,7 @@ tycho_status source_info(tycho_source* src, tycho_dataset_info* out) {
   return tycho::sdk::guarded([&] {
     if (src == nullptr || out == nullptr)
       fail(TYCHO_ERR_INVALID_ARGUMENT, "simulate source: info() needs a source and an output");
-    // Append-only struct: copy what both sides know (a zeroed struct_size: this build's size).
-    std::size_t n = out->struct_size == 0
-                        ? sizeof(tycho_dataset_info)
-                        : std::min<std::size_t>(out->struct_size, sizeof(tycho_dataset_info));
-    tycho_dataset_info copy = src->info;
-    copy.struct_size = static_cast<uint32_t>(n);
-    std::memcpy(out, &copy, n);
+    tycho::sdk::copy_dataset_info(src->info, out);
   });
 }
 
@@ -79,17 +74,8 @@ tycho_status source_read(tycho_source* src, int64_t first, int64_t count, DLTens
   return tycho::sdk::guarded([&] {
     if (src == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "simulate source: read() needs a source");
     const sim::settings& s = src->model->config();
-    const int64_t total = src->model->patterns();
-    if (first < 0 || count < 0 || first > total || count > total - first)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "patterns [", first, ", ", first + count, ") are out of range: '",
-           src->description, "' holds ", total, " patterns (", s.scan[0], " x ", s.scan[1], ")");
-    tycho::sdk::expect_tensor(dst, "patterns", tycho::sdk::dtype_float32, 3);
-    if (dst->device.device_type != kDLCPU && dst->device.device_type != kDLCUDAHost)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "simulate source: the patterns array must be in host memory");
-    if (dst->shape[0] != count || dst->shape[1] != s.detector[0] || dst->shape[2] != s.detector[1])
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "the patterns array has shape ", tycho::sdk::shape_string(*dst),
-           ", expected (", count, ", ", s.detector[0], ", ", s.detector[1], ") to read ", count,
-           " patterns of '", src->description, "'");
+    tycho::sdk::check_read_request("simulate", src->description, s.scan, s.detector, first, count,
+                                   dst);
     if (count == 0) return;
     src->model->read(first, count, tycho::sdk::data_of<float>(*dst));
   });

@@ -2,6 +2,7 @@
 // (the opaque `tycho_config` of the ABI), and the key check with nearest-name suggestions.
 #pragma once
 
+#include <tycho/sdk/source.hpp>
 #include <tycho/tycho_host_api.h>
 
 #include <memory>
@@ -46,8 +47,9 @@ class config_document {
   std::string base_dir_;
 };
 
-// Resolves `path` against `base_dir` unless it is absolute.
-std::string resolve_path(const std::string& base_dir, const std::string& path);
+// Resolves `path` against `base_dir` unless it is absolute (the SDK's rule, so the runtime and
+// every plugin resolve config paths alike).
+using sdk::resolve_path;
 
 // Levenshtein distance, for "did you mean" suggestions.
 std::size_t edit_distance(const std::string& a, const std::string& b);
