@@ -200,16 +200,53 @@ typedef struct tycho_optimizer_vtable {
 
 typedef struct tycho_reducer tycho_reducer;
 
+/* A host-memory channel among the ranks that exists before any reducer does: how a reducer
+ * that needs to exchange a few bytes to start (NCCL's unique id) gets them. The host backs it
+ * with MPI, a TCP rendezvous on MASTER_ADDR:MASTER_PORT, a file on a shared path, or shared
+ * memory between the threads of one process. `broadcast` blocks until every rank has called it
+ * with the same `bytes`; on return every rank's `data` holds the root's bytes. It fails (never
+ * hangs) after the run's timeout. */
+typedef struct tycho_bootstrap {
+  void* context;
+  tycho_status (*broadcast)(void* context, void* data, size_t bytes, int32_t root);
+} tycho_bootstrap;
+
+/* What the host hands a reducer's create. Append-only. */
+typedef struct tycho_reducer_setup {
+  uint32_t struct_size;
+  const tycho_config* config;   /* the [parallel] table */
+  int32_t rank;                 /* 0 <= rank < world_size, as the launcher (or the host) says; */
+  int32_t world_size;           /*   -1 when unknown: a reducer that finds them itself (MPI) */
+  int32_t local_rank;           /* rank among the ranks on this node, -1 when unknown */
+  DLDevice device;              /* where the tensors to reduce live: the engine's device */
+  tycho_bootstrap bootstrap;    /* broadcast NULL when there is none */
+  /* Bring your own communicator: an MPI_Comm* for "mpi", an ncclComm_t* for "nccl", made by the
+   * caller, who keeps it (destroy does not free it). NULL: the reducer makes and frees its own. */
+  void* communicator;
+} tycho_reducer_setup;
+
+/* Collectives across the ranks of a data-parallel run (one rank per engine). Every rank calls
+ * every collective in the same order. Tensors are C-contiguous float32, float64, complex64 or
+ * complex128 (complex as pairs of reals) on setup->device. */
 typedef struct tycho_reducer_vtable {
   uint32_t struct_size;
   uint32_t abi_version;
-  tycho_status (*create)(const tycho_config* cfg, tycho_reducer** out);
+  tycho_status (*create)(const tycho_reducer_setup* setup, tycho_reducer** out);
   int32_t (*rank)(const tycho_reducer* red);
   int32_t (*world_size)(const tycho_reducer* red);
-  /* In-place sum across ranks of a tensor on the engine's device. */
+  /* In-place sum across ranks; every rank receives bitwise the same values, so replicated
+   * parameters stay identical. Host tensors: synchronous, `stream` NULL. Device tensors:
+   * queued on `stream` (a cudaStream_t) without synchronising the host. */
   tycho_status (*allreduce_sum)(tycho_reducer* red, DLTensor* inout, void* stream);
+  /* In-place: every rank's `inout` receives root's values. Same rules as allreduce_sum. */
   tycho_status (*broadcast)(tycho_reducer* red, DLTensor* inout, int32_t root, void* stream);
+  /* Returns when every rank has called it (host-side; pending stream work is not awaited). */
   tycho_status (*barrier)(tycho_reducer* red);
+  /* After an unrecoverable error on this rank: makes every rank's pending and later
+   * collectives fail or end the job (MPI_Abort, ncclCommAbort), so no peer waits forever.
+   * Callable from any thread, also while a collective is in flight. It may not return (MPI
+   * ends the job with `exit_code`). */
+  void (*abort)(tycho_reducer* red, int32_t exit_code);
   void (*destroy)(tycho_reducer* red);
 } tycho_reducer_vtable;
 
