@@ -131,6 +131,40 @@ int main(int argc, char** argv) {
   CHECK(strstr(tycho_last_error(), "batch_size") != NULL);
   CHECK(tycho_session_create(NULL, NULL, &bad) == TYCHO_ERR_INVALID_ARGUMENT);
 
+  /* Options: overrides as --set; a run of one rank has rank 0, world size 1 and a barrier that
+   * returns at once. */
+  const char* overrides[] = {"reconstruct.iterations=2", "reconstruct.batch_size=64"};
+  tycho_session_options opts;
+  memset(&opts, 0, sizeof opts);
+  opts.struct_size = sizeof opts;
+  opts.base_dir = examples;
+  opts.overrides = overrides;
+  opts.n_overrides = 2;
+  tycho_session* ex = NULL;
+  CHECK(tycho_session_create_ex(text, &opts, &ex) == TYCHO_OK);
+  if (ex) {
+    CHECK(tycho_session_rank(ex) == 0);
+    CHECK(tycho_session_world_size(ex) == 1);
+    CHECK(tycho_session_barrier(ex) == TYCHO_OK);
+    CHECK(tycho_session_run(ex, 0, NULL, NULL) == TYCHO_OK);
+    DLManagedTensor* h = NULL;
+    CHECK(tycho_session_get(ex, "loss_history", &h) == TYCHO_OK);
+    if (h) {
+      CHECK(h->dl_tensor.shape[0] == 2); /* reconstruct.iterations=2 took effect */
+      h->deleter(h);
+    }
+    tycho_session_destroy(ex);
+  }
+  /* A bad override names its key; a struct_size from an older caller that lacks fields is refused. */
+  const char* bad_override[] = {"reconstruct.batchsize=64"};
+  opts.overrides = bad_override;
+  opts.n_overrides = 1;
+  CHECK(tycho_session_create_ex(text, &opts, &bad) == TYCHO_ERR_INVALID_ARGUMENT && bad == NULL);
+  CHECK(strstr(tycho_last_error(), "batch_size") != NULL);
+  opts.struct_size = 8;
+  CHECK(tycho_session_create_ex(text, &opts, &bad) == TYCHO_ERR_ABI_MISMATCH);
+  tycho_shutdown();
+
   free(text);
   printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;

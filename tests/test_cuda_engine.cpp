@@ -632,11 +632,21 @@ TEST(CudaEngine, WithoutDeviceFailsCleanly) {
 
 TEST(CudaEngine, SeveralDevicesRefusedBeforeData) {
   tycho::test::temp_folder tmp;
-  auto r = reconstruct(example_config(), {"--set", "reconstruct.devices=[0, 1]", "--iterations", "1", "-o",
-                                          tmp / "result.zip"});
+  auto r = reconstruct(example_config(), {"--set", "reconstruct.engine=\"cuda\"", "--set", "reconstruct.devices=[0, 1]",
+                                          "--iterations", "1", "-o", tmp / "result.zip"});
   EXPECT_TRUE(r.exited_with(2)) << r.describe();
-  EXPECT_NE(r.err.find("multi-GPU comes with the reducers"), std::string::npos) << r.describe();
-  EXPECT_NE(r.err.find("2 devices"), std::string::npos) << r.describe();
+  if (has_engine("cuda")) {
+    // One process, two GPUs: not silently one GPU; the message says how to use both.
+    EXPECT_NE(r.err.find("devices lists 2 devices in one process"), std::string::npos) << r.describe();
+    EXPECT_NE(r.err.find("launch one rank per device"), std::string::npos) << r.describe();
+  } else {
+    EXPECT_NE(r.err.find("'cuda'"), std::string::npos) << r.describe();
+  }
+  // And a CPU engine asked for GPUs is refused too, naming the engine.
+  auto c = reconstruct(example_config(), {"--set", "reconstruct.devices=[0, 1]", "--iterations", "1", "-o",
+                                          tmp / "result.zip"});
+  EXPECT_TRUE(c.exited_with(2)) << c.describe();
+  EXPECT_NE(c.err.find("engine = \"cpu\" computes on the host"), std::string::npos) << c.describe();
 }
 
 // ================================================================== tests: need a GPU

@@ -72,6 +72,38 @@ TYCHO_API tycho_status tycho_session_save(tycho_session* session, const char* pa
                                           tycho_save_mode mode);
 TYCHO_API void tycho_session_destroy(tycho_session* session);
 
+/* ---- data-parallel runs (several ranks: processes under mpirun / srun / torchrun) */
+
+/* Options of tycho_session_create_ex. Zero-initialise, set struct_size; append-only. */
+typedef struct tycho_session_options {
+  uint32_t struct_size;
+  const char* base_dir;          /* resolves relative paths in the config; NULL: current dir */
+  /* "key=value" overrides applied in order, as `tycho reconstruct --set` (NULL: none). */
+  const char* const* overrides;
+  int64_t n_overrides;
+  /* Bring your own cluster: a communicator the caller already has, adopted for this session's
+   * reducer and never freed by tycho: an MPI_Comm* for [parallel] reducer = "mpi", an
+   * ncclComm_t* for "nccl". NULL: the launcher's environment decides (one rank when there is
+   * none). */
+  void* communicator;
+} tycho_session_options;
+
+/* As tycho_session_create, with options. Every rank creates its session with the same
+ * configuration (rank 0's is checked against each rank's); each rank reads its share of the
+ * patterns. If one rank fails here, the others fail after [parallel] timeout_s at most. */
+TYCHO_API tycho_status tycho_session_create_ex(const char* toml_text, const tycho_session_options* options,
+                                               tycho_session** out);
+/* This session's rank in [0, world size) and the number of ranks (1 for a run of one). Only
+ * rank 0 should write files: tycho_session_save writes on whichever rank calls it. */
+TYCHO_API int32_t tycho_session_rank(const tycho_session* session);
+TYCHO_API int32_t tycho_session_world_size(const tycho_session* session);
+/* Returns when every rank's session has called it (for a script's own files and timing). */
+TYCHO_API tycho_status tycho_session_barrier(tycho_session* session);
+/* After the last session is destroyed: releases what tycho started for the process (MPI, when
+ * tycho initialised it). Optional: otherwise that happens at exit. No session may be created
+ * after it. */
+TYCHO_API void tycho_shutdown(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -133,6 +133,7 @@ typedef struct tycho_engine_vtable {
   tycho_status (*create)(const tycho_engine_setup* setup, tycho_engine** out);
   /* Zeroes the gradients, then for the `count` patterns `indices` computes the model, the
    * loss (through setup->loss) and the Wirtinger gradients ∂L/∂O*, ∂L/∂P* (sums, not means).
+   * `count` may be 0 (a rank that holds none of a batch's patterns): the gradients are zeros.
    * Host engines add Σ L over the batch to *loss_sum; device engines keep it for
    * collect_loss. Queued on the engine's stream: nothing here needs to synchronise. */
   tycho_status (*compute_batch)(tycho_engine* eng, const int64_t* indices, int64_t count,
@@ -248,6 +249,11 @@ typedef struct tycho_reducer_vtable {
    * ends the job with `exit_code`). */
   void (*abort)(tycho_reducer* red, int32_t exit_code);
   void (*destroy)(tycho_reducer* red);
+  /* Releases a runtime the component started itself (MPI_Finalize when its create called
+   * MPI_Init), after every reducer it made is destroyed; no reducer of this component may be
+   * made afterwards. NULL when there is nothing to release. The host calls it from
+   * tycho_shutdown(); without that call the runtime is released at process exit. */
+  void (*shutdown)(void);
 } tycho_reducer_vtable;
 
 /* ---------------------------------------------------------------- format */

@@ -32,9 +32,13 @@ learning_rate_schedule::shape learning_rate_schedule::parse(const std::string& n
 }
 
 driver::driver(engine_binding engine, std::vector<optimizer_binding> optimizers,
-               int64_t n_patterns, driver_options options)
+               int64_t n_patterns, driver_options options, shard share,
+               rank_collectives* collectives)
     : engine_(engine), optimizers_(std::move(optimizers)), n_patterns_(n_patterns),
-      options_(options) {
+      options_(options), share_(share), collectives_(collectives) {
+  if (share_.world_size == 1 && share_.count == 0) share_ = shard::of(n_patterns, 0, 1, shard::mode::patterns);
+  if (share_.world_size > 1 && collectives_ == nullptr)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "driver: a run of ", share_.world_size, " ranks needs collectives");
   if (options_.batch_size <= 0)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] batch_size must be > 0, got ",
          options_.batch_size);
@@ -47,13 +51,21 @@ double driver::run_iteration() {
   void* stream = engine_.vtable->stream ? engine_.vtable->stream(engine_.instance) : nullptr;
   for (int64_t start = 0; start < n_patterns_; start += options_.batch_size) {
     const int64_t count = std::min(options_.batch_size, n_patterns_ - start);
-    check_status(engine_.vtable->compute_batch(engine_.instance, order.data() + start, count, &loss),
+    const int64_t* indices = order.data() + start;
+    int64_t n = count;
+    if (share_.world_size > 1) {
+      share_.select(indices, count, local_indices_);
+      indices = local_indices_.data();
+      n = int64_t(local_indices_.size());
+    }
+    check_status(engine_.vtable->compute_batch(engine_.instance, indices, n, &loss),
                  "engine compute_batch");
     for (const auto& opt : optimizers_) {
       if (epoch < opt.first_iteration) continue;
       DLTensor param{}, grad{};
       check_status(engine_.vtable->get_tensor(engine_.instance, opt.parameter, &param), "engine get_tensor");
       check_status(engine_.vtable->get_tensor(engine_.instance, opt.gradient, &grad), "engine get_tensor");
+      if (collectives_ != nullptr) collectives_->sum_in_place(grad, stream);
       tycho_step_info info{sizeof(tycho_step_info), 1.0 / double(count),
                            opt.schedule.factor(epoch), epoch};
       check_status(opt.vtable->step(opt.instance, &param, &grad, &info, stream), "optimizer step");
@@ -62,6 +74,7 @@ double driver::run_iteration() {
   }
   if (engine_.vtable->collect_loss != nullptr)
     check_status(engine_.vtable->collect_loss(engine_.instance, &loss), "engine collect_loss");
+  if (collectives_ != nullptr) loss = collectives_->sum(loss);
   ++iterations_done_;
   return loss / double(n_patterns_);
 }

@@ -4,14 +4,19 @@
 #include <tycho/core/last_error.hpp>
 #include <tycho/tycho.h>
 
+#include <tycho/core/launch.hpp>
+
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <new>
 
+#include "tycho/host/parallel.hpp"
 #include "tycho/host/registry.hpp"
 #include "tycho/host/session.hpp"
 
 struct tycho_session {
+  std::unique_ptr<tycho::host::parallel_context> parallel;  // outlives impl (declared first)
   std::unique_ptr<tycho::host::session> impl;
 };
 
@@ -72,18 +77,66 @@ TYCHO_API const char* tycho_status_string(tycho_status status) {
   return "TYCHO_ERR_UNKNOWN";
 }
 
-TYCHO_API tycho_status tycho_session_create(const char* toml_text, const char* base_dir,
-                                            tycho_session** out) {
-  if (toml_text == nullptr) return null_argument("tycho_session_create", "toml_text");
-  if (out == nullptr) return null_argument("tycho_session_create", "out");
+TYCHO_API tycho_status tycho_session_create_ex(const char* toml_text, const tycho_session_options* options,
+                                               tycho_session** out) {
+  if (toml_text == nullptr) return null_argument("tycho_session_create_ex", "toml_text");
+  if (out == nullptr) return null_argument("tycho_session_create_ex", "out");
   *out = nullptr;
+  tycho_session_options o{};
+  if (options != nullptr) {
+    if (options->struct_size < offsetof(tycho_session_options, communicator) + sizeof(void*))
+      return tycho::set_last_error(TYCHO_ERR_ABI_MISMATCH,
+                                   "tycho_session_create_ex: options->struct_size is smaller than this ABI's "
+                                   "tycho_session_options; set it to sizeof(tycho_session_options)");
+    o = *options;
+  }
   return guarded([&] {
-    auto doc = tycho::config_document::parse(toml_text, "<config text>", base_dir ? base_dir : "");
+    auto doc = tycho::config_document::parse(toml_text, "<config text>", o.base_dir ? o.base_dir : "");
+    for (int64_t i = 0; i < o.n_overrides; ++i) {
+      if (o.overrides == nullptr || o.overrides[i] == nullptr)
+        return tycho::set_last_error(TYCHO_ERR_INVALID_ARGUMENT,
+                                     tycho::cat("tycho_session_create_ex: overrides[", i, "] is NULL"));
+      doc.set_from_text(o.overrides[i]);
+    }
+    auto& reg = tycho::host::registry::global();
     auto s = std::make_unique<tycho_session>();
-    s->impl = std::make_unique<tycho::host::session>(std::move(doc), tycho::host::registry::global());
+    s->parallel = tycho::host::parallel_context::create(doc, reg, tycho::detect_launch(tycho::process_environment()),
+                                                        o.communicator);
+    s->impl = std::make_unique<tycho::host::session>(std::move(doc), reg, "", s->parallel.get());
     *out = s.release();
     return TYCHO_OK;
   });
+}
+
+TYCHO_API tycho_status tycho_session_create(const char* toml_text, const char* base_dir,
+                                            tycho_session** out) {
+  tycho_session_options o{};
+  o.struct_size = sizeof o;
+  o.base_dir = base_dir;
+  return tycho_session_create_ex(toml_text, &o, out);
+}
+
+TYCHO_API int32_t tycho_session_rank(const tycho_session* session) {
+  return session ? session->parallel->rank() : 0;
+}
+
+TYCHO_API int32_t tycho_session_world_size(const tycho_session* session) {
+  return session ? session->parallel->world_size() : 1;
+}
+
+TYCHO_API tycho_status tycho_session_barrier(tycho_session* session) {
+  if (session == nullptr) return null_argument("tycho_session_barrier", "session");
+  return guarded([&] {
+    session->parallel->barrier();
+    return TYCHO_OK;
+  });
+}
+
+TYCHO_API void tycho_shutdown(void) {
+  try {
+    tycho::host::shutdown_reducers(tycho::host::registry::global());
+  } catch (...) {
+  }
 }
 
 TYCHO_API tycho_status tycho_session_run(tycho_session* session, int64_t iterations,

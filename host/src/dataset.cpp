@@ -2,6 +2,7 @@
 
 #include <tycho/core/driver.hpp>
 #include <tycho/core/error.hpp>
+#include <tycho/core/sharding.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -20,7 +21,7 @@ void ifftshift(float* p, int64_t n0, int64_t n1, std::vector<float>& tmp) {
 }
 }  // namespace
 
-dataset read_dataset(const component_ref& source, const tycho_config* data_table) {
+dataset read_dataset(const component_ref& source, const tycho_config* data_table, int64_t part, int64_t parts) {
   const auto* vt = source.as<tycho_source_vtable>();
   tycho_source* src = nullptr;
   check_status(vt->open(data_table, &src), "source open");
@@ -32,13 +33,14 @@ dataset read_dataset(const component_ref& source, const tycho_config* data_table
   check_status(vt->info(src, &d.info), "source info");
   d.description = d.info.description ? d.info.description : source.name;
   d.info.description = nullptr;  // owned by the source, which closes below
-  d.patterns = d.info.scan_shape[0] * d.info.scan_shape[1];
+  d.all_patterns = d.info.scan_shape[0] * d.info.scan_shape[1];
   d.n0 = d.info.detector_shape[0];
   d.n1 = d.info.detector_shape[1];
-  if (d.patterns <= 0 || d.n0 <= 0 || d.n1 <= 0)
+  if (d.all_patterns <= 0 || d.n0 <= 0 || d.n1 <= 0)
     fail(TYCHO_ERR_BAD_DATA, "data '", d.description, "' is empty (scan ", d.info.scan_shape[0],
          " x ", d.info.scan_shape[1], ", detector ", d.n0, " x ", d.n1, ")");
 
+  block_of(d.all_patterns, parts, part, d.first, d.patterns);
   const int64_t m = d.n0 * d.n1;
   d.targets.resize(std::size_t(d.patterns * m));
   const int64_t chunk = std::max<int64_t>(1, (int64_t(64) << 20) / (m * 4));  // ~64 MiB reads
@@ -51,13 +53,14 @@ dataset read_dataset(const component_ref& source, const tycho_config* data_table
     t.ndim = 3;
     t.dtype = {kDLFloat, 32, 1};
     t.shape = shape;
-    check_status(vt->read(src, first, count, &t), "source read");
+    check_status(vt->read(src, d.first + first, count, &t), "source read");
   }
 
   double total = 0;
   std::vector<float> tmp;
-  for (int64_t j = 0; j < d.patterns; ++j) {
-    float* p = d.targets.data() + j * m;
+  for (int64_t local = 0; local < d.patterns; ++local) {
+    const int64_t j = d.first + local;  // the pattern's number in the scan, for messages
+    float* p = d.targets.data() + local * m;
     double sum = 0;
     for (int64_t k = 0; k < m; ++k) {
       if (!std::isfinite(p[k]))
@@ -72,8 +75,9 @@ dataset read_dataset(const component_ref& source, const tycho_config* data_table
     total += sum;
     if (d.info.patterns_centred) ifftshift(p, d.n0, d.n1, tmp);
   }
-  d.mean_total_intensity = total / double(d.patterns);
-  if (!(d.mean_total_intensity > 0))
+  d.total_intensity = total;
+  d.mean_total_intensity = d.patterns > 0 ? total / double(d.patterns) : 0.0;
+  if (d.patterns == d.all_patterns && !(d.mean_total_intensity > 0))
     fail(TYCHO_ERR_BAD_DATA, "data '", d.description, "' holds no intensity (all patterns are zero)");
   return d;
 }

@@ -18,15 +18,26 @@ tycho_log_level initial_level() {
 }
 std::atomic<int> g_level{initial_level()};
 std::mutex g_mutex;
+thread_local int t_rank = -1, t_world = 1;
 }  // namespace
+
+void set_log_rank(int rank, int world_size) {
+  t_rank = world_size > 1 ? rank : -1;
+  t_world = world_size;
+}
 
 void set_log_level(tycho_log_level level) { g_level = level; }
 tycho_log_level log_level() { return static_cast<tycho_log_level>(g_level.load()); }
 
 void log(tycho_log_level level, const std::string& component, const std::string& message) {
   if (level < g_level.load()) return;
+  if (t_rank > 0 && level == TYCHO_LOG_INFO) return;
   static const char* names[] = {"debug", "info", "warning", "error"};
   std::lock_guard lock(g_mutex);
-  std::fprintf(stderr, "[tycho %s] %s: %s\n", names[level], component.c_str(), message.c_str());
+  if (t_rank >= 0)
+    std::fprintf(stderr, "[tycho %s] rank %d/%d %s: %s\n", names[level], t_rank, t_world, component.c_str(),
+                 message.c_str());
+  else
+    std::fprintf(stderr, "[tycho %s] %s: %s\n", names[level], component.c_str(), message.c_str());
 }
 }  // namespace tycho::host

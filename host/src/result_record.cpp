@@ -69,6 +69,7 @@ std::string to_json(const result_manifest& m) {
   for (const auto& c : m.components)
     comps.push_back({{"role", c.role}, {"kind", c.kind}, {"name", c.name}, {"version", c.version},
                      {"plugin", c.plugin_path}});
+  if (!m.parallel_json.empty()) j["parallel"] = nlohmann::ordered_json::parse(m.parallel_json);
   j["provenance"] = {{"tycho_version", TYCHO_VERSION_STRING},
                      {"abi_version", std::to_string(TYCHO_ABI_VERSION_MAJOR) + "." +
                                          std::to_string(TYCHO_ABI_VERSION_MINOR)},

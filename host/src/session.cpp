@@ -19,6 +19,7 @@
 
 #include <unistd.h>
 
+#include "config_read.hpp"
 #include "tycho/host/dataset.hpp"
 #include "detector_padding.hpp"
 #include "tycho/host/log.hpp"
@@ -35,7 +36,8 @@ constexpr DLDataType k_float64{kDLFloat, 64, 1};
 
 // Keys the runtime itself reads in each table; components add their own.
 const std::vector<std::string> k_top_tables = {"data", "optics", "preprocess", "reconstruct",
-                                               "output"};
+                                               "output", "parallel"};
+const std::vector<std::string> k_parallel_keys = {"reducer", "sharding", "timeout_s"};
 const std::vector<std::string> k_data_keys = {"source", "scan_step_A", "detector_pixel_invA"};
 const std::vector<std::string> k_optics_keys = {"energy_eV", "semiangle_mrad", "C10_A",
                                                 "defocus_A"};
@@ -52,25 +54,6 @@ const std::vector<std::string> k_output_keys = {"path", "previews", "format"};
 std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
   base.insert(base.end(), more.begin(), more.end());
   return base;
-}
-
-template <class T>
-std::optional<T> read_key(const toml::table& t, const char* key, const std::string& where) {
-  auto node = t[key];
-  if (!node) return std::nullopt;
-  if constexpr (std::is_same_v<T, double>) {
-    if (node.is_integer() || node.is_floating_point()) return node.value<double>();
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key '", key, "' in [", where, "] must be a number");
-  } else if constexpr (std::is_same_v<T, int64_t>) {
-    if (node.is_integer()) return node.value<int64_t>();
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key '", key, "' in [", where, "] must be an integer");
-  } else if constexpr (std::is_same_v<T, bool>) {
-    if (node.is_boolean()) return node.value<bool>();
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key '", key, "' in [", where, "] must be true or false");
-  } else {
-    if (node.is_string()) return node.value<std::string>();
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key '", key, "' in [", where, "] must be a string");
-  }
 }
 
 // A calibration: the config wins over the file; absent in both is an error naming the key.
@@ -139,35 +122,6 @@ reconstruct_settings read_reconstruct_settings(const config_document& doc) {
   return r;
 }
 
-// [reconstruct] devices: the device numbers to run on (default [0]); one device for now.
-std::vector<int64_t> read_devices(const toml::table& rec_t) {
-  auto node = rec_t["devices"];
-  if (!node) return {0};
-  const toml::array* arr = node.as_array();
-  if (arr == nullptr || arr->empty())
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] devices must be a non-empty list of device numbers, e.g. [0]");
-  std::vector<int64_t> ids;
-  for (const auto& v : *arr) {
-    if (!v.is_integer() || *v.value<int64_t>() < 0 || *v.value<int64_t>() > INT32_MAX)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] devices must list device numbers >= 0, e.g. [0]");
-    ids.push_back(*v.value<int64_t>());
-  }
-  if (ids.size() > 1)
-    fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] devices lists ", ids.size(),
-         " devices: this version runs on one device (multi-GPU comes with the reducers)");
-  return ids;
-}
-
-// The engine's device: the first of [reconstruct] devices for an engine that runs on CUDA and
-// not on the CPU, else the CPU.
-DLDevice engine_device(const toml::table& rec_t, const component_ref& engine) {
-  const std::vector<int64_t> ids = read_devices(rec_t);
-  const bool cuda = (engine.devices & TYCHO_DEVICE_BIT(kDLCUDA)) != 0;
-  const bool cpu = (engine.devices & TYCHO_DEVICE_BIT(kDLCPU)) != 0;
-  if (cuda && !cpu) return DLDevice{kDLCUDA, int32_t(ids.front())};
-  return DLDevice{kDLCPU, 0};
-}
-
 // Checks every table's keys and that every named component exists, before any data is read:
 // a typo must not cost the minutes it takes to load a large scan.
 // `tycho plan` (engine_may_be_absent) accepts an engine that is not loaded here when the planner
@@ -203,6 +157,11 @@ void validate_config(const config_document& doc, const registry& reg, bool engin
     if (std::string(which) == "object") allowed = with(allowed, k_object_keys);
     check_keys(t, name, allowed, origin);
   }
+  const toml::table& par_t = doc.table_at("parallel");
+  std::vector<std::string> parallel_keys = k_parallel_keys;
+  if (auto reducer = read_key<std::string>(par_t, "reducer", "parallel"); reducer && *reducer != "auto" && *reducer != "none")
+    parallel_keys = with(parallel_keys, reg.find(TYCHO_COMPONENT_REDUCER, *reducer).config_keys);
+  check_keys(par_t, "parallel", parallel_keys, origin);
   const toml::table& out_t = doc.table_at("output");
   check_keys(out_t, "output", k_output_keys, origin);
   reg.find(TYCHO_COMPONENT_FORMAT, read_key<std::string>(out_t, "format", "output").value_or("zip"));
@@ -471,6 +430,11 @@ struct session::state {
   tycho_optimizer* probe_opt = nullptr;
   std::unique_ptr<driver> drv;
 
+  std::unique_ptr<parallel_context> owned_parallel;  // when the caller gave none
+  parallel_context* par = nullptr;
+  std::vector<double> all_positions_px;  // (P, 2): every rank's, whichever patterns this one holds
+  std::string parallel_json;             // the ranks' reports, for the manifest
+
   ~state() {
     if (object_opt) object_opt_ref->as<tycho_optimizer_vtable>()->destroy(object_opt);
     if (probe_opt) probe_opt_ref->as<tycho_optimizer_vtable>()->destroy(probe_opt);
@@ -499,12 +463,18 @@ struct session::state {
   }
 };
 
-session::session(config_document config, registry& reg, const std::string& resume_from)
+session::session(config_document config, registry& reg, const std::string& resume_from,
+                 parallel_context* parallel)
     : s_(std::make_unique<state>(std::move(config))) {
   s_->reg = &reg;
   state& s = *s_;
   validate_config(s.config, reg);
-  read_devices(s.config.table_at("reconstruct"));  // several devices: refused before the data is read
+  // Devices, launcher and reducer: refused before the data is read when they cannot be honoured.
+  if (parallel == nullptr) {
+    s.owned_parallel = parallel_context::create(s.config, reg, detect_launch(process_environment()));
+    parallel = s.owned_parallel.get();
+  }
+  s.par = parallel;
   // Resuming: the schedules span the resumed run's total (its recorded
   // history.schedule_iterations), whatever [reconstruct] iterations says; the config records it.
   std::optional<resume_data> resume;
@@ -514,13 +484,31 @@ session::session(config_document config, registry& reg, const std::string& resum
   }
   const reconstruct_settings settings = read_reconstruct_settings(s.config);
   s.iterations = settings.iterations;
+  s.par->check_same_config(s.config.to_toml());
+  const int32_t world = s.par->world_size();
+  if (world > 1 && settings.driver.batch_size % world != 0)
+    log_warning("session", cat("[reconstruct] batch_size = ", settings.driver.batch_size, " is not a multiple of the ",
+                               world, " ranks: ", s.par->sharding() == shard::mode::replicated
+                                   ? "the first ranks compute one pattern more of each batch"
+                                   : "shares differ by one more pattern"));
 
   // ---- data
   const toml::table& data_t = s.config.table_at("data");
   std::string source_name = read_key<std::string>(data_t, "source", "data").value_or("emd");
   const component_ref& source = reg.find(TYCHO_COMPONENT_SOURCE, source_name);
   tycho_config data_cfg{&data_t, "[data]", s.config.base_dir()};
-  s.data = read_dataset(source, &data_cfg);
+  // Each rank reads its block of the patterns (all of them when sharding = "replicated").
+  const bool replicated = s.par->sharding() == shard::mode::replicated;
+  s.data = read_dataset(source, &data_cfg, replicated ? 0 : s.par->rank(), replicated ? 1 : world);
+  if (world > 1) {
+    // The intensity scale is the mean over the whole scan, so that every rank's model and the
+    // loss are those of a run of one rank.
+    s.data.mean_total_intensity = s.par->sum(replicated ? (s.par->is_root() ? s.data.total_intensity : 0.0)
+                                                        : s.data.total_intensity) /
+                                  double(s.data.all_patterns);
+    if (!(s.data.mean_total_intensity > 0))
+      fail(TYCHO_ERR_BAD_DATA, "data '", s.data.description, "' holds no intensity (all patterns are zero)");
+  }
   // Before any geometry: the window (and so dx, positions, object, probe) is the padded one.
   s.padding = apply_detector_padding(s.data, s.config.table_at("preprocess"), s.config.origin());
   const auto& info = s.data.info;
@@ -537,7 +525,9 @@ session::session(config_document config, registry& reg, const std::string& resum
   }
   // ---- memory: the planner's count for this engine against this machine's memory, before
   // anything that size is allocated (a wrong scan step or pixel size makes a huge object)
-  check_host_memory(run_memory_problem(s.config, info, s.data.n0, s.data.n1, s.layout),
+  memory_problem need = run_memory_problem(s.config, info, s.data.n0, s.data.n1, s.layout);
+  need.patterns = s.data.patterns;  // this rank's share
+  check_host_memory(need,
                     cat("the object is ", s.layout.shape[0], " x ", s.layout.shape[1], " px: check [data] scan_step_A (",
                         s.geometry.step_A[0], " Å), the pixel size (", s.geometry.pixel_A[0], " Å from a ", s.data.n0,
                         " x ", s.data.n1, " window) and [preprocess] object_padding_px (", s.geometry.padding_px, ")"));
@@ -565,7 +555,7 @@ session::session(config_document config, registry& reg, const std::string& resum
   int64_t object_shape[3] = {1, s.layout.shape[0], s.layout.shape[1]};
   int64_t probe_shape[3] = {1, s.data.n0, s.data.n1};
   int64_t target_shape[3] = {s.data.patterns, s.data.n0, s.data.n1};
-  int64_t pos_shape[2] = {s.data.patterns, 2};
+  int64_t pos_shape[2] = {s.data.patterns, 2};  // the positions of the patterns this rank holds
   void* object_data = nullptr;
   void* probe_data = probe.data();
   void* positions_data = s.layout.positions_px.data();
@@ -573,13 +563,18 @@ session::session(config_document config, registry& reg, const std::string& resum
     // The engine starts from the saved object, probe and positions instead of ones and the
     // optics' probe.
     check_resume_shapes(*resume, {info.scan_shape[0], info.scan_shape[1]}, {s.data.n0, s.data.n1},
-                        {object_shape, object_shape + 3}, {probe_shape, probe_shape + 3}, s.data.patterns);
+                        {object_shape, object_shape + 3}, {probe_shape, probe_shape + 3}, s.data.all_patterns);
     object_data = const_cast<unsigned char*>(resume->record.array("object", resume->path).bytes.data());
     probe_data = const_cast<unsigned char*>(resume->record.array("probe", resume->path).bytes.data());
     positions_data = const_cast<unsigned char*>(resume->record.array("positions_px", resume->path).bytes.data());
   } else {
     object.assign(static_cast<std::size_t>(s.layout.shape[0] * s.layout.shape[1]), cfloat(1.f, 0.f));
     object_data = object.data();
+  }
+  {
+    const auto* all = static_cast<const double*>(positions_data);
+    s.all_positions_px.assign(all, all + 2 * s.data.all_patterns);
+    positions_data = s.all_positions_px.data() + 2 * s.data.first;
   }
   DLTensor targets{s.data.targets.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, target_shape, nullptr, 0};
   DLTensor positions{positions_data, {kDLCPU, 0}, 2, k_float64, pos_shape, nullptr, 0};
@@ -597,7 +592,7 @@ session::session(config_document config, registry& reg, const std::string& resum
   setup.object_init = &object_t;
   setup.probe_init = &probe_t;
   setup.loss = tycho_loss_binding{s.loss_ref->as<tycho_loss_vtable>(), s.loss};
-  setup.device = engine_device(rec_t, *s.engine_ref);
+  setup.device = s.par->device();
   check_status(s.engine_ref->as<tycho_engine_vtable>()->create(&setup, &s.engine), "engine create");
 
   auto make_optimizer = [&](const char* which, tycho_config& cfg, const component_ref*& ref,
@@ -621,7 +616,9 @@ session::session(config_document config, registry& reg, const std::string& resum
 
   const driver_options& dopt = settings.driver;
   s.drv = std::make_unique<driver>(engine_binding{s.engine_ref->as<tycho_engine_vtable>(), s.engine},
-                                   std::move(opts), s.data.patterns, dopt);
+                                   std::move(opts), s.data.all_patterns, dopt,
+                                   shard::of(s.data.all_patterns, s.par->rank(), world, s.par->sharding()),
+                                   world > 1 ? s.par : nullptr);
 
   // ---- resumed: optimizer state, iteration count and history continue where the file ended
   if (resume) {
@@ -645,12 +642,41 @@ session::session(config_document config, registry& reg, const std::string& resum
   std::string format = read_key<std::string>(out_t, "format", "output").value_or("zip");
   s.format_ref = &reg.find(TYCHO_COMPONENT_FORMAT, format);
 
+  // ---- what every rank runs: its device, the precision its engine holds, its patterns
+  const DLTensor object_view = s.engine_tensor(TYCHO_TENSOR_OBJECT);
+  const std::string precision = object_view.dtype.bits == 128 ? "float64" : "float32";
+  const std::string device_text =
+      setup.device.device_type == kDLCUDA ? cat("cuda:", setup.device.device_id) : std::string("cpu");
+  if (world > 1) {
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    const nlohmann::ordered_json mine = {{"rank", s.par->rank()},
+                                         {"host", host},
+                                         {"device", device_text},
+                                         {"precision", precision},
+                                         {"patterns", {s.data.first, s.data.first + s.data.patterns}}};
+    nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+    for (const std::string& text : s.par->all_texts(mine.dump())) {
+      ranks.push_back(nlohmann::ordered_json::parse(text));
+      const auto& r = ranks.back();
+      log_info("session", cat("rank ", r["rank"].get<int>(), " of ", world, " on ", r["host"].get<std::string>(), ": ",
+                              engine_name, " engine on ", r["device"].get<std::string>(), ", ",
+                              r["precision"].get<std::string>(), ", patterns [", r["patterns"][0].get<int64_t>(), ", ",
+                              r["patterns"][1].get<int64_t>(), ")"));
+    }
+    s.parallel_json = nlohmann::ordered_json{{"world_size", world},
+                                             {"launcher", s.par->launcher()},
+                                             {"reducer", s.par->reducer_name()},
+                                             {"sharding", s.par->sharding() == shard::mode::replicated ? "replicated" : "patterns"},
+                                             {"ranks", ranks}}
+                          .dump();
+  }
   log_info("session", cat("data ", desc, ": scan ", info.scan_shape[0], " x ", info.scan_shape[1],
                           ", detector ", s.data.n0, " x ", s.data.n1, ", mean ", s.data.mean_total_intensity,
                           " per pattern; object ", s.layout.shape[0], " x ", s.layout.shape[1], " px of ",
                           s.geometry.pixel_A[0], " Å; engine ", engine_name, ", loss ", loss_name,
-                          ", batch ", dopt.batch_size, ", float32 on ",
-                          setup.device.device_type == kDLCUDA ? cat("cuda:", setup.device.device_id) : std::string("cpu")));
+                          ", batch ", dopt.batch_size, ", ", precision, " on ", device_text,
+                          world > 1 ? cat(", ", world, " ranks (", s.par->reducer_name(), ")") : std::string()));
 }
 
 session::~session() = default;
@@ -669,16 +695,37 @@ bool session::run(int64_t iterations, const progress_callback& progress) {
       if (!progress(p)) return false;
     }
   }
+  check_replicas();
   return true;
+}
+
+void session::check_replicas() const {
+  const state& s = *s_;
+  if (s.par->world_size() == 1) return;
+  // FNV-1a of the object's bytes: the ranks' copies must be bitwise equal (the reducer gives
+  // every rank the same sums); a difference means rank 0's result is not every rank's.
+  const owned_array obj = s.read_engine_tensor("object", TYCHO_TENSOR_OBJECT);
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char b : obj.bytes) h = (h ^ b) * 1099511628211ull;
+  const auto all = s.par->all_texts(std::to_string(h));
+  for (std::size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0])
+      log_warning("session", cat("rank ", r, "'s object differs from rank 0's after ", s.drv->iterations_done(),
+                                 " iterations: the reducer did not give every rank the same sums; the result is rank 0's"));
 }
 
 owned_array session::get(const std::string& name) const {
   const state& s = *s_;
   if (name == "object") return s.read_engine_tensor(name, TYCHO_TENSOR_OBJECT);
   if (name == "probe") return s.read_engine_tensor(name, TYCHO_TENSOR_PROBE);
-  if (name == "positions_px") return s.read_engine_tensor(name, TYCHO_TENSOR_POSITIONS);
+  // Every pattern's position: a rank's engine holds only those of its share.
+  auto all_positions = [&](const std::string& n) {
+    if (s.par->world_size() == 1) return s.read_engine_tensor(n, TYCHO_TENSOR_POSITIONS);
+    return owned_array::from_vector(n, k_float64, {s.data.all_patterns, 2}, s.all_positions_px);
+  };
+  if (name == "positions_px") return all_positions(name);
   if (name == "positions_A") {
-    auto a = s.read_engine_tensor(name, TYCHO_TENSOR_POSITIONS);
+    auto a = all_positions(name);
     auto* p = reinterpret_cast<double*>(a.bytes.data());
     for (int64_t k = 0; k < a.count(); ++k) p[k] *= s.geometry.pixel_A[k % 2];
     return a;
@@ -693,6 +740,7 @@ int64_t session::configured_iterations() const { return s_->iterations; }
 int64_t session::iterations_done() const { return s_->drv->iterations_done(); }
 const std::vector<double>& session::loss_history() const { return s_->loss_history; }
 double session::object_pixel_A(int axis) const { return s_->geometry.pixel_A[axis]; }
+parallel_context& session::parallel() const { return *s_->par; }
 
 std::string session::output_path() const { return configured_output_path(s_->config); }
 
@@ -730,6 +778,7 @@ std::string session::manifest_json() const {
   m.loss_history = s.loss_history;
   m.seconds_history = s.seconds_history;
   m.schedule_iterations = s.iterations;
+  m.parallel_json = s.parallel_json;
   for (const auto& [which, ref, opt] : {std::tuple{"object", s.object_opt_ref, s.object_opt},
                                         std::tuple{"probe", s.probe_opt_ref, s.probe_opt}}) {
     const auto* vt = ref->as<tycho_optimizer_vtable>();

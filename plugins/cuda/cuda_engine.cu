@@ -673,7 +673,13 @@ struct cuda_engine::impl {
   }
 
   void compute_batch(const int64_t* indices, int64_t count) {
-    if (count <= 0) fail(TYCHO_ERR_INVALID_ARGUMENT, "cuda engine: a batch needs at least one position, got ", count);
+    if (count < 0) fail(TYCHO_ERR_INVALID_ARGUMENT, "cuda engine: negative batch size ", count);
+    if (count == 0) {  // a rank that holds none of this batch's patterns contributes zeros
+      set_device();
+      check(cudaMemsetAsync(object_grad, 0, size_t(h * w) * sizeof(c32), stream), "cudaMemsetAsync", "object gradient");
+      check(cudaMemsetAsync(probe_grad, 0, size_t(m) * sizeof(c32), stream), "cudaMemsetAsync", "probe gradient");
+      return;
+    }
     if (indices == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "cuda engine: no batch indices");
     for (int64_t i = 0; i < count; ++i)
       if (indices[i] < 0 || indices[i] >= patterns)

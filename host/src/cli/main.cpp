@@ -3,6 +3,8 @@
 #include <tycho/core/error.hpp>
 #include <tycho/tycho_version.h>
 
+#include <tycho/core/launch.hpp>
+
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -20,6 +22,9 @@ namespace th = tycho::host;
 
 namespace {
 
+// This process's rank of a multi-rank run, kept where main's error handler can stop the others.
+std::unique_ptr<th::parallel_context> g_parallel;
+
 // How many iterations an invocation runs, and over how many the learning-rate schedules are laid
 // out (the run's total, [reconstruct] iterations):
 //   fresh run:  --iterations N sets the total to N and runs N; --stop-after M runs only M of the
@@ -29,9 +34,14 @@ namespace {
 //               total, the schedules stay at their final value.
 int cmd_reconstruct(const std::string& config_path, int64_t iterations, int64_t stop_after,
                     const std::string& from, const std::string& output,
-                    const std::vector<std::string>& sets, bool quiet) {
+                    const std::vector<std::string>& sets, const std::vector<int64_t>& devices, bool quiet) {
   auto doc = tycho::config_document::load_file(config_path);
   for (const auto& s : sets) doc.set_from_text(s);
+  if (!devices.empty()) {
+    std::string list;
+    for (int64_t d : devices) list += (list.empty() ? "" : ", ") + std::to_string(d);
+    doc.set_from_text(fmt::format("reconstruct.devices=[{}]", list));
+  }
   // A fresh run's --iterations is the run's length: the schedule and the recorded config follow it.
   if (iterations > 0 && from.empty()) doc.set_from_text(fmt::format("reconstruct.iterations={}", iterations));
   if (!from.empty() && iterations > 0 && stop_after > 0)
@@ -47,7 +57,12 @@ int cmd_reconstruct(const std::string& config_path, int64_t iterations, int64_t 
   if (!std::filesystem::is_directory(out_dir))
     throw tycho::error(TYCHO_ERR_NOT_FOUND, fmt::format("output folder '{}' (for '{}') does not exist",
                                                         out_dir.string(), out_path));
-  th::session session(std::move(doc), th::registry::global(), from);
+  // Under torchrun / srun / mpirun: this rank joins the others; only rank 0 prints progress and
+  // writes files.
+  g_parallel = th::parallel_context::create(doc, th::registry::global(), tycho::detect_launch(tycho::process_environment()));
+  const bool root = g_parallel->is_root();
+  if (!root) quiet = true;
+  th::session session(std::move(doc), th::registry::global(), from, g_parallel.get());
   const int64_t done = session.iterations_done();
   int64_t n = 0;
   if (from.empty()) {
@@ -66,6 +81,7 @@ int cmd_reconstruct(const std::string& config_path, int64_t iterations, int64_t 
     std::fflush(stdout);
     return true;
   });
+  if (!root) return 0;
   session.save(out_path, TYCHO_SAVE_OVERWRITE);
   fmt::print("wrote {}\n", out_path);
   if (session.previews_enabled())
@@ -104,6 +120,18 @@ int cmd_plugins() {
   return 0;
 }
 
+std::string rank_prefix() {
+  if (!g_parallel || g_parallel->world_size() == 1) return "";
+  return fmt::format("rank {}/{}: ", g_parallel->rank(), g_parallel->world_size());
+}
+
+// After an error on this rank the others would wait in their next collective until the
+// watchdog's timeout: stop them now (MPI_Abort / ncclCommAbort; the job exits non-zero).
+void stop_other_ranks(int code) {
+  std::fflush(stderr);
+  if (g_parallel) g_parallel->abort(code);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -118,7 +146,11 @@ int main(int argc, char** argv) {
   std::string from;
   std::vector<std::string> sets;
   bool quiet = false;
+  std::vector<int64_t> devices;
   rec->add_option("config", config_path, "TOML configuration file")->required();
+  rec->add_option("--devices", devices, "GPUs to run on (sets [reconstruct] devices): one per rank under a launcher")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber);
   const CLI::Validator positive(
       [](std::string& v) { return std::stoll(v) > 0 ? std::string() : "must be a positive integer"; }, "POSITIVE");
   rec->add_option("--iterations", iterations,
@@ -160,7 +192,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (quiet) th::set_log_level(TYCHO_LOG_WARNING);
   try {
-    if (rec->parsed()) return cmd_reconstruct(config_path, iterations, stop_after, from, output, sets, quiet);
+    if (rec->parsed()) return cmd_reconstruct(config_path, iterations, stop_after, from, output, sets, devices, quiet);
     if (ev->parsed()) {
       fmt::print("{}\n", th::evaluate_result(th::registry::global(), result_path, truth_path, sigma_A, fov));
       return 0;
@@ -168,10 +200,12 @@ int main(int argc, char** argv) {
     if (pl->parsed()) return cmd_plugins();
     if (plan->parsed()) return cmd_plan(plan_config, plan_sets, plan_options);
   } catch (const tycho::error& e) {
-    fmt::print(stderr, "tycho: error: {}\n", e.what());
+    fmt::print(stderr, "tycho: error: {}{}\n", rank_prefix(), e.what());
+    stop_other_ranks(2);
     return 2;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "tycho: internal error: {}\n", e.what());
+    fmt::print(stderr, "tycho: internal error: {}{}\n", rank_prefix(), e.what());
+    stop_other_ranks(3);
     return 3;
   }
   return 1;

@@ -4,6 +4,8 @@
 
 #include <tycho/tycho_components.h>
 
+#include "tycho/core/sharding.hpp"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -45,6 +47,16 @@ struct object_constraints {
   double amplitude_max = 0;      // > 0: clip |O| to at most this (a specimen does not amplify)
 };
 
+// What a run of several ranks adds to an iteration: sums across the ranks, which the host
+// implements over a reducer component. Every rank must receive bitwise the same sums, so the
+// replicated object and probe stay identical.
+class rank_collectives {
+ public:
+  virtual ~rank_collectives() = default;
+  virtual void sum_in_place(DLTensor& tensor, void* stream) = 0;
+  virtual double sum(double local) = 0;
+};
+
 struct driver_options {
   int64_t batch_size = 128;      // global mini-batch, positions
   uint64_t seed = 0;
@@ -53,12 +65,16 @@ struct driver_options {
 
 class driver {
  public:
+  // n_patterns: all patterns of the run. With several ranks, `share` says which of them this
+  // rank's engine holds (its targets are patterns [share.first, share.first + share.count),
+  // indexed from 0) and `collectives` sums gradients and losses; both default to one rank.
   driver(engine_binding engine, std::vector<optimizer_binding> optimizers, int64_t n_patterns,
-         driver_options options);
+         driver_options options, shard share = {}, rank_collectives* collectives = nullptr);
 
-  // One iteration (epoch): every pattern once, in batches of batch_size (the last one may be
-  // smaller). Gradients are divided by the batch size before the optimizer step.
-  // Returns the mean loss per pattern.
+  // One iteration (epoch): every pattern once, in global batches of batch_size (the last one
+  // may be smaller), each rank computing its members of each batch. Gradients are summed over
+  // the ranks and divided by the global batch size before the optimizer step.
+  // Returns the mean loss per pattern over all ranks.
   double run_iteration();
   int64_t iterations_done() const { return iterations_done_; }
   // Resuming a saved run: the next iteration is n + 1, with that epoch's permutation and
@@ -71,6 +87,9 @@ class driver {
   std::vector<optimizer_binding> optimizers_;
   int64_t n_patterns_;
   driver_options options_;
+  shard share_;
+  rank_collectives* collectives_;
+  std::vector<int64_t> local_indices_;
   int64_t iterations_done_ = 0;
 };
 

@@ -10,6 +10,9 @@ namespace tycho::host {
 void set_log_level(tycho_log_level level);
 tycho_log_level log_level();
 void log(tycho_log_level level, const std::string& component, const std::string& message);
+// In a run of several ranks: prefixes this thread's lines with "rank r/W" and, on ranks other
+// than 0, drops info lines (rank 0 speaks for the run; warnings and errors come from all).
+void set_log_rank(int rank, int world_size);
 inline void log_info(const std::string& c, const std::string& m) { log(TYCHO_LOG_INFO, c, m); }
 inline void log_warning(const std::string& c, const std::string& m) {
   log(TYCHO_LOG_WARNING, c, m);

@@ -44,6 +44,9 @@ struct result_manifest {
   int64_t schedule_iterations = 0;    // the run's total: the learning-rate schedules span it
   std::vector<optimizer_state_record> optimizer_states;
   std::vector<component_provenance> components;
+  // How the run was spread: launcher, reducer, sharding, world size and one JSON object per
+  // rank (device, precision, patterns held); empty for a run of one rank.
+  std::string parallel_json;
 };
 
 std::string to_json(const result_manifest& m);

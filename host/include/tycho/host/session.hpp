@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tycho/host/parallel.hpp"
 #include "tycho/host/registry.hpp"
 
 namespace tycho::host {
@@ -27,14 +28,20 @@ class session {
   // recorded total (history.schedule_iterations), which replaces [reconstruct] iterations; the
   // rest of the config applies as given. A file whose scan, window or object shape differs from
   // the config's data, or that is not a tycho result, is refused.
-  session(config_document config, registry& reg, const std::string& resume_from = "");
+  //
+  // `parallel`: this rank of a multi-rank run (it must outlive the session); NULL: the session
+  // makes its own from the launcher's environment (parallel_context::create).
+  session(config_document config, registry& reg, const std::string& resume_from = "",
+          parallel_context* parallel = nullptr);
   ~session();
   session(const session&) = delete;
   session& operator=(const session&) = delete;
 
   // Runs `iterations` more iterations (0: the configured number). Returns false if the
-  // callback stopped it.
+  // callback stopped it. With several ranks every rank calls it, with the same count.
   bool run(int64_t iterations, const progress_callback& progress);
+  // Several ranks: warns if a rank's object is not bitwise rank 0's (run() calls it at its end).
+  void check_replicas() const;
 
   // "object", "probe", "positions_px", "positions_A", "loss_history".
   owned_array get(const std::string& name) const;
@@ -49,6 +56,7 @@ class session {
   bool previews_enabled() const;
   const std::vector<double>& loss_history() const;
   double object_pixel_A(int axis) const;
+  parallel_context& parallel() const;  // rank, world size; only rank 0 writes files
 
  private:
   struct state;

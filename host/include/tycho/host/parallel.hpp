@@ -1,0 +1,85 @@
+// The ranks of a data-parallel run and the reducer that joins them. One per rank, made before
+// the session from the launcher's environment (torchrun, srun, mpirun) and [parallel]: every
+// rank holds the whole object and probe and a share of the patterns; gradients and losses are
+// summed across ranks, so the trajectory does not depend on the number of ranks.
+#pragma once
+
+#include <tycho/core/config.hpp>
+#include <tycho/core/driver.hpp>
+#include <tycho/core/launch.hpp>
+#include <tycho/core/sharding.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tycho/host/registry.hpp"
+
+namespace tycho::host {
+
+class parallel_context final : public rank_collectives {
+ public:
+  // A run of one rank: no reducer, every collective is the identity.
+  parallel_context();
+  ~parallel_context() override;
+  parallel_context(const parallel_context&) = delete;
+  parallel_context& operator=(const parallel_context&) = delete;
+
+  // Reads [parallel] and [reconstruct] engine/devices, detects the launcher and makes the
+  // reducer ("auto": none for one rank, "mpi" for a host engine, "nccl" for a GPU engine).
+  // Several ranks without a reducer, a reducer that is not installed, or a CPU engine asked
+  // for GPUs are errors that say why; nothing is silently reduced to one rank.
+  // `communicator`: the caller's (MPI_Comm* or ncclComm_t*), adopted and not freed.
+  static std::unique_ptr<parallel_context> create(const config_document& doc, const registry& reg,
+                                                  const launch_environment& launch,
+                                                  void* communicator = nullptr);
+
+  int32_t rank() const { return rank_; }
+  int32_t world_size() const { return world_size_; }
+  int32_t local_rank() const { return local_rank_; }
+  bool is_root() const { return rank_ == 0; }
+  const std::string& launcher() const { return launcher_; }
+  const std::string& reducer_name() const { return reducer_name_; }
+  DLDevice device() const { return device_; }   // the engine's device on this rank
+  shard::mode sharding() const { return sharding_; }
+  double timeout_s() const { return timeout_s_; }
+
+  // rank_collectives: gradient sums on the engine's device, loss sums on the host.
+  void sum_in_place(DLTensor& tensor, void* stream) override;
+  double sum(double local) override;
+
+  // Host-side: root's text replaces every rank's.
+  void broadcast_text(std::string& text, int32_t root);
+  // Every rank's text, in rank order, on every rank.
+  std::vector<std::string> all_texts(const std::string& mine);
+  void barrier();
+  // Stops every rank after an error on this one (MPI_Abort, ncclCommAbort) and exits with
+  // `exit_code`; with one rank it only returns.
+  void abort(int exit_code);
+
+  // Rank 0 sends its resolved configuration (TOML); a rank whose own differs stops with a
+  // message naming the first differing key, and then every rank stops.
+  void check_same_config(const std::string& config_toml);
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> p_;
+  int32_t rank_ = 0, world_size_ = 1, local_rank_ = 0;
+  std::string launcher_, reducer_name_ = "none";
+  DLDevice device_{kDLCPU, 0};
+  shard::mode sharding_ = shard::mode::patterns;
+  double timeout_s_ = 600;
+};
+
+// The engine's device for this rank: the CPU for a host engine; for a GPU engine,
+// [reconstruct] devices[local_rank] when it lists one device per local rank, else the
+// local rank (or 0 when CUDA_VISIBLE_DEVICES leaves one device to each rank).
+DLDevice rank_device(const config_document& doc, const component_ref& engine, const launch_environment& launch);
+
+// Calls every loaded reducer component's shutdown (tycho_shutdown()).
+void shutdown_reducers(const registry& reg);
+
+// [reconstruct] devices: the device numbers listed (default [0]).
+std::vector<int64_t> configured_devices(const config_document& doc);
+
+}  // namespace tycho::host

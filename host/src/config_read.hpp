@@ -1,0 +1,33 @@
+// Typed reads of one config key, with errors that name the key and its table.
+#pragma once
+
+#include <tycho/core/error.hpp>
+
+#include <toml++/toml.h>
+
+#include <optional>
+#include <string>
+#include <type_traits>
+
+namespace tycho::host {
+
+template <class T>
+std::optional<T> read_key(const toml::table& t, const char* key, const std::string& where) {
+  auto node = t[key];
+  if (!node) return std::nullopt;
+  if constexpr (std::is_same_v<T, double>) {
+    if (node.is_integer() || node.is_floating_point()) return node.template value<double>();
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key '", key, "' in [", where, "] must be a number");
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    if (node.is_integer()) return node.template value<int64_t>();
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key '", key, "' in [", where, "] must be an integer");
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (node.is_boolean()) return node.template value<bool>();
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key '", key, "' in [", where, "] must be true or false");
+  } else {
+    if (node.is_string()) return node.template value<std::string>();
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key '", key, "' in [", where, "] must be a string");
+  }
+}
+
+}  // namespace tycho::host

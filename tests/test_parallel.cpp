@@ -1,0 +1,308 @@
+// Data-parallel runs: the launcher's environment, the split of patterns and batches, and
+// `tycho reconstruct` under `mpirun -np 1, 2, 4` (oversubscribed): the same loss trajectory
+// and object for any number of ranks, each rank's report in the result, a configuration that
+// differs between ranks refused by name, and a rank that dies ending the job in bounded time.
+#include <gtest/gtest.h>
+
+#include <tycho/core/error.hpp>
+#include <tycho/core/launch.hpp>
+#include <tycho/core/sharding.hpp>
+#include <tycho/host/result_record.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <complex>
+#include <map>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "built_in_plugins.hpp"
+#include "run_command.hpp"
+#include "test_paths.hpp"
+
+namespace {
+
+using tycho::launch_environment;
+using tycho::shard;
+using tycho::test::command_result;
+using tycho::test::run_command;
+
+tycho::environment_lookup fake_env(std::map<std::string, std::string> vars) {
+  return [vars](const char* name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+TEST(Launch, ReadsEachLauncher) {
+  auto none = tycho::detect_launch(fake_env({}));
+  EXPECT_EQ(none.launcher, "");
+  EXPECT_EQ(none.world_size, 1);
+  EXPECT_EQ(none.rank, 0);
+
+  auto ompi = tycho::detect_launch(fake_env(
+      {{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "8"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}}));
+  EXPECT_EQ(ompi.launcher, "mpirun");
+  EXPECT_EQ(ompi.rank, 3);
+  EXPECT_EQ(ompi.world_size, 8);
+  EXPECT_EQ(ompi.local_rank, 1);
+
+  auto torch = tycho::detect_launch(fake_env({{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"},
+                                              {"MASTER_ADDR", "node17"}, {"MASTER_PORT", "29500"}}));
+  EXPECT_EQ(torch.launcher, "torchrun");
+  EXPECT_EQ(torch.rank, 2);
+  EXPECT_EQ(torch.master_addr, "node17");
+  EXPECT_EQ(torch.master_port, 29500);
+
+  // An srun step is a launch; the batch script's own shell (no SLURM_STEP_ID) is not.
+  std::map<std::string, std::string> slurm = {
+      {"SLURM_PROCID", "5"}, {"SLURM_STEP_NUM_TASKS", "16"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "1"}};
+  EXPECT_EQ(tycho::detect_launch(fake_env(slurm)).launcher, "");
+  slurm["SLURM_STEP_ID"] = "0";
+  auto srun = tycho::detect_launch(fake_env(slurm));
+  EXPECT_EQ(srun.launcher, "srun");
+  EXPECT_EQ(srun.rank, 5);
+  EXPECT_EQ(srun.world_size, 16);
+  EXPECT_EQ(srun.local_rank, 1);
+}
+
+TEST(Launch, MalformedVariablesNameTheVariable) {
+  try {
+    tycho::detect_launch(fake_env({{"RANK", "two"}, {"WORLD_SIZE", "4"}}));
+    FAIL() << "a non-integer RANK was accepted";
+  } catch (const tycho::error& e) {
+    EXPECT_NE(std::string(e.what()).find("RANK=\"two\""), std::string::npos) << e.what();
+  }
+  try {
+    tycho::detect_launch(fake_env({{"RANK", "4"}, {"WORLD_SIZE", "4"}}));
+    FAIL() << "a rank outside the world was accepted";
+  } catch (const tycho::error& e) {
+    EXPECT_NE(std::string(e.what()).find("WORLD_SIZE=4"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Sharding, BlocksCoverThePatternsOnce) {
+  for (int world : {1, 2, 3, 4, 7}) {
+    int64_t next = 0;
+    for (int r = 0; r < world; ++r) {
+      shard s = shard::of(768, r, world, shard::mode::patterns);
+      EXPECT_EQ(s.first, next);
+      EXPECT_GE(s.count, 768 / world);
+      EXPECT_LE(s.count, 768 / world + 1);
+      next += s.count;
+    }
+    EXPECT_EQ(next, 768);
+  }
+}
+
+TEST(Sharding, EveryBatchMemberIsComputedByExactlyOneRank) {
+  std::vector<int64_t> batch(37);
+  for (std::size_t i = 0; i < batch.size(); ++i) batch[i] = int64_t((i * 53) % 100);
+  for (auto mode : {shard::mode::patterns, shard::mode::replicated}) {
+    for (int world : {1, 2, 3, 4}) {
+      std::vector<int64_t> seen;
+      std::vector<int64_t> local;
+      for (int r = 0; r < world; ++r) {
+        shard s = shard::of(100, r, world, mode);
+        s.select(batch.data(), int64_t(batch.size()), local);
+        if (mode == shard::mode::replicated) {
+          // A defined split: ⌈37/W⌉ for the first 37 mod W ranks, ⌊37/W⌋ for the others.
+          EXPECT_EQ(int64_t(local.size()), 37 / world + (r < 37 % world ? 1 : 0));
+        }
+        for (int64_t l : local) seen.push_back(l + s.first);
+      }
+      std::sort(seen.begin(), seen.end());
+      std::vector<int64_t> expected = batch;
+      std::sort(expected.begin(), expected.end());
+      EXPECT_EQ(seen, expected) << "world " << world;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- under mpirun
+
+bool have_mpirun() { return run_command({"/bin/sh", "-c", "command -v mpirun"}).exited_with(0); }
+bool have_mpi_plugin() {
+  for (const auto& c : tycho::test::plugins().components())
+    if (c.kind == TYCHO_COMPONENT_REDUCER && c.name == "mpi") return true;
+  return false;
+}
+
+// mpirun as root needs the two variables; --oversubscribe lets 4 ranks share 2 cores.
+command_result mpirun(int np, const std::vector<std::string>& tycho_args, const std::vector<std::string>& env = {}) {
+  std::vector<std::string> argv = {"mpirun", "--oversubscribe", "-np", std::to_string(np)};
+  for (const auto& e : env) {
+    argv.push_back("-x");
+    argv.push_back(e);
+  }
+  argv.push_back(tycho::test::tycho_exe());
+  argv.insert(argv.end(), tycho_args.begin(), tycho_args.end());
+  return run_command(argv, {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_btl=self,vader",
+                            "OMPI_MCA_rmaps_base_oversubscribe=1"});
+}
+
+class UnderMpirun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_mpirun()) GTEST_SKIP() << "mpirun not found (scripts/install-deps installs Open MPI)";
+    if (!have_mpi_plugin()) GTEST_SKIP() << "the mpi reducer plugin was not built";
+  }
+  std::vector<std::string> args(const std::string& out, int iterations, std::vector<std::string> extra = {}) {
+    std::vector<std::string> a = {"reconstruct", tycho::test::source_dir() + "/examples/mos2.toml", "-q",
+                                  "--iterations", std::to_string(iterations), "-o", out,
+                                  "--set", "output.previews=false", "--set", "reconstruct.threads=1"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+  tycho::test::temp_folder tmp_;
+};
+
+const std::complex<float>* complex_data(const tycho::owned_array& a) {
+  return reinterpret_cast<const std::complex<float>*>(a.bytes.data());
+}
+
+TEST_F(UnderMpirun, OneTrajectoryForOneTwoAndFourRanks) {
+  std::map<int, std::string> results;
+  for (int np : {1, 2, 4}) {
+    results[np] = tmp_ / ("w" + std::to_string(np) + ".zip");
+    auto r = mpirun(np, args(results[np], 20));
+    ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  }
+  const auto one = tycho::test::load_result(results[1]);
+  const auto& loss1 = one.array("loss_history", results[1]);
+  const auto& obj1 = one.array("object", results[1]);
+  const auto& probe1 = one.array("probe", results[1]);
+  ASSERT_EQ(loss1.count(), 20);
+  for (int np : {2, 4}) {
+    const auto rec = tycho::test::load_result(results[np]);
+    const auto& loss = rec.array("loss_history", results[np]);
+    ASSERT_EQ(loss.count(), 20);
+    double worst_loss = 0;
+    for (int64_t i = 0; i < 20; ++i)
+      worst_loss = std::max(worst_loss, std::abs(loss.as<double>()[i] / loss1.as<double>()[i] - 1.0));
+    EXPECT_LT(worst_loss, 1e-5) << np << " ranks: loss history differs from one rank's";
+    for (const auto* name : {"object", "probe"}) {
+      const auto& a = name == std::string("object") ? obj1 : probe1;
+      const auto& b = rec.array(name, results[np]);
+      ASSERT_EQ(a.shape, b.shape);
+      float worst = 0;
+      for (int64_t k = 0; k < a.count(); ++k)
+        worst = std::max(worst, std::abs(complex_data(a)[k] - complex_data(b)[k]));
+      EXPECT_LT(worst, 1e-4) << np << " ranks: " << name << " differs from one rank's by " << worst;
+    }
+    EXPECT_TRUE(rec.array("positions_px", results[np]).bytes == one.array("positions_px", results[1]).bytes);
+    // Each rank's report: its device, its precision and the patterns it held.
+    auto m = nlohmann::json::parse(rec.manifest_json);
+    ASSERT_TRUE(m.contains("parallel")) << rec.manifest_json;
+    EXPECT_EQ(m["parallel"]["world_size"], np);
+    EXPECT_EQ(m["parallel"]["reducer"], "mpi");
+    EXPECT_EQ(m["parallel"]["launcher"], "mpirun");
+    ASSERT_EQ(m["parallel"]["ranks"].size(), std::size_t(np));
+    int64_t next = 0;
+    for (int r = 0; r < np; ++r) {
+      const auto& rep = m["parallel"]["ranks"][r];
+      EXPECT_EQ(rep["rank"], r);
+      EXPECT_EQ(rep["device"], "cpu");
+      EXPECT_EQ(rep["precision"], "float32");
+      EXPECT_EQ(rep["patterns"][0], next);
+      next = rep["patterns"][1].get<int64_t>();
+    }
+    EXPECT_EQ(next, 768);
+  }
+}
+
+TEST_F(UnderMpirun, ReplicatedDataSplitsEachBatchEvenly) {
+  const std::string one = tmp_ / "one.zip", two = tmp_ / "two.zip";
+  auto r1 = mpirun(1, args(one, 5));
+  ASSERT_TRUE(r1.exited_with(0)) << r1.describe();
+  // 100 is not a multiple of 3: a warning, and a defined split (34, 33, 33).
+  auto r3 = mpirun(3, args(two, 5, {"--set", "parallel.sharding=\"replicated\"", "--set", "reconstruct.batch_size=100"}));
+  ASSERT_TRUE(r3.exited_with(0)) << r3.describe();
+  EXPECT_NE(r3.err.find("batch_size = 100 is not a multiple of the 3 ranks"), std::string::npos) << r3.err;
+  auto r1b = mpirun(1, args(one, 5, {"--set", "reconstruct.batch_size=100"}));
+  ASSERT_TRUE(r1b.exited_with(0)) << r1b.describe();
+  const auto a = tycho::test::load_result(one), b = tycho::test::load_result(two);
+  const auto& la = a.array("loss_history", one);
+  const auto& lb = b.array("loss_history", two);
+  for (int64_t i = 0; i < 5; ++i) EXPECT_NEAR(lb.as<double>()[i] / la.as<double>()[i], 1.0, 1e-5);
+  auto m = nlohmann::json::parse(b.manifest_json);
+  EXPECT_EQ(m["parallel"]["sharding"], "replicated");
+  EXPECT_EQ(m["parallel"]["ranks"][2]["patterns"][1], 768);
+}
+
+TEST_F(UnderMpirun, ADifferentConfigOnOneRankIsNamed) {
+  // Rank 1 alone gets another batch size (through the environment, as a batch script might).
+  const std::string out = tmp_ / "r.zip";
+  std::vector<std::string> a = args(out, 2);
+  a.insert(a.begin(), {"/bin/sh", "-c",
+                       "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec \"$0\" \"$@\" --set reconstruct.batch_size=64; "
+                       "else exec \"$0\" \"$@\"; fi",
+                       tycho::test::tycho_exe()});
+  std::vector<std::string> argv = {"mpirun", "--oversubscribe", "-np", "2"};
+  argv.insert(argv.end(), a.begin(), a.end());
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run_command(argv, {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_btl=self,vader"});
+  EXPECT_FALSE(r.exited_with(0)) << r.describe();
+  EXPECT_NE(r.err.find("rank 1's configuration differs from rank 0's"), std::string::npos) << r.describe();
+  EXPECT_NE(r.err.find("batch_size = 64"), std::string::npos) << r.describe();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 60.0);
+}
+
+TEST_F(UnderMpirun, ARankThatDiesEndsTheJobWithinAMinute) {
+  // Rank 1 is killed two seconds into a long run; rank 0 waits in its next all-reduce.
+  const std::string out = tmp_ / "r.zip";
+  std::vector<std::string> a = args(out, 2000);
+  a.insert(a.begin(), {"/bin/sh", "-c",
+                       "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec timeout -s KILL 2 \"$0\" \"$@\"; "
+                       "else exec \"$0\" \"$@\"; fi",
+                       tycho::test::tycho_exe()});
+  std::vector<std::string> argv = {"mpirun", "--oversubscribe", "-np", "2"};
+  argv.insert(argv.end(), a.begin(), a.end());
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run_command(argv, {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_btl=self,vader"});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_FALSE(r.exited_with(0)) << r.describe();
+  EXPECT_LT(seconds, 60.0) << r.describe();
+  EXPECT_FALSE(std::filesystem::exists(out)) << "a failed run wrote a result";
+}
+
+TEST_F(UnderMpirun, AHungRankTripsTheWatchdog) {
+  // Rank 1 is stopped (SIGSTOP), not killed: mpirun sees nothing wrong, so rank 0's watchdog
+  // must notice that its all-reduce waits longer than timeout_s and end the job.
+  const std::string out = tmp_ / "r.zip";
+  std::vector<std::string> a = args(out, 2000, {"--set", "parallel.timeout_s=4"});
+  a.insert(a.begin(), {"/bin/sh", "-c",
+                       "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (sleep 2; kill -STOP $$) & exec \"$0\" \"$@\"; "
+                       "else exec \"$0\" \"$@\"; fi",
+                       tycho::test::tycho_exe()});
+  std::vector<std::string> argv = {"mpirun", "--oversubscribe", "-np", "2"};
+  argv.insert(argv.end(), a.begin(), a.end());
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run_command(argv, {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_btl=self,vader"});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_FALSE(r.exited_with(0)) << r.describe();
+  EXPECT_LT(seconds, 60.0) << r.describe();
+  EXPECT_NE(r.err.find("rank 0/2 parallel: waited"), std::string::npos) << r.describe();
+  EXPECT_NE(r.err.find("timeout_s = 4"), std::string::npos) << r.describe();
+}
+
+TEST_F(UnderMpirun, SeveralRanksWithoutAReducerAreRefused) {
+  const std::string out = tmp_ / "r.zip";
+  auto r = mpirun(2, args(out, 2, {"--set", "parallel.reducer=\"none\""}));
+  EXPECT_FALSE(r.exited_with(0)) << r.describe();
+  EXPECT_NE(r.err.find("mpirun started 2 ranks but [parallel] reducer = \"none\""), std::string::npos) << r.describe();
+}
+
+TEST(ParallelConfig, ACpuEngineAskedForGpusIsRefused) {
+  tycho::test::temp_folder tmp;
+  auto r = run_command({tycho::test::tycho_exe(), "reconstruct", tycho::test::source_dir() + "/examples/mos2.toml",
+                        "-q", "--iterations", "1", "-o", tmp / "r.zip", "--devices", "0,1"});
+  EXPECT_TRUE(r.exited_with(2)) << r.describe();
+  EXPECT_NE(r.err.find("[reconstruct] devices asks for GPUs but engine = \"cpu\""), std::string::npos) << r.describe();
+}
+
+}  // namespace
