@@ -162,12 +162,13 @@ struct nccl_reducer {
   }
 
   ~nccl_reducer() {
+    if (comm == nullptr && barrier_stream == nullptr && barrier_value == nullptr) return;  // no CUDA yet
+    int previous = -1;
+    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+    if (previous != device) (void)cudaSetDevice(device);
     if (comm != nullptr && own_comm && !aborted) {
       std::lock_guard<std::mutex> lock(mutex);
       bool done = false;
-      int previous = -1;
-      if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
-      (void)cudaSetDevice(device);
       if (!broken) {
         // Finalise (flushes the queued collectives), bounded by the timeout; abort if it fails.
         ncclResult_t st = ncclCommFinalize(comm);
@@ -177,20 +178,24 @@ struct nccl_reducer {
           b.pause();
           if (ncclCommGetAsyncError(comm, &st) != ncclSuccess) st = ncclInternalError;
         }
-        if (st == ncclSuccess) done = ncclCommDestroy(comm) == ncclSuccess;
+        if (st == ncclSuccess) {
+          st = ncclCommDestroy(comm);
+          done = st == ncclSuccess;
+        }
         if (!done)
-          log(TYCHO_LOG_WARNING, "nccl", cat(where(), ": finalising the communicator failed (",
+          log(TYCHO_LOG_WARNING, "nccl", cat(where(), ": closing the communicator failed (",
                                              ncclGetErrorString(st), "); aborting it"));
       }
       if (!done) (void)ncclCommAbort(comm);
       comm = nullptr;
-      if (previous >= 0 && previous != device) (void)cudaSetDevice(previous);
     }
     // A barrier that failed on a caller's communicator (which is not aborted here) may still
     // spin on the barrier stream, and cudaFree would wait for it: leave the 4 bytes then.
     const bool may_hang = barrier_pending && !own_comm && !aborted;
     if (barrier_value != nullptr && !may_hang) (void)cudaFree(barrier_value);
     if (barrier_stream != nullptr && !may_hang) (void)cudaStreamDestroy(barrier_stream);
+    (void)cudaGetLastError();
+    if (previous >= 0 && previous != device) (void)cudaSetDevice(previous);
   }
 };
 
