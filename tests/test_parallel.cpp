@@ -306,3 +306,27 @@ TEST(ParallelConfig, ACpuEngineAskedForGpusIsRefused) {
 }
 
 }  // namespace
+
+namespace {
+
+bool have_component(tycho_component_kind kind, const std::string& name) {
+  for (const auto& c : tycho::test::plugins().components())
+    if (c.kind == kind && c.name == name) return true;
+  return false;
+}
+
+TEST(ParallelConfig, AGpuRunOfSeveralRanksWithoutRendezvousIsRefused) {
+  if (!have_component(TYCHO_COMPONENT_ENGINE, "cuda") || !have_component(TYCHO_COMPONENT_REDUCER, "nccl"))
+    GTEST_SKIP() << "the cuda engine or the nccl reducer was not built";
+  tycho::test::temp_folder tmp;
+  // As torchrun would start rank 0 of 2, but without MASTER_ADDR / MASTER_PORT.
+  auto r = tycho::test::run_command({tycho::test::tycho_exe(), "reconstruct",
+                                     tycho::test::source_dir() + "/examples/mos2.toml", "-q", "--iterations", "1",
+                                     "-o", tmp / "r.zip", "--set", "reconstruct.engine=\"cuda\""},
+                                    {"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0"});
+  EXPECT_TRUE(r.exited_with(2)) << r.describe();
+  EXPECT_NE(r.err.find("needs a rendezvous for NCCL"), std::string::npos) << r.describe();
+  EXPECT_NE(r.err.find("MASTER_ADDR and MASTER_PORT"), std::string::npos) << r.describe();
+}
+
+}  // namespace

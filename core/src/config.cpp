@@ -81,6 +81,14 @@ void config_document::set_from_text(const std::string& assignment) {
   if (origin_.find(" + --set") == std::string::npos) origin_ += " + --set";
 }
 
+config_document config_document::clone() const {
+  config_document c;
+  *c.root_ = *root_;
+  c.origin_ = origin_;
+  c.base_dir_ = base_dir_;
+  return c;
+}
+
 std::string config_document::to_toml() const {
   std::ostringstream os;
   os << *root_;

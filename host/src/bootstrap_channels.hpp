@@ -72,6 +72,9 @@ class thread_channel {
   bootstrap_channel& endpoint(int32_t rank);
   tycho_bootstrap bootstrap(int32_t rank) { return endpoint(rank).bootstrap(); }
   void broadcast(int32_t rank, void* data, size_t bytes, int32_t root);
+  // Breaks the channel: every waiting and later broadcast fails at once with `why` (a rank
+  // that failed tells the others instead of letting them wait for their timeout).
+  void fail_all(const std::string& why);
 
  private:
   struct endpoint_impl;

@@ -78,6 +78,14 @@ void thread_channel::arrive_and_wait(std::unique_lock<std::mutex>& lock, int32_t
     fail(TYCHO_ERR_IO, "in-process bootstrap, rank ", rank, ": the channel failed: ", broken_);
 }
 
+void thread_channel::fail_all(const std::string& why) {
+  {
+    std::lock_guard lock(mutex_);
+    if (broken_.empty()) broken_ = why;
+  }
+  cv_.notify_all();
+}
+
 void thread_channel::broadcast(int32_t rank, void* data, size_t bytes, int32_t root) {
   if (rank < 0 || rank >= world_size_)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "in-process bootstrap: rank ", rank, " is not in [0, ", world_size_, ")");

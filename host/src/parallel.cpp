@@ -12,8 +12,10 @@
 #include <cstring>
 #include <mutex>
 #include <sstream>
+#include <exception>
 #include <thread>
 
+#include "bootstrap_channels.hpp"
 #include "config_read.hpp"
 #include "tycho/host/log.hpp"
 
@@ -80,6 +82,11 @@ struct parallel_context::impl {
   tycho_reducer* red = nullptr;
   bool host_reducer = true;  // its tensors live in host memory: it also carries host messages
   tycho_bootstrap bootstrap{};
+  // What backs `bootstrap` for a GPU reducer: a channel of its own, or an mpi reducer on the host.
+  std::unique_ptr<bootstrap_channel> channel;
+  const tycho_reducer_vtable* host_vt = nullptr;
+  tycho_reducer* host_red = nullptr;
+  std::shared_ptr<thread_channel> local_channel;  // ranks that are threads of this process
   int32_t rank = 0, world = 1;
   double timeout_s = 600;
 
@@ -129,7 +136,7 @@ struct parallel_context::impl {
   void host_broadcast(void* data, std::size_t bytes, int32_t root) {
     if (world == 1 || bytes == 0) return;
     waiting w(*this, "a broadcast");
-    if (host_reducer) {
+    if (host_reducer && vt != nullptr) {
       int64_t shape[1] = {int64_t(bytes)};
       DLTensor t{data, {kDLCPU, 0}, 1, {kDLUInt, 8, 1}, shape, nullptr, 0};
       check_status(vt->broadcast(red, &t, root, nullptr), "reducer broadcast");
@@ -148,8 +155,104 @@ struct parallel_context::impl {
     cv.notify_all();
     if (watchdog.joinable()) watchdog.join();
     if (red != nullptr) vt->destroy(red);
+    if (host_red != nullptr) host_vt->destroy(host_red);
+  }
+
+  // Without a reducer (host engine, ranks as threads): every rank's tensor in turn through the
+  // channel, added in rank order, so every rank gets bitwise the same sum.
+  void channel_allreduce(DLTensor& t) {
+    if (t.device.device_type != kDLCPU) fail(TYCHO_ERR_INTERNAL, "parallel: channel sums need host tensors");
+    int64_t n = 1;
+    for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
+    const bool complex = t.dtype.code == kDLComplex;
+    const int bits = complex ? t.dtype.bits / 2 : t.dtype.bits;
+    if (!(t.dtype.code == kDLFloat || complex) || (bits != 32 && bits != 64) || t.dtype.lanes != 1)
+      fail(TYCHO_ERR_UNSUPPORTED, "parallel: cannot sum a tensor of dtype code ", int(t.dtype.code), ", ", t.dtype.bits,
+           " bits");
+    const int64_t reals = complex ? 2 * n : n;
+    char* data = static_cast<char*>(t.data) + t.byte_offset;
+    const std::size_t bytes = std::size_t(reals) * std::size_t(bits / 8);
+    std::vector<char> mine(data, data + bytes), theirs(bytes);
+    std::vector<double> sum(std::size_t(reals), 0.0);
+    for (int32_t r = 0; r < world; ++r) {
+      if (r == rank) theirs = mine;
+      host_broadcast(theirs.data(), bytes, r);
+      if (bits == 32) {
+        const float* v = reinterpret_cast<const float*>(theirs.data());
+        float* out = reinterpret_cast<float*>(data);
+        for (int64_t k = 0; k < reals; ++k) out[k] = (r == 0 ? 0.0f : out[k]) + v[k];
+      } else {
+        const double* v = reinterpret_cast<const double*>(theirs.data());
+        double* out = reinterpret_cast<double*>(data);
+        for (int64_t k = 0; k < reals; ++k) out[k] = (r == 0 ? 0.0 : out[k]) + v[k];
+      }
+    }
+  }
+
+  // The bootstrap over an mpi reducer's host broadcast (mpirun launching a GPU run).
+  static tycho_status mpi_broadcast(void* context, void* data, size_t bytes, int32_t root) {
+    auto* self = static_cast<impl*>(context);
+    int64_t shape[1] = {int64_t(bytes)};
+    DLTensor t{data, {kDLCPU, 0}, 1, {kDLUInt, 8, 1}, shape, nullptr, 0};
+    return self->host_vt->broadcast(self->host_red, &t, root, nullptr);
   }
 };
+
+namespace {
+// How the ranks of a GPU run meet before NCCL has a communicator ([parallel] rendezvous):
+// "mpi" (under mpirun, through an mpi reducer on the host), "tcp" (rank 0 listens on
+// MASTER_ADDR:rendezvous_port), "file" (a path every rank sees); "auto" takes the first of
+// these the launch allows.
+void make_rendezvous(const config_document& doc, const registry& reg, const launch_environment& launch,
+                     double timeout_s, parallel_context::impl& p) {
+  const toml::table& par_t = doc.table_at("parallel");
+  std::string how = read_key<std::string>(par_t, "rendezvous", "parallel").value_or("auto");
+  const auto reducers = reg.names(TYCHO_COMPONENT_REDUCER);
+  const bool have_mpi = std::find(reducers.begin(), reducers.end(), "mpi") != reducers.end();
+  const auto file = read_key<std::string>(par_t, "rendezvous_file", "parallel");
+  if (how == "auto") {
+    if (launch.launcher == "mpirun" && have_mpi) how = "mpi";
+    else if (!launch.master_addr.empty() && launch.master_port > 0) how = "tcp";
+    else if (file) how = "file";
+    else
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "a GPU run of ", launch.world_size, " ranks (", launch.launcher,
+           ") needs a rendezvous for NCCL: launch with mpirun, or set MASTER_ADDR and MASTER_PORT (torchrun sets ",
+           "them; in a SLURM batch script export them), or set [parallel] rendezvous_file to a path every rank sees");
+  }
+  if (how == "mpi") {
+    if (!have_mpi) fail(TYCHO_ERR_NOT_FOUND, "[parallel] rendezvous = \"mpi\": the mpi reducer is not installed");
+    const component_ref& ref = reg.find(TYCHO_COMPONENT_REDUCER, "mpi");
+    static thread_local tycho_config cfg;
+    cfg = tycho_config{&par_t, "[parallel]", doc.base_dir()};
+    tycho_reducer_setup setup{};
+    setup.struct_size = sizeof setup;
+    setup.config = &cfg;
+    setup.rank = launch.rank;
+    setup.world_size = launch.world_size;
+    setup.local_rank = launch.local_rank;
+    setup.device = DLDevice{kDLCPU, 0};
+    p.host_vt = ref.as<tycho_reducer_vtable>();
+    check_status(p.host_vt->create(&setup, &p.host_red), "rendezvous through the mpi reducer");
+    p.bootstrap = tycho_bootstrap{&p, &parallel_context::impl::mpi_broadcast};
+  } else if (how == "tcp") {
+    if (launch.master_addr.empty() || launch.master_port <= 0)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[parallel] rendezvous = \"tcp\" needs MASTER_ADDR and MASTER_PORT in the environment");
+    // torchrun's agent serves its own store on MASTER_PORT: use the next port unless told.
+    const int64_t port = read_key<int64_t>(par_t, "rendezvous_port", "parallel")
+                             .value_or(launch.master_port + (launch.launcher == "torchrun" ? 1 : 0));
+    if (port <= 0 || port > 65535) fail(TYCHO_ERR_INVALID_ARGUMENT, "[parallel] rendezvous_port must be in 1..65535");
+    p.channel = std::make_unique<tcp_channel>(launch.rank, launch.world_size, launch.master_addr, int(port), timeout_s);
+    p.bootstrap = p.channel->bootstrap();
+  } else if (how == "file") {
+    if (!file) fail(TYCHO_ERR_INVALID_ARGUMENT, "[parallel] rendezvous = \"file\" needs [parallel] rendezvous_file");
+    p.channel = std::make_unique<file_channel>(launch.rank, launch.world_size, resolve_path(*file, doc.base_dir()),
+                                               timeout_s);
+    p.bootstrap = p.channel->bootstrap();
+  } else {
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[parallel] rendezvous must be \"auto\", \"mpi\", \"tcp\" or \"file\", got \"", how, "\"");
+  }
+}
+}  // namespace
 
 parallel_context::parallel_context() : p_(std::make_unique<impl>()) {}
 parallel_context::~parallel_context() = default;
@@ -169,8 +272,8 @@ std::unique_ptr<parallel_context> parallel_context::create(const config_document
   const std::vector<int64_t> devices = configured_devices(doc);
   if (!launch.multi_process() && devices.size() > 1)
     fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] devices lists ", devices.size(),
-         " devices in one process: this version runs one device per process; launch one rank per device "
-         "(mpirun -np ", devices.size(), ", srun, torchrun) with devices = [", devices.front(), "] or none");
+         " devices: one session runs on one device; `tycho reconstruct` runs one thread per device, or launch one "
+         "rank per device (mpirun -np ", devices.size(), ", srun, torchrun)");
 
   std::string reducer = read_key<std::string>(par_t, "reducer", "parallel").value_or("auto");
   const bool multi = launch.multi_process() || communicator != nullptr;
@@ -202,6 +305,10 @@ std::unique_ptr<parallel_context> parallel_context::create(const config_document
     fail(TYCHO_ERR_UNSUPPORTED, "[parallel] reducer \"", reducer, "\" cannot sum tensors of engine \"", engine.name,
          "\" (", host_tensors ? "host memory" : "GPU memory", ")", host_tensors ? "; use reducer = \"mpi\"" : "; use reducer = \"nccl\"");
 
+  auto& p = *ctx->p_;
+  if (!host_tensors && launch.multi_process() && communicator == nullptr)
+    make_rendezvous(doc, reg, launch, ctx->timeout_s_, p);
+
   static thread_local tycho_config par_cfg;  // lives as long as the reducer may read it
   par_cfg = tycho_config{&par_t, "[parallel]", doc.base_dir()};
   tycho_reducer_setup setup{};
@@ -212,7 +319,7 @@ std::unique_ptr<parallel_context> parallel_context::create(const config_document
   setup.local_rank = launch.multi_process() ? launch.local_rank : -1;
   setup.device = ctx->device_;
   setup.communicator = communicator;
-  auto& p = *ctx->p_;
+  setup.bootstrap = p.bootstrap;
   p.vt = ref.as<tycho_reducer_vtable>();
   p.host_reducer = host_tensors;
   check_status(p.vt->create(&setup, &p.red), cat("reducer \"", reducer, "\" create"));
@@ -225,15 +332,106 @@ std::unique_ptr<parallel_context> parallel_context::create(const config_document
   return ctx;
 }
 
+std::unique_ptr<parallel_context> parallel_context::create_local(const config_document& doc, const registry& reg,
+                                                                 int32_t rank, int32_t world_size,
+                                                                 std::shared_ptr<thread_channel> channel,
+                                                                 DLDevice device) {
+  auto ctx = std::make_unique<parallel_context>();
+  auto& p = *ctx->p_;
+  const toml::table& par_t = doc.table_at("parallel");
+  ctx->timeout_s_ = p.timeout_s = read_key<double>(par_t, "timeout_s", "parallel").value_or(600.0);
+  if (!(ctx->timeout_s_ > 0)) fail(TYCHO_ERR_INVALID_ARGUMENT, "[parallel] timeout_s must be > 0 seconds");
+  ctx->sharding_ = shard::parse(read_key<std::string>(par_t, "sharding", "parallel").value_or("patterns"),
+                                "[parallel] sharding");
+  ctx->launcher_ = "threads";
+  ctx->device_ = device;
+  ctx->rank_ = p.rank = rank;
+  ctx->world_size_ = p.world = world_size;
+  ctx->local_rank_ = rank;
+  p.local_channel = std::move(channel);
+  p.bootstrap = p.local_channel->bootstrap(rank);
+  p.host_reducer = device.device_type == kDLCPU;
+  set_log_rank(rank, world_size);
+  if (device.device_type == kDLCPU) {
+    ctx->reducer_name_ = "channel";  // host tensors: summed through the channel itself
+  } else {
+    std::string reducer = read_key<std::string>(par_t, "reducer", "parallel").value_or("auto");
+    if (reducer == "auto") reducer = "nccl";
+    const auto reducers = reg.names(TYCHO_COMPONENT_REDUCER);
+    if (std::find(reducers.begin(), reducers.end(), reducer) == reducers.end())
+      fail(TYCHO_ERR_NOT_FOUND, "[reconstruct] devices asks for ", world_size, " GPUs in one process, which needs the \"",
+           reducer, "\" reducer, but it is not installed (tycho was built without NCCL)");
+    static thread_local tycho_config par_cfg;
+    par_cfg = tycho_config{&par_t, "[parallel]", doc.base_dir()};
+    tycho_reducer_setup setup{};
+    setup.struct_size = sizeof setup;
+    setup.config = &par_cfg;
+    setup.rank = rank;
+    setup.world_size = world_size;
+    setup.local_rank = rank;
+    setup.device = device;
+    setup.bootstrap = p.bootstrap;
+    p.vt = reg.find(TYCHO_COMPONENT_REDUCER, reducer).as<tycho_reducer_vtable>();
+    check_status(p.vt->create(&setup, &p.red), cat("reducer \"", reducer, "\" create"));
+    ctx->reducer_name_ = reducer;
+  }
+  p.start_watchdog();
+  return ctx;
+}
+
+std::vector<DLDevice> local_rank_devices(const config_document& doc, const registry& reg,
+                                         const launch_environment& launch) {
+  const std::vector<int64_t> ids = configured_devices(doc);
+  if (launch.multi_process() || ids.size() < 2) return {};
+  const component_ref& engine = reg.find(TYCHO_COMPONENT_ENGINE, engine_name_of(doc));
+  if (runs_on_host(engine)) return {};  // refused by rank_device with the reason
+  std::vector<DLDevice> devices;
+  for (int64_t id : ids) {
+    for (const auto& d : devices)
+      if (d.device_id == id) fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] devices lists device ", id, " twice");
+    devices.push_back(DLDevice{kDLCUDA, int32_t(id)});
+  }
+  return devices;
+}
+
+void run_local_ranks(const config_document& doc, const registry& reg, const std::vector<DLDevice>& devices,
+                     const std::function<void(parallel_context&)>& body) {
+  const int32_t world = int32_t(devices.size());
+  const double timeout_s = read_key<double>(doc.table_at("parallel"), "timeout_s", "parallel").value_or(600.0);
+  auto channel = make_thread_channel(world, timeout_s);
+  std::mutex m;
+  std::exception_ptr first_error;  // the first to fail; the others' errors follow from it
+  std::vector<std::thread> threads;
+  for (int32_t r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      std::unique_ptr<parallel_context> ctx;
+      try {
+        ctx = parallel_context::create_local(doc, reg, r, world, channel, devices[std::size_t(r)]);
+        body(*ctx);
+      } catch (...) {
+        {
+          std::lock_guard lock(m);
+          if (!first_error) first_error = std::current_exception();
+        }
+        if (ctx) ctx->abort(2);
+        else channel->fail_all(cat("rank ", r, " failed to start"));
+      }
+      set_log_rank(0, 1);
+    });
+  for (auto& t : threads) t.join();
+  if (first_error) std::rethrow_exception(first_error);
+}
+
 void parallel_context::sum_in_place(DLTensor& tensor, void* stream) {
   if (world_size_ == 1) return;
   impl::waiting w(*p_, "a gradient all-reduce");
+  if (p_->vt == nullptr) return p_->channel_allreduce(tensor);
   check_status(p_->vt->allreduce_sum(p_->red, &tensor, stream), "reducer allreduce_sum");
 }
 
 double parallel_context::sum(double local) {
   if (world_size_ == 1) return local;
-  if (p_->host_reducer) {
+  if (p_->host_reducer && p_->vt != nullptr) {
     impl::waiting w(*p_, "a loss all-reduce");
     int64_t shape[1] = {1};
     DLTensor t{&local, {kDLCPU, 0}, 1, {kDLFloat, 64, 1}, shape, nullptr, 0};
@@ -270,11 +468,21 @@ std::vector<std::string> parallel_context::all_texts(const std::string& mine) {
 void parallel_context::barrier() {
   if (world_size_ == 1) return;
   impl::waiting w(*p_, "a barrier");
+  if (p_->vt == nullptr) {  // the channel's broadcast returns on every rank only once all called it
+    char token = 0;
+    return p_->host_broadcast(&token, 1, 0);
+  }
   check_status(p_->vt->barrier(p_->red), "reducer barrier");
 }
 
 void parallel_context::abort(int exit_code) {
-  if (world_size_ == 1 || p_->red == nullptr) return;
+  if (world_size_ == 1) return;
+  if (p_->local_channel) {  // threads of this process: make the others' collectives fail, no exit
+    if (p_->vt != nullptr && p_->vt->abort != nullptr && p_->red != nullptr) p_->vt->abort(p_->red, exit_code);
+    p_->local_channel->fail_all(cat("rank ", rank_, " failed"));
+    return;
+  }
+  if (p_->red == nullptr) return;
   log(TYCHO_LOG_ERROR, "parallel", cat("stopping all ", world_size_, " ranks"));
   if (p_->vt->abort != nullptr) p_->vt->abort(p_->red, exit_code);
   std::_Exit(exit_code);
@@ -307,16 +515,16 @@ void parallel_context::check_same_config(const std::string& config_toml) {
     const auto mine = keyed_lines(config_toml), theirs = keyed_lines(root_text);
     std::size_t i = 0;
     while (i < mine.size() && i < theirs.size() && mine[i] == theirs[i]) ++i;
-    difference = cat("this rank has '", i < mine.size() ? mine[i] : std::string("(nothing)"), "', rank 0 has '",
+    difference = cat("rank ", rank_, "'s configuration differs from rank 0's: rank ", rank_, " has '",
+                     i < mine.size() ? mine[i] : std::string("(nothing)"), "', rank 0 has '",
                      i < theirs.size() ? theirs[i] : std::string("(nothing)"), "'");
   }
-  const double differing = sum(difference.empty() ? 0.0 : 1.0);
-  if (!difference.empty())
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "rank ", rank_, "'s configuration differs from rank 0's: ", difference,
-         "; every rank must run the same configuration (same file, same --set)");
-  if (differing > 0)
-    fail(TYCHO_ERR_INVALID_ARGUMENT, int(differing), " rank(s) run a configuration that differs from rank 0's ",
-         "(their messages name the first differing key)");
+  // Every rank learns every difference, so whichever rank reports first names them.
+  std::string all;
+  for (const std::string& d : all_texts(difference))
+    if (!d.empty()) all += (all.empty() ? "" : "; ") + d;
+  if (!all.empty())
+    fail(TYCHO_ERR_INVALID_ARGUMENT, all, "; every rank must run the same configuration (same file, same --set)");
 }
 
 }  // namespace tycho::host

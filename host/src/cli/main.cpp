@@ -32,6 +32,36 @@ std::unique_ptr<th::parallel_context> g_parallel;
 //   --from R:   the total is R's (recorded as history.schedule_iterations); --iterations N (or
 //               --stop-after N) runs N more; neither runs what is left of the total. Past the
 //               total, the schedules stay at their final value.
+// Runs the iterations this invocation asks for and, on rank 0, saves the result and previews.
+void run_and_save(th::session& session, int64_t iterations, int64_t stop_after, const std::string& from,
+                  const std::string& out_path, bool quiet) {
+  const int64_t done = session.iterations_done();
+  int64_t n = 0;
+  if (from.empty()) {
+    n = stop_after > 0 ? stop_after : iterations > 0 ? iterations : session.configured_iterations();
+  } else {
+    n = iterations > 0 ? iterations : stop_after > 0 ? stop_after : session.configured_iterations() - done;
+    if (n <= 0)
+      throw tycho::error(TYCHO_ERR_INVALID_ARGUMENT,
+                         fmt::format("'{}' already ran {} of its {} iterations: give --iterations N to run N more",
+                                     from, done, session.configured_iterations()));
+  }
+  session.run(n, [&](const tycho_progress& p) {
+    if (!quiet)
+      fmt::print("iteration {:>4}/{}  loss {:.6e}  {:.3f} s/it\n", p.iteration, done + p.iterations_total,
+                 p.loss, p.seconds);
+    std::fflush(stdout);
+    return true;
+  });
+  if (!session.parallel().is_root()) return;
+  session.save(out_path, TYCHO_SAVE_OVERWRITE);
+  fmt::print("wrote {}\n", out_path);
+  if (session.previews_enabled())
+    for (const auto& png : th::write_previews(out_path, session.get("object"), session.get("probe"),
+                                              session.get("positions_px")))
+      fmt::print("wrote {}\n", png);
+}
+
 int cmd_reconstruct(const std::string& config_path, int64_t iterations, int64_t stop_after,
                     const std::string& from, const std::string& output,
                     const std::vector<std::string>& sets, const std::vector<int64_t>& devices, bool quiet) {
@@ -57,37 +87,21 @@ int cmd_reconstruct(const std::string& config_path, int64_t iterations, int64_t 
   if (!std::filesystem::is_directory(out_dir))
     throw tycho::error(TYCHO_ERR_NOT_FOUND, fmt::format("output folder '{}' (for '{}') does not exist",
                                                         out_dir.string(), out_path));
+  auto& reg = th::registry::global();
+  const tycho::launch_environment launch = tycho::detect_launch(tycho::process_environment());
+  // Several GPUs in one process: one thread per device, each a rank.
+  if (const auto devices = th::local_rank_devices(doc, reg, launch); !devices.empty()) {
+    th::run_local_ranks(doc, reg, devices, [&](th::parallel_context& ctx) {
+      th::session session(doc.clone(), reg, from, &ctx);
+      run_and_save(session, iterations, stop_after, from, out_path, quiet || !ctx.is_root());
+    });
+    return 0;
+  }
   // Under torchrun / srun / mpirun: this rank joins the others; only rank 0 prints progress and
   // writes files.
-  g_parallel = th::parallel_context::create(doc, th::registry::global(), tycho::detect_launch(tycho::process_environment()));
-  const bool root = g_parallel->is_root();
-  if (!root) quiet = true;
-  th::session session(std::move(doc), th::registry::global(), from, g_parallel.get());
-  const int64_t done = session.iterations_done();
-  int64_t n = 0;
-  if (from.empty()) {
-    n = stop_after > 0 ? stop_after : iterations > 0 ? iterations : session.configured_iterations();
-  } else {
-    n = iterations > 0 ? iterations : stop_after > 0 ? stop_after : session.configured_iterations() - done;
-    if (n <= 0)
-      throw tycho::error(TYCHO_ERR_INVALID_ARGUMENT,
-                         fmt::format("'{}' already ran {} of its {} iterations: give --iterations N to run N more",
-                                     from, done, session.configured_iterations()));
-  }
-  session.run(n, [&](const tycho_progress& p) {
-    if (!quiet)
-      fmt::print("iteration {:>4}/{}  loss {:.6e}  {:.3f} s/it\n", p.iteration, done + p.iterations_total,
-                 p.loss, p.seconds);
-    std::fflush(stdout);
-    return true;
-  });
-  if (!root) return 0;
-  session.save(out_path, TYCHO_SAVE_OVERWRITE);
-  fmt::print("wrote {}\n", out_path);
-  if (session.previews_enabled())
-    for (const auto& png : th::write_previews(out_path, session.get("object"), session.get("probe"),
-                                              session.get("positions_px")))
-      fmt::print("wrote {}\n", png);
+  g_parallel = th::parallel_context::create(doc, reg, launch);
+  th::session session(std::move(doc), reg, from, g_parallel.get());
+  run_and_save(session, iterations, stop_after, from, out_path, quiet || !g_parallel->is_root());
   return 0;
 }
 

@@ -39,6 +39,8 @@ class config_document {
   // Sets a value from "key=value" text (the value parsed as TOML, else taken as a string).
   void set_from_text(const std::string& assignment);
   std::string to_toml() const;
+  // A deep copy (one per thread when ranks run as threads of one process).
+  config_document clone() const;
 
  private:
   config_document();

@@ -9,6 +9,7 @@
 #include <tycho/core/launch.hpp>
 #include <tycho/core/sharding.hpp>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,8 @@
 #include "tycho/host/registry.hpp"
 
 namespace tycho::host {
+
+class thread_channel;
 
 class parallel_context final : public rank_collectives {
  public:
@@ -33,6 +36,14 @@ class parallel_context final : public rank_collectives {
   static std::unique_ptr<parallel_context> create(const config_document& doc, const registry& reg,
                                                   const launch_environment& launch,
                                                   void* communicator = nullptr);
+
+  // Rank `rank` of `world_size` ranks that run as threads of this process, one per device,
+  // joined by `channel` (a thread_channel of world_size): a GPU engine's gradients are summed by
+  // the nccl reducer (its unique id sent through the channel), a host engine's through the
+  // channel itself, in rank order.
+  static std::unique_ptr<parallel_context> create_local(const config_document& doc, const registry& reg,
+                                                        int32_t rank, int32_t world_size,
+                                                        std::shared_ptr<thread_channel> channel, DLDevice device);
 
   int32_t rank() const { return rank_; }
   int32_t world_size() const { return world_size_; }
@@ -54,15 +65,17 @@ class parallel_context final : public rank_collectives {
   std::vector<std::string> all_texts(const std::string& mine);
   void barrier();
   // Stops every rank after an error on this one (MPI_Abort, ncclCommAbort) and exits with
-  // `exit_code`; with one rank it only returns.
+  // `exit_code`; with one rank it only returns. Ranks that are threads of this process are not
+  // exited: their collectives fail (ncclCommAbort, the channel broken) and they return errors.
   void abort(int exit_code);
 
   // Rank 0 sends its resolved configuration (TOML); a rank whose own differs stops with a
   // message naming the first differing key, and then every rank stops.
   void check_same_config(const std::string& config_toml);
 
+  struct impl;  // the reducer, the rendezvous and the watchdog
+
  private:
-  struct impl;
   std::unique_ptr<impl> p_;
   int32_t rank_ = 0, world_size_ = 1, local_rank_ = 0;
   std::string launcher_, reducer_name_ = "none";
@@ -75,6 +88,17 @@ class parallel_context final : public rank_collectives {
 // [reconstruct] devices[local_rank] when it lists one device per local rank, else the
 // local rank (or 0 when CUDA_VISIBLE_DEVICES leaves one device to each rank).
 DLDevice rank_device(const config_document& doc, const component_ref& engine, const launch_environment& launch);
+
+// The devices of an in-process multi-GPU run: [reconstruct] devices with two or more entries, a
+// GPU engine and no launcher of several processes; empty when this is not such a run.
+std::vector<DLDevice> local_rank_devices(const config_document& doc, const registry& reg,
+                                         const launch_environment& launch);
+
+// Runs `body` on one thread per device, each with its rank's context (create_local). An error
+// on one rank stops the others' collectives; after every thread has ended, the error of the
+// lowest failing rank is rethrown (the others' follow-on errors are dropped).
+void run_local_ranks(const config_document& doc, const registry& reg, const std::vector<DLDevice>& devices,
+                     const std::function<void(parallel_context&)>& body);
 
 // Calls every loaded reducer component's shutdown (tycho_shutdown()).
 void shutdown_reducers(const registry& reg);

@@ -1,0 +1,108 @@
+// Ranks as threads of one process (how `tycho reconstruct` runs [reconstruct] devices = [0, 1, ...]
+// on GPUs). Here the engine is the cpu one, whose gradients the ranks sum through the in-process
+// channel, so the machinery (per-thread contexts, sharded data, the config check, reports, error
+// propagation) runs in CI without a GPU; the nccl path is tested in tests/test_nccl_reducer.cpp.
+#include <gtest/gtest.h>
+
+#include <tycho/core/error.hpp>
+#include <tycho/host/parallel.hpp>
+#include <tycho/host/session.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <complex>
+#include <mutex>
+
+#include "built_in_plugins.hpp"
+#include "test_paths.hpp"
+
+namespace {
+
+tycho::config_document mos2_config(int iterations) {
+  auto doc = tycho::config_document::load_file(tycho::test::source_dir() + "/examples/mos2.toml");
+  doc.set_from_text("reconstruct.iterations=" + std::to_string(iterations));
+  doc.set_from_text("reconstruct.threads=1");
+  doc.set_from_text("output.previews=false");
+  return doc;
+}
+
+struct run_result {
+  std::vector<double> loss;
+  tycho::owned_array object;
+  std::string manifest;
+};
+
+run_result single_rank(int iterations) {
+  tycho::host::session s(mos2_config(iterations), tycho::host::registry::global());
+  s.run(0, {});
+  return {s.loss_history(), s.get("object"), s.manifest_json()};
+}
+
+TEST(LocalRanks, ThreeThreadsFollowOneRanksTrajectory) {
+  const int iterations = 8;
+  const run_result one = single_rank(iterations);
+  const auto doc = mos2_config(iterations);
+  std::vector<DLDevice> cpus(3, DLDevice{kDLCPU, 0});
+  run_result root;
+  std::mutex m;
+  std::vector<int> ranks_seen;
+  tycho::host::run_local_ranks(doc, tycho::host::registry::global(), cpus, [&](tycho::host::parallel_context& ctx) {
+    tycho::host::session s(doc.clone(), tycho::host::registry::global(), "", &ctx);
+    s.run(0, {});
+    std::lock_guard lock(m);
+    ranks_seen.push_back(ctx.rank());
+    if (ctx.is_root()) root = {s.loss_history(), s.get("object"), s.manifest_json()};
+  });
+  EXPECT_EQ(ranks_seen.size(), 3u);
+  ASSERT_EQ(root.loss.size(), one.loss.size());
+  for (std::size_t i = 0; i < one.loss.size(); ++i) EXPECT_NEAR(root.loss[i] / one.loss[i], 1.0, 1e-5) << i;
+  ASSERT_EQ(root.object.bytes.size(), one.object.bytes.size());
+  const auto* a = reinterpret_cast<const std::complex<float>*>(one.object.bytes.data());
+  const auto* b = reinterpret_cast<const std::complex<float>*>(root.object.bytes.data());
+  float worst = 0;
+  for (int64_t k = 0; k < one.object.count(); ++k) worst = std::max(worst, std::abs(a[k] - b[k]));
+  EXPECT_LT(worst, 1e-4);
+  auto j = nlohmann::json::parse(root.manifest);
+  EXPECT_EQ(j["parallel"]["world_size"], 3);
+  EXPECT_EQ(j["parallel"]["launcher"], "threads");
+  EXPECT_EQ(j["parallel"]["reducer"], "channel");
+  EXPECT_EQ(j["parallel"]["ranks"][1]["patterns"][0], 256);
+}
+
+TEST(LocalRanks, AFailingRankStopsTheOthersAndItsErrorIsRaised) {
+  const auto doc = mos2_config(50);
+  std::vector<DLDevice> cpus(2, DLDevice{kDLCPU, 0});
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    tycho::host::run_local_ranks(doc, tycho::host::registry::global(), cpus, [&](tycho::host::parallel_context& ctx) {
+      tycho::host::session s(doc.clone(), tycho::host::registry::global(), "", &ctx);
+      if (ctx.rank() == 1) throw tycho::error(TYCHO_ERR_IO, "rank 1 lost its disk");
+      s.run(0, {});  // rank 0 waits in its first all-reduce until rank 1's failure breaks it
+    });
+    FAIL() << "no error came back";
+  } catch (const tycho::error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 lost its disk"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 30.0);
+}
+
+TEST(LocalRanks, ADifferingConfigIsNamed) {
+  const auto doc = mos2_config(2);
+  std::vector<DLDevice> cpus(2, DLDevice{kDLCPU, 0});
+  try {
+    tycho::host::run_local_ranks(doc, tycho::host::registry::global(), cpus, [&](tycho::host::parallel_context& ctx) {
+      auto mine = doc.clone();
+      if (ctx.rank() == 1) mine.set_from_text("reconstruct.seed=7");
+      tycho::host::session s(std::move(mine), tycho::host::registry::global(), "", &ctx);
+    });
+    FAIL() << "differing configurations were accepted";
+  } catch (const tycho::error& e) {
+    const std::string what = e.what();
+    EXPECT_TRUE(what.find("seed = 7") != std::string::npos && what.find("differs from rank 0") != std::string::npos)
+        << what;
+  }
+}
+
+}  // namespace
