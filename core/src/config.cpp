@@ -3,6 +3,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -17,6 +18,45 @@ config_document::config_document(config_document&&) noexcept = default;
 config_document& config_document::operator=(config_document&&) noexcept = default;
 config_document::~config_document() = default;
 
+namespace {
+// "${NAME}" in a string value becomes the environment variable NAME, so that one config (or one
+// batch script) serves many jobs: path = "run-${SLURM_JOB_ID}.zip". An unset variable is an
+// error naming the key; "$${" stands for a literal "${".
+std::string expand_environment(const std::string& value, const std::string& key, const std::string& origin) {
+  std::string out;
+  for (std::size_t i = 0; i < value.size();) {
+    if (value.compare(i, 3, "$${") == 0) {
+      out += "${";
+      i += 3;
+    } else if (value.compare(i, 2, "${") == 0) {
+      const std::size_t end = value.find('}', i + 2);
+      if (end == std::string::npos)
+        fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": config key '", key, "': \"", value, "\" opens ${ without a closing }");
+      const std::string name = value.substr(i + 2, end - i - 2);
+      const char* v = name.empty() ? nullptr : std::getenv(name.c_str());
+      if (v == nullptr)
+        fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": config key '", key, "' uses the environment variable ", name,
+             ", which is not set");
+      out += v;
+      i = end + 1;
+    } else {
+      out += value[i++];
+    }
+  }
+  return out;
+}
+
+void expand_environment_in(toml::node& node, const std::string& key, const std::string& origin) {
+  if (auto* t = node.as_table()) {
+    for (auto&& [k, v] : *t) expand_environment_in(v, key.empty() ? std::string(k.str()) : key + "." + std::string(k.str()), origin);
+  } else if (auto* a = node.as_array()) {
+    for (std::size_t i = 0; i < a->size(); ++i) expand_environment_in((*a)[i], key + "[" + std::to_string(i) + "]", origin);
+  } else if (auto* str = node.as_string()) {
+    if (str->get().find("${") != std::string::npos) *str = expand_environment(str->get(), key, origin);
+  }
+}
+}  // namespace
+
 config_document config_document::parse(const std::string& text, const std::string& origin,
                                        const std::string& base_dir) {
   config_document doc;
@@ -29,6 +69,7 @@ config_document config_document::parse(const std::string& text, const std::strin
     fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ":", where.line, ":", where.column,
          ": TOML syntax error: ", e.description());
   }
+  expand_environment_in(*doc.root_, "", origin);
   return doc;
 }
 
@@ -65,6 +106,7 @@ void config_document::set_from_text(const std::string& assignment) {
   } catch (const toml::parse_error&) {
     parsed = toml::table{{"v", value}};
   }
+  expand_environment_in(*parsed.get("v"), key, "--set " + key);
   toml::table* t = root_.get();
   std::size_t start = 0;
   for (std::size_t dot; (dot = key.find('.', start)) != std::string::npos; start = dot + 1) {
