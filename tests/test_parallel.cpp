@@ -330,3 +330,18 @@ TEST(ParallelConfig, AGpuRunOfSeveralRanksWithoutRendezvousIsRefused) {
 }
 
 }  // namespace
+
+namespace {
+
+// The example launch scripts of docs/slurm/ at least parse (they need a cluster to run).
+TEST(SlurmExamples, ScriptsParse) {
+  int checked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(tycho::test::source_dir() + "/docs/slurm")) {
+    auto r = tycho::test::run_command({"bash", "-n", entry.path().string()});
+    EXPECT_TRUE(r.exited_with(0)) << r.describe();
+    ++checked;
+  }
+  EXPECT_GE(checked, 4);
+}
+
+}  // namespace

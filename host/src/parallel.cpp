@@ -425,8 +425,16 @@ void run_local_ranks(const config_document& doc, const registry& reg, const std:
 void parallel_context::sum_in_place(DLTensor& tensor, void* stream) {
   if (world_size_ == 1) return;
   impl::waiting w(*p_, "a gradient all-reduce");
-  if (p_->vt == nullptr) return p_->channel_allreduce(tensor);
-  check_status(p_->vt->allreduce_sum(p_->red, &tensor, stream), "reducer allreduce_sum");
+  const auto t0 = std::chrono::steady_clock::now();
+  if (p_->vt == nullptr)
+    p_->channel_allreduce(tensor);
+  else
+    check_status(p_->vt->allreduce_sum(p_->red, &tensor, stream), "reducer allreduce_sum");
+  int64_t n = 1;
+  for (int i = 0; i < tensor.ndim; ++i) n *= tensor.shape[i];
+  stats_.calls += 1;
+  stats_.bytes += double(n) * double((tensor.dtype.bits * tensor.dtype.lanes + 7) / 8);
+  stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 double parallel_context::sum(double local) {

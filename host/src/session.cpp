@@ -37,7 +37,8 @@ constexpr DLDataType k_float64{kDLFloat, 64, 1};
 // Keys the runtime itself reads in each table; components add their own.
 const std::vector<std::string> k_top_tables = {"data", "optics", "preprocess", "reconstruct",
                                                "output", "parallel"};
-const std::vector<std::string> k_parallel_keys = {"reducer", "sharding", "timeout_s"};
+const std::vector<std::string> k_parallel_keys = {"reducer", "sharding", "timeout_s", "rendezvous",
+                                                   "rendezvous_file", "rendezvous_port"};
 const std::vector<std::string> k_data_keys = {"source", "scan_step_A", "detector_pixel_invA"};
 const std::vector<std::string> k_optics_keys = {"energy_eV", "semiangle_mrad", "C10_A",
                                                 "defocus_A"};
@@ -696,6 +697,15 @@ bool session::run(int64_t iterations, const progress_callback& progress) {
     }
   }
   check_replicas();
+  if (s.par->world_size() > 1) {
+    const auto st = s.par->gradient_reduce_stats();
+    double total = 0;
+    for (double x : s.seconds_history) total += x;
+    if (st.calls > 0)
+      log_info("session", cat("gradient all-reduces (", s.par->reducer_name(), "): ", st.calls, " calls of ",
+                              st.bytes / double(st.calls) / 1024.0, " KiB, ", st.seconds, " s in all (",
+                              st.seconds / double(st.calls) * 1e3, " ms each; iterations took ", total, " s)"));
+  }
   return true;
 }
 

@@ -59,6 +59,15 @@ class parallel_context final : public rank_collectives {
   void sum_in_place(DLTensor& tensor, void* stream) override;
   double sum(double local) override;
 
+  // Time spent in gradient all-reduces so far (host wall time of the calls; for a device
+  // reducer that is the time to queue them unless the stream is synchronised), their number and
+  // the bytes of one rank's tensors: what the scaling model (docs/scaling.md) needs.
+  struct reduce_stats {
+    int64_t calls = 0;
+    double seconds = 0, bytes = 0;
+  };
+  reduce_stats gradient_reduce_stats() const { return stats_; }
+
   // Host-side: root's text replaces every rank's.
   void broadcast_text(std::string& text, int32_t root);
   // Every rank's text, in rank order, on every rank.
@@ -82,6 +91,7 @@ class parallel_context final : public rank_collectives {
   DLDevice device_{kDLCPU, 0};
   shard::mode sharding_ = shard::mode::patterns;
   double timeout_s_ = 600;
+  reduce_stats stats_;
 };
 
 // The engine's device for this rank: the CPU for a host engine; for a GPU engine,
