@@ -71,10 +71,12 @@ typedef struct tycho_loss_vtable {
   uint32_t struct_size;
   uint32_t abi_version;
   tycho_status (*create)(const tycho_config* cfg, tycho_loss** out);
-  /* For n patterns: model intensity I (n, N0, N1) float32, measured D (same shape, float32,
-   * in the units of D; D·measured_scale is in the units of I), optional mask (N0, N1) uint8,
-   * 1 = use the pixel (NULL: all). Writes dL/dI (same shape, float32) and adds Σ L over the
-   * n patterns to *loss_sum. Pixels outside the mask get dL/dI = 0.
+  /* For n patterns: model intensity I (n, N0, N1), measured D (same shape, float32, in the
+   * units of D; D·measured_scale is in the units of I), optional mask (N0, N1) uint8,
+   * 1 = use the pixel (NULL: all). Writes dL/dI (same shape and dtype as I) and adds Σ L over
+   * the n patterns to *loss_sum. Pixels outside the mask get dL/dI = 0.
+   * model_intensity and dloss float32 or float64 (the engine's precision), measured float32;
+   * a loss that does not support float64 returns TYCHO_ERR_UNSUPPORTED.
    * Host tensors (kDLCPU): loss_sum is host memory, `stream` is NULL, the call is synchronous;
    * engines call it concurrently from several threads on the same instance, so it must be
    * thread-safe (keep per-call state on the stack).
