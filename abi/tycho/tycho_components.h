@@ -113,17 +113,22 @@ typedef struct tycho_engine_setup {
    * The window's top-left corner is centre − (N0/2, N1/2); its integer part selects the object
    * patch, its fractional part shifts the probe by a Fourier phase ramp. */
   const DLTensor* positions_px;
-  const DLTensor* object_init;    /* (slices, H, W) complex64 */
-  const DLTensor* probe_init;     /* (modes, N0, N1) complex64, centred in its window */
+  /* complex64 or complex128, whatever the engine's precision: the engine converts. The host
+   * hands complex64 on a fresh run and the saved arrays' dtype on a resumed one. */
+  const DLTensor* object_init;    /* (slices, H, W) */
+  const DLTensor* probe_init;     /* (modes, N0, N1), centred in its window */
   tycho_loss_binding loss;
   int32_t num_threads;            /* 0: all hardware threads */
   DLDevice device;
 } tycho_engine_setup;
 
-/* Tensors an engine exposes as views on its own memory (valid until the next call). */
+/* Tensors an engine exposes as views on its own memory (valid until the next call). Object,
+ * probe and their gradients are complex64, or complex128 for an engine computing in float64
+ * ([reconstruct] precision = "float64"); the host reads the run's precision from the object's
+ * dtype. */
 typedef enum tycho_tensor_id {
-  TYCHO_TENSOR_OBJECT = 0,        /* (slices, H, W) complex64 */
-  TYCHO_TENSOR_PROBE = 1,         /* (modes, N0, N1) complex64 */
+  TYCHO_TENSOR_OBJECT = 0,        /* (slices, H, W) complex64 or complex128 */
+  TYCHO_TENSOR_PROBE = 1,         /* (modes, N0, N1), the object's dtype */
   TYCHO_TENSOR_OBJECT_GRAD = 2,   /* ∂L/∂O* summed over the last batch, same shape */
   TYCHO_TENSOR_PROBE_GRAD = 3,    /* ∂L/∂P* summed over the last batch, same shape */
   TYCHO_TENSOR_POSITIONS = 4      /* (P, 2) float64, probe centres in object pixels */
