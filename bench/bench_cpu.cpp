@@ -57,6 +57,7 @@ struct options {
   int threads = 0;
   int batch = 128;
   std::string planning = "estimate";
+  std::string precision = "float32";  // [reconstruct] precision
   std::string jsonl = k_source_dir + "/bench/results.jsonl";
   bool no_record = false;
   bool keep = false;
@@ -83,6 +84,7 @@ struct case_result {
   int batch = 0;
   int threads = 0;
   std::string planning;
+  std::string precision = "float32";
   int warmup = 0;
   std::vector<double> seconds;  // the timed iterations
   double setup_s = 0;           // session construction: data read, probe, engine (FFT plans)
@@ -107,7 +109,7 @@ json to_json(const case_result& r) {
   return json{{"name", r.name},         {"scan", {r.scan[0], r.scan[1]}},
               {"detector", {r.detector[0], r.detector[1]}},
               {"batch", r.batch},       {"threads", r.threads},
-              {"planning", r.planning}, {"warmup", r.warmup},
+              {"planning", r.planning}, {"precision", r.precision}, {"warmup", r.warmup},
               {"seconds", r.seconds},   {"setup_s", r.setup_s},
               {"final_loss", r.final_loss}, {"peak_MiB", r.peak_MiB},
               {"other_load", r.other_load}};
@@ -123,6 +125,7 @@ case_result from_json(const json& j) {
   r.batch = j.at("batch");
   r.threads = j.at("threads");
   r.planning = j.at("planning");
+  r.precision = j.value("precision", "float32");
   r.warmup = j.at("warmup");
   r.seconds = j.at("seconds").get<std::vector<double>>();
   r.setup_s = j.at("setup_s");
@@ -151,8 +154,8 @@ std::string config_text(const case_spec& c, const options& o, int threads) {
   if (c.mos2_origin) t += "scan_origin_A = [17.0, 19.0]\n";
   t += fmt::format(
       "\n[reconstruct]\nengine = \"cpu\"\niterations = {}\nbatch_size = {}\nloss = \"amplitude\"\n"
-      "seed = 0\nthreads = {}\nfft_planning = \"{}\"\n\n",
-      o.warmup + o.iterations, o.batch, threads, o.planning);
+      "seed = 0\nthreads = {}\nfft_planning = \"{}\"\nprecision = \"{}\"\n\n",
+      o.warmup + o.iterations, o.batch, threads, o.planning, o.precision);
   t += "[reconstruct.object]\noptimizer = \"adam\"\nlearning_rate = 5e-3\n\n";
   t += "[reconstruct.probe]\noptimizer = \"adam\"\nlearning_rate = 5e-3\n\n";
   t += "[output]\npreviews = false\n";
@@ -170,6 +173,7 @@ case_result run_case(const case_spec& c, const options& o) {
   r.batch = o.batch;
   r.threads = resolved_threads(o);
   r.planning = o.planning;
+  r.precision = o.precision;
   r.warmup = o.warmup;
 
   auto doc = tycho::config_document::parse(config_text(c, o, r.threads), "<tycho_bench_cpu:" + c.name + ">",
@@ -218,6 +222,7 @@ case_result run_case_in_child(const case_spec& c, const options& o) {
                                    "--threads", std::to_string(o.threads),
                                    "--batch", std::to_string(o.batch),
                                    "--fft-planning", o.planning,
+                                   "--precision", o.precision,
                                    "--tmp-dir", o.tmp_dir,
                                    "--no-record", "--result-file", result.string()};
   if (o.verbose) args.push_back("--verbose");
@@ -300,6 +305,7 @@ json record(const case_result& r, const tycho::bench::machine_info& m, const std
   j["batch"] = r.batch;
   j["threads"] = r.threads;
   j["fft_planning"] = r.planning;
+  j["precision"] = r.precision;
   j["us_per_position_iteration"] = std::round(r.median_us() * 100) / 100;
   j["us_min"] = std::round(r.min_us() * 100) / 100;
   j["us_max"] = std::round(r.max_us() * 100) / 100;
@@ -314,12 +320,13 @@ json record(const case_result& r, const tycho::bench::machine_info& m, const std
 }
 
 void print_table(const std::vector<case_result>& results, bool per_case_rss) {
-  fmt::print("{:<6} {:>9} {:>8} {:>5} {:>7} {:>8} {:>13} {:>9} {:>9} {:>9} {:>8} {:>7}\n", "case", "scan",
-             "detector", "batch", "threads", "fft", "median us/p.it", "min", "max", "peak MiB", "setup s", "others");
+  fmt::print("{:<6} {:>9} {:>8} {:>5} {:>7} {:>8} {:>9} {:>13} {:>9} {:>9} {:>9} {:>8} {:>7}\n", "case", "scan",
+             "detector", "batch", "threads", "fft", "precision", "median us/p.it", "min", "max", "peak MiB", "setup s",
+             "others");
   for (const auto& r : results)
-    fmt::print("{:<6} {:>9} {:>8} {:>5} {:>7} {:>8} {:>13.1f} {:>9.1f} {:>9.1f} {:>9.0f} {:>8.2f} {:>7.2f}\n", r.name,
-               fmt::format("{}x{}", r.scan[0], r.scan[1]), fmt::format("{}x{}", r.detector[0], r.detector[1]),
-               r.batch, r.threads, r.planning, r.median_us(), r.min_us(), r.max_us(), r.peak_MiB, r.setup_s,
+    fmt::print("{:<6} {:>9} {:>8} {:>5} {:>7} {:>8} {:>9} {:>13.1f} {:>9.1f} {:>9.1f} {:>9.0f} {:>8.2f} {:>7.2f}\n",
+               r.name, fmt::format("{}x{}", r.scan[0], r.scan[1]), fmt::format("{}x{}", r.detector[0], r.detector[1]),
+               r.batch, r.threads, r.planning, r.precision, r.median_us(), r.min_us(), r.max_us(), r.peak_MiB, r.setup_s,
                r.other_load);
   fmt::print("us/p.it = wall seconds of one iteration / positions x 1e6: median (min, max) of {} timed "
              "iterations after {} warm-up.\n",
@@ -359,9 +366,9 @@ int run(const options& o) {
   for (const auto& c : specs) {
     try {
       if (o.result_file.empty())
-        std::fprintf(stderr, "%s: %lld x %lld scan, %d warm-up + %d timed iterations, %d threads, fft %s ...\n",
+        std::fprintf(stderr, "%s: %lld x %lld scan, %d warm-up + %d timed iterations, %d threads, fft %s, %s ...\n",
                      c.name.c_str(), (long long)c.scan[0], (long long)c.scan[1], o.warmup, o.iterations,
-                     resolved_threads(o), o.planning.c_str());
+                     resolved_threads(o), o.planning.c_str(), o.precision.c_str());
       results.push_back(children ? run_case_in_child(c, o) : run_case(c, o));
     } catch (const std::exception& e) {
       failure += fmt::format("{}{}", failure.empty() ? "" : "; ", e.what());
@@ -406,6 +413,9 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "engine threads (0 = all OpenMP threads)")->capture_default_str();
   app.add_option("--fft-planning", o.planning, "FFTW planning")
       ->check(CLI::IsMember({"estimate", "measure"}))
+      ->capture_default_str();
+  app.add_option("--precision", o.precision, "[reconstruct] precision of the engine")
+      ->check(CLI::IsMember({"float32", "float64"}))
       ->capture_default_str();
   app.add_option("--batch", o.batch, "mini-batch size, positions")->capture_default_str();
   app.add_option("--jsonl", o.jsonl, "append one JSON line per case here")->capture_default_str();

@@ -215,6 +215,29 @@ TEST_F(UnderMpirun, OneTrajectoryForOneTwoAndFourRanks) {
   }
 }
 
+TEST_F(UnderMpirun, AFloat64RunComputesInFloat64OnEveryRank) {
+  // Each rank reports the precision its engine holds (the dtype of its object tensor), gathered
+  // into the manifest: a speed-up cannot come from ranks that silently run in float32.
+  const std::string out = tmp_ / "f64.zip";
+  auto r = mpirun(2, args(out, 3, {"--set", "reconstruct.precision=\"float64\""}));
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  const auto rec = tycho::test::load_result(out);
+  auto m = nlohmann::json::parse(rec.manifest_json);
+  ASSERT_EQ(m["parallel"]["ranks"].size(), 2u) << rec.manifest_json;
+  for (const auto& rank : m["parallel"]["ranks"]) EXPECT_EQ(rank["precision"], "float64") << rank.dump();
+  const auto& obj = rec.array("object", out);
+  EXPECT_EQ(obj.dtype.code, kDLComplex);
+  EXPECT_EQ(obj.dtype.bits, 128);
+  // And the float64 trajectory is that of one rank, far tighter than in float32.
+  const std::string one = tmp_ / "f64-one.zip";
+  auto r1 = mpirun(1, args(one, 3, {"--set", "reconstruct.precision=\"float64\""}));
+  ASSERT_TRUE(r1.exited_with(0)) << r1.describe();
+  const auto rec1 = tycho::test::load_result(one);
+  const auto& l1 = rec1.array("loss_history", one);
+  const auto& l2 = rec.array("loss_history", out);
+  for (int64_t i = 0; i < 3; ++i) EXPECT_NEAR(l2.as<double>()[i] / l1.as<double>()[i], 1.0, 1e-12);
+}
+
 TEST_F(UnderMpirun, ReplicatedDataSplitsEachBatchEvenly) {
   const std::string one = tmp_ / "one.zip", two = tmp_ / "two.zip";
   auto r1 = mpirun(1, args(one, 5));

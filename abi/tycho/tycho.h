@@ -60,7 +60,8 @@ TYCHO_API tycho_status tycho_session_create(const char* toml_text, const char* b
 /* Runs `iterations` more iterations (epochs over all positions); 0: the configured number. */
 TYCHO_API tycho_status tycho_session_run(tycho_session* session, int64_t iterations,
                                          tycho_progress_fn progress, void* user_data);
-/* A copy of "object" (slices,H,W c64), "probe" (modes,N0,N1 c64), "positions_px" (P,2 f64,
+/* A copy of "object" (slices,H,W c64; c128 when [reconstruct] precision = "float64"), "probe"
+ * (modes,N0,N1, the object's dtype), "positions_px" (P,2 f64,
  * probe centres in object pixels; "positions" is the same), "positions_A" (P,2 f64, Å) or
  * "loss_history" (iterations f64), owned by the caller: call (*out)->deleter(*out).
  * TYCHO_ERR_NOT_FOUND for any other name. */

@@ -71,10 +71,12 @@ typedef struct tycho_loss_vtable {
   uint32_t struct_size;
   uint32_t abi_version;
   tycho_status (*create)(const tycho_config* cfg, tycho_loss** out);
-  /* For n patterns: model intensity I (n, N0, N1) float32, measured D (same shape, float32,
-   * in the units of D; D·measured_scale is in the units of I), optional mask (N0, N1) uint8,
-   * 1 = use the pixel (NULL: all). Writes dL/dI (same shape, float32) and adds Σ L over the
-   * n patterns to *loss_sum. Pixels outside the mask get dL/dI = 0.
+  /* For n patterns: model intensity I (n, N0, N1), measured D (same shape, float32, in the
+   * units of D; D·measured_scale is in the units of I), optional mask (N0, N1) uint8,
+   * 1 = use the pixel (NULL: all). Writes dL/dI (same shape and dtype as I) and adds Σ L over
+   * the n patterns to *loss_sum. Pixels outside the mask get dL/dI = 0.
+   * model_intensity and dloss float32 or float64 (the engine's precision), measured float32;
+   * a loss that does not support float64 returns TYCHO_ERR_UNSUPPORTED.
    * Host tensors (kDLCPU): loss_sum is host memory, `stream` is NULL, the call is synchronous;
    * engines call it concurrently from several threads on the same instance, so it must be
    * thread-safe (keep per-call state on the stack).
@@ -111,17 +113,22 @@ typedef struct tycho_engine_setup {
    * The window's top-left corner is centre − (N0/2, N1/2); its integer part selects the object
    * patch, its fractional part shifts the probe by a Fourier phase ramp. */
   const DLTensor* positions_px;
-  const DLTensor* object_init;    /* (slices, H, W) complex64 */
-  const DLTensor* probe_init;     /* (modes, N0, N1) complex64, centred in its window */
+  /* complex64 or complex128, whatever the engine's precision: the engine converts. The host
+   * hands complex64 on a fresh run and the saved arrays' dtype on a resumed one. */
+  const DLTensor* object_init;    /* (slices, H, W) */
+  const DLTensor* probe_init;     /* (modes, N0, N1), centred in its window */
   tycho_loss_binding loss;
   int32_t num_threads;            /* 0: all hardware threads */
   DLDevice device;
 } tycho_engine_setup;
 
-/* Tensors an engine exposes as views on its own memory (valid until the next call). */
+/* Tensors an engine exposes as views on its own memory (valid until the next call). Object,
+ * probe and their gradients are complex64, or complex128 for an engine computing in float64
+ * ([reconstruct] precision = "float64"); the host reads the run's precision from the object's
+ * dtype. */
 typedef enum tycho_tensor_id {
-  TYCHO_TENSOR_OBJECT = 0,        /* (slices, H, W) complex64 */
-  TYCHO_TENSOR_PROBE = 1,         /* (modes, N0, N1) complex64 */
+  TYCHO_TENSOR_OBJECT = 0,        /* (slices, H, W) complex64 or complex128 */
+  TYCHO_TENSOR_PROBE = 1,         /* (modes, N0, N1), the object's dtype */
   TYCHO_TENSOR_OBJECT_GRAD = 2,   /* ∂L/∂O* summed over the last batch, same shape */
   TYCHO_TENSOR_PROBE_GRAD = 3,    /* ∂L/∂P* summed over the last batch, same shape */
   TYCHO_TENSOR_POSITIONS = 4      /* (P, 2) float64, probe centres in object pixels */

@@ -28,7 +28,7 @@ void check_input(const accuracy_input& in) {
   const auto bad = [](const auto&... what) {
     fail(TYCHO_ERR_INVALID_ARGUMENT, "accuracy: ", what...);
   };
-  if (in.object == nullptr) bad("object is null");
+  if ((in.object == nullptr) == (in.object64 == nullptr)) bad("give one of object and object64");
   if (in.positions_px == nullptr) bad("positions_px is null");
   if (in.truth_phase == nullptr) bad("truth_phase is null");
   if (in.object_shape[0] <= 0 || in.object_shape[1] <= 0)
@@ -87,7 +87,9 @@ accuracy_result evaluate_accuracy(const accuracy_input& in) {
   const int64_t oh = in.object_shape[0], ow = in.object_shape[1];
   const int64_t th = in.truth_shape[0], tw = in.truth_shape[1];
 
-  std::vector<std::complex<double>> z(in.object, in.object + oh * ow);
+  std::vector<std::complex<double>> z = in.object64 != nullptr
+                                            ? std::vector<std::complex<double>>(in.object64, in.object64 + oh * ow)
+                                            : std::vector<std::complex<double>>(in.object, in.object + oh * ow);
   const std::vector<double> obj = local_phase(z.data(), oh, ow, in.sigma_A / in.object_pixel_A,
                                               filter_boundary::reflect);
   z.resize(static_cast<size_t>(th * tw));

@@ -10,6 +10,18 @@
 
 namespace tycho {
 
+namespace {
+// |z| ≤ cap, in the object's own precision.
+template <class Real>
+void clamp_amplitude(std::complex<Real>* z, int64_t n, double amplitude_max) {
+  const Real cap = Real(amplitude_max);
+  for (int64_t k = 0; k < n; ++k) {
+    Real a = std::abs(z[k]);
+    if (a > cap) z[k] *= cap / a;
+  }
+}
+}  // namespace
+
 void check_status(tycho_status s, const std::string& context) {
   if (s == TYCHO_OK) return;
   std::string msg = last_error();
@@ -87,12 +99,13 @@ void driver::apply_object_constraints() {
     fail(TYCHO_ERR_UNSUPPORTED, "object amplitude_max: the object lives on a device this version cannot constrain");
   int64_t n = 1;
   for (int i = 0; i < obj.ndim; ++i) n *= obj.shape[i];
-  auto* z = reinterpret_cast<std::complex<float>*>(static_cast<char*>(obj.data) + obj.byte_offset);
-  const float cap = float(options_.object.amplitude_max);
-  for (int64_t k = 0; k < n; ++k) {
-    float a = std::abs(z[k]);
-    if (a > cap) z[k] *= cap / a;
-  }
+  char* data = static_cast<char*>(obj.data) + obj.byte_offset;
+  if (obj.dtype.code == kDLComplex && obj.dtype.bits == 128)  // a float64 engine
+    clamp_amplitude(reinterpret_cast<std::complex<double>*>(data), n, options_.object.amplitude_max);
+  else if (obj.dtype.code == kDLComplex && obj.dtype.bits == 64)
+    clamp_amplitude(reinterpret_cast<std::complex<float>*>(data), n, options_.object.amplitude_max);
+  else
+    fail(TYCHO_ERR_UNSUPPORTED, "object amplitude_max: the object must be complex64 or complex128");
 }
 
 }  // namespace tycho

@@ -39,14 +39,19 @@ std::string evaluate_result(const registry& reg, const std::string& result_path,
   const owned_array& positions = result.array("positions_px", result_path);
   const owned_array& phase = truth.array("phase", truth_path);
   const owned_array& origin = truth.array("scan_origin_A", truth_path);
-  expect(object, result_path, kDLComplex, 64, 3);
+  // complex64, or complex128 from a float64 run.
+  const bool object64 = object.dtype.code == kDLComplex && object.dtype.bits == 128;
+  expect(object, result_path, kDLComplex, object64 ? 128 : 64, 3);
   expect(positions, result_path, kDLFloat, 64, 2);
   expect(phase, truth_path, kDLFloat, 32, 2);
   if (origin.count() != 2 || origin.dtype.bits != 64)
     fail(TYCHO_ERR_BAD_DATA, "'", truth_path, "': scan_origin_A must hold 2 float64 values");
 
   accuracy_input in;
-  in.object = object.as<std::complex<float>>();  // the first slice
+  if (object64)
+    in.object64 = object.as<std::complex<double>>();  // the first slice
+  else
+    in.object = object.as<std::complex<float>>();
   in.object_shape[0] = object.shape[1];
   in.object_shape[1] = object.shape[2];
   in.object_pixel_A = pixel;

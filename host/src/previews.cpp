@@ -52,6 +52,18 @@ float quantile(std::vector<float> v, double p) {
   std::nth_element(v.begin(), v.begin() + std::ptrdiff_t(k), v.end());
   return v[k];
 }
+
+// The first n values of a complex64 or complex128 array, as complex64.
+std::vector<std::complex<float>> complex_values(const owned_array& a, int64_t n, const std::string& path) {
+  const bool c128 = a.dtype.code == kDLComplex && a.dtype.bits == 128;
+  if (a.dtype.code != kDLComplex || !(a.dtype.bits == 64 || c128) || a.count() < n)
+    fail(TYCHO_ERR_BAD_DATA, "previews for '", path, "': '", a.name, "' must be complex64 or complex128");
+  if (!c128) return {a.as<std::complex<float>>(), a.as<std::complex<float>>() + n};
+  std::vector<std::complex<float>> v(static_cast<std::size_t>(n));
+  const auto* z = a.as<std::complex<double>>();
+  for (int64_t k = 0; k < n; ++k) v[std::size_t(k)] = std::complex<float>(z[k]);
+  return v;
+}
 }  // namespace
 
 std::vector<std::string> write_previews(const std::string& result_path, const owned_array& object,
@@ -62,7 +74,8 @@ std::vector<std::string> write_previews(const std::string& result_path, const ow
   std::vector<std::string> written;
 
   const int64_t h = object.shape[1], w = object.shape[2];
-  const auto* obj = object.as<std::complex<float>>();
+  // complex64, or complex128 from a float64 run: the images are 8-bit either way.
+  const std::vector<std::complex<float>> obj = complex_values(object, h * w, result_path);
   const auto* pos = positions_px.as<double>();
   double r0 = 1e300, r1 = -1e300, c0 = 1e300, c1 = -1e300;
   for (int64_t k = 0; k < positions_px.shape[0]; ++k) {
@@ -74,7 +87,7 @@ std::vector<std::string> write_previews(const std::string& result_path, const ow
   std::vector<float> phase(std::size_t(h * w)), amp(std::size_t(h * w)), fov_phase, fov_amp;
   for (int64_t r = 0; r < h; ++r)
     for (int64_t c = 0; c < w; ++c) {
-      auto z = obj[r * w + c];
+      auto z = obj[std::size_t(r * w + c)];
       phase[std::size_t(r * w + c)] = std::arg(z);
       amp[std::size_t(r * w + c)] = std::abs(z);
       if (r >= r0 && r <= r1 && c >= c0 && c <= c1) {
@@ -88,10 +101,10 @@ std::vector<std::string> write_previews(const std::string& result_path, const ow
   write_png_grey(written.back(), amp, h, w, quantile(fov_amp, 0.01), quantile(fov_amp, 0.99));
 
   const int64_t n0 = probe.shape[1], n1 = probe.shape[2];
-  const auto* pr = probe.as<std::complex<float>>();
+  const std::vector<std::complex<float>> pr = complex_values(probe, n0 * n1, result_path);
   std::vector<float> pa(std::size_t(n0 * n1));
   float peak = 0;
-  for (int64_t k = 0; k < n0 * n1; ++k) peak = std::max(peak, pa[std::size_t(k)] = std::abs(pr[k]));
+  for (int64_t k = 0; k < n0 * n1; ++k) peak = std::max(peak, pa[std::size_t(k)] = std::abs(pr[std::size_t(k)]));
   written.push_back(stem + ".probe.png");
   write_png_grey(written.back(), pa, n0, n1, 0.f, peak);
   return written;

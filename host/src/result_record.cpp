@@ -48,8 +48,8 @@ std::string to_json(const result_manifest& m) {
                       {"C10_A", m.C10_A},
                       {"object_padding_px", m.object_padding_px}};
   j["arrays"] = {
-      {"object", "(slices, H, W) complex64: transmission function"},
-      {"probe", "(modes, N0, N1) complex64: real-space probe, centred in its window; Σ|P|² in units of data.mean_total_intensity (the initial probe has 1)"},
+      {"object", "(slices, H, W) " + m.complex_dtype + ": transmission function"},
+      {"probe", "(modes, N0, N1) " + m.complex_dtype + ": real-space probe, centred in its window; Σ|P|² in units of data.mean_total_intensity (the initial probe has 1)"},
       {"positions_px", "(P, 2) float64: probe centres in object pixels, C order over the scan"},
       {"positions_A", "(P, 2) float64: probe centres in Å from the object's corner"},
       {"loss_history", "(iterations,) float64: mean loss per pattern"}};

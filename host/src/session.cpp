@@ -75,6 +75,7 @@ struct parameter_settings {
 };
 struct reconstruct_settings {
   int64_t iterations = 100;
+  bool float64 = false;  // [reconstruct] precision = "float64": complex128 object and probe
   driver_options driver;
   parameter_settings object, probe;
 };
@@ -104,8 +105,9 @@ reconstruct_settings read_reconstruct_settings(const config_document& doc) {
   int64_t modes = read_key<int64_t>(rec_t, "probe_modes", "reconstruct").value_or(1);
   int64_t slices = read_key<int64_t>(rec_t, "slices", "reconstruct").value_or(1);
   std::string precision = read_key<std::string>(rec_t, "precision", "reconstruct").value_or("float32");
-  if (precision != "float32")
-    fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] precision = \"", precision, "\": this version computes in \"float32\" only");
+  if (precision != "float32" && precision != "float64")
+    fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] precision = \"", precision, "\": must be \"float32\" or \"float64\"");
+  r.float64 = precision == "float64";
   if (modes != 1 || slices != 1)
     fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] probe_modes = ", modes, ", slices = ", slices,
          ": this version reconstructs one probe mode and one slice");
@@ -231,7 +233,8 @@ resume_data load_resume(const std::string& path, const registry& reg) {
 
 // Refuses a resumed file whose data does not match the config's, naming both.
 void check_resume_shapes(const resume_data& r, const std::vector<int64_t>& scan, const std::vector<int64_t>& window,
-                         const std::vector<int64_t>& object, const std::vector<int64_t>& probe, int64_t patterns) {
+                         const std::vector<int64_t>& object, const std::vector<int64_t>& probe, int64_t patterns,
+                         bool float64) {
   const owned_array& obj = r.record.array("object", r.path);
   const owned_array& prb = r.record.array("probe", r.path);
   const owned_array& pos = r.record.array("positions_px", r.path);
@@ -240,10 +243,17 @@ void check_resume_shapes(const resume_data& r, const std::vector<int64_t>& scan,
          shape_text(r.scan_shape), ", window ", shape_text(r.window_shape), ", object ", shape_text(obj.shape),
          ", probe ", shape_text(prb.shape), "; the config gives scan ", shape_text(scan), ", window ",
          shape_text(window), ", object ", shape_text(object), ", probe ", shape_text(probe));
-  const DLDataType c64{kDLComplex, 64, 1};
+  // The dtype of the configured precision: a resumed run keeps the precision it was saved in.
+  const DLDataType want{kDLComplex, uint8_t(float64 ? 128 : 64), 1};
   auto same = [](DLDataType a, DLDataType b) { return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes; };
-  if (!same(obj.dtype, c64) || !same(prb.dtype, c64))
-    fail(TYCHO_ERR_BAD_DATA, "'", r.path, "': object and probe must be complex64");
+  auto name = [](DLDataType t) {
+    return t.code == kDLComplex ? cat("complex", int(t.bits)) : cat("dtype code ", int(t.code), " of ", int(t.bits), " bits");
+  };
+  if (!same(obj.dtype, want) || !same(prb.dtype, want))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "--from '", r.path, "' holds a ", name(obj.dtype), " object and a ",
+         name(prb.dtype), " probe (precision ", precision_of(obj.dtype), "), but [reconstruct] precision = \"",
+         float64 ? "float64" : "float32", "\" needs ", name(want),
+         ": resume with the precision the file was written with");
   if (pos.shape != std::vector<int64_t>{patterns, 2} || !same(pos.dtype, DLDataType{kDLFloat, 64, 1}))
     fail(TYCHO_ERR_BAD_DATA, "'", r.path, "': positions_px ", shape_text(pos.shape), " is not (", patterns,
          ", 2) float64");
@@ -274,6 +284,12 @@ void restore_optimizer(const resume_data& r, const char* which, const component_
 }
 
 }  // namespace
+
+std::string precision_of(DLDataType dtype) {
+  if ((dtype.code == kDLComplex && dtype.bits == 128) || (dtype.code == kDLFloat && dtype.bits == 64)) return "float64";
+  if ((dtype.code == kDLComplex && dtype.bits == 64) || (dtype.code == kDLFloat && dtype.bits == 32)) return "float32";
+  return cat("dtype code ", int(dtype.code), " of ", int(dtype.bits), " bits");
+}
 
 run_geometry resolve_run_geometry(const config_document& doc, const tycho_dataset_info& info,
                                   const std::string& desc, int64_t n0, int64_t n1) {
@@ -351,6 +367,7 @@ memory_problem run_memory_problem(const config_document& doc, const tycho_datase
   p.window[0] = n0;
   p.window[1] = n1;
   p.target_bytes = 4;  // float32: what the host hands every engine, and what the cuda engine keeps
+  p.complex_bytes = settings.float64 ? 16 : 8;  // complex128 or complex64
   p.object_shape[0] = layout.shape[0];
   p.object_shape[1] = layout.shape[1];
   p.slices = read_key<int64_t>(rec_t, "slices", "reconstruct").value_or(1);
@@ -564,7 +581,8 @@ session::session(config_document config, registry& reg, const std::string& resum
     // The engine starts from the saved object, probe and positions instead of ones and the
     // optics' probe.
     check_resume_shapes(*resume, {info.scan_shape[0], info.scan_shape[1]}, {s.data.n0, s.data.n1},
-                        {object_shape, object_shape + 3}, {probe_shape, probe_shape + 3}, s.data.all_patterns);
+                        {object_shape, object_shape + 3}, {probe_shape, probe_shape + 3}, s.data.all_patterns,
+                        settings.float64);
     object_data = const_cast<unsigned char*>(resume->record.array("object", resume->path).bytes.data());
     probe_data = const_cast<unsigned char*>(resume->record.array("probe", resume->path).bytes.data());
     positions_data = const_cast<unsigned char*>(resume->record.array("positions_px", resume->path).bytes.data());
@@ -579,8 +597,10 @@ session::session(config_document config, registry& reg, const std::string& resum
   }
   DLTensor targets{s.data.targets.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, target_shape, nullptr, 0};
   DLTensor positions{positions_data, {kDLCPU, 0}, 2, k_float64, pos_shape, nullptr, 0};
-  DLTensor object_t{object_data, {kDLCPU, 0}, 3, k_complex64, object_shape, nullptr, 0};
-  DLTensor probe_t{probe_data, {kDLCPU, 0}, 3, k_complex64, probe_shape, nullptr, 0};
+  // complex64 (ones and the optics' probe), or a resumed file's arrays in their own dtype.
+  const DLDataType init_dtype = resume ? resume->record.array("object", resume->path).dtype : k_complex64;
+  DLTensor object_t{object_data, {kDLCPU, 0}, 3, init_dtype, object_shape, nullptr, 0};
+  DLTensor probe_t{probe_data, {kDLCPU, 0}, 3, init_dtype, probe_shape, nullptr, 0};
   tycho_engine_setup setup{};
   setup.struct_size = sizeof(setup);
   setup.config = &s.reconstruct_cfg;
@@ -595,6 +615,11 @@ session::session(config_document config, registry& reg, const std::string& resum
   setup.loss = tycho_loss_binding{s.loss_ref->as<tycho_loss_vtable>(), s.loss};
   setup.device = s.par->device();
   check_status(s.engine_ref->as<tycho_engine_vtable>()->create(&setup, &s.engine), "engine create");
+  // An engine that does not read [reconstruct] precision must not run a float64 config in float32.
+  if (const std::string held = precision_of(s.engine_tensor(TYCHO_TENSOR_OBJECT).dtype);
+      held != (settings.float64 ? "float64" : "float32"))
+    fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] precision = \"", settings.float64 ? "float64" : "float32",
+         "\": the ", engine_name, " engine holds its object in ", held, "; it does not compute in that precision");
 
   auto make_optimizer = [&](const char* which, tycho_config& cfg, const component_ref*& ref,
                             tycho_optimizer*& opt, tycho_tensor_id param, tycho_tensor_id grad) {
@@ -645,7 +670,7 @@ session::session(config_document config, registry& reg, const std::string& resum
 
   // ---- what every rank runs: its device, the precision its engine holds, its patterns
   const DLTensor object_view = s.engine_tensor(TYCHO_TENSOR_OBJECT);
-  const std::string precision = object_view.dtype.bits == 128 ? "float64" : "float32";
+  const std::string precision = precision_of(object_view.dtype);
   const std::string device_text =
       setup.device.device_type == kDLCUDA ? cat("cuda:", setup.device.device_id) : std::string("cpu");
   if (world > 1) {
@@ -747,6 +772,7 @@ owned_array session::get(const std::string& name) const {
 }
 
 int64_t session::configured_iterations() const { return s_->iterations; }
+std::string session::precision() const { return precision_of(s_->engine_tensor(TYCHO_TENSOR_OBJECT).dtype); }
 int64_t session::iterations_done() const { return s_->drv->iterations_done(); }
 const std::vector<double>& session::loss_history() const { return s_->loss_history; }
 double session::object_pixel_A(int axis) const { return s_->geometry.pixel_A[axis]; }
@@ -789,6 +815,7 @@ std::string session::manifest_json() const {
   m.seconds_history = s.seconds_history;
   m.schedule_iterations = s.iterations;
   m.parallel_json = s.parallel_json;
+  m.complex_dtype = precision() == "float64" ? "complex128" : "complex64";
   for (const auto& [which, ref, opt] : {std::tuple{"object", s.object_opt_ref, s.object_opt},
                                         std::tuple{"probe", s.probe_opt_ref, s.probe_opt}}) {
     const auto* vt = ref->as<tycho_optimizer_vtable>();

@@ -12,11 +12,12 @@ using namespace tycho::sdk;
 
 // Per-thread buffers: nothing is shared while a batch runs but the read-only inputs; the
 // object and probe gradients are accumulated per thread and summed once per batch.
-struct cpu_engine::thread_scratch {
-  fft_buffer shifted_probe, wave, work, input;  // input: what each transform reads (and destroys)
-  std::vector<float> intensity, dloss;
-  std::vector<cfloat> ramp0, ramp1;
-  std::vector<cfloat> object_grad, probe_spectrum_grad;
+template <class Real>
+struct cpu_engine<Real>::thread_scratch {
+  fft_buffer<Real> shifted_probe, wave, work, input;  // input: what each transform reads (and destroys)
+  std::vector<Real> intensity, dloss;
+  std::vector<complex> ramp0, ramp1;
+  std::vector<complex> object_grad, probe_spectrum_grad;
   int64_t row_min = 0, row_max = -1;  // rows of object_grad touched in this batch
   double loss = 0;
   tycho_status status = TYCHO_OK;
@@ -27,20 +28,56 @@ namespace {
 int64_t frequency(int64_t i, int64_t n) { return i < (n + 1) / 2 ? i : i - n; }
 
 // e[k] = exp(sign · 2πi f(k) δ / n) for the n DFT frequencies f(k) of natural order.
-void fill_ramp(std::vector<cfloat>& e, int64_t n, double delta, double sign) {
+template <class Real>
+void fill_ramp(std::vector<std::complex<Real>>& e, int64_t n, double delta, double sign) {
   e.resize(std::size_t(n));
   for (int64_t k = 0; k < n; ++k) {
     double phase = sign * 2.0 * M_PI * double(frequency(k, n)) * delta / double(n);
-    e[std::size_t(k)] = cfloat(float(std::cos(phase)), float(std::sin(phase)));
+    e[std::size_t(k)] = std::complex<Real>(Real(std::cos(phase)), Real(std::sin(phase)));
   }
+}
+
+// object_init / probe_init: complex64 or complex128, whatever the engine's precision.
+void expect_complex(const DLTensor* t, const char* name) {
+  if (t != nullptr && same_dtype(t->dtype, dtype_complex128))
+    expect_tensor(t, name, dtype_complex128, 3);
+  else
+    expect_tensor(t, name, dtype_complex64, 3);
+}
+
+// The n values of a complex64 or complex128 tensor, in the engine's precision.
+template <class Real>
+void assign_complex(std::vector<std::complex<Real>>& dst, const DLTensor& t, int64_t n) {
+  if (same_dtype(t.dtype, dtype_complex128)) {
+    const auto* z = data_of<const std::complex<double>>(t);
+    dst.assign(z, z + n);
+  } else {
+    const auto* z = data_of<const std::complex<float>>(t);
+    dst.assign(z, z + n);
+  }
+}
+
+template <class Real>
+constexpr DLDataType real_dtype() {
+  return sizeof(Real) == 8 ? dtype_float64 : dtype_float32;
+}
+template <class Real>
+constexpr DLDataType complex_dtype() {
+  return sizeof(Real) == 8 ? dtype_complex128 : dtype_complex64;
 }
 }  // namespace
 
-cpu_engine::cpu_engine(const tycho_engine_setup& setup, const engine_options& options) {
+std::unique_ptr<engine_base> make_engine(const tycho_engine_setup& setup, const engine_options& options) {
+  if (options.double_precision) return std::make_unique<cpu_engine<double>>(setup, options);
+  return std::make_unique<cpu_engine<float>>(setup, options);
+}
+
+template <class Real>
+cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_options& options) {
   expect_tensor(setup.targets, "targets", dtype_float32, 3);
   expect_tensor(setup.positions_px, "positions_px", dtype_float64, 2);
-  expect_tensor(setup.object_init, "object_init", dtype_complex64, 3);
-  expect_tensor(setup.probe_init, "probe_init", dtype_complex64, 3);
+  expect_complex(setup.object_init, "object_init");
+  expect_complex(setup.probe_init, "probe_init");
   patterns_ = setup.targets->shape[0];
   n0_ = setup.targets->shape[1];
   n1_ = setup.targets->shape[2];
@@ -83,44 +120,46 @@ cpu_engine::cpu_engine(const tycho_engine_setup& setup, const engine_options& op
            positions_[2 * j], ", ", positions_[2 * j + 1], " px) does not lie inside the object (",
            h_, " x ", w_, " px)");
   }
-  const auto* o = data_of<const cfloat>(*setup.object_init);
-  object_.assign(o, o + h_ * w_);
-  const auto* p = data_of<const cfloat>(*setup.probe_init);
-  probe_.assign(p, p + n0_ * n1_);
-  object_grad_.assign(object_.size(), cfloat(0));
-  probe_grad_.assign(probe_.size(), cfloat(0));
+  assign_complex(object_, *setup.object_init, h_ * w_);
+  assign_complex(probe_, *setup.probe_init, n0_ * n1_);
+  object_grad_.assign(object_.size(), complex(0));
+  probe_grad_.assign(probe_.size(), complex(0));
 
   threads_ = options.threads > 0 ? options.threads : omp_get_max_threads();
-  fft_ = std::make_unique<fft_plan_2d>(n0_, n1_, options.measure_fft);
+  fft_ = std::make_unique<fft_plan_2d<Real>>(n0_, n1_, options.measure_fft);
   const int64_t m = n0_ * n1_;
   for (int t = 0; t < threads_; ++t) {
     auto s = std::make_unique<thread_scratch>();
-    s->shifted_probe = make_fft_buffer(m);
-    s->wave = make_fft_buffer(m);
-    s->work = make_fft_buffer(m);
-    s->input = make_fft_buffer(m);
+    s->shifted_probe = make_fft_buffer<Real>(m);
+    s->wave = make_fft_buffer<Real>(m);
+    s->work = make_fft_buffer<Real>(m);
+    s->input = make_fft_buffer<Real>(m);
     s->intensity.resize(std::size_t(m));
     s->dloss.resize(std::size_t(m));
-    s->object_grad.assign(object_.size(), cfloat(0));
-    s->probe_spectrum_grad.assign(std::size_t(m), cfloat(0));
+    s->object_grad.assign(object_.size(), complex(0));
+    s->probe_spectrum_grad.assign(std::size_t(m), complex(0));
     scratch_.push_back(std::move(s));
   }
-  views_[TYCHO_TENSOR_OBJECT] = tensor_view(object_.data(), dtype_complex64, {1, h_, w_});
-  views_[TYCHO_TENSOR_PROBE] = tensor_view(probe_.data(), dtype_complex64, {1, n0_, n1_});
-  views_[TYCHO_TENSOR_OBJECT_GRAD] = tensor_view(object_grad_.data(), dtype_complex64, {1, h_, w_});
-  views_[TYCHO_TENSOR_PROBE_GRAD] = tensor_view(probe_grad_.data(), dtype_complex64, {1, n0_, n1_});
+  constexpr DLDataType c = complex_dtype<Real>();
+  views_[TYCHO_TENSOR_OBJECT] = tensor_view(object_.data(), c, {1, h_, w_});
+  views_[TYCHO_TENSOR_PROBE] = tensor_view(probe_.data(), c, {1, n0_, n1_});
+  views_[TYCHO_TENSOR_OBJECT_GRAD] = tensor_view(object_grad_.data(), c, {1, h_, w_});
+  views_[TYCHO_TENSOR_PROBE_GRAD] = tensor_view(probe_grad_.data(), c, {1, n0_, n1_});
   views_[TYCHO_TENSOR_POSITIONS] = tensor_view(positions_.data(), dtype_float64, {patterns_, 2});
 }
 
-cpu_engine::~cpu_engine() = default;
+template <class Real>
+cpu_engine<Real>::~cpu_engine() = default;
 
-DLTensor* cpu_engine::tensor(tycho_tensor_id id) {
+template <class Real>
+DLTensor* cpu_engine<Real>::tensor(tycho_tensor_id id) {
   if (int(id) < 0 || int(id) > TYCHO_TENSOR_POSITIONS)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: unknown tensor id ", int(id));
   return views_[id].get();
 }
 
-void cpu_engine::process_pattern(int64_t j, thread_scratch& s, const cfloat* probe_spectrum) {
+template <class Real>
+void cpu_engine<Real>::process_pattern(int64_t j, thread_scratch& s, const complex* probe_spectrum) {
   const int64_t m = n0_ * n1_;
   const double t0 = positions_[2 * j] - double(n0_ / 2);
   const double t1 = positions_[2 * j + 1] - double(n1_ / 2);
@@ -129,26 +168,27 @@ void cpu_engine::process_pattern(int64_t j, thread_scratch& s, const cfloat* pro
   fill_ramp(s.ramp1, n1_, t1 - double(j0), -1.0);
 
   // Shifted probe P_j (probe_spectrum already carries the 1/M of the round trip).
-  cfloat* pj = s.shifted_probe.get();
-  cfloat* in = s.input.get();
+  complex* pj = s.shifted_probe.get();
+  complex* in = s.input.get();
   for (int64_t a = 0; a < n0_; ++a)
     for (int64_t b = 0; b < n1_; ++b)
       in[a * n1_ + b] = probe_spectrum[a * n1_ + b] * s.ramp0[std::size_t(a)] * s.ramp1[std::size_t(b)];
   fft_->backward(in, pj);
 
   // Exit wave and far field.
-  cfloat* wave = s.wave.get();
-  const cfloat* obj = object_.data() + i0 * w_ + j0;
+  complex* wave = s.wave.get();
+  const complex* obj = object_.data() + i0 * w_ + j0;
   for (int64_t a = 0; a < n0_; ++a)
     for (int64_t b = 0; b < n1_; ++b) in[a * n1_ + b] = pj[a * n1_ + b] * obj[a * w_ + b];
   fft_->forward(in, wave);  // unnormalised: Ψ = wave / √M
-  const float inv_m = 1.0f / float(m);
+  const Real inv_m = Real(1) / Real(m);
   for (int64_t k = 0; k < m; ++k) s.intensity[std::size_t(k)] = std::norm(wave[k]) * inv_m;
 
   // Loss and dL/dI through the loss component.
-  tensor_view model(s.intensity.data(), dtype_float32, {1, n0_, n1_});
+  // Model intensity and dL/dI in the engine's precision, the measured data float32.
+  tensor_view model(s.intensity.data(), real_dtype<Real>(), {1, n0_, n1_});
   tensor_view measured(const_cast<float*>(targets_ + j * m), dtype_float32, {1, n0_, n1_});
-  tensor_view grad(s.dloss.data(), dtype_float32, {1, n0_, n1_});
+  tensor_view grad(s.dloss.data(), real_dtype<Real>(), {1, n0_, n1_});
   tensor_view mask(const_cast<uint8_t*>(mask_), dtype_uint8, {n0_, n1_});
   tycho_status st = loss_.vtable->evaluate(loss_.instance, model.get(), measured.get(),
                                            mask_ ? mask.get() : nullptr, target_scale_, grad.get(),
@@ -160,24 +200,25 @@ void cpu_engine::process_pattern(int64_t j, thread_scratch& s, const cfloat* pro
   fft_->backward(in, wave);
 
   // Object gradient on the patch, and the probe gradient before the shift is undone.
-  cfloat* og = s.object_grad.data() + i0 * w_ + j0;
-  cfloat* work = s.work.get();
+  complex* og = s.object_grad.data() + i0 * w_ + j0;
+  complex* work = s.work.get();
   for (int64_t a = 0; a < n0_; ++a)
     for (int64_t b = 0; b < n1_; ++b) {
-      const cfloat g = wave[a * n1_ + b];
+      const complex g = wave[a * n1_ + b];
       og[a * w_ + b] += std::conj(pj[a * n1_ + b]) * g;
       in[a * n1_ + b] = std::conj(obj[a * w_ + b]) * g;
     }
   s.row_min = std::min(s.row_min, i0);
   s.row_max = std::max(s.row_max, i0 + n0_ - 1);
   fft_->forward(in, work);
-  cfloat* acc = s.probe_spectrum_grad.data();
+  complex* acc = s.probe_spectrum_grad.data();
   for (int64_t a = 0; a < n0_; ++a)
     for (int64_t b = 0; b < n1_; ++b)
       acc[a * n1_ + b] += work[a * n1_ + b] * std::conj(s.ramp0[std::size_t(a)] * s.ramp1[std::size_t(b)]);
 }
 
-double cpu_engine::compute_batch(const int64_t* indices, int64_t count) {
+template <class Real>
+double cpu_engine<Real>::compute_batch(const int64_t* indices, int64_t count) {
   const int64_t m = n0_ * n1_;
   for (int64_t i = 0; i < count; ++i)
     if (indices[i] < 0 || indices[i] >= patterns_)
@@ -185,10 +226,10 @@ double cpu_engine::compute_batch(const int64_t* indices, int64_t count) {
            patterns_, ")");
 
   // F[P] / M, shared read-only by all threads.
-  auto probe_spectrum = make_fft_buffer(m), batch_input = make_fft_buffer(m);
+  auto probe_spectrum = make_fft_buffer<Real>(m), batch_input = make_fft_buffer<Real>(m);
   std::copy(probe_.begin(), probe_.end(), batch_input.get());
   fft_->forward(batch_input.get(), probe_spectrum.get());
-  const float inv_m = 1.0f / float(m);
+  const Real inv_m = Real(1) / Real(m);
   for (int64_t k = 0; k < m; ++k) probe_spectrum[k] *= inv_m;
 
   for (auto& s : scratch_) {
@@ -215,8 +256,8 @@ double cpu_engine::compute_batch(const int64_t* indices, int64_t count) {
   }
 
   // Sum the per-thread gradients (only the object rows touched) and reset them.
-  std::fill(object_grad_.begin(), object_grad_.end(), cfloat(0));
-  std::fill(probe_grad_.begin(), probe_grad_.end(), cfloat(0));
+  std::fill(object_grad_.begin(), object_grad_.end(), complex(0));
+  std::fill(probe_grad_.begin(), probe_grad_.end(), complex(0));
   double loss = 0;
   for (auto& s : scratch_) {
     if (s->status != TYCHO_OK) throw error(s->status, s->error);
@@ -225,12 +266,12 @@ double cpu_engine::compute_batch(const int64_t* indices, int64_t count) {
       const int64_t first = s->row_min * w_, last = (s->row_max + 1) * w_;
       for (int64_t k = first; k < last; ++k) {
         object_grad_[std::size_t(k)] += s->object_grad[std::size_t(k)];
-        s->object_grad[std::size_t(k)] = cfloat(0);
+        s->object_grad[std::size_t(k)] = complex(0);
       }
     }
     for (int64_t k = 0; k < m; ++k) {
       probe_grad_[std::size_t(k)] += s->probe_spectrum_grad[std::size_t(k)];
-      s->probe_spectrum_grad[std::size_t(k)] = cfloat(0);
+      s->probe_spectrum_grad[std::size_t(k)] = complex(0);
     }
   }
   // ∂L/∂P* = F⁻¹[Σ_j conj(ramp_j) F[...]]: one inverse transform per batch.
@@ -238,5 +279,8 @@ double cpu_engine::compute_batch(const int64_t* indices, int64_t count) {
   fft_->backward(batch_input.get(), probe_grad_.data());
   return loss;
 }
+
+template class cpu_engine<float>;
+template class cpu_engine<double>;
 
 }  // namespace tycho::cpu

@@ -8,6 +8,12 @@
 //   g_j = F⁻¹ ∂L/∂Ψ_j*;   ∂L/∂O* += conj(P_j) g_j on the patch;
 //   ∂L/∂P* += F⁻¹[ exp(+2πi k·δ_j / N) · F[conj(O_patch) g_j] ]
 // (Thibault & Guizar-Sicairos 2012; Odstrčil et al. 2018). Gradients are sums over the batch.
+//
+// One engine per real type ([reconstruct] precision): cpu_engine<float> computes in single
+// precision (FFTW's fftwf_ interface) and exposes complex64 tensors; cpu_engine<double> computes
+// in double precision (fftw_) and exposes complex128 ones. Either takes object_init and
+// probe_init as complex64 or complex128 and converts them; the targets stay float32, the
+// positions float64.
 #pragma once
 
 #include <tycho/sdk.hpp>
@@ -21,25 +27,37 @@
 
 namespace tycho::cpu {
 
-using cfloat = std::complex<float>;
-
 struct engine_options {
   int threads = 0;          // 0: all OpenMP threads
   bool measure_fft = false; // FFTW_MEASURE instead of FFTW_ESTIMATE
+  bool double_precision = false;  // [reconstruct] precision = "float64"
 };
 
-class cpu_engine {
+// What the vtable calls, whatever the engine's real type.
+class engine_base {
  public:
-  cpu_engine(const tycho_engine_setup& setup, const engine_options& options);
-  ~cpu_engine();
+  virtual ~engine_base() = default;
+  // Returns Σ L over the batch; gradients (sums) land in the OBJECT_GRAD / PROBE_GRAD tensors.
+  virtual double compute_batch(const int64_t* indices, int64_t count) = 0;
+  virtual DLTensor* tensor(tycho_tensor_id id) = 0;
+};
 
-  // Returns Σ L over the batch; gradients (sums) land in object_grad_ / probe_grad_.
-  double compute_batch(const int64_t* indices, int64_t count);
-  DLTensor* tensor(tycho_tensor_id id);
+// The engine for `options.double_precision`.
+std::unique_ptr<engine_base> make_engine(const tycho_engine_setup& setup, const engine_options& options);
+
+template <class Real>
+class cpu_engine final : public engine_base {
+ public:
+  using complex = std::complex<Real>;
+  cpu_engine(const tycho_engine_setup& setup, const engine_options& options);
+  ~cpu_engine() override;
+
+  double compute_batch(const int64_t* indices, int64_t count) override;
+  DLTensor* tensor(tycho_tensor_id id) override;
 
  private:
   struct thread_scratch;
-  void process_pattern(int64_t j, thread_scratch& s, const cfloat* probe_spectrum);
+  void process_pattern(int64_t j, thread_scratch& s, const complex* probe_spectrum);
 
   int64_t n0_, n1_, h_, w_, patterns_;
   int threads_;
@@ -48,8 +66,8 @@ class cpu_engine {
   double target_scale_;
   tycho_loss_binding loss_;
   std::vector<double> positions_;  // (P, 2) probe centres
-  std::vector<cfloat> object_, probe_, object_grad_, probe_grad_;
-  std::unique_ptr<fft_plan_2d> fft_;
+  std::vector<complex> object_, probe_, object_grad_, probe_grad_;
+  std::unique_ptr<fft_plan_2d<Real>> fft_;
   std::vector<std::unique_ptr<thread_scratch>> scratch_;
   sdk::tensor_view views_[5];
 };

@@ -7,7 +7,7 @@
 
 namespace {
 using namespace tycho::sdk;
-using tycho::cpu::cpu_engine;
+using tycho::cpu::engine_base;
 
 tycho_status create(const tycho_engine_setup* setup, tycho_engine** out) {
   return guarded([&] {
@@ -26,25 +26,31 @@ tycho_status create(const tycho_engine_setup* setup, tycho_engine** out) {
       fail(TYCHO_ERR_INVALID_ARGUMENT, "config key 'fft_planning' must be \"estimate\" or \"measure\", got \"",
            planning, "\"");
     options.measure_fft = planning == "measure";
-    *out = reinterpret_cast<tycho_engine*>(new cpu_engine(*setup, options));
+    // The host has checked the value; a third-party host might not have.
+    std::string precision = cfg.get_string("precision").value_or("float32");
+    if (precision != "float32" && precision != "float64")
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] precision must be \"float32\" or \"float64\", got \"",
+           precision, "\"");
+    options.double_precision = precision == "float64";
+    *out = reinterpret_cast<tycho_engine*>(tycho::cpu::make_engine(*setup, options).release());
   });
 }
 
 tycho_status compute_batch(tycho_engine* eng, const int64_t* indices, int64_t count,
                            double* loss_sum) {
   return guarded(
-      [&] { *loss_sum += reinterpret_cast<cpu_engine*>(eng)->compute_batch(indices, count); });
+      [&] { *loss_sum += reinterpret_cast<engine_base*>(eng)->compute_batch(indices, count); });
 }
 
 tycho_status get_tensor(tycho_engine* eng, tycho_tensor_id id, DLTensor* out) {
-  return guarded([&] { *out = *reinterpret_cast<cpu_engine*>(eng)->tensor(id); });
+  return guarded([&] { *out = *reinterpret_cast<engine_base*>(eng)->tensor(id); });
 }
 
-void destroy(tycho_engine* eng) { delete reinterpret_cast<cpu_engine*>(eng); }
+void destroy(tycho_engine* eng) { delete reinterpret_cast<engine_base*>(eng); }
 
 tycho_status read_tensor(tycho_engine* eng, tycho_tensor_id id, void* dst, size_t bytes) {
   return guarded([&] {
-    const DLTensor& t = *reinterpret_cast<cpu_engine*>(eng)->tensor(id);
+    const DLTensor& t = *reinterpret_cast<engine_base*>(eng)->tensor(id);
     size_t size = size_t(element_count(t)) * (t.dtype.bits * t.dtype.lanes / 8u);
     if (bytes != size)
       fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: read_tensor of ", shape_string(t), " needs ", size,
@@ -61,7 +67,7 @@ const tycho_engine_vtable k_vtable = {sizeof(tycho_engine_vtable), TYCHO_ABI_VER
 const char* const k_keys[] = {"threads", "fft_planning", nullptr};
 const tycho_component k_components[] = {
     component(TYCHO_COMPONENT_ENGINE, "cpu", "1.0.0",
-              "single-slice gradient engine on the CPU (FFTW single precision, OpenMP)",
+              "single-slice gradient engine on the CPU (FFTW single or double precision, OpenMP)",
               TYCHO_DEVICE_BIT(kDLCPU), k_keys, &k_vtable),
 };
 }  // namespace

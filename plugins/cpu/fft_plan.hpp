@@ -1,7 +1,9 @@
-// A 2-D single-precision FFTW plan pair for one window shape, made once (the FFTW planner is
-// not thread-safe, so planning takes a process-wide lock) and executed out of place from many
-// threads on buffers from fft_buffer (FFTW's SIMD alignment). Out of place because FFTW_ESTIMATE
-// picks a buffered algorithm for in-place 2-D transforms that copies and allocates per call.
+// A 2-D FFTW plan pair for one window shape and one precision (float: FFTW's single-precision
+// fftwf_ interface; double: its fftw_ interface), made once (the FFTW planner is not
+// thread-safe, so planning takes a process-wide lock) and executed out of place from many
+// threads on buffers from make_fft_buffer (FFTW's SIMD alignment). Out of place because
+// FFTW_ESTIMATE picks a buffered algorithm for in-place 2-D transforms that copies and
+// allocates per call.
 #pragma once
 
 #include <fftw3.h>
@@ -12,12 +14,28 @@
 
 namespace tycho::cpu {
 
-struct fftwf_deleter {
-  void operator()(void* p) const { fftwf_free(p); }
+// FFTW's types for one real type.
+template <class Real>
+struct fftw_types;
+template <>
+struct fftw_types<float> {
+  using plan = fftwf_plan;
 };
-using fft_buffer = std::unique_ptr<std::complex<float>[], fftwf_deleter>;
-fft_buffer make_fft_buffer(int64_t n);
+template <>
+struct fftw_types<double> {
+  using plan = fftw_plan;
+};
 
+template <class Real>
+struct fftw_deleter {
+  void operator()(std::complex<Real>* p) const;  // fftwf_free or fftw_free
+};
+template <class Real>
+using fft_buffer = std::unique_ptr<std::complex<Real>[], fftw_deleter<Real>>;
+template <class Real>
+fft_buffer<Real> make_fft_buffer(int64_t n);
+
+template <class Real>
 class fft_plan_2d {
  public:
   // measure = true runs FFTW_MEASURE (faster transforms, slower set-up, and the chosen
@@ -29,11 +47,11 @@ class fft_plan_2d {
 
   // Unnormalised transforms from `in` to `out` (distinct buffers; `in` is overwritten):
   // forward exp(−2πi k·r), backward exp(+2πi k·r).
-  void forward(std::complex<float>* in, std::complex<float>* out) const;
-  void backward(std::complex<float>* in, std::complex<float>* out) const;
+  void forward(std::complex<Real>* in, std::complex<Real>* out) const;
+  void backward(std::complex<Real>* in, std::complex<Real>* out) const;
 
  private:
-  fftwf_plan forward_ = nullptr, backward_ = nullptr;
+  typename fftw_types<Real>::plan forward_ = nullptr, backward_ = nullptr;
 };
 
 }  // namespace tycho::cpu

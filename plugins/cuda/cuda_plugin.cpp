@@ -15,6 +15,11 @@ tycho_status create(const tycho_engine_setup* setup, tycho_engine** out) {
     if (setup == nullptr || setup->struct_size < sizeof(tycho_engine_setup))
       fail(TYCHO_ERR_ABI_MISMATCH, "cuda engine: engine setup struct is too small");
     if (out == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "cuda engine: no output handle");
+    // Before any CUDA call: a float64 run is refused the same with or without a GPU.
+    const std::string precision = config_view(setup->config).get_string("precision").value_or("float32");
+    if (precision != "float32")
+      fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] precision = \"", precision,
+           "\": the cuda engine computes in float32 only; use engine = \"cpu\"");
     *out = reinterpret_cast<tycho_engine*>(new cuda_engine(*setup));
   });
 }

@@ -36,9 +36,12 @@ tycho_status amplitude_evaluate(tycho_loss*, const DLTensor* model, const DLTens
         fail(TYCHO_ERR_UNSUPPORTED, "amplitude loss: tensors on device type ", int(t->device.device_type),
              " are not supported by this build (", k_cuda ? "host and CUDA" : "host", " tensors only)");
     }
-    expect_tensor(model, "model_intensity", dtype_float32, 3);
+    // The model intensity and dL/dI in the engine's precision (float32 or float64), the
+    // measured data float32.
+    const bool f64 = model != nullptr && same_dtype(model->dtype, dtype_float64);
+    expect_tensor(model, "model_intensity", f64 ? dtype_float64 : dtype_float32, 3);
     expect_tensor(measured, "measured", dtype_float32, 3);
-    expect_tensor(grad, "dloss_dintensity", dtype_float32, 3);
+    expect_tensor(grad, "dloss_dintensity", f64 ? dtype_float64 : dtype_float32, 3);
     const int64_t n = element_count(*model);
     if (element_count(*measured) != n || element_count(*grad) != n)
       fail(TYCHO_ERR_INVALID_ARGUMENT, "amplitude loss: model ", shape_string(*model),
@@ -56,6 +59,9 @@ tycho_status amplitude_evaluate(tycho_loss*, const DLTensor* model, const DLTens
     }
 #ifdef TYCHO_HAVE_CUDA
     if (dev.device_type == kDLCUDA) {
+      if (f64)
+        fail(TYCHO_ERR_UNSUPPORTED, "amplitude loss: the CUDA path computes in float32 only; model_intensity "
+             "and dloss_dintensity are float64");
       if (loss_sum == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "amplitude loss: no device loss accumulator");
       tycho::losses::amplitude_loss_cuda(data_of<const float>(*model), data_of<const float>(*measured), mask_data,
                                          period, n, static_cast<float>(measured_scale), data_of<float>(*grad),
@@ -63,9 +69,13 @@ tycho_status amplitude_evaluate(tycho_loss*, const DLTensor* model, const DLTens
       return;
     }
 #endif
-    *loss_sum += tycho::losses::amplitude_loss(
-        data_of<const float>(*model), data_of<const float>(*measured), mask_data, period, n,
-        static_cast<float>(measured_scale), data_of<float>(*grad));
+    if (f64)
+      *loss_sum += tycho::losses::amplitude_loss(data_of<const double>(*model), data_of<const float>(*measured),
+                                                 mask_data, period, n, measured_scale, data_of<double>(*grad));
+    else
+      *loss_sum += tycho::losses::amplitude_loss(
+          data_of<const float>(*model), data_of<const float>(*measured), mask_data, period, n,
+          static_cast<float>(measured_scale), data_of<float>(*grad));
   });
 }
 

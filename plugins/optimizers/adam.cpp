@@ -3,6 +3,22 @@
 #include "optimizers.hpp"
 
 namespace tycho::optimizers {
+namespace {
+// The update loop in one precision; the coefficients come in that precision.
+template <class Real>
+void adam_loop(Real* param, const Real* grad, Real* __restrict mp, Real* __restrict vp, int64_t n, Real b1,
+               Real b2, Real step_size, Real sqrt_c2, Real eps, Real grad_scale) {
+// simd only: a thread team here would not honour the engine's thread count.
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    Real g = grad[i] * grad_scale;
+    mp[i] = b1 * mp[i] + (Real(1) - b1) * g;
+    vp[i] = b2 * vp[i] + (Real(1) - b2) * g * g;
+    param[i] -= step_size * mp[i] / (std::sqrt(vp[i]) / sqrt_c2 + eps);
+  }
+}
+}  // namespace
+
 adam_coefficients adam_state::begin_step(float grad_scale, double lr_scale) {
   ++steps;
   // Bias corrections folded into the step size and epsilon, as in the paper's final form.
@@ -18,19 +34,18 @@ void adam_state::step(float* param, const float* grad, int64_t n, float grad_sca
   if (m.size() != std::size_t(n)) m.assign(std::size_t(n), 0.f);
   if (v.size() != std::size_t(n)) v.assign(std::size_t(n), 0.f);
   const adam_coefficients c = begin_step(grad_scale, lr_scale);
-  const float b1 = c.beta1, b2 = c.beta2;
-  const float step_size = c.step_size;
-  const float sqrt_c2 = c.sqrt_c2;
-  const float eps = c.epsilon;
-  float* __restrict mp = m.data();
-  float* __restrict vp = v.data();
-// simd only: a thread team here would not honour the engine's thread count.
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    float g = grad[i] * grad_scale;
-    mp[i] = b1 * mp[i] + (1.f - b1) * g;
-    vp[i] = b2 * vp[i] + (1.f - b2) * g * g;
-    param[i] -= step_size * mp[i] / (std::sqrt(vp[i]) / sqrt_c2 + eps);
-  }
+  adam_loop<float>(param, grad, m.data(), v.data(), n, c.beta1, c.beta2, c.step_size, c.sqrt_c2, c.epsilon,
+                   grad_scale);
+}
+
+void adam_state::step(double* param, const double* grad, int64_t n, double grad_scale,
+                      double lr_scale) {
+  if (m64.size() != std::size_t(n)) m64.assign(std::size_t(n), 0.0);
+  if (v64.size() != std::size_t(n)) v64.assign(std::size_t(n), 0.0);
+  ++steps;
+  const double c1 = 1.0 - std::pow(beta1, double(steps));
+  const double c2 = 1.0 - std::pow(beta2, double(steps));
+  adam_loop<double>(param, grad, m64.data(), v64.data(), n, beta1, beta2, learning_rate * lr_scale / c1,
+                    std::sqrt(c2), epsilon, grad_scale);
 }
 }  // namespace tycho::optimizers

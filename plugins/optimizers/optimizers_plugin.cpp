@@ -34,6 +34,7 @@ struct instance {
   DLDataType dtype{};
   DLDevice param_device{kDLCPU, 0};
   int64_t reals = 0;
+  bool f64 = false;  // float64 / complex128 parameter: double state (host only)
   std::vector<float> staging;  // host copy of device state (state_array)
 };
 
@@ -45,15 +46,22 @@ struct state_layout<adam_state> {
   static constexpr int count = 2;
   static constexpr const char* names[count] = {"m", "v"};
   static std::vector<float>& host(adam_state& s, int64_t i) { return i == 0 ? s.m : s.v; }
+  static std::vector<double>& host64(adam_state& s, int64_t i) { return i == 0 ? s.m64 : s.v64; }
 };
 template <>
 struct state_layout<sgd_state> {
   static constexpr int count = 1;
   static constexpr const char* names[count] = {"velocity"};
   static std::vector<float>& host(sgd_state& s, int64_t) { return s.velocity; }
+  static std::vector<double>& host64(sgd_state& s, int64_t) { return s.velocity64; }
 };
 
-// Reals per element of a float32 or complex64 parameter (host, or CUDA in a CUDA build).
+bool is_double(const DLTensor* t) {
+  return same_dtype(t->dtype, dtype_complex128) || same_dtype(t->dtype, dtype_float64);
+}
+
+// Reals of a float32, complex64, float64 or complex128 parameter (host; CUDA in a CUDA build,
+// float32 and complex64 only).
 int64_t real_count(const DLTensor* t, const char* name) {
   if (t == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "optimizer: '", name, "' is missing");
   if (t->device.device_type != kDLCPU && !(k_cuda && t->device.device_type == kDLCUDA))
@@ -61,10 +69,14 @@ int64_t real_count(const DLTensor* t, const char* name) {
          int(t->device.device_type), "; the built-in optimizers run on ",
          k_cuda ? "the CPU and CUDA devices" : "the CPU only", " in this build");
   if (!is_contiguous(*t)) fail(TYCHO_ERR_BAD_DATA, "optimizer: '", name, "' is not contiguous");
-  if (same_dtype(t->dtype, dtype_complex64)) return 2 * element_count(*t);
-  if (same_dtype(t->dtype, dtype_float32)) return element_count(*t);
+  if (t->device.device_type == kDLCUDA && is_double(t))
+    fail(TYCHO_ERR_UNSUPPORTED, "optimizer: '", name, "' has dtype ", dtype_name(t->dtype),
+         " on a CUDA device; the CUDA path updates float32 and complex64 parameters only");
+  if (same_dtype(t->dtype, dtype_complex64) || same_dtype(t->dtype, dtype_complex128))
+    return 2 * element_count(*t);
+  if (same_dtype(t->dtype, dtype_float32) || same_dtype(t->dtype, dtype_float64)) return element_count(*t);
   fail(TYCHO_ERR_UNSUPPORTED, "optimizer: '", name, "' has dtype ", dtype_name(t->dtype),
-       ", expected float32 or complex64");
+       ", expected float32, complex64, float64 or complex128");
 }
 
 double positive(const config_view& cfg, const char* key, double fallback) {
@@ -105,8 +117,12 @@ tycho_status step_impl(tycho_optimizer* opt, DLTensor* param, const DLTensor* gr
       return;
     }
 #endif
-    in.state.step(data_of<float>(*param), data_of<const float>(*grad), n,
-                  static_cast<float>(info->grad_scale), info->learning_rate_scale);
+    if (is_double(param))
+      in.state.step(data_of<double>(*param), data_of<const double>(*grad), n, info->grad_scale,
+                    info->learning_rate_scale);
+    else
+      in.state.step(data_of<float>(*param), data_of<const float>(*grad), n,
+                    static_cast<float>(info->grad_scale), info->learning_rate_scale);
   });
 }
 
@@ -115,6 +131,7 @@ void remember_param(instance<State>& in, const DLTensor* param) {
   in.reals = real_count(param, "param");
   in.shape.assign(param->shape, param->shape + param->ndim);
   in.dtype = param->dtype;
+  in.f64 = is_double(param);
   in.param_device = param->device;
 }
 
@@ -138,7 +155,7 @@ tycho_status state_array_impl(tycho_optimizer* opt, int64_t i, const char** name
     auto& in = checked_instance<State>(opt, i);
     if (name != nullptr) *name = state_layout<State>::names[i];
     if (view == nullptr) return;
-    float* data = nullptr;
+    void* data = nullptr;
 #ifdef TYCHO_HAVE_CUDA
     if (in.param_device.device_type == kDLCUDA) {
       in.staging.resize(std::size_t(in.reals));
@@ -146,7 +163,11 @@ tycho_status state_array_impl(tycho_optimizer* opt, int64_t i, const char** name
       data = in.staging.data();
     }
 #endif
-    if (data == nullptr) {
+    if (data == nullptr && in.f64) {
+      std::vector<double>& h = state_layout<State>::host64(in.state, i);
+      if (h.size() != std::size_t(in.reals)) h.assign(std::size_t(in.reals), 0.0);
+      data = h.data();
+    } else if (data == nullptr) {
       std::vector<float>& h = state_layout<State>::host(in.state, i);
       if (h.size() != std::size_t(in.reals)) h.assign(std::size_t(in.reals), 0.f);
       data = h.data();
@@ -168,6 +189,12 @@ tycho_status set_state_impl(tycho_optimizer* opt, int64_t i, const DLTensor* val
       fail(TYCHO_ERR_INVALID_ARGUMENT, "optimizer: state '", state_layout<State>::names[i], "' ",
            shape_string(*values), " ", dtype_name(values->dtype),
            " does not match the parameter's shape and dtype");
+    if (in.f64) {
+      const double* src = data_of<const double>(*values);
+      state_layout<State>::host64(in.state, i).assign(src, src + in.reals);
+      in.state.steps = steps;
+      return;
+    }
     const float* src = data_of<const float>(*values);
 #ifdef TYCHO_HAVE_CUDA
     if (in.param_device.device_type == kDLCUDA) {

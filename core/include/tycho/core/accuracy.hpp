@@ -12,8 +12,10 @@
 namespace tycho {
 
 struct accuracy_input {
-  // Reconstructed object, one slice, shape (H, W) = object_shape, C order (axis 0 = Rx).
+  // Reconstructed object, one slice, shape (H, W) = object_shape, C order (axis 0 = Rx):
+  // complex64 in `object`, or complex128 (a float64 run) in `object64`; give exactly one.
   const std::complex<float>* object = nullptr;
+  const std::complex<double>* object64 = nullptr;
   int64_t object_shape[2] = {0, 0};
   double object_pixel_A = 0.0;  // its pixel size, Å
 

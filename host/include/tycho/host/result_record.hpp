@@ -42,6 +42,7 @@ struct result_manifest {
   int64_t object_padding_px = 0;
   std::vector<double> loss_history, seconds_history;
   int64_t schedule_iterations = 0;    // the run's total: the learning-rate schedules span it
+  std::string complex_dtype = "complex64";  // of object and probe: "complex128" in a float64 run
   std::vector<optimizer_state_record> optimizer_states;
   std::vector<component_provenance> components;
   // How the run was spread: launcher, reducer, sharding, world size and one JSON object per

@@ -17,6 +17,10 @@
 
 namespace tycho::host {
 
+// The precision a tensor's dtype computes in: "float32" for complex64 or float32, "float64" for
+// complex128 or float64 (how the host reads an engine's precision from its object tensor).
+std::string precision_of(DLDataType dtype);
+
 // Returns false to stop the run after this iteration.
 using progress_callback = std::function<bool(const tycho_progress&)>;
 
@@ -50,6 +54,7 @@ class session {
   std::string manifest_json() const;
 
   int64_t configured_iterations() const;  // the schedules' total
+  std::string precision() const;          // "float32" or "float64": of the engine's object tensor
   int64_t iterations_done() const;        // counted over the whole run, resumed ones included
   std::string output_path() const;      // [output] path, relative to the current folder
   static std::string configured_output_path(const config_document& config);
