@@ -164,6 +164,9 @@ int main(int argc, char** argv) {
   opts.struct_size = 8;
   CHECK(tycho_session_create_ex(text, &opts, &bad) == TYCHO_ERR_ABI_MISMATCH);
   tycho_shutdown();
+  /* After tycho_shutdown no session can be made: an error, not a crash inside MPI. */
+  CHECK(tycho_session_create_ex(text, NULL, &bad) == TYCHO_ERR_INVALID_ARGUMENT && bad == NULL);
+  CHECK(strstr(tycho_last_error(), "tycho_shutdown") != NULL);
 
   free(text);
   printf("%d passed, %d failed\n", passed, failed);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <fstream>
 #include <cmath>
 #include <complex>
 #include <map>
@@ -56,7 +57,8 @@ TEST(Launch, ReadsEachLauncher) {
   EXPECT_EQ(torch.launcher, "torchrun");
   EXPECT_EQ(torch.rank, 2);
   EXPECT_EQ(torch.master_addr, "node17");
-  EXPECT_EQ(torch.master_port, 29500);
+  EXPECT_EQ(torch.master_port, "29500");
+  EXPECT_EQ(torch.variables, "RANK, WORLD_SIZE, LOCAL_RANK");
 
   // An srun step is a launch; the batch script's own shell (no SLURM_STEP_ID) is not.
   std::map<std::string, std::string> slurm = {
@@ -338,11 +340,101 @@ TEST_F(UnderMpirun, AHungRankTripsTheWatchdog) {
   EXPECT_NE(r.err.find("timeout_s = 4"), std::string::npos) << r.describe();
 }
 
+// Ranks that would not run the same work are stopped at once, naming what differs: the number of
+// iterations (not part of the config) and the state a resumed run starts from.
+TEST_F(UnderMpirun, RanksThatWouldRunDifferentWorkAreRefused) {
+  const std::string out = tmp_ / "r.zip", a = tmp_ / "a.zip", x = tmp_ / "x.zip";
+  auto per_rank = [&](const std::string& rank1_extra, const std::vector<std::string>& tycho_args,
+                      const std::string& rank0_extra = "") {
+    std::vector<std::string> argv = {"mpirun", "--oversubscribe", "-np", "2", "/bin/sh", "-c",
+                                     "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec \"$0\" \"$@\" " + rank1_extra +
+                                         "; else exec \"$0\" \"$@\" " + rank0_extra + "; fi",
+                                     tycho::test::tycho_exe()};
+    argv.insert(argv.end(), tycho_args.begin(), tycho_args.end());
+    return run_command(argv, {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_btl=self,vader"});
+  };
+  const auto start = std::chrono::steady_clock::now();
+  auto r = per_rank("--stop-after 1", args(out, 4));
+  EXPECT_FALSE(r.exited_with(0)) << r.describe();
+  EXPECT_NE(r.err.find("the ranks disagree on the number of iterations to run"), std::string::npos) << r.describe();
+  EXPECT_NE(r.err.find("rank 0 has 4, rank 1 has 1"), std::string::npos) << r.describe();
+
+  ASSERT_TRUE(mpirun(1, args(a, 2)).exited_with(0));
+  ASSERT_TRUE(mpirun(1, args(x, 2, {"--set", "reconstruct.object.learning_rate=1e-3"})).exited_with(0));
+  std::vector<std::string> resume = {"reconstruct", tycho::test::source_dir() + "/examples/mos2.toml", "-q", "--iterations",
+                                     "1", "-o", out, "--set", "output.previews=false", "--set", "reconstruct.threads=1"};
+  auto f = per_rank("--from " + x, resume, "--from " + a);
+  EXPECT_FALSE(f.exited_with(0)) << f.describe();
+  EXPECT_NE(f.err.find("the ranks disagree on the state the run starts from"), std::string::npos) << f.describe();
+  EXPECT_FALSE(std::filesystem::exists(out));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 60.0);
+}
+
+// A script on the C API (here Python's ctypes): one rank's session fails to start; by default
+// ([parallel] on_error = "abort") that rank says so and stops the job instead of leaving the
+// other waiting for timeout_s.
+TEST_F(UnderMpirun, AnEmbeddedRankThatFailsStopsTheJob) {
+  const std::string script = tmp_ / "capi.py";
+  {
+    std::ofstream py(script);
+    py << "import ctypes, os, sys\n"
+          "lib = ctypes.CDLL(" << "'" << tycho::test::binary_dir() << "/lib/libtycho.so')\n"
+          "class Options(ctypes.Structure):\n"
+          "    _fields_ = [('struct_size', ctypes.c_uint32), ('base_dir', ctypes.c_char_p),\n"
+          "                ('overrides', ctypes.POINTER(ctypes.c_char_p)), ('n_overrides', ctypes.c_int64),\n"
+          "                ('communicator', ctypes.c_void_p)]\n"
+          "rank = int(os.environ['OMPI_COMM_WORLD_RANK'])\n"
+          "sets = [b'reconstruct.threads=1', b'reconstruct.batchsize=3' if rank == 1 else b'reconstruct.seed=0']\n"
+          "arr = (ctypes.c_char_p * 2)(*sets)\n"
+          "o = Options(ctypes.sizeof(Options), b'" << tycho::test::source_dir() << "/examples', arr, 2, None)\n"
+          "text = open('" << tycho::test::source_dir() << "/examples/mos2.toml', 'rb').read()\n"
+          "s = ctypes.c_void_p()\n"
+          "lib.tycho_last_error.restype = ctypes.c_char_p\n"
+          "st = lib.tycho_session_create_ex(text, ctypes.byref(o), ctypes.byref(s))\n"
+          "print('rank', rank, 'status', st, lib.tycho_last_error().decode(), flush=True)\n"
+          "if st == 0:\n"
+          "    lib.tycho_session_run(s, 50, None, None)\n"
+          "sys.exit(0 if st == 0 else 1)\n";
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run_command({"mpirun", "--oversubscribe", "-np", "2", "/usr/bin/python3", script},
+                       {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_btl=self,vader"});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_FALSE(r.exited_with(0)) << r.describe();
+  EXPECT_LT(seconds, 60.0) << r.describe();
+  EXPECT_NE(r.err.find("rank 1/2: "), std::string::npos) << r.describe();
+  EXPECT_NE(r.err.find("batchsize"), std::string::npos) << r.describe();
+}
+
 TEST_F(UnderMpirun, SeveralRanksWithoutAReducerAreRefused) {
   const std::string out = tmp_ / "r.zip";
   auto r = mpirun(2, args(out, 2, {"--set", "parallel.reducer=\"none\""}));
   EXPECT_FALSE(r.exited_with(0)) << r.describe();
   EXPECT_NE(r.err.find("mpirun started 2 ranks but [parallel] reducer = \"none\""), std::string::npos) << r.describe();
+}
+
+TEST(ParallelConfig, ParallelValuesAreCheckedInEveryRun) {
+  tycho::test::temp_folder tmp;
+  for (const auto& [set, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"parallel.rendezvous=\"tcpp\"", "[parallel] rendezvous must be"},
+           {"parallel.rendezvous_port=99999", "[parallel] rendezvous_port must be in 1..65535"},
+           {"parallel.timeout_s=inf", "[parallel] timeout_s must be a number of seconds from 1"},
+           {"parallel.timeout_s=0.001", "[parallel] timeout_s must be a number of seconds from 1"},
+           {"parallel.on_error=\"ignore\"", "[parallel] on_error must be"},
+           {"parallel.reducer=\"mip\"", "did you mean \"mpi\""}}) {
+    auto r = run_command({tycho::test::tycho_exe(), "reconstruct", tycho::test::source_dir() + "/examples/mos2.toml",
+                          "-q", "--iterations", "1", "-o", tmp / "r.zip", "--set", set});
+    EXPECT_TRUE(r.exited_with(2)) << r.describe();
+    EXPECT_NE(r.err.find(expected), std::string::npos) << set << "\n" << r.describe();
+  }
+}
+
+TEST(ParallelConfig, TychoRunByNameFindsItsPlugins) {
+  // As a batch script runs it: `tycho` from PATH, not by its full path.
+  const std::string bin = tycho::test::binary_dir() + "/bin";
+  auto r = run_command({"tycho", "plugins"}, {"PATH=" + bin + ":/usr/bin:/bin"});
+  EXPECT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_NE(r.out.find("engine     cpu"), std::string::npos) << r.describe();
 }
 
 TEST(ParallelConfig, ACpuEngineAskedForGpusIsRefused) {

@@ -33,6 +33,7 @@ bool fill(launch_environment& l, const environment_lookup& env, const char* laun
   l.rank = integer_variable(env, rank, 0);
   l.world_size = integer_variable(env, size, 1);
   l.local_rank = integer_variable(env, local, -1);
+  l.variables = cat(rank, ", ", size, env(local) ? cat(", ", local) : std::string());
   if (l.world_size < 1 || l.rank >= l.world_size)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "launcher environment: ", rank, "=", l.rank, " is not below ", size, "=",
          l.world_size);
@@ -50,7 +51,7 @@ launch_environment detect_launch(const environment_lookup& env) {
   if (!found) l = launch_environment{};
   if (l.local_rank < 0) l.local_rank = l.world_size == 1 ? 0 : -1;
   if (auto a = env("MASTER_ADDR")) l.master_addr = *a;
-  l.master_port = integer_variable(env, "MASTER_PORT", 0);
+  if (auto p = env("MASTER_PORT")) l.master_port = *p;
   return l;
 }
 

@@ -12,7 +12,7 @@ DEVICES=$(seq -s, 0 $((GPUS - 1)))
 if [[ "${2:-}" == "--ranks" ]]; then
   export MASTER_ADDR=$(hostname)
   export MASTER_PORT=$((20000 + ${SLURM_JOB_ID:-$$} % 20000))
-  srun --ntasks="$GPUS" --gpus-per-task=1 tycho reconstruct "$CONFIG" --set reconstruct.engine='"cuda"'
+  srun --kill-on-bad-exit=1 --ntasks="$GPUS" --gpus-per-task=1 tycho reconstruct "$CONFIG" --set reconstruct.engine='"cuda"'
 else
   # No launcher: [reconstruct] devices with several GPUs runs one rank per GPU as threads of
   # this process (NCCL communicators made in-process; nothing is spawned).

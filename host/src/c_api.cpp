@@ -6,7 +6,9 @@
 
 #include <tycho/core/launch.hpp>
 
+#include <atomic>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -36,6 +38,20 @@ tycho_status guarded(F&& f) noexcept {
   } catch (...) {
     return tycho::set_last_error(TYCHO_ERR_INTERNAL, "unknown exception");
   }
+}
+
+// After tycho_shutdown() no session may be made (MPI cannot start twice).
+std::atomic<bool> g_shut_down{false};
+
+// An error on one rank of a multi-rank run: unless [parallel] on_error = "return", say which
+// rank failed and stop every rank (MPI_Abort), so no peer waits for this one until its timeout.
+tycho_status stop_ranks_on_error(tycho_status st, tycho::host::parallel_context* par) {
+  if (st != TYCHO_OK && st != TYCHO_ERR_CANCELLED && par != nullptr && par->world_size() > 1 && par->abort_on_error()) {
+    std::fprintf(stderr, "tycho: error: rank %d/%d: %s\n", par->rank(), par->world_size(), tycho::last_error());
+    std::fflush(stderr);
+    par->abort(2);
+  }
+  return st;
 }
 
 tycho_status null_argument(const char* fn, const char* arg) {
@@ -90,7 +106,11 @@ TYCHO_API tycho_status tycho_session_create_ex(const char* toml_text, const tych
                                    "tycho_session_options; set it to sizeof(tycho_session_options)");
     o = *options;
   }
-  return guarded([&] {
+  if (g_shut_down)
+    return tycho::set_last_error(TYCHO_ERR_INVALID_ARGUMENT,
+                                 "tycho_session_create_ex: tycho_shutdown() was called; no session can be made after it");
+  std::unique_ptr<tycho::host::parallel_context> parallel;
+  tycho_status st = guarded([&] {
     auto doc = tycho::config_document::parse(toml_text, "<config text>", o.base_dir ? o.base_dir : "");
     for (int64_t i = 0; i < o.n_overrides; ++i) {
       if (o.overrides == nullptr || o.overrides[i] == nullptr)
@@ -100,12 +120,14 @@ TYCHO_API tycho_status tycho_session_create_ex(const char* toml_text, const tych
     }
     auto& reg = tycho::host::registry::global();
     auto s = std::make_unique<tycho_session>();
-    s->parallel = tycho::host::parallel_context::create(doc, reg, tycho::detect_launch(tycho::process_environment()),
-                                                        o.communicator);
-    s->impl = std::make_unique<tycho::host::session>(std::move(doc), reg, "", s->parallel.get());
+    parallel = tycho::host::parallel_context::create(doc, reg, tycho::detect_launch(tycho::process_environment()),
+                                                     o.communicator);
+    s->impl = std::make_unique<tycho::host::session>(std::move(doc), reg, "", parallel.get());
+    s->parallel = std::move(parallel);
     *out = s.release();
     return TYCHO_OK;
   });
+  return stop_ranks_on_error(st, parallel.get());
 }
 
 TYCHO_API tycho_status tycho_session_create(const char* toml_text, const char* base_dir,
@@ -126,13 +148,14 @@ TYCHO_API int32_t tycho_session_world_size(const tycho_session* session) {
 
 TYCHO_API tycho_status tycho_session_barrier(tycho_session* session) {
   if (session == nullptr) return null_argument("tycho_session_barrier", "session");
-  return guarded([&] {
+  return stop_ranks_on_error(guarded([&] {
     session->parallel->barrier();
     return TYCHO_OK;
-  });
+  }), session->parallel.get());
 }
 
 TYCHO_API void tycho_shutdown(void) {
+  g_shut_down = true;
   try {
     tycho::host::shutdown_reducers(tycho::host::registry::global());
   } catch (...) {
@@ -142,14 +165,14 @@ TYCHO_API void tycho_shutdown(void) {
 TYCHO_API tycho_status tycho_session_run(tycho_session* session, int64_t iterations,
                                          tycho_progress_fn progress, void* user_data) {
   if (session == nullptr) return null_argument("tycho_session_run", "session");
-  return guarded([&] {
+  return stop_ranks_on_error(guarded([&] {
     bool finished = session->impl->run(iterations, [&](const tycho_progress& p) {
       return progress == nullptr || progress(&p, user_data) == 0;
     });
     if (!finished)
       return tycho::set_last_error(TYCHO_ERR_CANCELLED, "the progress callback stopped the run");
     return TYCHO_OK;
-  });
+  }), session->parallel.get());
 }
 
 TYCHO_API tycho_status tycho_session_get(tycho_session* session, const char* name,

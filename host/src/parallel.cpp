@@ -108,7 +108,7 @@ struct parallel_context::impl {
       set_log_rank(rank, world);
       std::unique_lock lock(m);
       while (!stop) {
-        cv.wait_for(lock, std::chrono::milliseconds(500));
+        cv.wait_for(lock, std::chrono::milliseconds(250));
         const int64_t since = waiting_since_ns.load();
         if (stop || since == 0) continue;
         const double waited = double(now_ns() - since) * 1e-9;
@@ -199,6 +199,25 @@ struct parallel_context::impl {
 };
 
 namespace {
+// [parallel] timeout_s: finite, at least a second (the watchdog looks twice a second).
+double read_timeout(const toml::table& par_t) {
+  const double t = read_key<double>(par_t, "timeout_s", "parallel").value_or(600.0);
+  if (!(t >= 1.0 && t < 1e9))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[parallel] timeout_s must be a number of seconds from 1 to 1e9, got ", t,
+         " (a run must never wait forever)");
+  return t;
+}
+
+// The rendezvous keys are checked in every run, not only in the GPU runs that use them.
+void check_rendezvous_keys(const toml::table& par_t) {
+  const std::string how = read_key<std::string>(par_t, "rendezvous", "parallel").value_or("auto");
+  if (how != "auto" && how != "mpi" && how != "tcp" && how != "file")
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[parallel] rendezvous must be \"auto\", \"mpi\", \"tcp\" or \"file\", got \"", how, "\"");
+  if (auto port = read_key<int64_t>(par_t, "rendezvous_port", "parallel"); port && (*port <= 0 || *port > 65535))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[parallel] rendezvous_port must be in 1..65535, got ", *port);
+  read_key<std::string>(par_t, "rendezvous_file", "parallel");
+}
+
 // How the ranks of a GPU run meet before NCCL has a communicator ([parallel] rendezvous):
 // "mpi" (under mpirun, through an mpi reducer on the host), "tcp" (rank 0 listens on
 // MASTER_ADDR:rendezvous_port), "file" (a path every rank sees); "auto" takes the first of
@@ -212,7 +231,7 @@ void make_rendezvous(const config_document& doc, const registry& reg, const laun
   const auto file = read_key<std::string>(par_t, "rendezvous_file", "parallel");
   if (how == "auto") {
     if (launch.launcher == "mpirun" && have_mpi) how = "mpi";
-    else if (!launch.master_addr.empty() && launch.master_port > 0) how = "tcp";
+    else if (!launch.master_addr.empty() && !launch.master_port.empty()) how = "tcp";
     else if (file) how = "file";
     else
       fail(TYCHO_ERR_INVALID_ARGUMENT, "a GPU run of ", launch.world_size, " ranks (", launch.launcher,
@@ -235,11 +254,16 @@ void make_rendezvous(const config_document& doc, const registry& reg, const laun
     check_status(p.host_vt->create(&setup, &p.host_red), "rendezvous through the mpi reducer");
     p.bootstrap = tycho_bootstrap{&p, &parallel_context::impl::mpi_broadcast};
   } else if (how == "tcp") {
-    if (launch.master_addr.empty() || launch.master_port <= 0)
+    if (launch.master_addr.empty() || launch.master_port.empty())
       fail(TYCHO_ERR_INVALID_ARGUMENT, "[parallel] rendezvous = \"tcp\" needs MASTER_ADDR and MASTER_PORT in the environment");
+    char* end = nullptr;
+    const long master_port = std::strtol(launch.master_port.c_str(), &end, 10);
+    if (*end != '\0' || master_port <= 0 || master_port > 65535)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "environment variable MASTER_PORT=\"", launch.master_port,
+           "\" is not a port number (1..65535)");
     // torchrun's agent serves its own store on MASTER_PORT: use the next port unless told.
     const int64_t port = read_key<int64_t>(par_t, "rendezvous_port", "parallel")
-                             .value_or(launch.master_port + (launch.launcher == "torchrun" ? 1 : 0));
+                             .value_or(master_port + (launch.launcher == "torchrun" ? 1 : 0));
     if (port <= 0 || port > 65535) fail(TYCHO_ERR_INVALID_ARGUMENT, "[parallel] rendezvous_port must be in 1..65535");
     p.channel = std::make_unique<tcp_channel>(launch.rank, launch.world_size, launch.master_addr, int(port), timeout_s);
     p.bootstrap = p.channel->bootstrap();
@@ -261,8 +285,12 @@ std::unique_ptr<parallel_context> parallel_context::create(const config_document
                                                            const launch_environment& launch, void* communicator) {
   auto ctx = std::make_unique<parallel_context>();
   const toml::table& par_t = doc.table_at("parallel");
-  ctx->timeout_s_ = read_key<double>(par_t, "timeout_s", "parallel").value_or(600.0);
-  if (!(ctx->timeout_s_ > 0)) fail(TYCHO_ERR_INVALID_ARGUMENT, "[parallel] timeout_s must be > 0 seconds");
+  ctx->timeout_s_ = read_timeout(par_t);
+  check_rendezvous_keys(par_t);
+  const std::string on_error = read_key<std::string>(par_t, "on_error", "parallel").value_or("abort");
+  if (on_error != "abort" && on_error != "return")
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[parallel] on_error must be \"abort\" or \"return\", got \"", on_error, "\"");
+  ctx->abort_on_error_ = on_error == "abort";
   ctx->p_->timeout_s = ctx->timeout_s_;
   ctx->sharding_ = shard::parse(read_key<std::string>(par_t, "sharding", "parallel").value_or("patterns"),
                                 "[parallel] sharding");
@@ -286,6 +314,10 @@ std::unique_ptr<parallel_context> parallel_context::create(const config_document
     return ctx;
   }
   const auto reducers = reg.names(TYCHO_COMPONENT_REDUCER);
+  if (std::find(reducers.begin(), reducers.end(), reducer) == reducers.end() &&
+      !nearest_name(reducer, reducers).empty())
+    fail(TYCHO_ERR_NOT_FOUND, "[parallel] reducer \"", reducer, "\" is not installed; did you mean \"",
+         nearest_name(reducer, reducers), "\"?");
   if (std::find(reducers.begin(), reducers.end(), reducer) == reducers.end())
     fail(TYCHO_ERR_NOT_FOUND, "[parallel] reducer \"", reducer, "\" is needed for this run (", launch.world_size,
          " ranks from ", launch.launcher.empty() ? std::string("the caller") : launch.launcher, ", engine \"",
@@ -314,15 +346,23 @@ std::unique_ptr<parallel_context> parallel_context::create(const config_document
   tycho_reducer_setup setup{};
   setup.struct_size = sizeof(setup);
   setup.config = &par_cfg;
-  setup.rank = launch.multi_process() ? launch.rank : -1;
-  setup.world_size = launch.multi_process() ? launch.world_size : -1;
-  setup.local_rank = launch.multi_process() ? launch.local_rank : -1;
+  // An adopted communicator says the rank and world size itself (it may be a part of the job).
+  const bool from_launcher = launch.multi_process() && communicator == nullptr;
+  setup.rank = from_launcher ? launch.rank : -1;
+  setup.world_size = from_launcher ? launch.world_size : -1;
+  setup.local_rank = from_launcher ? launch.local_rank : -1;
   setup.device = ctx->device_;
   setup.communicator = communicator;
   setup.bootstrap = p.bootstrap;
   p.vt = ref.as<tycho_reducer_vtable>();
   p.host_reducer = host_tensors;
-  check_status(p.vt->create(&setup, &p.red), cat("reducer \"", reducer, "\" create"));
+  try {
+    check_status(p.vt->create(&setup, &p.red), cat("reducer \"", reducer, "\" create"));
+  } catch (const error& e) {
+    if (!from_launcher) throw;
+    fail(e.status, e.what(), " (this process's rank and world size came from the environment: ", launch.variables,
+         ", read as ", launch.launcher, ")");
+  }
   ctx->reducer_name_ = reducer;
   ctx->rank_ = p.rank = p.vt->rank(p.red);
   ctx->world_size_ = p.world = p.vt->world_size(p.red);
@@ -339,8 +379,7 @@ std::unique_ptr<parallel_context> parallel_context::create_local(const config_do
   auto ctx = std::make_unique<parallel_context>();
   auto& p = *ctx->p_;
   const toml::table& par_t = doc.table_at("parallel");
-  ctx->timeout_s_ = p.timeout_s = read_key<double>(par_t, "timeout_s", "parallel").value_or(600.0);
-  if (!(ctx->timeout_s_ > 0)) fail(TYCHO_ERR_INVALID_ARGUMENT, "[parallel] timeout_s must be > 0 seconds");
+  ctx->timeout_s_ = p.timeout_s = read_timeout(par_t);
   ctx->sharding_ = shard::parse(read_key<std::string>(par_t, "sharding", "parallel").value_or("patterns"),
                                 "[parallel] sharding");
   ctx->launcher_ = "threads";
@@ -397,7 +436,7 @@ std::vector<DLDevice> local_rank_devices(const config_document& doc, const regis
 void run_local_ranks(const config_document& doc, const registry& reg, const std::vector<DLDevice>& devices,
                      const std::function<void(parallel_context&)>& body) {
   const int32_t world = int32_t(devices.size());
-  const double timeout_s = read_key<double>(doc.table_at("parallel"), "timeout_s", "parallel").value_or(600.0);
+  const double timeout_s = read_timeout(doc.table_at("parallel"));
   auto channel = make_thread_channel(world, timeout_s);
   std::mutex m;
   std::exception_ptr first_error;  // the first to fail; the others' errors follow from it
@@ -513,6 +552,17 @@ std::vector<std::string> keyed_lines(const std::string& toml_text) {
   return out;
 }
 }  // namespace
+
+void parallel_context::require_same(const std::string& mine, const std::string& what) {
+  if (world_size_ == 1) return;
+  const std::vector<std::string> all = all_texts(mine);
+  std::string differing;
+  for (std::size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0]) differing += cat(differing.empty() ? "" : ", ", "rank ", r, " has ", all[r]);
+  if (!differing.empty())
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "the ranks disagree on ", what, ": rank 0 has ", all[0], ", ", differing,
+         "; every rank must be started alike");
+}
 
 void parallel_context::check_same_config(const std::string& config_toml) {
   if (world_size_ == 1) return;

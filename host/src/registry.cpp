@@ -63,9 +63,19 @@ std::vector<std::string> registry::default_search_dirs() {
     }
   }
   // The module holding this code: libtycho.so in lib/, or the tycho command in bin/.
-  fs::path here = boost::dll::this_line_location().parent_path().string();
-  for (const fs::path& candidate : {here / "tycho" / "plugins", here / ".." / "lib" / "tycho" / "plugins",
-                                    fs::path(TYCHO_INSTALL_PLUGIN_DIR)}) {
+  // The folder of the module that holds this code: libtycho.so's (dladdr gives its full path),
+  // or for the tycho command the executable's. dladdr names an executable as it was invoked
+  // (`tycho` found on PATH, a symlink), so the executable's folder comes from /proc/self/exe.
+  std::vector<fs::path> candidates;
+  for (const fs::path& module : {fs::path(boost::dll::this_line_location().string()),
+                                 fs::path(boost::dll::program_location().string())}) {
+    if (!module.is_absolute()) continue;
+    const fs::path here = module.parent_path();
+    candidates.push_back(here / "tycho" / "plugins");
+    candidates.push_back(here / ".." / "lib" / "tycho" / "plugins");
+  }
+  candidates.push_back(fs::path(TYCHO_INSTALL_PLUGIN_DIR));
+  for (const fs::path& candidate : candidates) {
     std::error_code ec;
     if (fs::is_directory(candidate, ec)) {
       auto canon = fs::canonical(candidate, ec).string();

@@ -38,7 +38,7 @@ constexpr DLDataType k_float64{kDLFloat, 64, 1};
 const std::vector<std::string> k_top_tables = {"data", "optics", "preprocess", "reconstruct",
                                                "output", "parallel"};
 const std::vector<std::string> k_parallel_keys = {"reducer", "sharding", "timeout_s", "rendezvous",
-                                                   "rendezvous_file", "rendezvous_port"};
+                                                   "rendezvous_file", "rendezvous_port", "on_error"};
 const std::vector<std::string> k_data_keys = {"source", "scan_step_A", "detector_pixel_invA"};
 const std::vector<std::string> k_optics_keys = {"energy_eV", "semiangle_mrad", "C10_A",
                                                 "defocus_A"};
@@ -503,8 +503,19 @@ session::session(config_document config, registry& reg, const std::string& resum
   const reconstruct_settings settings = read_reconstruct_settings(s.config);
   s.iterations = settings.iterations;
   s.par->check_same_config(s.config.to_toml());
+  // A resumed run must resume the same state on every rank (the file is not part of the config).
+  if (s.par->world_size() > 1) {
+    std::string state = "a fresh start";
+    if (resume) {
+      uint64_t h = 1469598103934665603ull;
+      for (const auto& a : resume->record.arrays)
+        for (unsigned char b : a.bytes) h = (h ^ b) * 1099511628211ull;
+      state = cat("a saved state of content hash ", h);  // by content: each rank may have its own copy
+    }
+    s.par->require_same(state, "the state the run starts from (--from, compared by content)");
+  }
   const int32_t world = s.par->world_size();
-  if (world > 1 && settings.driver.batch_size % world != 0)
+  if (world > 1 && s.par->is_root() && settings.driver.batch_size % world != 0)
     log_warning("session", cat("[reconstruct] batch_size = ", settings.driver.batch_size, " is not a multiple of the ",
                                world, " ranks: ", s.par->sharding() == shard::mode::replicated
                                    ? "the first ranks compute one pattern more of each batch"
@@ -710,6 +721,8 @@ session::~session() = default;
 bool session::run(int64_t iterations, const progress_callback& progress) {
   state& s = *s_;
   int64_t n = iterations > 0 ? iterations : s.iterations;
+  // Every rank must run as many iterations, or one waits forever for the others' sums.
+  s.par->require_same(std::to_string(n), "the number of iterations to run (--iterations, --stop-after)");
   for (int64_t i = 0; i < n; ++i) {
     auto t0 = std::chrono::steady_clock::now();
     double loss = s.drv->run_iteration();

@@ -24,6 +24,9 @@ namespace {
 
 // This process's rank of a multi-rank run, kept where main's error handler can stop the others.
 std::unique_ptr<th::parallel_context> g_parallel;
+// The launcher's view of this process, read first, so that errors before the ranks have met
+// already say which rank they come from.
+tycho::launch_environment g_launch;
 
 // How many iterations an invocation runs, and over how many the learning-rate schedules are laid
 // out (the run's total, [reconstruct] iterations):
@@ -78,20 +81,23 @@ int cmd_reconstruct(const std::string& config_path, int64_t iterations, int64_t 
     throw tycho::error(TYCHO_ERR_INVALID_ARGUMENT,
                        "with --from, --iterations and --stop-after both mean \"run N more\": give one");
   std::string out_path = output.empty() ? th::session::configured_output_path(doc) : output;
-  // Fail now, not after an hour of iterations, if the result cannot be written there.
-  if (std::filesystem::is_directory(out_path))
-    throw tycho::error(TYCHO_ERR_INVALID_ARGUMENT,
-                       fmt::format("output '{}' is a folder; give a file name, e.g. '{}/result.zip'",
-                                   out_path, out_path));
-  auto out_dir = std::filesystem::absolute(out_path).parent_path();
-  if (!std::filesystem::is_directory(out_dir))
-    throw tycho::error(TYCHO_ERR_NOT_FOUND, fmt::format("output folder '{}' (for '{}') does not exist",
-                                                        out_dir.string(), out_path));
+  // Fail now, not after an hour of iterations, if the result cannot be written there (only rank 0
+  // writes, so only rank 0's folder matters).
+  if (g_launch.rank == 0) {
+    if (std::filesystem::is_directory(out_path))
+      throw tycho::error(TYCHO_ERR_INVALID_ARGUMENT,
+                         fmt::format("output '{}' is a folder; give a file name, e.g. '{}/result.zip'",
+                                     out_path, out_path));
+    auto out_dir = std::filesystem::absolute(out_path).parent_path();
+    if (!std::filesystem::is_directory(out_dir))
+      throw tycho::error(TYCHO_ERR_NOT_FOUND, fmt::format("output folder '{}' (for '{}') does not exist",
+                                                          out_dir.string(), out_path));
+  }
   auto& reg = th::registry::global();
-  const tycho::launch_environment launch = tycho::detect_launch(tycho::process_environment());
+  const tycho::launch_environment& launch = g_launch;
   // Several GPUs in one process: one thread per device, each a rank.
-  if (const auto devices = th::local_rank_devices(doc, reg, launch); !devices.empty()) {
-    th::run_local_ranks(doc, reg, devices, [&](th::parallel_context& ctx) {
+  if (const auto local_devices = th::local_rank_devices(doc, reg, launch); !local_devices.empty()) {
+    th::run_local_ranks(doc, reg, local_devices, [&](th::parallel_context& ctx) {
       th::session session(doc.clone(), reg, from, &ctx);
       run_and_save(session, iterations, stop_after, from, out_path, quiet || !ctx.is_root());
     });
@@ -135,8 +141,11 @@ int cmd_plugins() {
 }
 
 std::string rank_prefix() {
-  if (!g_parallel || g_parallel->world_size() == 1) return "";
-  return fmt::format("rank {}/{}: ", g_parallel->rank(), g_parallel->world_size());
+  if (g_parallel && g_parallel->world_size() > 1)
+    return fmt::format("rank {}/{}: ", g_parallel->rank(), g_parallel->world_size());
+  if (!g_parallel && g_launch.multi_process())
+    return fmt::format("rank {}/{}: ", g_launch.rank, g_launch.world_size);
+  return "";
 }
 
 // After an error on this rank the others would wait in their next collective until the
@@ -206,6 +215,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (quiet) th::set_log_level(TYCHO_LOG_WARNING);
   try {
+    if (rec->parsed()) g_launch = tycho::detect_launch(tycho::process_environment());
     if (rec->parsed()) return cmd_reconstruct(config_path, iterations, stop_after, from, output, sets, devices, quiet);
     if (ev->parsed()) {
       fmt::print("{}\n", th::evaluate_result(th::registry::global(), result_path, truth_path, sigma_A, fov));

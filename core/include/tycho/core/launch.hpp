@@ -14,8 +14,9 @@ struct launch_environment {
   int32_t rank = 0;
   int32_t world_size = 1;
   int32_t local_rank = 0;  // rank among the processes on this node
+  std::string variables;   // the variables read, for messages: "RANK, WORLD_SIZE, LOCAL_RANK"
   std::string master_addr; // MASTER_ADDR (torchrun convention), empty when not set
-  int32_t master_port = 0; // MASTER_PORT, 0 when not set
+  std::string master_port; // MASTER_PORT as set (checked where it is used), empty when not set
   bool multi_process() const { return world_size > 1; }
 };
 
@@ -27,7 +28,8 @@ environment_lookup process_environment();
 // LOCAL_RANK, then an srun step's SLURM_PROCID/SLURM_STEP_NUM_TASKS/SLURM_LOCALID (a batch
 // script's own shell, which has SLURM_PROCID but no SLURM_STEP_ID, is not a rank), then
 // PMI_RANK/PMI_SIZE (MPICH, Intel MPI). Malformed values (not integers, rank outside
-// [0, world)) are errors naming the variable.
+// [0, world)) are errors naming the variable. MASTER_ADDR/MASTER_PORT are only recorded: a
+// run that needs them (a TCP rendezvous) checks them.
 launch_environment detect_launch(const environment_lookup& env);
 
 }  // namespace tycho

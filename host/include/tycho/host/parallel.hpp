@@ -54,6 +54,10 @@ class parallel_context final : public rank_collectives {
   DLDevice device() const { return device_; }   // the engine's device on this rank
   shard::mode sharding() const { return sharding_; }
   double timeout_s() const { return timeout_s_; }
+  // [parallel] on_error = "abort" (default): an error on this rank of an embedded run stops every
+  // rank (the C API calls abort()); "return": the error is only returned to the caller, whose
+  // own code must then stop the other ranks, or they wait until timeout_s.
+  bool abort_on_error() const { return abort_on_error_; }
 
   // rank_collectives: gradient sums on the engine's device, loss sums on the host.
   void sum_in_place(DLTensor& tensor, void* stream) override;
@@ -81,6 +85,9 @@ class parallel_context final : public rank_collectives {
   // Rank 0 sends its resolved configuration (TOML); a rank whose own differs stops with a
   // message naming the first differing key, and then every rank stops.
   void check_same_config(const std::string& config_toml);
+  // Every rank states `mine`; if any differs from rank 0's, every rank stops with a message
+  // naming the ranks, their values and `what`.
+  void require_same(const std::string& mine, const std::string& what);
 
   struct impl;  // the reducer, the rendezvous and the watchdog
 
@@ -91,6 +98,7 @@ class parallel_context final : public rank_collectives {
   DLDevice device_{kDLCPU, 0};
   shard::mode sharding_ = shard::mode::patterns;
   double timeout_s_ = 600;
+  bool abort_on_error_ = true;
   reduce_stats stats_;
 };
 
