@@ -184,6 +184,19 @@ TEST_F(CxiSource, FramesFirstTranslationsAndOtherPathsGiveTheSamePositions) {
   const std::vector<float> frames = read(0, k_patterns);
   EXPECT_TRUE(same_bits(frames, emd_patterns()));
 
+  // A NeXus raster (Rx, Ry, Qx, Qy) is read as Rx·Ry frames in C order, with the same list.
+  {
+    h5_file_writer w(tmp("raster.nxs"));
+    w.u16(k_cxi_data, {32, 24, 96, 96}, tycho::test::mos2_counts().data());
+    w.doubles("/entry_1/sample_1/geometry_1/translation", {3, 768}, tycho::test::mos2_translations_m(false));
+  }
+  ASSERT_EQ(open_path(tmp("raster.nxs")), TYCHO_OK) << tycho::last_error();
+  EXPECT_EQ(info().scan_shape[0], 32);
+  EXPECT_EQ(info().scan_shape[1], 24);
+  const std::vector<double> raster = positions();
+  EXPECT_EQ(std::memcmp(raster.data(), columns.data(), raster.size() * sizeof(double)), 0);
+  EXPECT_TRUE(same_bits(read(0, k_patterns), frames));
+
   // The paths may also be given, and a file may keep its data behind a soft link.
   {
     h5_file_writer w(tmp("linked.cxi"));
