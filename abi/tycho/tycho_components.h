@@ -61,6 +61,15 @@ typedef struct tycho_source_vtable {
    * a host float32 tensor of shape (count, Qx, Qy), C-contiguous, as stored (still centred). */
   tycho_status (*read)(tycho_source* src, int64_t first, int64_t count, DLTensor* dst);
   void (*close)(tycho_source* src);
+  /* ---- appended: positions listed by the data set (CXI translations, a positions dataset).
+   * Fills `dst`, a host float64 tensor (P, 2), C-contiguous, P = scan_shape[0] * scan_shape[1],
+   * with each pattern's probe position in Å, in scan order: column 0 along the Rx axis (object
+   * axis 0), column 1 along Ry (object axis 1), measured from any fixed origin (only differences
+   * and [preprocess] scan_origin_A's sub-pixel part place the object grid). Returns
+   * TYCHO_ERR_UNSUPPORTED when the data set is a raster known only by its shape and
+   * scan_step_A; a host reads it only when struct_size covers it, and treats NULL as
+   * unsupported. The host calls it at most once, after info(). */
+  tycho_status (*read_positions)(tycho_source* src, DLTensor* dst);
 } tycho_source_vtable;
 
 /* ---------------------------------------------------------------- loss */

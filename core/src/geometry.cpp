@@ -1,6 +1,10 @@
 #include "tycho/core/geometry.hpp"
 
+#include <tycho/core/error.hpp>
+
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 namespace tycho {
@@ -20,6 +24,41 @@ object_layout layout_object(const scan_geometry& g) {
       int64_t k = i * g.scan_shape[1] + j;
       out.positions_px[std::size_t(2 * k)] = first[0] + double(i) * g.step_A[0] / g.pixel_A[0];
       out.positions_px[std::size_t(2 * k + 1)] = first[1] + double(j) * g.step_A[1] / g.pixel_A[1];
+    }
+  for (int a = 0; a < 2; ++a)
+    out.shape[a] = int64_t(std::ceil(extent[a] + 1.0)) + g.window[a] + 2 * g.padding_px + 1;
+  return out;
+}
+
+object_layout layout_object(const scan_geometry& g, const std::vector<double>& positions_A) {
+  const std::size_t p = positions_A.size() / 2;
+  if (p == 0 || positions_A.size() % 2 != 0)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "layout_object: ", positions_A.size(),
+         " position values, expected (P, 2) with P >= 1");
+  double lo[2] = {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
+  double hi[2] = {-lo[0], -lo[1]};
+  for (std::size_t k = 0; k < p; ++k)
+    for (int a = 0; a < 2; ++a) {
+      const double x = positions_A[2 * k + std::size_t(a)];
+      if (!std::isfinite(x))
+        fail(TYCHO_ERR_BAD_DATA, "position ", k, " is ", x, " Å along axis ", a, "; expected finite positions");
+      lo[a] = std::min(lo[a], x);
+      hi[a] = std::max(hi[a], x);
+    }
+  object_layout out;
+  out.positions_px.resize(2 * p);
+  // The same arithmetic as the raster: with lo = 0 and p = i·step, (p − lo)/px is i·step/px
+  // and the corner is the origin, bit for bit.
+  double extent[2], first[2];
+  for (int a = 0; a < 2; ++a) {
+    extent[a] = (hi[a] - lo[a]) / g.pixel_A[a];
+    double corner_px = (g.scan_origin_A[a] + lo[a]) / g.pixel_A[a];
+    first[a] = double(g.padding_px + g.window[a] / 2) + (corner_px - std::floor(corner_px));
+  }
+  for (std::size_t k = 0; k < p; ++k)
+    for (int a = 0; a < 2; ++a) {
+      const std::size_t i = 2 * k + std::size_t(a);
+      out.positions_px[i] = first[a] + (positions_A[i] - lo[a]) / g.pixel_A[a];
     }
   for (int a = 0; a < 2; ++a)
     out.shape[a] = int64_t(std::ceil(extent[a] + 1.0)) + g.window[a] + 2 * g.padding_px + 1;

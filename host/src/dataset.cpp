@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <memory>
 
 namespace tycho::host {
@@ -20,6 +21,31 @@ void ifftshift(float* p, int64_t n0, int64_t n1, std::vector<float>& tmp) {
       p[i * n1 + j] = tmp[std::size_t(((i + n0 / 2) % n0) * n1 + (j + n1 / 2) % n1)];
 }
 }  // namespace
+
+std::vector<double> read_source_positions(const tycho_source_vtable* vt, tycho_source* src,
+                                          const tycho_dataset_info& info,
+                                          const std::string& description) {
+  if (vt->struct_size < offsetof(tycho_source_vtable, read_positions) + sizeof(vt->read_positions) ||
+      vt->read_positions == nullptr)
+    return {};
+  const int64_t p = info.scan_shape[0] * info.scan_shape[1];
+  std::vector<double> positions(std::size_t(2 * p));
+  int64_t shape[2] = {p, 2};
+  DLTensor t{};
+  t.data = positions.data();
+  t.device = {kDLCPU, 0};
+  t.ndim = 2;
+  t.dtype = {kDLFloat, 64, 1};
+  t.shape = shape;
+  const tycho_status st = vt->read_positions(src, &t);
+  if (st == TYCHO_ERR_UNSUPPORTED) return {};
+  check_status(st, "source read_positions");
+  for (int64_t k = 0; k < 2 * p; ++k)
+    if (!std::isfinite(positions[std::size_t(k)]))
+      fail(TYCHO_ERR_BAD_DATA, "data '", description, "': the position of pattern ", k / 2, " is ",
+           positions[std::size_t(k)], " Å along axis ", k % 2, "; expected finite positions");
+  return positions;
+}
 
 dataset read_dataset(const component_ref& source, const tycho_config* data_table, int64_t part, int64_t parts) {
   const auto* vt = source.as<tycho_source_vtable>();
@@ -39,6 +65,8 @@ dataset read_dataset(const component_ref& source, const tycho_config* data_table
   if (d.all_patterns <= 0 || d.n0 <= 0 || d.n1 <= 0)
     fail(TYCHO_ERR_BAD_DATA, "data '", d.description, "' is empty (scan ", d.info.scan_shape[0],
          " x ", d.info.scan_shape[1], ", detector ", d.n0, " x ", d.n1, ")");
+
+  d.positions_A = read_source_positions(vt, src, d.info, d.description);
 
   block_of(d.all_patterns, parts, part, d.first, d.patterns);
   const int64_t m = d.n0 * d.n1;

@@ -292,7 +292,8 @@ std::string precision_of(DLDataType dtype) {
 }
 
 run_geometry resolve_run_geometry(const config_document& doc, const tycho_dataset_info& info,
-                                  const std::string& desc, int64_t n0, int64_t n1) {
+                                  const std::string& desc, int64_t n0, int64_t n1,
+                                  const std::vector<double>& positions_A) {
   run_geometry r;
   const toml::table& data_t = doc.table_at("data");
   const toml::table& optics_t = doc.table_at("optics");
@@ -316,11 +317,15 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
 
   double dk = calibration(data_t, "detector_pixel_invA", "data", info.detector_pixel_invA[0], desc,
                           "detector pixel size (Å⁻¹)");
-  double step = calibration(data_t, "scan_step_A", "data", info.scan_step_A[0], desc, "scan step (Å)");
+  // Positions listed by the source replace the raster: no scan step then (recorded as NaN).
+  const bool listed = !positions_A.empty();
+  if (listed && data_t.contains("scan_step_A"))
+    log_warning("session", cat("'", desc, "' lists its scan positions: [data] scan_step_A is not used"));
+  double step = listed ? std::nan("") : calibration(data_t, "scan_step_A", "data", info.scan_step_A[0], desc, "scan step (Å)");
   double dk1 = data_t.contains("detector_pixel_invA") || !std::isfinite(info.detector_pixel_invA[1])
                    ? dk : info.detector_pixel_invA[1];
-  double step1 = data_t.contains("scan_step_A") || !std::isfinite(info.scan_step_A[1]) ? step : info.scan_step_A[1];
-  if (!(dk > 0 && dk1 > 0 && step > 0 && step1 > 0))
+  double step1 = listed || data_t.contains("scan_step_A") || !std::isfinite(info.scan_step_A[1]) ? step : info.scan_step_A[1];
+  if (!(dk > 0 && dk1 > 0 && (listed || (step > 0 && step1 > 0))))
     fail(TYCHO_ERR_INVALID_ARGUMENT, "scan step and detector pixel must be > 0 (got ", step, " Å, ", dk, " Å⁻¹)");
   r.sampling = window_sampling{{n0, n1}, {dk, dk1}};
 
@@ -352,7 +357,7 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
     r.geometry.scan_origin_A[0] = *(*arr)[0].value<double>();
     r.geometry.scan_origin_A[1] = *(*arr)[1].value<double>();
   }
-  r.layout = layout_object(r.geometry);
+  r.layout = listed ? layout_object(r.geometry, positions_A) : layout_object(r.geometry);
   return r;
 }
 
@@ -406,6 +411,7 @@ run_preview preview_run(const config_document& doc, const registry& reg) {
     check_status(vt->info(src, &r.info), "source info");
     r.description = r.info.description ? r.info.description : source.name;
     r.info.description = nullptr;  // owned by the source, which closes here
+    r.positions_A = read_source_positions(vt, src, r.info, r.description);
   }
   const int64_t n0 = r.info.detector_shape[0], n1 = r.info.detector_shape[1];
   if (r.info.scan_shape[0] <= 0 || r.info.scan_shape[1] <= 0 || n0 <= 0 || n1 <= 0)
@@ -414,7 +420,7 @@ run_preview preview_run(const config_document& doc, const registry& reg) {
   auto window = padded_window(read_detector_padding(doc.table_at("preprocess"), doc.origin()), n0, n1);
   r.window[0] = window[0];
   r.window[1] = window[1];
-  r.geometry = resolve_run_geometry(doc, r.info, r.description, window[0], window[1]);
+  r.geometry = resolve_run_geometry(doc, r.info, r.description, window[0], window[1], r.positions_A);
   r.problem = run_memory_problem(doc, r.info, window[0], window[1], r.geometry.layout);
   r.engine_name = read_key<std::string>(doc.table_at("reconstruct"), "engine", "reconstruct").value_or("cpu");
   const auto engines = reg.names(TYCHO_COMPONENT_ENGINE);
@@ -545,7 +551,7 @@ session::session(config_document config, registry& reg, const std::string& resum
   // ---- optics and geometry (config overrides the file)
   const std::string& desc = s.data.description;
   {
-    run_geometry g = resolve_run_geometry(s.config, info, desc, s.data.n0, s.data.n1);
+    run_geometry g = resolve_run_geometry(s.config, info, desc, s.data.n0, s.data.n1, s.data.positions_A);
     s.optics = g.optics;
     s.wavelength_A = g.wavelength_A;
     s.sampling = g.sampling;

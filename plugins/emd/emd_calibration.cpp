@@ -9,6 +9,8 @@
 #include "h5_read.hpp"
 
 namespace tycho::emd {
+using namespace tycho::h5;  // the shared HDF5 helpers (plugins/hdf5_support)
+
 namespace {
 
 constexpr double k_nan = std::numeric_limits<double>::quiet_NaN();

@@ -7,6 +7,8 @@
 #include "h5_read.hpp"
 
 namespace tycho::emd {
+using namespace tycho::h5;  // the shared HDF5 helpers (plugins/hdf5_support)
+
 namespace {
 
 std::string parent_of(const std::string& path) {

@@ -16,14 +16,15 @@
 
 using tycho::sdk::fail;
 namespace emd = tycho::emd;
+namespace h5 = tycho::h5;
 
 // The opened data set. Members are destroyed in reverse order: the dataset before the file.
 struct tycho_source {
   std::string file_name;
   std::string dataset_path;
   std::string description;  // "<file>:<dataset path>", pointed to by info.description
-  emd::h5_id file;
-  emd::h5_id dataset;
+  h5::h5_id file;
+  h5::h5_id dataset;
   int64_t scan[2] = {0, 0};      // Rx, Ry
   int64_t detector[2] = {0, 0};  // Qx, Qy
   tycho_dataset_info info{};
@@ -32,7 +33,7 @@ struct tycho_source {
 namespace {
 
 // `given` is the path as the config wrote it: a relative one gets a hint about where it resolved.
-emd::h5_id open_file(const std::string& path, const std::string& given) {
+h5::h5_id open_file(const std::string& path, const std::string& given) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
     if (std::filesystem::path(given).is_relative())
@@ -45,27 +46,27 @@ emd::h5_id open_file(const std::string& path, const std::string& given) {
   if (H5Fis_hdf5(path.c_str()) <= 0)
     fail(TYCHO_ERR_BAD_DATA, "data file '", path,
          "' is not an HDF5 file (the emd source reads EMD 1.0 / py4DSTEM .h5 / .emd files)");
-  emd::h5_id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  h5::h5_id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!file) fail(TYCHO_ERR_IO, "could not open the HDF5 file '", path, "' for reading");
   return file;
 }
 
 // Opens the array, checks it is 4-D with an integer or float element type, fills the shapes.
 void open_array(tycho_source& s) {
-  s.dataset = emd::h5_id(H5Dopen2(s.file.get(), s.dataset_path.c_str(), H5P_DEFAULT));
+  s.dataset = h5::h5_id(H5Dopen2(s.file.get(), s.dataset_path.c_str(), H5P_DEFAULT));
   if (!s.dataset) fail(TYCHO_ERR_IO, "could not open '", s.description, "'");
-  auto shape = emd::dataset_shape(s.dataset.get());
+  auto shape = h5::dataset_shape(s.dataset.get());
   if (shape.size() != 4)
-    fail(TYCHO_ERR_BAD_DATA, "'", s.description, "' has shape ", emd::shape_text(shape),
+    fail(TYCHO_ERR_BAD_DATA, "'", s.description, "' has shape ", h5::shape_text(shape),
          ", expected a 4-D array (Rx, Ry, Qx, Qy)");
   if (std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d == 0; }))
-    fail(TYCHO_ERR_BAD_DATA, "'", s.description, "' has shape ", emd::shape_text(shape),
+    fail(TYCHO_ERR_BAD_DATA, "'", s.description, "' has shape ", h5::shape_text(shape),
          ", which holds no patterns");
-  emd::h5_id type(H5Dget_type(s.dataset.get()));
-  auto dtype = type ? emd::dl_dtype(type.get()) : std::nullopt;
+  h5::h5_id type(H5Dget_type(s.dataset.get()));
+  auto dtype = type ? h5::dl_dtype(type.get()) : std::nullopt;
   if (!dtype)
     fail(TYCHO_ERR_BAD_DATA, "'", s.description, "' has element type ",
-         type ? emd::type_text(type.get()) : "unknown",
+         type ? h5::type_text(type.get()) : "unknown",
          ", expected integers or floats of 8 to 64 bits");
   s.scan[0] = shape[0];
   s.scan[1] = shape[1];
@@ -91,8 +92,8 @@ void read_slab(const tycho_source& s, int64_t first, int64_t n_rows, int64_t n_c
   hsize_t start[4] = {hsize_t(first / ry), hsize_t(first % ry), 0, 0};
   hsize_t count[4] = {hsize_t(n_rows), hsize_t(n_cols), hsize_t(s.detector[0]),
                       hsize_t(s.detector[1])};
-  emd::h5_id file_space(H5Dget_space(s.dataset.get()));
-  emd::h5_id mem_space(H5Screate_simple(4, count, nullptr));
+  h5::h5_id file_space(H5Dget_space(s.dataset.get()));
+  h5::h5_id mem_space(H5Screate_simple(4, count, nullptr));
   if (!file_space || !mem_space ||
       H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) < 0 ||
       H5Dread(s.dataset.get(), H5T_NATIVE_FLOAT, mem_space.get(), file_space.get(), H5P_DEFAULT,
@@ -110,7 +111,7 @@ tycho_status source_open(const tycho_config* cfg, tycho_source** out) {
     std::string path = tycho::sdk::resolve_path(config.base_dir(), given);
     std::optional<std::string> dataset = config.get_string("dataset");
 
-    emd::h5_session session;  // declared before the handle: the handle closes inside it
+    h5::h5_session session;  // declared before the handle: the handle closes inside it
     auto s = std::make_unique<tycho_source>();
     s->file_name = path;
     s->file = open_file(path, given);
@@ -142,7 +143,7 @@ tycho_status source_read(tycho_source* src, int64_t first, int64_t count, DLTens
     tycho::sdk::check_read_request("emd", s.description, s.scan, s.detector, first, count, dst);
     if (count == 0) return;
 
-    emd::h5_session session;
+    h5::h5_session session;
     float* out = tycho::sdk::data_of<float>(*dst);
     const int64_t ry = s.scan[1], pattern = s.detector[0] * s.detector[1];
     int64_t pos = first;
@@ -167,7 +168,7 @@ tycho_status source_read(tycho_source* src, int64_t first, int64_t count, DLTens
 void source_close(tycho_source* src) {
   if (src == nullptr) return;
   tycho::sdk::guarded([&] {
-    emd::h5_session session;
+    h5::h5_session session;
     delete src;
   });
 }

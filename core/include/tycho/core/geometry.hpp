@@ -29,6 +29,17 @@ struct object_layout {
 // shifts.
 object_layout layout_object(const scan_geometry& g);
 
+// Positions listed by the data (a source's read_positions): `positions_A` holds (P, 2) probe
+// positions in Å (column 0 along object axis 0), in any frame. The object spans their
+// bounding box: the centre of pattern j lies at padding + N/2 + frac(corner/px) +
+// (p_j − lo)/px per axis, with lo the smallest position along that axis and corner =
+// scan_origin_A + lo (scan_origin_A is where the positions' zero lies in the reference frame;
+// again only its sub-pixel part matters). The size follows the raster rule with the extent
+// (hi − lo)/px. g.scan_shape and g.step_A are not used. Raster positions given explicitly,
+// (i·step0, j·step1), give bit-identical positions_px and shape to layout_object(g).
+// Throws on an empty or odd-sized list and on a non-finite position.
+object_layout layout_object(const scan_geometry& g, const std::vector<double>& positions_A);
+
 // Deterministic Fisher–Yates permutation of [0, n) for (seed, epoch), identical on every
 // platform and rank (its own generator: std::uniform_int_distribution is not portable).
 std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch);

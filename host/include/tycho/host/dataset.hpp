@@ -21,7 +21,17 @@ struct dataset {
   double total_intensity = 0;       // Σ over the patterns held of Σ_k D
   double mean_total_intensity = 0;  // mean over all patterns of Σ_k D (set by the caller when
                                     // the patterns held are a share)
+  // (all_patterns, 2) probe positions in Å listed by the source (read_positions), for every
+  // pattern whichever this rank holds; empty when the source knows only a raster.
+  std::vector<double> positions_A;
 };
+
+// The source's read_positions for `info`'s scan: (P, 2) positions in Å, or empty when the
+// source's vtable lacks the function or it answers TYCHO_ERR_UNSUPPORTED (a raster).
+// `description` names the data in errors (a non-finite position is refused).
+std::vector<double> read_source_positions(const tycho_source_vtable* vt, tycho_source* src,
+                                          const tycho_dataset_info& info,
+                                          const std::string& description);
 
 // Opens `source` with the [data] table, reads and checks the patterns of the block
 // `part` of `parts` (shard::of's blocks; 0 of 1: every pattern). A share's

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 #include "tycho/host/registry.hpp"
 
@@ -28,9 +29,12 @@ struct run_geometry {
 
 // Resolves optics, sampling, scan geometry and object layout from the config and the source's
 // info() for an (n0, n1) window (after any detector padding); `description` names the data in
-// errors. The session and `tycho plan` both use it. (Defined in session.cpp.)
+// errors. `positions_A`: the (P, 2) positions the source listed (read_positions), laid out
+// instead of the raster (no scan step needed then); empty for a raster. The session and
+// `tycho plan` both use it. (Defined in session.cpp.)
 run_geometry resolve_run_geometry(const config_document& doc, const tycho_dataset_info& info,
-                                  const std::string& description, int64_t n0, int64_t n1);
+                                  const std::string& description, int64_t n0, int64_t n1,
+                                  const std::vector<double>& positions_A = {});
 
 // The memory problem of a run: the engine named in [reconstruct] chooses the model ("cpu" →
 // cpu, "cuda" → cuda, any other → host_staging), batch, modes, slices, optimizers (Adam 2 state
@@ -47,6 +51,7 @@ struct run_preview {
   bool engine_available = false;  // false: planned with the model of an engine not loaded here
   tycho_dataset_info info{};      // info.description is cleared (owned by the closed source)
   int64_t window[2] = {0, 0};     // the engine's window (after padding)
+  std::vector<double> positions_A;  // listed by the source (read_positions); empty: a raster
   run_geometry geometry;
   memory_problem problem;
 };

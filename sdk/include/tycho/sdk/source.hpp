@@ -1,5 +1,6 @@
 // Helpers every source plugin needs in the same form: resolving a config path, handing out the
-// append-only tycho_dataset_info, and checking a read() request against the data set.
+// append-only tycho_dataset_info, and checking a read() or read_positions() request against the
+// data set.
 #pragma once
 
 #include <tycho/sdk.hpp>
@@ -47,6 +48,17 @@ inline void check_read_request(const char* source, const std::string& descriptio
     fail(TYCHO_ERR_INVALID_ARGUMENT, "the patterns array has shape ", shape_string(*dst),
          ", expected (", count, ", ", detector[0], ", ", detector[1], ") to read ", count,
          " patterns of '", description, "'");
+}
+
+// Throws unless `dst` is a host float64 (scan[0]·scan[1], 2) array, as read_positions() takes.
+inline void check_positions_request(const char* source, const std::string& description,
+                                    const int64_t scan[2], const DLTensor* dst) {
+  expect_tensor(dst, "positions", dtype_float64, 2);
+  if (dst->device.device_type != kDLCPU && dst->device.device_type != kDLCUDAHost)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, source, " source: the positions array must be in host memory");
+  if (dst->shape[0] != scan[0] * scan[1] || dst->shape[1] != 2)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "the positions array has shape ", shape_string(*dst),
+         ", expected (", scan[0] * scan[1], ", 2) for the positions of '", description, "'");
 }
 
 }  // namespace tycho::sdk

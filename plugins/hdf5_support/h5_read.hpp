@@ -11,7 +11,7 @@
 
 #include "h5_handle.hpp"
 
-namespace tycho::emd {
+namespace tycho::h5 {
 
 // The object at `path` (relative to `loc`), or an invalid id when it does not exist.
 h5_id open_object(hid_t loc, const std::string& path);
@@ -46,4 +46,4 @@ std::optional<std::string> read_string_attribute(hid_t obj, const std::string& n
 // A numeric dataset of any shape as doubles, in C order; nullopt when absent or not numeric.
 std::optional<std::vector<double>> read_numbers(hid_t loc, const std::string& path);
 
-}  // namespace tycho::emd
+}  // namespace tycho::h5

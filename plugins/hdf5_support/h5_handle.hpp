@@ -1,4 +1,5 @@
-// Ownership of HDF5 identifiers, and the scope every HDF5 call of this plugin runs in.
+// Ownership of HDF5 identifiers, and the scope every HDF5 call of a plugin runs in. Shared by
+// the HDF5 plugins (emd, cxi); each plugin library holds its own copy (and its own lock).
 #pragma once
 
 #include <hdf5.h>
@@ -6,7 +7,7 @@
 #include <mutex>
 #include <utility>
 
-namespace tycho::emd {
+namespace tycho::h5 {
 
 // Owns one HDF5 identifier of any kind (file, group, dataset, attribute, dataspace, datatype)
 // and releases it with H5Idec_ref, which closes the object whatever its kind.
@@ -38,7 +39,8 @@ class h5_id {
 };
 
 // Held around every HDF5 call: Debian's libhdf5 is the serial (not thread-safe) build, so the
-// plugin's calls are serialised; and HDF5's automatic error printing is switched off, because
+// plugin's calls are serialised (per plugin library: two HDF5 plugins used at once from
+// different threads are not serialised against each other); and HDF5's automatic error printing is switched off, because
 // every failure is turned into a tycho error that names the file and the path instead. The
 // previous printing handler is restored afterwards, so other HDF5 users in the process keep it.
 class h5_session {
@@ -61,4 +63,4 @@ class h5_session {
   void* old_data_ = nullptr;
 };
 
-}  // namespace tycho::emd
+}  // namespace tycho::h5

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <limits>
 
-namespace tycho::emd {
+namespace tycho::h5 {
 namespace {
 
 // An attribute or a dataset: both have a type, a dataspace and a read call, and EMD writers
@@ -187,4 +187,4 @@ std::optional<std::vector<double>> read_numbers(hid_t loc, const std::string& pa
   return values;
 }
 
-}  // namespace tycho::emd
+}  // namespace tycho::h5
