@@ -511,14 +511,14 @@ session::session(config_document config, registry& reg, const std::string& resum
   s.par->check_same_config(s.config.to_toml());
   // A resumed run must resume the same state on every rank (the file is not part of the config).
   if (s.par->world_size() > 1) {
-    std::string state = "a fresh start";
+    std::string start = "a fresh start";
     if (resume) {
       uint64_t h = 1469598103934665603ull;
       for (const auto& a : resume->record.arrays)
         for (unsigned char b : a.bytes) h = (h ^ b) * 1099511628211ull;
-      state = cat("a saved state of content hash ", h);  // by content: each rank may have its own copy
+      start = cat("a saved state of content hash ", h);  // by content: each rank may have its own copy
     }
-    s.par->require_same(state, "the state the run starts from (--from, compared by content)");
+    s.par->require_same(start, "the state the run starts from (--from, compared by content)");
   }
   const int32_t world = s.par->world_size();
   if (world > 1 && s.par->is_root() && settings.driver.batch_size % world != 0)
