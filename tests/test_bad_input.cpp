@@ -195,8 +195,10 @@ TEST_F(BadInput, ComponentOfRefusedPluginIsNotFound) {
   expect_error(r, {"unknown engine 'abi2_engine'"});
 }
 
-// A small EMD file without calibrations (given on the command line) with a NaN in pattern 5.
-TEST_F(BadInput, NonFinitePixels) {
+// A small EMD file without calibrations (given on the command line) with a NaN in pattern 5:
+// the pixel is masked (a warning), not refused; a negative value (a wrong dark subtraction) is
+// refused, naming the pattern and the pixel.
+TEST_F(BadInput, NonFinitePixelsAreMaskedNegativeOnesRefused) {
   const std::vector<hsize_t> dims = {4, 4, 32, 32};
   const size_t per_pattern = 32 * 32;
   std::vector<float> values(16 * per_pattern, 0.0f);
@@ -205,24 +207,33 @@ TEST_F(BadInput, NonFinitePixels) {
     for (int i = 0; i < 32; ++i)
       for (int j = 0; j < 32; ++j)
         if ((i - 16) * (i - 16) + (j - 16) * (j - 16) <= 64) values[p * per_pattern + size_t(i * 32 + j)] = 100.0f;
-  write_h5(tmp_ / "good.h5", dims, values);
   values[5 * per_pattern + 16 * 32 + 17] = std::numeric_limits<float>::quiet_NaN();
   write_h5(tmp_ / "nan.h5", dims, values);
+  values[5 * per_pattern + 16 * 32 + 17] = 100.0f;
+  values[6 * per_pattern + 3 * 32 + 4] = -2.5f;
+  write_h5(tmp_ / "negative.h5", dims, values);
 
   const std::vector<std::string> calibrations = {
       "--set", "data.scan_step_A=0.5",     "--set", "data.detector_pixel_invA=0.06",
       "--set", "optics.energy_eV=80000",   "--set", "optics.semiangle_mrad=25",
       "--set", "optics.C10_A=-50",         "-q"};
   // Relative data paths resolve against the config's folder.
-  auto good = reconstruct(write_config("[data]\nsource = \"emd\"\npath = \"good.h5\"\n", "good.toml"),
-                          calibrations);
-  ASSERT_TRUE(good.exited_with(0)) << "control run on the same file without the NaN\n" << good.describe();
+  auto masked = reconstruct(write_config("[data]\nsource = \"emd\"\npath = \"nan.h5\"\n", "nan.toml"),
+                            calibrations);
+  ASSERT_TRUE(masked.exited_with(0)) << masked.describe();
+  int warnings = 0;
+  for (const auto& line : masked.err_lines())
+    if (line.rfind("[tycho warning] preprocess: masked 1 of 1024 detector pixels", 0) == 0) {
+      ++warnings;
+      EXPECT_NE(line.find("(16, 17) = nan in pattern 5"), std::string::npos) << line;
+    }
+  EXPECT_EQ(warnings, 1) << masked.describe();
   for (const auto& name : tmp_.entries())
     if (name.rfind("result", 0) == 0) fs::remove(tmp_.path() / name);
 
-  auto r = reconstruct(write_config("[data]\nsource = \"emd\"\npath = \"nan.h5\"\n", "nan.toml"),
+  auto r = reconstruct(write_config("[data]\nsource = \"emd\"\npath = \"negative.h5\"\n", "negative.toml"),
                        calibrations);
-  expect_error(r, {"nan.h5", "pattern 5", "expected finite"});
+  expect_error(r, {"negative.h5", "pattern 6", "pixel (3, 4)", "is negative (-2.5)", "expected intensities >= 0"});
 }
 
 TEST_F(BadInput, ProbeDoesNotFitTheWindowDefocus) {

@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <memory>
 
+#include "tycho/host/log.hpp"
+
 namespace tycho::host {
 
 namespace {
@@ -84,30 +86,36 @@ dataset read_dataset(const component_ref& source, const tycho_config* data_table
     check_status(vt->read(src, d.first + first, count, &t), "source read");
   }
 
-  double total = 0;
+  // Negative values mean a wrong dark (or background) subtraction: refused, not masked.
+  // Non-finite and saturated values are masked afterwards (mask_bad_pixels).
   std::vector<float> tmp;
+  float max_value = 0;
   for (int64_t local = 0; local < d.patterns; ++local) {
     const int64_t j = d.first + local;  // the pattern's number in the scan, for messages
     float* p = d.targets.data() + local * m;
-    double sum = 0;
     for (int64_t k = 0; k < m; ++k) {
-      if (!std::isfinite(p[k]))
+      if (p[k] < 0 && std::isfinite(p[k]))
         fail(TYCHO_ERR_BAD_DATA, "data '", d.description, "': pattern ", j, " (scan position ",
              j / d.info.scan_shape[1], ", ", j % d.info.scan_shape[1], "), pixel (", k / d.n1, ", ",
-             k % d.n1, ") is ", p[k], "; expected finite intensities");
-      if (p[k] < 0)
-        fail(TYCHO_ERR_BAD_DATA, "data '", d.description, "': pattern ", j, " pixel (", k / d.n1,
-             ", ", k % d.n1, ") is negative (", p[k], "); expected intensities >= 0");
-      sum += p[k];
+             k % d.n1, ") is negative (", p[k], "); expected intensities >= 0 (a negative value "
+             "means a wrong dark or background subtraction: clip or fix the data)");
+      if (p[k] > max_value && std::isfinite(p[k])) max_value = p[k];
     }
-    total += sum;
     if (d.info.patterns_centred) ifftshift(p, d.n0, d.n1, tmp);
   }
-  d.total_intensity = total;
-  d.mean_total_intensity = d.patterns > 0 ? total / double(d.patterns) : 0.0;
-  if (d.patterns == d.all_patterns && !(d.mean_total_intensity > 0))
-    fail(TYCHO_ERR_BAD_DATA, "data '", d.description, "' holds no intensity (all patterns are zero)");
+  d.max_value = max_value;
+  if (const std::string w = float32_rounding_warning(d); !w.empty()) log_warning("data", w);
   return d;
+}
+
+std::string float32_rounding_warning(const dataset& d) {
+  const DLDataType t = d.info.stored_dtype;
+  constexpr double k_exact = 16777216.0;  // 2^24: float32 holds every integer up to here
+  if ((t.code != kDLUInt && t.code != kDLInt) || !(d.max_value >= k_exact)) return "";
+  return cat("data '", d.description, "' is stored as ", t.code == kDLUInt ? "uint" : "int", int(t.bits),
+             " and its values reach ", int64_t(d.max_value), " (the largest, as float32), at or above 2^24 = 16777216: "
+             "sources deliver float32, which holds every integer only up to 2^24, so larger counts reach the "
+             "engine rounded to the nearest float32 (relative error below 6e-8)");
 }
 
 }  // namespace tycho::host

@@ -64,17 +64,28 @@ void pad_centred_pattern(const float* in, int64_t n0, int64_t n1, float* out, in
     std::copy(in + i * n1, in + (i + 1) * n1, out + (i + b0) * m1 + b1);
 }
 
-void pad_fft_order_pattern(const float* in, int64_t n0, int64_t n1, float* out, int64_t m0, int64_t m1) {
+namespace {
+template <class T>
+void pad_fft_order(const T* in, int64_t n0, int64_t n1, T* out, int64_t m0, int64_t m1) {
   check_window(n0, n1, m0, m1);
-  std::fill(out, out + m0 * m1, 0.f);
+  std::fill(out, out + m0 * m1, T(0));
   for (int64_t i = 0; i < n0; ++i) {
-    const float* src = in + i * n1;
-    float* dst = out + fft_index(frequency(i, n0), m0) * m1;
+    const T* src = in + i * n1;
+    T* dst = out + fft_index(frequency(i, n0), m0) * m1;
     // Non-negative frequencies stay at the front, negative ones move to the back.
     const int64_t positive = (n1 + 1) / 2;
     std::copy(src, src + positive, dst);
     std::copy(src + positive, src + n1, dst + m1 - (n1 - positive));
   }
+}
+}  // namespace
+
+void pad_fft_order_pattern(const float* in, int64_t n0, int64_t n1, float* out, int64_t m0, int64_t m1) {
+  pad_fft_order(in, n0, n1, out, m0, m1);
+}
+
+void pad_fft_order_mask(const uint8_t* in, int64_t n0, int64_t n1, uint8_t* out, int64_t m0, int64_t m1) {
+  pad_fft_order(in, n0, n1, out, m0, m1);
 }
 
 std::vector<uint8_t> padding_mask_fft_order(int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
@@ -97,17 +108,35 @@ detector_padding pad_detector(dataset& d, std::array<int64_t, 2> window) {
   p.window = window;
   check_window(d.n0, d.n1, window[0], window[1]);
   p.before_after = {centred_padding(d.n0, window[0]), centred_padding(d.n1, window[1])};
-  if (!p.padded()) return p;
+  if (!p.padded()) {
+    p.mask = d.detector_mask;  // bad pixels only (empty: none)
+    return p;
+  }
 
   const int64_t n = d.n0 * d.n1, m = window[0] * window[1];
   std::vector<float> padded(std::size_t(d.patterns * m));
   for (int64_t j = 0; j < d.patterns; ++j)
     pad_fft_order_pattern(d.targets.data() + j * n, d.n0, d.n1, padded.data() + j * m, window[0], window[1]);
   d.targets = std::move(padded);
-  p.mask = padding_mask_fft_order(d.n0, d.n1, window[0], window[1]);
+  if (d.detector_mask.empty()) {
+    p.mask = padding_mask_fft_order(d.n0, d.n1, window[0], window[1]);
+  } else {
+    p.mask.resize(std::size_t(m));
+    pad_fft_order_mask(d.detector_mask.data(), d.n0, d.n1, p.mask.data(), window[0], window[1]);
+  }
   d.n0 = window[0];
   d.n1 = window[1];
   return p;
+}
+
+owned_array result_mask(const detector_padding& p) {
+  const int64_t m0 = p.window[0], m1 = p.window[1];
+  std::vector<uint8_t> centred(std::size_t(m0 * m1), 1);
+  if (!p.mask.empty())
+    for (int64_t i = 0; i < m0; ++i)  // fftshift: FFT index i goes to (i + ⌊m/2⌋) mod m
+      for (int64_t j = 0; j < m1; ++j)
+        centred[std::size_t(((i + m0 / 2) % m0) * m1 + (j + m1 / 2) % m1)] = p.mask[std::size_t(i * m1 + j)];
+  return owned_array::from_vector("mask", DLDataType{kDLUInt, 8, 1}, {m0, m1}, centred);
 }
 
 std::array<int64_t, 2> padded_window(const detector_padding_request& r, int64_t n0, int64_t n1) {

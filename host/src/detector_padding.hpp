@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include <tycho/core/array.hpp>
+
 #include "tycho/host/dataset.hpp"
 
 namespace toml {
@@ -49,8 +51,9 @@ struct detector_padding {
   std::array<int64_t, 2> detector{0, 0};  // (N0, N1) as measured
   std::array<int64_t, 2> window{0, 0};    // (N0', N1') handed to the engine
   std::array<std::array<int64_t, 2>, 2> before_after{};  // per axis, in centred order
-  // (N0', N1') uint8 in FFT natural order (like the targets): 1 = measured, 0 = padding.
-  // Empty when nothing was padded (the engine then gets no mask: all pixels valid).
+  // The engine's mask: (N0', N1') uint8 in FFT natural order (like the targets): 1 = a valid
+  // measured pixel, 0 = padding or a bad pixel (the dataset's detector_mask, padded). Empty when
+  // nothing was padded or masked (the engine then gets no mask: all pixels valid).
   std::vector<uint8_t> mask;
   bool padded() const { return window != detector; }
 };
@@ -65,10 +68,20 @@ void pad_fft_order_pattern(const float* in, int64_t n0, int64_t n1, float* out, 
 // The (m0, m1) mask, FFT natural order, of an (n0, n1) detector padded as above.
 std::vector<uint8_t> padding_mask_fft_order(int64_t n0, int64_t n1, int64_t m0, int64_t m1);
 
+// The same for a uint8 mask (the added pixels 0).
+void pad_fft_order_mask(const uint8_t* in, int64_t n0, int64_t n1, uint8_t* out, int64_t m0, int64_t m1);
+
 // Pads the dataset's targets (FFT natural order, as read_dataset leaves them) to `window` and
 // sets d.n0, d.n1 to it; d.info.detector_shape keeps the measured shape, and the mean total
-// intensity is unchanged (the padding is zero). Throws for a window smaller than the detector.
+// intensity is unchanged (the padding is zero). The mask is the padding's combined with
+// d.detector_mask (bad pixels), which is left as it is. Throws for a window smaller than the
+// detector.
 detector_padding pad_detector(dataset& d, std::array<int64_t, 2> window);
+
+// The result's "mask" member: the engine's mask (N0', N1') uint8 in the centred order, like the
+// probe's window (1 = used by the loss, 0 = masked: padding or bad pixel); all ones when the
+// engine got no mask.
+owned_array result_mask(const detector_padding& p);
 
 // The window the request asks for, for a detector of (n0, n1): the detector itself when no
 // padding is asked for, else pad_detector_to or the next fast FFT sizes.

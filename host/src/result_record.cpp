@@ -36,6 +36,7 @@ std::string to_json(const result_manifest& m) {
   j["data"] = {{"description", m.data_description}, {"source", m.source},
                {"scan_shape", m.scan_shape}, {"detector_shape", m.detector_shape},
                {"mean_total_intensity", m.mean_total_intensity}};
+  if (!m.bad_pixels_json.empty()) j["data"]["bad_pixels"] = nlohmann::ordered_json::parse(m.bad_pixels_json);
   j["calibration"] = {{"scan_step_A", m.scan_step_A},
                       {"detector_pixel_invA", m.detector_pixel_invA},
                       {"object_pixel_A", m.object_pixel_A},
@@ -52,7 +53,9 @@ std::string to_json(const result_manifest& m) {
       {"probe", "(modes, N0, N1) " + m.complex_dtype + ": real-space probe, centred in its window; Σ|P|² in units of data.mean_total_intensity (the initial probe has 1)"},
       {"positions_px", "(P, 2) float64: probe centres in object pixels, C order over the scan"},
       {"positions_A", "(P, 2) float64: probe centres in Å from the object's corner"},
-      {"loss_history", "(iterations,) float64: mean loss per pattern"}};
+      {"loss_history", "(iterations,) float64: mean loss per pattern"},
+      {"mask", "(N0, N1) uint8: 1 where the loss used the detector pixel, 0 where it was masked (detector padding, "
+               "bad pixels); centred like the probe's window"}};
   for (const auto& o : m.optimizer_states)
     for (const auto& a : o.arrays)
       j["arrays"]["optimizer." + o.parameter + "." + a] =

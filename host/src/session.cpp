@@ -21,6 +21,7 @@
 
 #include "config_read.hpp"
 #include "tycho/host/dataset.hpp"
+#include "bad_pixels.hpp"
 #include "detector_padding.hpp"
 #include "tycho/host/log.hpp"
 #include "tycho/host/result_record.hpp"
@@ -43,7 +44,7 @@ const std::vector<std::string> k_data_keys = {"source", "scan_step_A", "detector
 const std::vector<std::string> k_optics_keys = {"energy_eV", "semiangle_mrad", "C10_A",
                                                 "defocus_A"};
 const std::vector<std::string> k_preprocess_keys = {"object_padding_px", "scan_origin_A", "pad_detector",
-                                                     "pad_detector_to"};
+                                                     "pad_detector_to", "saturation_value", "max_masked_fraction"};
 const std::vector<std::string> k_reconstruct_keys = {
     "engine", "iterations", "batch_size", "loss", "seed", "precision", "probe_modes", "slices",
     "object", "probe", "devices"};
@@ -535,6 +536,7 @@ session::session(config_document config, registry& reg, const std::string& resum
   // Each rank reads its block of the patterns (all of them when sharding = "replicated").
   const bool replicated = s.par->sharding() == shard::mode::replicated;
   s.data = read_dataset(source, &data_cfg, replicated ? 0 : s.par->rank(), replicated ? 1 : world);
+  mask_bad_pixels(s.data, s.config.table_at("preprocess"), s.config.origin(), *s.par);  // NaN, saturated
   if (world > 1) {
     // The intensity scale is the mean over the whole scan, so that every rank's model and the
     // loss are those of a run of one rank.
@@ -829,6 +831,7 @@ std::string session::manifest_json() const {
   m.semiangle_mrad = s.optics.semiangle_mrad;
   m.C10_A = s.optics.C10_A;
   m.mean_total_intensity = s.data.mean_total_intensity;
+  m.bad_pixels_json = bad_pixels_json(s.data);
   m.object_padding_px = s.geometry.padding_px;
   m.loss_history = s.loss_history;
   m.seconds_history = s.seconds_history;
@@ -881,6 +884,7 @@ void session::save(const std::string& path, tycho_save_mode mode) const {
       arrays.push_back(owned_array::copy_of(cat("optimizer.", which, ".", name ? name : ""), view));
     }
   }
+  arrays.push_back(result_mask(s.padding));  // what the loss left out, centred
   save_record(*s_->format_ref, arrays, manifest_json(), path, mode);
 }
 

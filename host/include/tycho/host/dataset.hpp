@@ -1,15 +1,28 @@
 // Reading the diffraction data through a source component into the engine's targets:
-// finite check, shift from centred to FFT order, the mean total intensity.
+// negative values refused, shift from centred to FFT order; then (host/src/bad_pixels.hpp)
+// bad pixels masked and the mean total intensity.
 #pragma once
 
 #include <tycho/tycho_components.h>
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "tycho/host/registry.hpp"
 
 namespace tycho::host {
+
+// What mask_bad_pixels found (over every rank's patterns), for the log and the manifest.
+struct bad_pixel_summary {
+  std::optional<double> saturation_value;  // values >= it were saturated; none: not checked
+  double max_masked_fraction = 0.5;        // [preprocess] max_masked_fraction as used
+  int64_t masked_pixels = 0;               // detector pixels masked in every pattern
+  int64_t nonfinite_values = 0;            // NaN, ±inf values, over all patterns
+  int64_t saturated_values = 0;            // values >= saturation_value, over all patterns
+  int64_t patterns = 0;                    // patterns holding at least one bad value
+};
 
 struct dataset {
   tycho_dataset_info info{};
@@ -18,7 +31,12 @@ struct dataset {
   std::vector<float> targets;    // (patterns, N0, N1), FFT natural order
   int64_t patterns = 0, n0 = 0, n1 = 0;  // patterns: those held, [first, first + patterns)
   int64_t first = 0, all_patterns = 0;   // all_patterns: the scan's Rx·Ry
-  double total_intensity = 0;       // Σ over the patterns held of Σ_k D
+  double max_value = 0;             // the largest finite value read (as float32)
+  // (Qx, Qy) as measured, FFT natural order like the targets: 1 = valid, 0 = a bad pixel,
+  // masked in every pattern (mask_bad_pixels). Empty: no pixel is masked.
+  std::vector<uint8_t> detector_mask;
+  bad_pixel_summary bad_pixels;
+  double total_intensity = 0;       // Σ over the patterns held of Σ_k D over valid pixels
   double mean_total_intensity = 0;  // mean over all patterns of Σ_k D (set by the caller when
                                     // the patterns held are a share)
   // (all_patterns, 2) probe positions in Å listed by the source (read_positions), for every
@@ -33,10 +51,16 @@ std::vector<double> read_source_positions(const tycho_source_vtable* vt, tycho_s
                                           const tycho_dataset_info& info,
                                           const std::string& description);
 
-// Opens `source` with the [data] table, reads and checks the patterns of the block
-// `part` of `parts` (shard::of's blocks; 0 of 1: every pattern). A share's
-// mean_total_intensity is its own mean; the caller combines the shares' totals.
+// Opens `source` with the [data] table, reads the patterns of the block `part` of `parts`
+// (shard::of's blocks; 0 of 1: every pattern), refuses negative values (a wrong dark
+// subtraction) and shifts centred patterns to FFT order. Non-finite values are left in place
+// and the totals at 0: mask_bad_pixels (host/src/bad_pixels.hpp) masks them and sums the rest.
+// A share's mean_total_intensity is its own mean; the caller combines the shares' totals.
 dataset read_dataset(const component_ref& source, const tycho_config* data_table, int64_t part = 0,
                      int64_t parts = 1);
+
+// For data stored as integers: a warning when the largest value reaches 2^24 = 16777216, above
+// which float32 (what sources deliver) does not hold every integer; "" otherwise.
+std::string float32_rounding_warning(const dataset& d);
 
 }  // namespace tycho::host

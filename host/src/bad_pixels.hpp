@@ -1,0 +1,66 @@
+// Bad detector pixels ([preprocess] saturation_value, max_masked_fraction): non-finite values
+// (NaN, ±inf) and saturated ones (>= saturation_value; by default the maximum of the stored
+// integer dtype, e.g. 65535 for uint16 detector gaps; none for float data) are masked out of the
+// loss instead of refused.
+//
+// A detector pixel bad in any pattern is masked in every pattern (detector gaps and hot pixels
+// are fixed pixels), on every rank: the ranks' masks are combined, so a run of W ranks masks
+// what a run of one does. Masked pixels are set to 0 in the targets, so nothing non-finite
+// reaches an engine, and the mean total intensity leaves them out. The mask is combined with
+// the detector padding's (detector_padding.hpp) into the engine's mask (setup->mask) and saved
+// as the result's `mask` member.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tycho/host/dataset.hpp"
+
+namespace toml {
+inline namespace v3 {
+class table;
+}
+}  // namespace toml
+
+namespace tycho::host {
+
+class parallel_context;
+
+struct bad_pixel_settings {
+  std::optional<double> saturation_value;  // values >= it are saturated; none: no such check
+  double max_masked_fraction = 0.5;        // of the detector's pixels; more is refused
+};
+
+// The largest value of an integer dtype (uint16: 65535, int16: 32767); none for floats.
+std::optional<double> dtype_maximum(DLDataType t);
+
+// Reads [preprocess] saturation_value (a number > 0, or false: no saturation check; default:
+// dtype_maximum(stored)) and max_masked_fraction (a number in [0, 1], default 0.5); `origin`
+// names the config in errors.
+bad_pixel_settings read_bad_pixel_settings(const toml::table& preprocess, const std::string& origin,
+                                           DLDataType stored);
+
+// Every rank's text, in rank order, on every rank (parallel_context::all_texts); empty: one rank
+// (or ranks that all hold every pattern).
+using gather_texts = std::function<std::vector<std::string>(const std::string&)>;
+
+// Finds the bad values of d's patterns (FFT order, as read_dataset leaves them), combines the
+// bad pixels with the other ranks' through `gather`, masks them in every pattern (value 0,
+// d.detector_mask 0), sums the remaining intensity (d.total_intensity, d.mean_total_intensity)
+// and fills d.bad_pixels. Refuses (TYCHO_ERR_BAD_DATA) a mask that leaves no valid pixel or
+// masks more than max_masked_fraction of the detector, and data holding no intensity when d
+// holds every pattern. Returns the warning to log ("" when nothing is masked): how many pixels,
+// in how many patterns, and the first few pixels, in the data's (stored) detector coordinates.
+std::string mask_bad_pixels(dataset& d, const bad_pixel_settings& settings, const gather_texts& gather = {});
+
+// The session's call: the settings from [preprocess], the ranks' masks combined (when the
+// patterns are sharded), the warning logged once, by rank 0.
+void mask_bad_pixels(dataset& d, const toml::table& preprocess, const std::string& origin, parallel_context& par);
+
+// d.bad_pixels as the manifest's "data.bad_pixels" object (JSON text).
+std::string bad_pixels_json(const dataset& d);
+
+}  // namespace tycho::host
