@@ -18,7 +18,11 @@ base=""
 for spec in "1 1" "1 2" "2 1"; do
   set -- $spec
   log=$tmp/run-$1-$2.log
-  mpirun --oversubscribe -np "$1" $tycho reconstruct examples/mos2.toml --iterations "$iterations" -o "$tmp/r.zip" \
+  # One rank runs without mpirun: mpirun binds each process to one core by default, which would
+  # put a single rank's threads on one core.
+  launch=()
+  (( $1 > 1 )) && launch=(mpirun --oversubscribe -np "$1")
+  "${launch[@]}" $tycho reconstruct examples/mos2.toml --iterations "$iterations" -o "$tmp/r.zip" \
     --set output.previews=false --set reconstruct.threads="$2" >"$log" 2>&1
   median=$(grep "s/it" "$log" | awk '{print $(NF-1)}' | sort -n | awk '{v[NR]=$1} END{print v[int((NR+1)/2)]}')
   [[ -z $base ]] && base=$median

@@ -74,7 +74,8 @@ def main():
         table("Your case", a.object, a.window, a.t_pos_us, a.busbw_GBps, a.latency_us, 16 if a.float64 else 8)
         return
     # The cases of docs/scaling.md.
-    table("A. CPU, this 2-core machine, MoS2 (measured t_pos; shared-memory MPI)", (220, 197), 96, 110.0, 5.0, 50.0,
+    table("A. CPU, this 2-core machine, MoS2, one core per rank (measured t_pos; shared-memory MPI)", (220, 197), 96,
+          212.0, 5.0, 50.0,
           batches=(128, 768), worlds=(2,), opt_GBps=10.0)
     table("B. 4 x H200 NVLink, 128^2 windows, object 1100^2 (t_pos assumed)", (1100, 1100), 128, 2.0, 350.0, 20.0)
     table("C. 4 x H200 NVLink, 256^2 windows, object 2048^2 (t_pos assumed)", (2048, 2048), 256, 6.0, 350.0, 20.0)
