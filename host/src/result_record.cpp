@@ -28,6 +28,9 @@ std::string host_name() {
 }
 }  // namespace
 
+std::string provenance_host_name() { return host_name(); }
+std::string provenance_time_utc() { return utc_now(); }
+
 std::string to_json(const result_manifest& m) {
   nlohmann::ordered_json j;
   j["format"] = "tycho-result";
@@ -70,6 +73,7 @@ std::string to_json(const result_manifest& m) {
     comps.push_back({{"role", c.role}, {"kind", c.kind}, {"name", c.name}, {"version", c.version},
                      {"plugin", c.plugin_path}});
   if (!m.parallel_json.empty()) j["parallel"] = nlohmann::ordered_json::parse(m.parallel_json);
+  if (!m.preprocess_json.empty()) j["preprocess"] = nlohmann::ordered_json::parse(m.preprocess_json);
   j["provenance"] = {{"tycho_version", TYCHO_VERSION_STRING},
                      {"abi_version", std::to_string(TYCHO_ABI_VERSION_MAJOR) + "." +
                                          std::to_string(TYCHO_ABI_VERSION_MINOR)},

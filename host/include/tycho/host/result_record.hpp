@@ -48,7 +48,14 @@ struct result_manifest {
   // How the run was spread: launcher, reducer, sharding, world size and one JSON object per
   // rank (device, precision, patterns held); empty for a run of one rank.
   std::string parallel_json;
+  // What the preprocessing stage did (tycho/host/preprocess.hpp); empty when it did nothing.
+  std::string preprocess_json;
 };
+
+// For provenance records: this machine's host name ("unknown" if it cannot be read) and the
+// time now, UTC, as YYYY-MM-DDTHH:MM:SSZ.
+std::string provenance_host_name();
+std::string provenance_time_utc();
 
 std::string to_json(const result_manifest& m);
 
