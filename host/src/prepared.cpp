@@ -61,10 +61,14 @@ std::string absolutise_data_path(config_document& doc) {
   return p;
 }
 
+// The table as TOML text, for comparisons; `save_raw_data` left out (it does not change the data).
 std::string table_text(const toml::table* t) {
-  if (!t || t->empty()) return "";
+  if (!t) return "";
+  toml::table copy = *t;
+  copy.erase("save_raw_data");
+  if (copy.empty()) return "";
   std::ostringstream os;
-  os << *t;
+  os << copy;
   return os.str();
 }
 
@@ -102,7 +106,8 @@ tycho_dataset_info recorded_info(const prepared_file& p) {
 
 }  // namespace
 
-std::optional<prepared_file> try_load_prepared(const registry& reg, const std::string& path) {
+std::optional<prepared_file> try_load_prepared(const registry& reg, const std::string& path,
+                                               std::optional<loaded_record>* other) {
   if (!fs::is_regular_file(path)) return std::nullopt;
   loaded_record rec;
   try {
@@ -114,9 +119,12 @@ std::optional<prepared_file> try_load_prepared(const registry& reg, const std::s
   try {
     m = nlohmann::json::parse(rec.manifest_json);
   } catch (const nlohmann::json::exception&) {
+    m = nullptr;
+  }
+  if (!m.is_object() || m.value("format", std::string()) != k_format) {
+    if (other) *other = std::move(rec);
     return std::nullopt;
   }
-  if (!m.is_object() || m.value("format", std::string()) != k_format) return std::nullopt;
   prepared_file p;
   p.path = path;
   const int version = m.value("format_version", 0);

@@ -196,13 +196,13 @@ struct resume_data {
   std::vector<int64_t> scan_shape, window_shape;
 };
 
-resume_data load_resume(const std::string& path, const registry& reg) {
+resume_data load_resume(const std::string& path, const registry& reg, std::optional<loaded_record> loaded = {}) {
   if (!std::filesystem::is_regular_file(path))
     fail(TYCHO_ERR_NOT_FOUND, "--from '", path, "': no such file");
   resume_data r;
   r.path = path;
   try {
-    r.record = load_record(format_for_path(reg, path), path);
+    r.record = loaded ? std::move(*loaded) : load_record(format_for_path(reg, path), path);
   } catch (const error& e) {
     fail(TYCHO_ERR_BAD_DATA, "'", path, "' is not a tycho result: ", e.what());
   }
@@ -502,7 +502,9 @@ session::session(config_document config, registry& reg, const std::string& resum
   // A prepared file (`tycho preprocess`) starts a fresh run from its data: its [data], [optics]
   // and [preprocess] replace the config's (tycho/host/prepared.hpp).
   std::optional<prepared_file> prepared;
-  if (!resume_from.empty() && (prepared = try_load_prepared(reg, resume_from))) merge_prepared_config(s.config, *prepared);
+  std::optional<loaded_record> from_record;  // a result to resume, read once
+  if (!resume_from.empty() && (prepared = try_load_prepared(reg, resume_from, &from_record)))
+    merge_prepared_config(s.config, *prepared);
   validate_config(s.config, reg);
   // Devices, launcher and reducer: refused before the data is read when they cannot be honoured.
   if (parallel == nullptr) {
@@ -514,7 +516,7 @@ session::session(config_document config, registry& reg, const std::string& resum
   // history.schedule_iterations), whatever [reconstruct] iterations says; the config records it.
   std::optional<resume_data> resume;
   if (!resume_from.empty() && !prepared) {
-    resume = load_resume(resume_from, reg);
+    resume = load_resume(resume_from, reg, std::move(from_record));
     s.config.set_from_text(cat("reconstruct.iterations=", resume->total));
   }
   const reconstruct_settings settings = read_reconstruct_settings(s.config);

@@ -22,6 +22,7 @@
 #include "tycho/host/dataset.hpp"
 #include "tycho/host/preprocess.hpp"
 #include "tycho/host/registry.hpp"
+#include "tycho/host/result_record.hpp"
 
 namespace tycho::host {
 
@@ -43,8 +44,11 @@ struct prepared_file {
 
 // Loads `path` when it is a prepared file (its manifest says "format": "tycho-prepared"); nullopt
 // when it is anything else (a result, not a zip, missing): the caller then treats it as a result.
-// A prepared file of another format version, or an incomplete one, is refused.
-std::optional<prepared_file> try_load_prepared(const registry& reg, const std::string& path);
+// A prepared file of another format version, or an incomplete one, is refused. `other`, when
+// given, receives the record of a file that loads but is not a prepared file (a result to resume),
+// so that it is read once.
+std::optional<prepared_file> try_load_prepared(const registry& reg, const std::string& path,
+                                               std::optional<loaded_record>* other = nullptr);
 
 // The prepared file's own config (for `tycho reconstruct --from P` without CONFIG); its relative
 // paths resolve against the prepared file's folder.
