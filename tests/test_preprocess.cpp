@@ -497,4 +497,39 @@ TEST_F(PreprocessRuns, SourceChecksumIsChecked) {
   EXPECT_NE(gone.err.find("is gone"), std::string::npos) << gone.err;
 }
 
+// The stage under `mpirun -np 2` (each rank holds half the patterns): the COM fit, the rotation
+// estimate and the normalisation see the whole scan, as with one rank.
+TEST_F(PreprocessRuns, TwoRanksFitTheWholeScan) {
+  if (!run_command({"/bin/sh", "-c", "command -v mpirun"}).exited_with(0)) GTEST_SKIP() << "mpirun not found";
+  bool mpi = false;
+  for (const auto& c : tycho::test::plugins().components())
+    if (c.kind == TYCHO_COMPONENT_REDUCER && c.name == "mpi") mpi = true;
+  if (!mpi) GTEST_SKIP() << "the mpi reducer plugin was not built";
+  auto run = [&](int np, const std::string& out) {
+    return run_command({"mpirun", "--oversubscribe", "-np", std::to_string(np), tycho::test::tycho_exe(),
+                        "reconstruct", example_config(), "-q", "--iterations", "1", "-o", out, "--set",
+                        "output.previews=false", "--set", "reconstruct.threads=1", "--set",
+                        "preprocess.com_fit=\"plane\"", "--set", "preprocess.scan_rotation_deg=\"auto\"", "--set",
+                        "preprocess.recentre=true", "--set", "preprocess.normalise=true"},
+                       {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_btl=self,vader",
+                        "OMPI_MCA_rmaps_base_oversubscribe=1"});
+  };
+  auto one = run(1, tmp_ / "one.zip");
+  ASSERT_TRUE(one.exited_with(0)) << one.describe();
+  auto two = run(2, tmp_ / "two.zip");
+  ASSERT_TRUE(two.exited_with(0)) << two.describe();
+  const auto a = manifest_of(tmp_ / "one.zip").at("preprocess"), b = manifest_of(tmp_ / "two.zip").at("preprocess");
+  for (const char* axis : {"axis0", "axis1"})
+    for (int c = 0; c < 3; ++c)
+      EXPECT_NEAR(a.at("com_fit_coefficients").at(axis)[c].get<double>(),
+                  b.at("com_fit_coefficients").at(axis)[c].get<double>(), 1e-12) << axis << c;
+  EXPECT_EQ(a.at("com_patterns"), b.at("com_patterns"));
+  EXPECT_NEAR(a.at("rotation_estimate").at("scan_rotation_deg").get<double>(),
+              b.at("rotation_estimate").at("scan_rotation_deg").get<double>(), 1e-9);
+  EXPECT_NEAR(a.at("normalised_to").get<double>(), b.at("normalised_to").get<double>(), 1e-6);
+  const auto la = tycho::test::load_result(tmp_ / "one.zip").array("loss_history", "one.zip");
+  const auto lb = tycho::test::load_result(tmp_ / "two.zip").array("loss_history", "two.zip");
+  EXPECT_NEAR(la.as<double>()[0], lb.as<double>()[0], 1e-6 * la.as<double>()[0]);
+}
+
 }  // namespace
