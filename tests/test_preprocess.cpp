@@ -413,8 +413,7 @@ class PreprocessRuns : public ::testing::Test {
 };
 
 TEST_F(PreprocessRuns, BinningOneAndAFullCropAreNoPreprocessing) {
-  // binning = 1 with a crop to the whole detector: the stage runs (and recomputes the intensity
-  // totals) but changes nothing.
+  // binning = 1 with a crop to the whole detector: the stage runs but changes nothing.
   auto a = reconstruct({example_config(), "-o", tmp_ / "a.zip"});
   ASSERT_TRUE(a.exited_with(0)) << a.describe();
   auto b = reconstruct({example_config(), "-o", tmp_ / "b.zip", "--set", "preprocess.binning=1", "--set",

@@ -3,7 +3,6 @@
 #include <tycho/core/error.hpp>
 #include <tycho/core/launch.hpp>
 #include <tycho/core/sharding.hpp>
-#include <tycho/tycho_version.h>
 
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
@@ -226,12 +225,6 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
   if (detect_launch(process_environment()).multi_process())
     fail(TYCHO_ERR_INVALID_ARGUMENT, "tycho preprocess runs as one process (it reads every pattern and writes one ",
          "file): start it without mpirun, srun or torchrun");
-  if (fs::is_directory(output))
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "output '", output, "' is a folder; give a file name, e.g. '", output,
-         "/prepared.zip'");
-  const auto out_dir = fs::absolute(output).parent_path();
-  if (!fs::is_directory(out_dir))
-    fail(TYCHO_ERR_NOT_FOUND, "output folder '", out_dir.string(), "' (for '", output, "') does not exist");
   if (save_raw_data) doc.set_from_text("preprocess.save_raw_data=true");
   const std::string source_file = absolutise_data_path(doc);
 
@@ -314,16 +307,10 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
     j["arrays"]["com"] = "(Rx, Ry, 2) float64: measured centre of mass of each pattern, px from the detector centre, "
                          "after crop and binning (NaN: no intensity)";
   const component_ref& format = format_for_path(reg, output);
-  nlohmann::ordered_json comps = nlohmann::ordered_json::array();
+  std::vector<component_provenance> used;
   for (const auto& [role, c] : {std::pair<const char*, const component_ref*>{"source", &source}, {"format", &format}})
-    comps.push_back({{"role", role}, {"kind", kind_name(c->kind)}, {"name", c->name}, {"version", c->version},
-                     {"plugin", c->plugin_path}});
-  j["provenance"] = {{"tycho_version", TYCHO_VERSION_STRING},
-                     {"abi_version", std::to_string(TYCHO_ABI_VERSION_MAJOR) + "." +
-                                         std::to_string(TYCHO_ABI_VERSION_MINOR)},
-                     {"host", provenance_host_name()},
-                     {"time_utc", provenance_time_utc()},
-                     {"components", comps}};
+    used.push_back({role, kind_name(c->kind), c->name, c->version, c->plugin_path});
+  j["provenance"] = nlohmann::ordered_json::parse(provenance_json(used));
   save_record(format, arrays, j.dump(2), output, TYCHO_SAVE_OVERWRITE);
   log_info("preprocess", cat("prepared ", rx, " x ", ry, " patterns of ", d.n0, " x ", d.n1, " px",
                              settings.save_raw_data ? " (embedded)" : cat(" (not embedded: the file records '",

@@ -21,12 +21,6 @@ namespace {
 constexpr double pi = 3.14159265358979323846;
 const double nan = std::numeric_limits<double>::quiet_NaN();
 
-// Frequency of FFT-order index i of an n-point axis: 0, 1, ..., ⌈n/2⌉ − 1, then −⌊n/2⌋, ..., −1.
-int64_t frequency(int64_t i, int64_t n) { return i < (n + 1) / 2 ? i : i - n; }
-// FFT-order index of frequency f (any integer; taken modulo n).
-int64_t fft_index(int64_t f, int64_t n) { return ((f % n) + n) % n; }
-// Whether frequency f exists on an n-point axis in the centred convention.
-bool valid_frequency(int64_t f, int64_t n) { return f >= -(n / 2) && f <= (n + 1) / 2 - 1; }
 
 std::string com_fit_name(com_fit_kind k) {
   return k == com_fit_kind::plane ? "plane" : k == com_fit_kind::constant ? "constant" : "none";
@@ -49,9 +43,9 @@ void orient_pattern(const float* in, int64_t n0, int64_t n1, float* out, int tur
   const bool swap = (turns % 2 == 1) != transpose;
   const int64_t m0 = swap ? n1 : n0, m1 = swap ? n0 : n1;
   for (int64_t i = 0; i < m0; ++i) {
-    const int64_t k0 = frequency(i, m0);
+    const int64_t k0 = fft_frequency(i, m0);
     for (int64_t j = 0; j < m1; ++j) {
-      const int64_t k1 = frequency(j, m1);
+      const int64_t k1 = fft_frequency(j, m1);
       // R(−θ) k for θ = 0, 90, 180, 270: (k0, k1), (k1, −k0), (−k0, −k1), (−k1, k0).
       int64_t a = k0, b = k1;
       switch (turns) {
@@ -464,7 +458,7 @@ preprocess_report preprocess_dataset(dataset& d, const config_document& doc, con
       for (int64_t i = 0; i < m0; ++i)
         for (int64_t j = 0; j < m1; ++j)
           scratch[std::size_t(i * m1 + j)] =
-              in[fft_index(frequency(i, m0), d.n0) * d.n1 + fft_index(frequency(j, m1), d.n1)];
+              in[fft_index(fft_frequency(i, m0), d.n0) * d.n1 + fft_index(fft_frequency(j, m1), d.n1)];
       std::copy(scratch.begin(), scratch.end(), d.targets.begin() + l * m);  // m ≤ n: in place, in order
     }
     d.targets.resize(std::size_t(d.patterns * m));
@@ -529,12 +523,12 @@ preprocess_report preprocess_dataset(dataset& d, const config_document& doc, con
       const float* p = d.targets.data() + l * m;
       double tot = 0, m0 = 0, m1 = 0;
       for (int64_t i = 0; i < d.n0; ++i) {
-        const double f0 = double(frequency(i, d.n0));
+        const double f0 = double(fft_frequency(i, d.n0));
         double row = 0, row1 = 0;
         for (int64_t j = 0; j < d.n1; ++j) {
           const double v = p[i * d.n1 + j];
           row += v;
-          row1 += v * double(frequency(j, d.n1));
+          row1 += v * double(fft_frequency(j, d.n1));
         }
         tot += row;
         m0 += f0 * row;
@@ -616,10 +610,10 @@ preprocess_report preprocess_dataset(dataset& d, const config_document& doc, con
       float* p = d.targets.data() + l * m;
       scratch.assign(p, p + m);
       for (int64_t a = 0; a < d.n0; ++a) {
-        const int64_t f0 = frequency(a, d.n0) + s0;
+        const int64_t f0 = fft_frequency(a, d.n0) + s0;
         for (int64_t b = 0; b < d.n1; ++b) {
-          const int64_t f1 = frequency(b, d.n1) + s1;
-          p[a * d.n1 + b] = valid_frequency(f0, d.n0) && valid_frequency(f1, d.n1)
+          const int64_t f1 = fft_frequency(b, d.n1) + s1;
+          p[a * d.n1 + b] = has_frequency(f0, d.n0) && has_frequency(f1, d.n1)
                                 ? scratch[std::size_t(fft_index(f0, d.n0) * d.n1 + fft_index(f1, d.n1))]
                                 : 0.f;
         }
@@ -670,7 +664,9 @@ preprocess_report preprocess_dataset(dataset& d, const config_document& doc, con
   d.info.detector_shape[0] = d.n0;
   d.info.detector_shape[1] = d.n1;
   rep.detector_out = {d.n0, d.n1};
-  recompute_totals(d);
+  // The COM, its fit and the rotation estimate alone leave the patterns (and read_dataset's
+  // totals) as they were.
+  if (rep.detector_out != rep.detector_in || s.recentre || turns != 0 || s.transpose || s.normalise) recompute_totals(d);
   return rep;
 }
 

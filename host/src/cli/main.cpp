@@ -27,6 +27,18 @@ namespace {
 // This process's rank of a multi-rank run, kept where main's error handler can stop the others.
 std::unique_ptr<th::parallel_context> g_parallel;
 
+// Fail now, not after an hour of work, if the output cannot be written there.
+void check_output_path(const std::string& out_path, const char* example_name) {
+  if (std::filesystem::is_directory(out_path))
+    throw tycho::error(TYCHO_ERR_INVALID_ARGUMENT,
+                       fmt::format("output '{}' is a folder; give a file name, e.g. '{}/{}'", out_path, out_path,
+                                   example_name));
+  auto out_dir = std::filesystem::absolute(out_path).parent_path();
+  if (!std::filesystem::is_directory(out_dir))
+    throw tycho::error(TYCHO_ERR_NOT_FOUND, fmt::format("output folder '{}' (for '{}') does not exist",
+                                                        out_dir.string(), out_path));
+}
+
 // How many iterations an invocation runs, and over how many the learning-rate schedules are laid
 // out (the run's total, [reconstruct] iterations):
 //   fresh run:  --iterations N sets the total to N and runs N; --stop-after M runs only M of the
@@ -94,15 +106,7 @@ int cmd_reconstruct(const std::string& config_path, int64_t iterations, int64_t 
     throw tycho::error(TYCHO_ERR_INVALID_ARGUMENT,
                        "with --from, --iterations and --stop-after both mean \"run N more\": give one");
   std::string out_path = output.empty() ? th::session::configured_output_path(doc) : output;
-  // Fail now, not after an hour of iterations, if the result cannot be written there.
-  if (std::filesystem::is_directory(out_path))
-    throw tycho::error(TYCHO_ERR_INVALID_ARGUMENT,
-                       fmt::format("output '{}' is a folder; give a file name, e.g. '{}/result.zip'",
-                                   out_path, out_path));
-  auto out_dir = std::filesystem::absolute(out_path).parent_path();
-  if (!std::filesystem::is_directory(out_dir))
-    throw tycho::error(TYCHO_ERR_NOT_FOUND, fmt::format("output folder '{}' (for '{}') does not exist",
-                                                        out_dir.string(), out_path));
+  check_output_path(out_path, "result.zip");
   const tycho::launch_environment launch = tycho::detect_launch(tycho::process_environment());
   // Several GPUs in one process: one thread per device, each a rank.
   if (const auto devices = th::local_rank_devices(doc, reg, launch); !devices.empty()) {
@@ -132,6 +136,7 @@ int cmd_plan(const std::string& config_path, const std::vector<std::string>& set
 // `tycho preprocess`: the preprocessing stage, saved as a prepared file.
 int cmd_preprocess(const std::string& config_path, const std::string& output, const std::vector<std::string>& sets,
                    bool save_raw_data) {
+  check_output_path(output, "prepared.zip");
   auto doc = tycho::config_document::load_file(config_path);
   for (const auto& s : sets) doc.set_from_text(s);
   return th::preprocess_command(std::move(doc), th::registry::global(), output, save_raw_data, std::cout);

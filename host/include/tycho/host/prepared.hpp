@@ -66,7 +66,7 @@ dataset prepared_dataset(const prepared_file& p, const config_document& merged, 
                          int64_t parts, const rank_sum& sum_across_ranks, std::string& preprocess_json);
 
 // `tycho preprocess CONFIG -o OUTPUT`: writes the prepared file (atomically, through the format
-// whose extension matches OUTPUT, else zip); `save_raw_data` (or [preprocess] save_raw_data)
+// whose extension matches OUTPUT, else zip; the command has checked that OUTPUT's folder exists); `save_raw_data` (or [preprocess] save_raw_data)
 // embeds the patterns. Prints "wrote OUTPUT" to `out`; returns 0.
 int preprocess_command(config_document doc, const registry& reg, const std::string& output, bool save_raw_data,
                        std::ostream& out);

@@ -52,10 +52,9 @@ struct result_manifest {
   std::string preprocess_json;
 };
 
-// For provenance records: this machine's host name ("unknown" if it cannot be read) and the
-// time now, UTC, as YYYY-MM-DDTHH:MM:SSZ.
-std::string provenance_host_name();
-std::string provenance_time_utc();
+// The manifest's "provenance" object as JSON text: tycho and ABI versions, this machine's host
+// name, the time now (UTC) and the components (also what a prepared file records).
+std::string provenance_json(const std::vector<component_provenance>& components);
 
 std::string to_json(const result_manifest& m);
 
