@@ -172,8 +172,10 @@ dataset prepared_dataset(const prepared_file& p, const config_document& merged, 
     const auto& data = at(p, m, "data");
     if (!p.embedded) {
       // Re-read the source and re-run the stage: the file records which bytes it read.
-      const std::string source = data.value("source_file", std::string());
-      const std::string want = data.value("source_sha256", std::string());
+      auto text = [&](const char* key) {  // null (no file) as ""
+        return data.contains(key) && data[key].is_string() ? data[key].get<std::string>() : std::string();
+      };
+      const std::string source = text("source_file"), want = text("source_sha256");
       if (!source.empty()) {
         if (!fs::is_regular_file(source))
           fail(TYCHO_ERR_NOT_FOUND, "the prepared file '", p.path, "' does not embed its patterns, and its source '",
