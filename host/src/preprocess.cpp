@@ -278,6 +278,7 @@ rotation_estimate estimate_scan_rotation(const std::vector<double>& com, int64_t
     for (int d = -89; d <= 90; ++d) {
       const double v = com_curl(com, rx, ry, d, tr == 1);
       if (v < curl) curl = v, deg = d;
+      best.curl_max = std::max(best.curl_max, v);
     }
     const double centre = deg;
     for (int d = -100; d <= 100; ++d) {
@@ -427,7 +428,8 @@ std::string preprocess_report::to_json() const {
                               {"mean_abs_curl_other_transpose",
                                std::isfinite(rotation.curl_other) ? nlohmann::ordered_json(rotation.curl_other)
                                                                   : nlohmann::ordered_json(nullptr)},
-                              {"mean_abs_curl_at_0_deg", rotation.curl_at_zero}};
+                              {"mean_abs_curl_at_0_deg", rotation.curl_at_zero},
+                              {"mean_abs_curl_max", rotation.curl_max}};
   }
   if (s.recentre) j["recentre_shift_px"] = shift_range;
   if (s.normalise) j["normalised_to"] = normalised_to;
@@ -578,7 +580,12 @@ preprocess_report preprocess_dataset(dataset& d, const config_document& doc, con
                                e.curl_at_zero, " at 0°", std::isfinite(e.curl_other)
                                    ? cat("; ", e.curl_other, " at the best angle with transpose ",
                                          e.transpose ? "false" : "true")
-                                   : std::string(), ")"));
+                                   : std::string(), "; ", e.curl_max, " at the worst angle)"));
+    if (e.contrast() < rotation_contrast_warn)
+      log_warning("preprocess", cat("the centre-of-mass curl varies by only ", std::round(e.contrast() * 1000) / 10,
+                                    " % over the angles", s.transpose_auto ? " and transposes" : "",
+                                    ": noise dominates and the rotation estimate (", e.deg,
+                                    "°) is uncertain; check it, or give scan_rotation_deg and scan_transpose"));
     // Only multiples of 90° can be applied (an exact reordering of pixels): the estimate is
     // applied as the nearest multiple when it lies within rotation_snap_deg of it, a margin for
     // the estimate's scatter (on the MoS2 counts, 32 x 24 positions at 25,000 e per pattern, it
