@@ -215,9 +215,10 @@ TEST(FileFormatDoc, EveryMemberAndKeyIsDocumented) {
                                      tycho::test::source_dir() + "/examples/mos2.toml", "--iterations", "1", "-q",
                                      "--set", "output.previews=false", "-o", tmp / "one.zip"});
   ASSERT_TRUE(r.exited_with(0)) << r.describe();
-  // Two ranks as threads: the `parallel` keys.
+  // Two ranks as threads: the `parallel` keys, and the preprocessing stage's `preprocess` object.
   {
-    const auto cfg = mos2_config();
+    auto cfg = mos2_config();
+    cfg.set_from_text("preprocess.normalise=true");
     std::vector<DLDevice> cpus(2, DLDevice{kDLCPU, 0});
     std::mutex m;
     tycho::host::run_local_ranks(cfg, tycho::host::registry::global(), cpus, [&](tycho::host::parallel_context& ctx) {

@@ -13,12 +13,6 @@
 namespace tycho::host {
 
 namespace {
-// Frequency of FFT-order index i of an n-point axis (the engine's convention): 0, 1, ...,
-// ⌈n/2⌉ − 1, then −⌊n/2⌋, ..., −1.
-int64_t frequency(int64_t i, int64_t n) { return i < (n + 1) / 2 ? i : i - n; }
-// FFT-order index of frequency f on an n-point axis.
-int64_t fft_index(int64_t f, int64_t n) { return f >= 0 ? f : f + n; }
-
 void check_window(int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
   if (n0 < 1 || n1 < 1 || m0 < n0 || m1 < n1)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "cannot pad a ", n0, " x ", n1, " detector to ", m0, " x ", m1,
@@ -71,7 +65,7 @@ void pad_fft_order(const T* in, int64_t n0, int64_t n1, T* out, int64_t m0, int6
   std::fill(out, out + m0 * m1, T(0));
   for (int64_t i = 0; i < n0; ++i) {
     const T* src = in + i * n1;
-    T* dst = out + fft_index(frequency(i, n0), m0) * m1;
+    T* dst = out + fft_index(fft_frequency(i, n0), m0) * m1;
     // Non-negative frequencies stay at the front, negative ones move to the back.
     const int64_t positive = (n1 + 1) / 2;
     std::copy(src, src + positive, dst);
@@ -92,11 +86,11 @@ std::vector<uint8_t> padding_mask_fft_order(int64_t n0, int64_t n1, int64_t m0, 
   check_window(n0, n1, m0, m1);
   std::vector<uint8_t> mask(std::size_t(m0 * m1), 0);
   for (int64_t i = 0; i < m0; ++i) {
-    const int64_t f0 = frequency(i, m0);
-    if (f0 < -(n0 / 2) || f0 > (n0 + 1) / 2 - 1) continue;
+    const int64_t f0 = fft_frequency(i, m0);
+    if (!has_frequency(f0, n0)) continue;
     for (int64_t j = 0; j < m1; ++j) {
-      const int64_t f1 = frequency(j, m1);
-      mask[std::size_t(i * m1 + j)] = uint8_t(f1 >= -(n1 / 2) && f1 <= (n1 + 1) / 2 - 1);
+      const int64_t f1 = fft_frequency(j, m1);
+      mask[std::size_t(i * m1 + j)] = uint8_t(has_frequency(f1, n1));
     }
   }
   return mask;

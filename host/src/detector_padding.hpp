@@ -32,6 +32,14 @@ class table;
 
 namespace tycho::host {
 
+// Frequency of FFT-order index i of an n-point axis (the engine's convention): 0, 1, ...,
+// ⌈n/2⌉ − 1, then −⌊n/2⌋, ..., −1.
+inline int64_t fft_frequency(int64_t i, int64_t n) { return i < (n + 1) / 2 ? i : i - n; }
+// FFT-order index of frequency f on an n-point axis (f taken modulo n).
+inline int64_t fft_index(int64_t f, int64_t n) { return ((f % n) + n) % n; }
+// Whether an n-point centred axis has frequency f: −⌊n/2⌋ ≤ f ≤ ⌈n/2⌉ − 1.
+inline bool has_frequency(int64_t f, int64_t n) { return f >= -(n / 2) && f <= (n + 1) / 2 - 1; }
+
 // What the [preprocess] table asks for.
 struct detector_padding_request {
   bool pad = false;                     // pad_detector = true, or pad_detector_to given

@@ -28,6 +28,20 @@ std::string host_name() {
 }
 }  // namespace
 
+std::string provenance_json(const std::vector<component_provenance>& components) {
+  nlohmann::ordered_json comps = nlohmann::ordered_json::array();
+  for (const auto& c : components)
+    comps.push_back({{"role", c.role}, {"kind", c.kind}, {"name", c.name}, {"version", c.version},
+                     {"plugin", c.plugin_path}});
+  const nlohmann::ordered_json j = {{"tycho_version", TYCHO_VERSION_STRING},
+                                    {"abi_version", std::to_string(TYCHO_ABI_VERSION_MAJOR) + "." +
+                                                        std::to_string(TYCHO_ABI_VERSION_MINOR)},
+                                    {"host", host_name()},
+                                    {"time_utc", utc_now()},
+                                    {"components", comps}};
+  return j.dump();
+}
+
 std::string to_json(const result_manifest& m) {
   nlohmann::ordered_json j;
   j["format"] = "tycho-result";
@@ -68,17 +82,9 @@ std::string to_json(const result_manifest& m) {
   for (const auto& o : m.optimizer_states)
     opts[o.parameter] = {{"optimizer", o.optimizer}, {"steps", o.steps}, {"arrays", o.arrays}};
   j["optimizer_state"] = opts;
-  nlohmann::ordered_json comps = nlohmann::ordered_json::array();
-  for (const auto& c : m.components)
-    comps.push_back({{"role", c.role}, {"kind", c.kind}, {"name", c.name}, {"version", c.version},
-                     {"plugin", c.plugin_path}});
   if (!m.parallel_json.empty()) j["parallel"] = nlohmann::ordered_json::parse(m.parallel_json);
-  j["provenance"] = {{"tycho_version", TYCHO_VERSION_STRING},
-                     {"abi_version", std::to_string(TYCHO_ABI_VERSION_MAJOR) + "." +
-                                         std::to_string(TYCHO_ABI_VERSION_MINOR)},
-                     {"host", host_name()},
-                     {"time_utc", utc_now()},
-                     {"components", comps}};
+  if (!m.preprocess_json.empty()) j["preprocess"] = nlohmann::ordered_json::parse(m.preprocess_json);
+  j["provenance"] = nlohmann::ordered_json::parse(provenance_json(m.components));
   return j.dump(2);
 }
 

@@ -24,6 +24,8 @@
 #include "bad_pixels.hpp"
 #include "detector_padding.hpp"
 #include "tycho/host/log.hpp"
+#include "tycho/host/prepared.hpp"
+#include "tycho/host/preprocess.hpp"
 #include "tycho/host/result_record.hpp"
 #include "tycho/host/run_plan.hpp"
 
@@ -138,7 +140,7 @@ void validate_config(const config_document& doc, const registry& reg, bool engin
                                 read_key<std::string>(data_t, "source", "data").value_or("emd"));
   check_keys(data_t, "data", with(k_data_keys, source.config_keys), origin);
   check_keys(doc.table_at("optics"), "optics", k_optics_keys, origin);
-  check_keys(doc.table_at("preprocess"), "preprocess", k_preprocess_keys, origin);
+  check_keys(doc.table_at("preprocess"), "preprocess", with(k_preprocess_keys, preprocess_stage_keys()), origin);
   const toml::table& rec_t = doc.table_at("reconstruct");
   const std::string engine_name = read_key<std::string>(rec_t, "engine", "reconstruct").value_or("cpu");
   std::vector<std::string> engine_keys;
@@ -195,13 +197,13 @@ struct resume_data {
   std::vector<int64_t> scan_shape, window_shape;
 };
 
-resume_data load_resume(const std::string& path, const registry& reg) {
+resume_data load_resume(const std::string& path, const registry& reg, std::optional<loaded_record> loaded = {}) {
   if (!std::filesystem::is_regular_file(path))
     fail(TYCHO_ERR_NOT_FOUND, "--from '", path, "': no such file");
   resume_data r;
   r.path = path;
   try {
-    r.record = load_record(format_for_path(reg, path), path);
+    r.record = loaded ? std::move(*loaded) : load_record(format_for_path(reg, path), path);
   } catch (const error& e) {
     fail(TYCHO_ERR_BAD_DATA, "'", path, "' is not a tycho result: ", e.what());
   }
@@ -328,6 +330,10 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
   double step1 = listed || data_t.contains("scan_step_A") || !std::isfinite(info.scan_step_A[1]) ? step : info.scan_step_A[1];
   if (!(dk > 0 && dk1 > 0 && (listed || (step > 0 && step1 > 0))))
     fail(TYCHO_ERR_INVALID_ARGUMENT, "scan step and detector pixel must be > 0 (got ", step, " Å, ", dk, " Å⁻¹)");
+  // [preprocess] binning = b: b x b detector pixels make one (info.detector_shape is the binned one).
+  const double binning = double(read_preprocess_settings(doc.table_at("preprocess"), doc.origin()).binning);
+  dk *= binning;
+  dk1 *= binning;
   r.sampling = window_sampling{{n0, n1}, {dk, dk1}};
 
   // The aperture must lie inside the measured detector (not a padded window: padding adds no
@@ -414,10 +420,16 @@ run_preview preview_run(const config_document& doc, const registry& reg) {
     r.info.description = nullptr;  // owned by the source, which closes here
     r.positions_A = read_source_positions(vt, src, r.info, r.description);
   }
-  const int64_t n0 = r.info.detector_shape[0], n1 = r.info.detector_shape[1];
-  if (r.info.scan_shape[0] <= 0 || r.info.scan_shape[1] <= 0 || n0 <= 0 || n1 <= 0)
+  if (r.info.scan_shape[0] <= 0 || r.info.scan_shape[1] <= 0 || r.info.detector_shape[0] <= 0 ||
+      r.info.detector_shape[1] <= 0)
     fail(TYCHO_ERR_BAD_DATA, "data '", r.description, "' is empty (scan ", r.info.scan_shape[0], " x ",
-         r.info.scan_shape[1], ", detector ", n0, " x ", n1, ")");
+         r.info.scan_shape[1], ", detector ", r.info.detector_shape[0], " x ", r.info.detector_shape[1], ")");
+  // The detector after [preprocess] crop_detector, binning and quarter turns.
+  const auto detector = preprocessed_detector_shape(read_preprocess_settings(doc.table_at("preprocess"), doc.origin()),
+                                                    r.info.detector_shape[0], r.info.detector_shape[1], true);
+  r.info.detector_shape[0] = detector[0];
+  r.info.detector_shape[1] = detector[1];
+  const int64_t n0 = detector[0], n1 = detector[1];
   auto window = padded_window(read_detector_padding(doc.table_at("preprocess"), doc.origin()), n0, n1);
   r.window[0] = window[0];
   r.window[1] = window[1];
@@ -459,6 +471,7 @@ struct session::state {
   parallel_context* par = nullptr;
   std::vector<double> all_positions_px;  // (P, 2): every rank's, whichever patterns this one holds
   std::string parallel_json;             // the ranks' reports, for the manifest
+  std::string preprocess_json;           // what the preprocessing stage did, for the manifest
 
   ~state() {
     if (object_opt) object_opt_ref->as<tycho_optimizer_vtable>()->destroy(object_opt);
@@ -493,6 +506,12 @@ session::session(config_document config, registry& reg, const std::string& resum
     : s_(std::make_unique<state>(std::move(config))) {
   s_->reg = &reg;
   state& s = *s_;
+  // A prepared file (`tycho preprocess`) starts a fresh run from its data: its [data], [optics]
+  // and [preprocess] replace the config's (tycho/host/prepared.hpp).
+  std::optional<prepared_file> prepared;
+  std::optional<loaded_record> from_record;  // a result to resume, read once
+  if (!resume_from.empty() && (prepared = try_load_prepared(reg, resume_from, &from_record)))
+    merge_prepared_config(s.config, *prepared);
   validate_config(s.config, reg);
   // Devices, launcher and reducer: refused before the data is read when they cannot be honoured.
   if (parallel == nullptr) {
@@ -503,8 +522,8 @@ session::session(config_document config, registry& reg, const std::string& resum
   // Resuming: the schedules span the resumed run's total (its recorded
   // history.schedule_iterations), whatever [reconstruct] iterations says; the config records it.
   std::optional<resume_data> resume;
-  if (!resume_from.empty()) {
-    resume = load_resume(resume_from, reg);
+  if (!resume_from.empty() && !prepared) {
+    resume = load_resume(resume_from, reg, std::move(from_record));
     s.config.set_from_text(cat("reconstruct.iterations=", resume->total));
   }
   const reconstruct_settings settings = read_reconstruct_settings(s.config);
@@ -535,8 +554,20 @@ session::session(config_document config, registry& reg, const std::string& resum
   tycho_config data_cfg{&data_t, "[data]", s.config.base_dir()};
   // Each rank reads its block of the patterns (all of them when sharding = "replicated").
   const bool replicated = s.par->sharding() == shard::mode::replicated;
-  s.data = read_dataset(source, &data_cfg, replicated ? 0 : s.par->rank(), replicated ? 1 : world);
-  mask_bad_pixels(s.data, s.config.table_at("preprocess"), s.config.origin(), *s.par);  // NaN, saturated
+  // The preprocessing stage's fits add every rank's sums (each rank holds all patterns when replicated).
+  const rank_sum sum_across_ranks = [&](double* v, int n) {
+    if (world > 1 && !replicated)
+      for (int i = 0; i < n; ++i) v[i] = s.par->sum(v[i]);
+  };
+  if (prepared) {
+    s.data = prepared_dataset(*prepared, s.config, reg, replicated ? 0 : s.par->rank(), replicated ? 1 : world,
+                              sum_across_ranks, s.preprocess_json);
+  } else {
+    s.data = read_dataset(source, &data_cfg, replicated ? 0 : s.par->rank(), replicated ? 1 : world);
+    mask_bad_pixels(s.data, s.config.table_at("preprocess"), s.config.origin(), *s.par);  // NaN, saturated
+    refuse_moving_masked_pixels(s.data, read_preprocess_settings(s.config.table_at("preprocess"), s.config.origin()));
+    s.preprocess_json = preprocess_dataset(s.data, s.config, sum_across_ranks).to_json();
+  }
   if (world > 1) {
     // The intensity scale is the mean over the whole scan, so that every rank's model and the
     // loss are those of a run of one rank.
@@ -837,6 +868,7 @@ std::string session::manifest_json() const {
   m.seconds_history = s.seconds_history;
   m.schedule_iterations = s.iterations;
   m.parallel_json = s.parallel_json;
+  m.preprocess_json = s.preprocess_json;
   m.complex_dtype = precision() == "float64" ? "complex128" : "complex64";
   for (const auto& [which, ref, opt] : {std::tuple{"object", s.object_opt_ref, s.object_opt},
                                         std::tuple{"probe", s.probe_opt_ref, s.probe_opt}}) {

@@ -1,4 +1,4 @@
-// The `tycho` command: reconstruct, plan, evaluate, plugins, --version.
+// The `tycho` command: reconstruct, preprocess, plan, evaluate, plugins, --version.
 #include <tycho/core/config.hpp>
 #include <tycho/core/error.hpp>
 #include <tycho/tycho_version.h>
@@ -10,9 +10,11 @@
 
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "tycho/host/evaluate.hpp"
 #include "tycho/host/log.hpp"
+#include "tycho/host/prepared.hpp"
 #include "tycho/host/previews.hpp"
 #include "tycho/host/registry.hpp"
 #include "tycho/host/run_plan.hpp"
@@ -27,6 +29,18 @@ std::unique_ptr<th::parallel_context> g_parallel;
 // The launcher's view of this process, read first, so that errors before the ranks have met
 // already say which rank they come from.
 tycho::launch_environment g_launch;
+
+// Fail now, not after an hour of work, if the output cannot be written there.
+void check_output_path(const std::string& out_path, const char* example_name) {
+  if (std::filesystem::is_directory(out_path))
+    throw tycho::error(TYCHO_ERR_INVALID_ARGUMENT,
+                       fmt::format("output '{}' is a folder; give a file name, e.g. '{}/{}'", out_path, out_path,
+                                   example_name));
+  auto out_dir = std::filesystem::absolute(out_path).parent_path();
+  if (!std::filesystem::is_directory(out_dir))
+    throw tycho::error(TYCHO_ERR_NOT_FOUND, fmt::format("output folder '{}' (for '{}') does not exist",
+                                                        out_dir.string(), out_path));
+}
 
 // How many iterations an invocation runs, and over how many the learning-rate schedules are laid
 // out (the run's total, [reconstruct] iterations):
@@ -66,9 +80,23 @@ void run_and_save(th::session& session, int64_t iterations, int64_t stop_after, 
 }
 
 int cmd_reconstruct(const std::string& config_path, int64_t iterations, int64_t stop_after,
-                    const std::string& from, const std::string& output,
+                    const std::string& from_arg, const std::string& output,
                     const std::vector<std::string>& sets, const std::vector<int64_t>& devices, bool quiet) {
-  auto doc = tycho::config_document::load_file(config_path);
+  auto& reg = th::registry::global();
+  // --from a prepared file (`tycho preprocess`) starts a fresh run from its data; without CONFIG
+  // the prepared file's own config is the run's.
+  std::optional<th::prepared_file> prepared;
+  if (!from_arg.empty()) prepared = th::try_load_prepared(reg, from_arg);
+  if (config_path.empty() && !prepared)
+    throw tycho::error(TYCHO_ERR_INVALID_ARGUMENT,
+                       from_arg.empty() ? "give a CONFIG file (or --from a prepared file from tycho preprocess)"
+                                        : fmt::format("'{}' is not a prepared file: give the CONFIG file of the run "
+                                                      "it continues", from_arg));
+  auto doc = config_path.empty() ? th::prepared_config(*prepared) : tycho::config_document::load_file(config_path);
+  // The session gets the path (and loads the prepared file itself); `from` is the result that a
+  // resumed run continues: empty for a prepared file, whose run is a fresh one.
+  const std::string from = prepared ? std::string() : from_arg;
+  prepared.reset();
   for (const auto& s : sets) doc.set_from_text(s);
   if (!devices.empty()) {
     std::string list;
@@ -83,22 +111,12 @@ int cmd_reconstruct(const std::string& config_path, int64_t iterations, int64_t 
   std::string out_path = output.empty() ? th::session::configured_output_path(doc) : output;
   // Fail now, not after an hour of iterations, if the result cannot be written there (only rank 0
   // writes, so only rank 0's folder matters).
-  if (g_launch.rank == 0) {
-    if (std::filesystem::is_directory(out_path))
-      throw tycho::error(TYCHO_ERR_INVALID_ARGUMENT,
-                         fmt::format("output '{}' is a folder; give a file name, e.g. '{}/result.zip'",
-                                     out_path, out_path));
-    auto out_dir = std::filesystem::absolute(out_path).parent_path();
-    if (!std::filesystem::is_directory(out_dir))
-      throw tycho::error(TYCHO_ERR_NOT_FOUND, fmt::format("output folder '{}' (for '{}') does not exist",
-                                                          out_dir.string(), out_path));
-  }
-  auto& reg = th::registry::global();
+  if (g_launch.rank == 0) check_output_path(out_path, "result.zip");
   const tycho::launch_environment& launch = g_launch;
   // Several GPUs in one process: one thread per device, each a rank.
   if (const auto local_devices = th::local_rank_devices(doc, reg, launch); !local_devices.empty()) {
     th::run_local_ranks(doc, reg, local_devices, [&](th::parallel_context& ctx) {
-      th::session session(doc.clone(), reg, from, &ctx);
+      th::session session(doc.clone(), reg, from_arg, &ctx);
       run_and_save(session, iterations, stop_after, from, out_path, quiet || !ctx.is_root());
     });
     return 0;
@@ -106,7 +124,7 @@ int cmd_reconstruct(const std::string& config_path, int64_t iterations, int64_t 
   // Under torchrun / srun / mpirun: this rank joins the others; only rank 0 prints progress and
   // writes files.
   g_parallel = th::parallel_context::create(doc, reg, launch);
-  th::session session(std::move(doc), reg, from, g_parallel.get());
+  th::session session(std::move(doc), reg, from_arg, g_parallel.get());
   run_and_save(session, iterations, stop_after, from, out_path, quiet || !g_parallel->is_root());
   return 0;
 }
@@ -118,6 +136,15 @@ int cmd_plan(const std::string& config_path, const std::vector<std::string>& set
   int code = th::run_plan_command(doc, th::registry::global(), options, std::cout);
   std::cout.flush();
   return code;
+}
+
+// `tycho preprocess`: the preprocessing stage, saved as a prepared file.
+int cmd_preprocess(const std::string& config_path, const std::string& output, const std::vector<std::string>& sets,
+                   bool save_raw_data) {
+  check_output_path(output, "prepared.zip");
+  auto doc = tycho::config_document::load_file(config_path);
+  for (const auto& s : sets) doc.set_from_text(s);
+  return th::preprocess_command(std::move(doc), th::registry::global(), output, save_raw_data, std::cout);
 }
 
 int cmd_plugins() {
@@ -170,7 +197,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> sets;
   bool quiet = false;
   std::vector<int64_t> devices;
-  rec->add_option("config", config_path, "TOML configuration file")->required();
+  rec->add_option("config", config_path, "TOML configuration file (optional with --from a prepared file)");
   rec->add_option("--devices", devices, "GPUs to run on (sets [reconstruct] devices): one per rank under a launcher")
       ->delimiter(',')
       ->check(CLI::NonNegativeNumber);
@@ -183,7 +210,8 @@ int main(int argc, char** argv) {
                   "run only this many iterations now; the learning-rate schedules keep the run's total length")
       ->check(positive);
   rec->add_option("--from", from, "continue the run saved in this result file (object, probe, optimizer state, "
-                                  "iteration count, loss history)");
+                                  "iteration count, loss history), or start a fresh run from a prepared file "
+                                  "(tycho preprocess)");
   rec->add_option("--output,-o", output, "result file (default: [output] path)");
   rec->add_option("--set", sets, "override a config value: --set reconstruct.batch_size=64")
       ->allow_extra_args(false);  // one value per --set, so a config path after it stays positional
@@ -210,6 +238,19 @@ int main(int argc, char** argv) {
   plan->add_option("--set", plan_sets, "override a config value: --set reconstruct.batch_size=64")
       ->allow_extra_args(false);
 
+  auto* pre = app.add_subcommand("preprocess", "run the preprocessing stage and save the data as a prepared file");
+  std::string pre_config, pre_output;
+  std::vector<std::string> pre_sets;
+  bool save_raw_data = false;
+  pre->add_option("config", pre_config, "TOML configuration file")->required();
+  pre->add_option("--output,-o", pre_output, "the prepared file to write, e.g. prepared.zip")->required();
+  pre->add_option("--set", pre_sets, "override a config value: --set preprocess.com_fit=plane")
+      ->allow_extra_args(false);
+  pre->add_flag("--save-raw-data", save_raw_data,
+                "embed the preprocessed patterns (sets [preprocess] save_raw_data = true): the file is then "
+                "self-contained");
+  pre->add_flag("--quiet,-q", quiet, "only warnings and errors");
+
   auto* pl = app.add_subcommand("plugins", "list plugin folders, plugins, components, refusals");
 
   CLI11_PARSE(app, argc, argv);
@@ -223,6 +264,7 @@ int main(int argc, char** argv) {
     }
     if (pl->parsed()) return cmd_plugins();
     if (plan->parsed()) return cmd_plan(plan_config, plan_sets, plan_options);
+    if (pre->parsed()) return cmd_preprocess(pre_config, pre_output, pre_sets, save_raw_data);
   } catch (const tycho::error& e) {
     fmt::print(stderr, "tycho: error: {}{}\n", rank_prefix(), e.what());
     stop_other_ranks(2);

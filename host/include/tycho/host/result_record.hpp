@@ -51,7 +51,13 @@ struct result_manifest {
   // How the run was spread: launcher, reducer, sharding, world size and one JSON object per
   // rank (device, precision, patterns held); empty for a run of one rank.
   std::string parallel_json;
+  // What the preprocessing stage did (tycho/host/preprocess.hpp); empty when it did nothing.
+  std::string preprocess_json;
 };
+
+// The manifest's "provenance" object as JSON text: tycho and ABI versions, this machine's host
+// name, the time now (UTC) and the components (also what a prepared file records).
+std::string provenance_json(const std::vector<component_provenance>& components);
 
 std::string to_json(const result_manifest& m);
 
