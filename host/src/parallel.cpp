@@ -495,6 +495,25 @@ double parallel_context::sum(double local) {
   return total;
 }
 
+void parallel_context::sum(double* values, int64_t n) {
+  if (world_size_ == 1 || n <= 0) return;
+  if (p_->host_reducer && p_->vt != nullptr) {
+    impl::waiting w(*p_, "a host all-reduce");
+    int64_t shape[1] = {n};
+    DLTensor t{values, {kDLCPU, 0}, 1, {kDLFloat, 64, 1}, shape, nullptr, 0};
+    check_status(p_->vt->allreduce_sum(p_->red, &t, nullptr), "reducer allreduce_sum");
+    return;
+  }
+  // Over the host channel: every rank's values in turn, added in rank order on every rank.
+  std::vector<double> mine(values, values + n), theirs(static_cast<std::size_t>(n));
+  std::fill(values, values + n, 0.0);
+  for (int32_t r = 0; r < world_size_; ++r) {
+    if (r == rank_) theirs = mine;
+    p_->host_broadcast(theirs.data(), theirs.size() * sizeof(double), r);
+    for (int64_t k = 0; k < n; ++k) values[k] += theirs[std::size_t(k)];
+  }
+}
+
 void parallel_context::broadcast_text(std::string& text, int32_t root) {
   if (world_size_ == 1) return;
   int64_t n = int64_t(text.size());

@@ -556,8 +556,7 @@ session::session(config_document config, registry& reg, const std::string& resum
   const bool replicated = s.par->sharding() == shard::mode::replicated;
   // The preprocessing stage's fits add every rank's sums (each rank holds all patterns when replicated).
   const rank_sum sum_across_ranks = [&](double* v, int n) {
-    if (world > 1 && !replicated)
-      for (int i = 0; i < n; ++i) v[i] = s.par->sum(v[i]);
+    if (world > 1 && !replicated) s.par->sum(v, n);
   };
   if (prepared) {
     s.data = prepared_dataset(*prepared, s.config, reg, replicated ? 0 : s.par->rank(), replicated ? 1 : world,

@@ -62,6 +62,8 @@ class parallel_context final : public rank_collectives {
   // rank_collectives: gradient sums on the engine's device, loss sums on the host.
   void sum_in_place(DLTensor& tensor, void* stream) override;
   double sum(double local) override;
+  // Element-wise sums of n host doubles in place, in one collective (every rank gets the same).
+  void sum(double* values, int64_t n);
 
   // Time spent in gradient all-reduces so far (host wall time of the calls; for a device
   // reducer that is the time to queue them unless the stream is synchronised), their number and
