@@ -298,3 +298,61 @@ TEST(FileFormatDoc, ParserConventions) {
 }
 
 }  // namespace
+
+namespace {
+
+// The first cells (names in backticks) of the tables of `file` headed `header`.
+std::vector<std::string> documented_names(const std::string& file, const std::string& header) {
+  std::ifstream in(file);
+  std::vector<std::string> lines, names;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  static const std::regex name_re("^`([^`]+)`$");
+  for (std::size_t i = 0; i + 1 < lines.size(); ++i) {
+    if (lines[i].rfind("|", 0) != 0 || lines[i + 1].rfind("|---", 0) != 0) continue;
+    const auto head = cells(lines[i]);
+    if (head.empty() || head[0] != header) continue;
+    for (std::size_t r = i + 2; r < lines.size() && lines[r].rfind("|", 0) == 0; ++r) {
+      std::smatch m;
+      const auto row = cells(lines[r]);
+      if (!row.empty() && std::regex_match(row[0], m, name_re)) names.push_back(m[1]);
+    }
+  }
+  return names;
+}
+
+// A prepared file (tycho preprocess, patterns embedded, the COM computed): every member it holds
+// is in the "prepared member" table, and every manifest key, at the top level and one level
+// into `data`, is in the "prepared key" table; every documented top-level key is written.
+TEST(FileFormatDoc, PreparedFileMembersAndKeysAreDocumented) {
+  const std::string doc_file = tycho::test::source_dir() + "/docs/file-format.md";
+  const auto members = documented_names(doc_file, "prepared member");
+  const auto keys = documented_names(doc_file, "prepared key");
+  ASSERT_GE(members.size(), 3u);
+  ASSERT_GE(keys.size(), 10u);
+  tycho::test::temp_folder tmp;
+  const std::string out = tmp / "prepared.zip";
+  auto r = tycho::test::run_command({tycho::test::tycho_exe(), "preprocess",
+                                     tycho::test::source_dir() + "/examples/mos2.toml", "-q", "--save-raw-data",
+                                     "--set", "preprocess.com_fit=\"plane\"", "-o", out});
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  const saved s = inspect(out, "prepared");
+  const auto manifest = nlohmann::json::parse(tycho::test::load_result(out).manifest_json);
+  for (const auto& m : s.members)
+    EXPECT_TRUE(std::find(members.begin(), members.end(), m) != members.end())
+        << "member '" << m << "' of a prepared file is not in the prepared member table of " << doc_file;
+  std::set<std::string> documented_top, documented_data;
+  for (const auto& k : keys) {
+    documented_top.insert(k.substr(0, k.find('.')));
+    if (k.rfind("data.", 0) == 0) documented_data.insert(k.substr(5));
+  }
+  for (const auto& [k, v] : manifest.items()) {
+    EXPECT_TRUE(documented_top.count(k)) << "manifest key '" << k << "' of a prepared file is not documented";
+    if (k == "data")
+      for (const auto& [dk, dv] : v.items())
+        EXPECT_TRUE(documented_data.count(dk)) << "manifest key 'data." << dk << "' of a prepared file is not documented";
+  }
+  for (const auto& k : documented_top)
+    EXPECT_TRUE(manifest.contains(k)) << "documented key '" << k << "' is not written in a prepared file";
+}
+
+}  // namespace
