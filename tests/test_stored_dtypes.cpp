@@ -202,3 +202,33 @@ TEST_F(StoredDtypes, Float16IsExact) {
 }
 
 }  // namespace
+
+namespace {
+
+// Integer counts stay integer until the loss: the MoS2 counts (uint16) reach the engine as uint16
+// targets (half the memory), widened exactly before the loss, so the run equals the float32 one
+// bit for bit; data that are no longer whole numbers (normalised) go as float32.
+TEST(IntegerTargets, CountsReachTheEngineAsUint16AndChangeNothing) {
+  tycho::test::temp_folder tmp;
+  auto run = [&](const std::string& out, std::vector<std::string> extra) {
+    std::vector<std::string> argv = {tycho::test::tycho_exe(), "reconstruct",
+                                     tycho::test::source_dir() + "/examples/mos2.toml", "--iterations", "3",
+                                     "--set", "output.previews=false", "--set", "reconstruct.threads=1",
+                                     "-o", tmp / out};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto r = tycho::test::run_command(argv);
+    EXPECT_TRUE(r.exited_with(0)) << r.describe();
+    return r;
+  };
+  auto u = run("u.zip", {});
+  EXPECT_NE(u.err.find("targets uint16"), std::string::npos) << u.err;
+  auto f = run("f.zip", {"--set", "preprocess.integer_targets=false"});
+  EXPECT_NE(f.err.find("targets float32"), std::string::npos) << f.err;
+  auto n = run("n.zip", {"--set", "preprocess.normalise=true"});
+  EXPECT_NE(n.err.find("targets float32"), std::string::npos) << "normalised counts are not whole numbers: " << n.err;
+  const auto a = tycho::test::load_result(tmp / "u.zip"), b = tycho::test::load_result(tmp / "f.zip");
+  for (const auto& arr : a.arrays)
+    EXPECT_TRUE(arr.bytes == b.array(arr.name, tmp / "f.zip").bytes) << arr.name << " differs between uint16 and float32 targets";
+}
+
+}  // namespace

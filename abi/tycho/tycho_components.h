@@ -114,7 +114,9 @@ typedef struct tycho_engine tycho_engine;
 typedef struct tycho_engine_setup {
   uint32_t struct_size;
   const tycho_config* config;     /* the [reconstruct] table */
-  const DLTensor* targets;        /* (P, N0, N1) float32, host, FFT natural order (not centred) */
+  const DLTensor* targets;        /* (P, N0, N1) host, FFT natural order (not centred): float32, or
+                                   * uint16 integer counts (exact; the engine widens them to float32
+                                   * for the loss). An engine refuses a dtype it does not take. */
   const DLTensor* mask;           /* (N0, N1) uint8, 1 = valid, FFT natural order like the
                                    * targets (padding added by the host is 0); NULL: all valid */
   double target_scale;            /* model intensity = target · target_scale */

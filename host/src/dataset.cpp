@@ -118,4 +118,15 @@ std::string float32_rounding_warning(const dataset& d) {
              "engine rounded to the nearest float32 (relative error below 6e-8)");
 }
 
+bool pack_integer_targets(dataset& d, std::vector<uint16_t>& packed) {
+  const DLDataType t = d.info.stored_dtype;
+  if (t.code != kDLUInt && t.code != kDLInt) return false;
+  for (float v : d.targets)
+    if (!(v >= 0.0f && v <= 65535.0f) || v != std::floor(v)) return false;
+  packed.resize(d.targets.size());
+  for (std::size_t k = 0; k < d.targets.size(); ++k) packed[k] = uint16_t(d.targets[k]);
+  std::vector<float>().swap(d.targets);
+  return true;
+}
+
 }  // namespace tycho::host

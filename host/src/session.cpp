@@ -46,7 +46,8 @@ const std::vector<std::string> k_data_keys = {"source", "scan_step_A", "detector
 const std::vector<std::string> k_optics_keys = {"energy_eV", "semiangle_mrad", "C10_A",
                                                 "defocus_A"};
 const std::vector<std::string> k_preprocess_keys = {"object_padding_px", "scan_origin_A", "pad_detector",
-                                                     "pad_detector_to", "saturation_value", "max_masked_fraction"};
+                                                     "pad_detector_to", "saturation_value", "max_masked_fraction",
+                                                     "integer_targets"};
 const std::vector<std::string> k_reconstruct_keys = {
     "engine", "iterations", "batch_size", "loss", "seed", "precision", "probe_modes", "slices",
     "object", "probe", "devices"};
@@ -467,6 +468,8 @@ struct session::state {
   tycho_optimizer* probe_opt = nullptr;
   std::unique_ptr<driver> drv;
 
+  std::vector<uint16_t> targets_u16;  // the targets as integer counts (pack_integer_targets)
+  std::string targets_dtype = "float32";
   std::unique_ptr<parallel_context> owned_parallel;  // when the caller gave none
   parallel_context* par = nullptr;
   std::vector<double> all_positions_px;  // (P, 2): every rank's, whichever patterns this one holds
@@ -644,7 +647,15 @@ session::session(config_document config, registry& reg, const std::string& resum
     s.all_positions_px.assign(all, all + 2 * s.data.all_patterns);
     positions_data = s.all_positions_px.data() + 2 * s.data.first;
   }
-  DLTensor targets{s.data.targets.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, target_shape, nullptr, 0};
+  // Integer counts are handed to the engine as uint16 (exact, half the memory) unless
+  // [preprocess] integer_targets = false or the values are not whole numbers in [0, 65535].
+  const bool integer_targets =
+      read_key<bool>(s.config.table_at("preprocess"), "integer_targets", "preprocess").value_or(true) &&
+      pack_integer_targets(s.data, s.targets_u16);
+  DLTensor targets{integer_targets ? static_cast<void*>(s.targets_u16.data()) : static_cast<void*>(s.data.targets.data()),
+                   {kDLCPU, 0}, 3, integer_targets ? DLDataType{kDLUInt, 16, 1} : DLDataType{kDLFloat, 32, 1},
+                   target_shape, nullptr, 0};
+  s.targets_dtype = integer_targets ? "uint16" : "float32";
   DLTensor positions{positions_data, {kDLCPU, 0}, 2, k_float64, pos_shape, nullptr, 0};
   // complex64 (ones and the optics' probe), or a resumed file's arrays in their own dtype.
   const DLDataType init_dtype = resume ? resume->record.array("object", resume->path).dtype : k_complex64;
@@ -750,7 +761,8 @@ session::session(config_document config, registry& reg, const std::string& resum
                           ", detector ", s.data.n0, " x ", s.data.n1, ", mean ", s.data.mean_total_intensity,
                           " per pattern; object ", s.layout.shape[0], " x ", s.layout.shape[1], " px of ",
                           s.geometry.pixel_A[0], " Å; engine ", engine_name, ", loss ", loss_name,
-                          ", batch ", dopt.batch_size, ", ", precision, " on ", device_text,
+                          ", batch ", dopt.batch_size, ", ", precision, " on ", device_text, ", targets ",
+                          s.targets_dtype,
                           world > 1 ? cat(", ", world, " ranks (", s.par->reducer_name(), ")") : std::string()));
 }
 

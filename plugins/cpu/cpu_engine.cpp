@@ -16,6 +16,7 @@ template <class Real>
 struct cpu_engine<Real>::thread_scratch {
   fft_buffer<Real> shifted_probe, wave, work, input;  // input: what each transform reads (and destroys)
   std::vector<Real> intensity, dloss;
+  std::vector<float> measured;  // one pattern of integer counts, widened (exactly) for the loss
   std::vector<complex> ramp0, ramp1;
   std::vector<complex> object_grad, probe_spectrum_grad;
   int64_t row_min = 0, row_max = -1;  // rows of object_grad touched in this batch
@@ -74,7 +75,10 @@ std::unique_ptr<engine_base> make_engine(const tycho_engine_setup& setup, const 
 
 template <class Real>
 cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_options& options) {
-  expect_tensor(setup.targets, "targets", dtype_float32, 3);
+  if (setup.targets == nullptr || !same_dtype(setup.targets->dtype, DLDataType{kDLUInt, 16, 1}))
+    expect_tensor(setup.targets, "targets", dtype_float32, 3);
+  else
+    expect_tensor(setup.targets, "targets", DLDataType{kDLUInt, 16, 1}, 3);
   expect_tensor(setup.positions_px, "positions_px", dtype_float64, 2);
   expect_complex(setup.object_init, "object_init");
   expect_complex(setup.probe_init, "probe_init");
@@ -106,7 +110,10 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
   }
   if (setup.loss.vtable == nullptr || setup.loss.instance == nullptr)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: no loss component given");
-  targets_ = data_of<const float>(*setup.targets);
+  if (setup.targets->dtype.code == kDLUInt)
+    counts_ = data_of<const uint16_t>(*setup.targets);
+  else
+    targets_ = data_of<const float>(*setup.targets);
   target_scale_ = setup.target_scale;
   loss_ = setup.loss;
 
@@ -187,7 +194,14 @@ void cpu_engine<Real>::process_pattern(int64_t j, thread_scratch& s, const compl
   // Loss and dL/dI through the loss component.
   // Model intensity and dL/dI in the engine's precision, the measured data float32.
   tensor_view model(s.intensity.data(), real_dtype<Real>(), {1, n0_, n1_});
-  tensor_view measured(const_cast<float*>(targets_ + j * m), dtype_float32, {1, n0_, n1_});
+  const float* measured_data = counts_ != nullptr ? nullptr : targets_ + j * m;
+  if (counts_ != nullptr) {
+    s.measured.resize(std::size_t(m));
+    const uint16_t* c = counts_ + j * m;
+    for (int64_t k = 0; k < m; ++k) s.measured[std::size_t(k)] = float(c[k]);
+    measured_data = s.measured.data();
+  }
+  tensor_view measured(const_cast<float*>(measured_data), dtype_float32, {1, n0_, n1_});
   tensor_view grad(s.dloss.data(), real_dtype<Real>(), {1, n0_, n1_});
   tensor_view mask(const_cast<uint8_t*>(mask_), dtype_uint8, {n0_, n1_});
   tycho_status st = loss_.vtable->evaluate(loss_.instance, model.get(), measured.get(),

@@ -12,7 +12,8 @@
 // One engine per real type ([reconstruct] precision): cpu_engine<float> computes in single
 // precision (FFTW's fftwf_ interface) and exposes complex64 tensors; cpu_engine<double> computes
 // in double precision (fftw_) and exposes complex128 ones. Either takes object_init and
-// probe_init as complex64 or complex128 and converts them; the targets stay float32, the
+// probe_init as complex64 or complex128 and converts them; the targets (float32, or uint16 integer
+// counts widened exactly to float32 per pattern) stay as given, the
 // positions float64.
 #pragma once
 
@@ -61,7 +62,8 @@ class cpu_engine final : public engine_base {
 
   int64_t n0_, n1_, h_, w_, patterns_;
   int threads_;
-  const float* targets_;
+  const float* targets_ = nullptr;            // float32 targets, or
+  const uint16_t* counts_ = nullptr;          // integer counts, widened per pattern before the loss
   const uint8_t* mask_;
   double target_scale_;
   tycho_loss_binding loss_;

@@ -125,17 +125,18 @@ __global__ void __launch_bounds__(k_threads)
 }
 
 // K3: model intensity I = |Ψ|²/M, and the batch's measured patterns gathered from the targets
-// so that the loss sees contiguous (n, N0, N1) tensors. (Targets are float32 for now; integer
-// counts, uint16/uint32 as stored, would be read and converted to float right here.)
+// so that the loss sees contiguous (n, N0, N1) float32 tensors. Targets are float32, or uint16
+// integer counts (half the device memory) widened exactly right here.
+template <class Target>
 __global__ void __launch_bounds__(k_threads)
-    intensity_kernel(const c32* __restrict__ wave, const float* __restrict__ targets,
+    intensity_kernel(const c32* __restrict__ wave, const Target* __restrict__ targets,
                      const int64_t* __restrict__ indices, int64_t m, float inv_m,
                      float* __restrict__ intensity, float* __restrict__ measured) {
   const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= m) return;
   const int64_t j = blockIdx.y;
   intensity[j * m + e] = cuda_math::norm(wave[j * m + e]) * inv_m;
-  measured[j * m + e] = targets[indices[j] * m + e];
+  measured[j * m + e] = float(targets[indices[j] * m + e]);
 }
 
 // K4: ∂L/∂Ψ* scaled for the inverse transform: Ψ · (dL/dI / M), in place.
@@ -291,7 +292,8 @@ struct cuda_engine::impl {
   std::vector<double> positions;  // host copy, for checks
 
   std::vector<void*> allocations;
-  float* targets = nullptr;
+  float* targets = nullptr;      // float32 targets, or
+  uint16_t* counts = nullptr;    // integer counts (setup->targets uint16)
   uint8_t* mask = nullptr;
   double* positions_d = nullptr;
   c32 *object = nullptr, *probe = nullptr, *object_grad = nullptr, *probe_grad = nullptr;
@@ -363,7 +365,8 @@ struct cuda_engine::impl {
   }
 
   void init(const tycho_engine_setup& setup) {
-    expect_tensor(setup.targets, "targets", dtype_float32, 3);
+    const bool integer_counts = setup.targets != nullptr && same_dtype(setup.targets->dtype, DLDataType{kDLUInt, 16, 1});
+    expect_tensor(setup.targets, "targets", integer_counts ? DLDataType{kDLUInt, 16, 1} : dtype_float32, 3);
     expect_tensor(setup.positions_px, "positions_px", dtype_float64, 2);
     expect_tensor(setup.object_init, "object_init", dtype_complex64, 3);
     expect_tensor(setup.probe_init, "probe_init", dtype_complex64, 3);
@@ -469,7 +472,10 @@ struct cuda_engine::impl {
 
     // Device memory, in the order of the messages a user sees when it runs out.
     const int64_t b = max_batch;
-    targets = allocate<float>(patterns * m, "targets");
+    if (integer_counts)
+      counts = allocate<uint16_t>(patterns * m, "targets");
+    else
+      targets = allocate<float>(patterns * m, "targets");
     if (setup.mask != nullptr) mask = allocate<uint8_t>(m, "mask");
     positions_d = allocate<double>(2 * patterns, "positions");
     object = allocate<c32>(h * w, "object");
@@ -498,9 +504,14 @@ struct cuda_engine::impl {
       check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreateWithFlags", "index staging");
 
     // Copies of the inputs (targets once, float32: the host already scaled and shifted them).
-    check(cudaMemcpyAsync(targets, data_of<const float>(*setup.targets), size_t(patterns * m) * sizeof(float),
-                          cudaMemcpyHostToDevice, stream),
-          "cudaMemcpyAsync", "targets to the device");
+    if (integer_counts)
+      check(cudaMemcpyAsync(counts, data_of<const uint16_t>(*setup.targets), size_t(patterns * m) * sizeof(uint16_t),
+                            cudaMemcpyHostToDevice, stream),
+            "cudaMemcpyAsync", "targets to the device");
+    else
+      check(cudaMemcpyAsync(targets, data_of<const float>(*setup.targets), size_t(patterns * m) * sizeof(float),
+                            cudaMemcpyHostToDevice, stream),
+            "cudaMemcpyAsync", "targets to the device");
     if (mask != nullptr)
       check(cudaMemcpyAsync(mask, data_of<const uint8_t>(*setup.mask), size_t(m), cudaMemcpyHostToDevice, stream),
             "cudaMemcpyAsync", "mask to the device");
@@ -623,7 +634,10 @@ struct cuda_engine::impl {
               "cufftExecC2C", "exit waves, forward");
 
     // Model intensity, measured patterns, and the loss component on the device.
-    intensity_kernel<<<grid, k_threads, 0, stream>>>(wave, targets, indices_d, m, inv_m, intensity, measured);
+    if (counts != nullptr)
+      intensity_kernel<<<grid, k_threads, 0, stream>>>(wave, counts, indices_d, m, inv_m, intensity, measured);
+    else
+      intensity_kernel<<<grid, k_threads, 0, stream>>>(wave, targets, indices_d, m, inv_m, intensity, measured);
     check_launch("intensity");
     const DLDevice dev{kDLCUDA, device};
     tensor_view model(intensity, dtype_float32, {n, n0, n1}, dev);

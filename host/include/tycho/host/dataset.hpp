@@ -63,4 +63,10 @@ dataset read_dataset(const component_ref& source, const tycho_config* data_table
 // which float32 (what sources deliver) does not hold every integer; "" otherwise.
 std::string float32_rounding_warning(const dataset& d);
 
+// Integer counts stay integer until the loss: when the source stored an integer dtype and every
+// value (after masking and preprocessing) is a whole number in [0, 65535], moves the targets
+// into `packed` as uint16 (half the memory of float32, exact) and frees d.targets. Returns
+// false, leaving d untouched, otherwise (float data, normalised or binned beyond 65535, ...).
+bool pack_integer_targets(dataset& d, std::vector<uint16_t>& packed);
+
 }  // namespace tycho::host
