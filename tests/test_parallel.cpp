@@ -147,6 +147,19 @@ command_result mpirun(int np, const std::vector<std::string>& tycho_args, const 
                             "OMPI_MCA_rmaps_base_oversubscribe=1"});
 }
 
+// Two ranks under mpirun that start unlike each other: rank r runs
+// `<prefix_r> tycho <tycho_args> <suffix_r>` through /bin/sh, where prefix_r (e.g. `timeout -s
+// KILL 2`, or a background `kill -STOP $$`) and suffix_r (extra arguments) are shell text.
+command_result mpirun_two_ranks(const std::vector<std::string>& tycho_args, const std::string& rank1_prefix,
+                                const std::string& rank1_suffix, const std::string& rank0_suffix = "") {
+  std::vector<std::string> argv = {"mpirun", "--oversubscribe", "-np", "2", "/bin/sh", "-c",
+                                   "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then " + rank1_prefix + " \"$0\" \"$@\" " +
+                                       rank1_suffix + "; else exec \"$0\" \"$@\" " + rank0_suffix + "; fi",
+                                   tycho::test::tycho_exe()};
+  argv.insert(argv.end(), tycho_args.begin(), tycho_args.end());
+  return run_command(argv, {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_btl=self,vader"});
+}
+
 class UnderMpirun : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -287,15 +300,8 @@ TEST_F(UnderMpirun, ReplicatedDataSplitsEachBatchEvenly) {
 TEST_F(UnderMpirun, ADifferentConfigOnOneRankIsNamed) {
   // Rank 1 alone gets another batch size (through the environment, as a batch script might).
   const std::string out = tmp_ / "r.zip";
-  std::vector<std::string> a = args(out, 2);
-  a.insert(a.begin(), {"/bin/sh", "-c",
-                       "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec \"$0\" \"$@\" --set reconstruct.batch_size=64; "
-                       "else exec \"$0\" \"$@\"; fi",
-                       tycho::test::tycho_exe()});
-  std::vector<std::string> argv = {"mpirun", "--oversubscribe", "-np", "2"};
-  argv.insert(argv.end(), a.begin(), a.end());
   const auto start = std::chrono::steady_clock::now();
-  auto r = run_command(argv, {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_btl=self,vader"});
+  auto r = mpirun_two_ranks(args(out, 2), "exec", "--set reconstruct.batch_size=64");
   EXPECT_FALSE(r.exited_with(0)) << r.describe();
   EXPECT_NE(r.err.find("rank 1's configuration differs from rank 0's"), std::string::npos) << r.describe();
   EXPECT_NE(r.err.find("batch_size = 64"), std::string::npos) << r.describe();
@@ -305,15 +311,8 @@ TEST_F(UnderMpirun, ADifferentConfigOnOneRankIsNamed) {
 TEST_F(UnderMpirun, ARankThatDiesEndsTheJobWithinAMinute) {
   // Rank 1 is killed two seconds into a long run; rank 0 waits in its next all-reduce.
   const std::string out = tmp_ / "r.zip";
-  std::vector<std::string> a = args(out, 2000);
-  a.insert(a.begin(), {"/bin/sh", "-c",
-                       "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec timeout -s KILL 2 \"$0\" \"$@\"; "
-                       "else exec \"$0\" \"$@\"; fi",
-                       tycho::test::tycho_exe()});
-  std::vector<std::string> argv = {"mpirun", "--oversubscribe", "-np", "2"};
-  argv.insert(argv.end(), a.begin(), a.end());
   const auto start = std::chrono::steady_clock::now();
-  auto r = run_command(argv, {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_btl=self,vader"});
+  auto r = mpirun_two_ranks(args(out, 2000), "exec timeout -s KILL 2", "");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_FALSE(r.exited_with(0)) << r.describe();
   EXPECT_LT(seconds, 60.0) << r.describe();
@@ -324,15 +323,8 @@ TEST_F(UnderMpirun, AHungRankTripsTheWatchdog) {
   // Rank 1 is stopped (SIGSTOP), not killed: mpirun sees nothing wrong, so rank 0's watchdog
   // must notice that its all-reduce waits longer than timeout_s and end the job.
   const std::string out = tmp_ / "r.zip";
-  std::vector<std::string> a = args(out, 2000, {"--set", "parallel.timeout_s=4"});
-  a.insert(a.begin(), {"/bin/sh", "-c",
-                       "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (sleep 2; kill -STOP $$) & exec \"$0\" \"$@\"; "
-                       "else exec \"$0\" \"$@\"; fi",
-                       tycho::test::tycho_exe()});
-  std::vector<std::string> argv = {"mpirun", "--oversubscribe", "-np", "2"};
-  argv.insert(argv.end(), a.begin(), a.end());
   const auto start = std::chrono::steady_clock::now();
-  auto r = run_command(argv, {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_btl=self,vader"});
+  auto r = mpirun_two_ranks(args(out, 2000, {"--set", "parallel.timeout_s=4"}), "(sleep 2; kill -STOP $$) & exec", "");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_FALSE(r.exited_with(0)) << r.describe();
   EXPECT_LT(seconds, 60.0) << r.describe();
@@ -344,17 +336,8 @@ TEST_F(UnderMpirun, AHungRankTripsTheWatchdog) {
 // iterations (not part of the config) and the state a resumed run starts from.
 TEST_F(UnderMpirun, RanksThatWouldRunDifferentWorkAreRefused) {
   const std::string out = tmp_ / "r.zip", a = tmp_ / "a.zip", x = tmp_ / "x.zip";
-  auto per_rank = [&](const std::string& rank1_extra, const std::vector<std::string>& tycho_args,
-                      const std::string& rank0_extra = "") {
-    std::vector<std::string> argv = {"mpirun", "--oversubscribe", "-np", "2", "/bin/sh", "-c",
-                                     "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec \"$0\" \"$@\" " + rank1_extra +
-                                         "; else exec \"$0\" \"$@\" " + rank0_extra + "; fi",
-                                     tycho::test::tycho_exe()};
-    argv.insert(argv.end(), tycho_args.begin(), tycho_args.end());
-    return run_command(argv, {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_btl=self,vader"});
-  };
   const auto start = std::chrono::steady_clock::now();
-  auto r = per_rank("--stop-after 1", args(out, 4));
+  auto r = mpirun_two_ranks(args(out, 4), "exec", "--stop-after 1");
   EXPECT_FALSE(r.exited_with(0)) << r.describe();
   EXPECT_NE(r.err.find("the ranks disagree on the number of iterations to run"), std::string::npos) << r.describe();
   EXPECT_NE(r.err.find("rank 0 has 4, rank 1 has 1"), std::string::npos) << r.describe();
@@ -363,7 +346,7 @@ TEST_F(UnderMpirun, RanksThatWouldRunDifferentWorkAreRefused) {
   ASSERT_TRUE(mpirun(1, args(x, 2, {"--set", "reconstruct.object.learning_rate=1e-3"})).exited_with(0));
   std::vector<std::string> resume = {"reconstruct", tycho::test::source_dir() + "/examples/mos2.toml", "-q", "--iterations",
                                      "1", "-o", out, "--set", "output.previews=false", "--set", "reconstruct.threads=1"};
-  auto f = per_rank("--from " + x, resume, "--from " + a);
+  auto f = mpirun_two_ranks(resume, "exec", "--from " + x, "--from " + a);
   EXPECT_FALSE(f.exited_with(0)) << f.describe();
   EXPECT_NE(f.err.find("the ranks disagree on the state the run starts from"), std::string::npos) << f.describe();
   EXPECT_FALSE(std::filesystem::exists(out));

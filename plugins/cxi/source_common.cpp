@@ -15,21 +15,9 @@ using sdk::cat;
 using sdk::fail;
 
 h5::h5_id open_file(const std::string& path, const std::string& given, const char* component) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {
-    if (std::filesystem::path(given).is_relative())
-      fail(TYCHO_ERR_NOT_FOUND, "data file '", path, "' does not exist ([data] path = \"", given,
-           "\" is relative to the config file's folder)");
-    fail(TYCHO_ERR_NOT_FOUND, "data file '", path, "' does not exist");
-  }
-  if (std::filesystem::is_directory(path, ec))
-    fail(TYCHO_ERR_BAD_DATA, "data file '", path, "' is a directory, expected an HDF5 file");
-  if (H5Fis_hdf5(path.c_str()) <= 0)
-    fail(TYCHO_ERR_BAD_DATA, "data file '", path, "' is not an HDF5 file (the ", component,
-         " source reads HDF5 files", std::string(component) == "cxi" ? ": CXI / NeXus NXcxi_ptycho" : "", ")");
-  h5::h5_id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!file) fail(TYCHO_ERR_IO, "could not open the HDF5 file '", path, "' for reading");
-  return file;
+  return h5::open_data_file(path, given,
+                            std::string(component) == "cxi" ? "the cxi source reads HDF5 files: CXI / NeXus NXcxi_ptycho"
+                                                            : cat("the ", component, " source reads HDF5 files"));
 }
 
 void open_patterns(tycho_source& s, const std::vector<axis_role>& roles, const std::string& roles_from) {

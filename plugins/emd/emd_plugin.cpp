@@ -34,21 +34,7 @@ namespace {
 
 // `given` is the path as the config wrote it: a relative one gets a hint about where it resolved.
 h5::h5_id open_file(const std::string& path, const std::string& given) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {
-    if (std::filesystem::path(given).is_relative())
-      fail(TYCHO_ERR_NOT_FOUND, "data file '", path, "' does not exist ([data] path = \"", given,
-           "\" is relative to the config file's folder)");
-    fail(TYCHO_ERR_NOT_FOUND, "data file '", path, "' does not exist");
-  }
-  if (std::filesystem::is_directory(path, ec))
-    fail(TYCHO_ERR_BAD_DATA, "data file '", path, "' is a directory, expected an HDF5 (EMD) file");
-  if (H5Fis_hdf5(path.c_str()) <= 0)
-    fail(TYCHO_ERR_BAD_DATA, "data file '", path,
-         "' is not an HDF5 file (the emd source reads EMD 1.0 / py4DSTEM .h5 / .emd files)");
-  h5::h5_id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!file) fail(TYCHO_ERR_IO, "could not open the HDF5 file '", path, "' for reading");
-  return file;
+  return h5::open_data_file(path, given, "the emd source reads EMD 1.0 / py4DSTEM .h5 / .emd files");
 }
 
 // Opens the array, checks it is 4-D with an integer or float element type, fills the shapes.

@@ -1,9 +1,29 @@
 #include "h5_read.hpp"
 
+#include <tycho/sdk/error.hpp>
+
 #include <algorithm>
+#include <filesystem>
 #include <limits>
 
 namespace tycho::h5 {
+
+h5_id open_data_file(const std::string& path, const std::string& given, const std::string& reads) {
+  using sdk::fail;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    if (std::filesystem::path(given).is_relative())
+      fail(TYCHO_ERR_NOT_FOUND, "data file '", path, "' does not exist ([data] path = \"", given,
+           "\" is relative to the config file's folder)");
+    fail(TYCHO_ERR_NOT_FOUND, "data file '", path, "' does not exist");
+  }
+  if (std::filesystem::is_directory(path, ec))
+    fail(TYCHO_ERR_BAD_DATA, "data file '", path, "' is a directory, expected an HDF5 file");
+  if (H5Fis_hdf5(path.c_str()) <= 0) fail(TYCHO_ERR_BAD_DATA, "data file '", path, "' is not an HDF5 file (", reads, ")");
+  h5_id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file) fail(TYCHO_ERR_IO, "could not open the HDF5 file '", path, "' for reading");
+  return file;
+}
 namespace {
 
 // An attribute or a dataset: both have a type, a dataspace and a read call, and EMD writers

@@ -14,6 +14,12 @@
 namespace tycho::h5 {
 
 // The object at `path` (relative to `loc`), or an invalid id when it does not exist.
+// Opens a source's data file read-only. `path` is the resolved path, `given` the one the config
+// wrote (a relative one gets a hint about where it resolved), `reads` what the source reads, for
+// the message when the file is not HDF5 (e.g. "the emd source reads EMD 1.0 / py4DSTEM .h5 / .emd
+// files"). Errors (tycho::sdk::error) name the file.
+h5_id open_data_file(const std::string& path, const std::string& given, const std::string& reads);
+
 h5_id open_object(hid_t loc, const std::string& path);
 bool is_dataset(hid_t obj);
 bool is_group(hid_t obj);
