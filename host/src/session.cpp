@@ -647,10 +647,14 @@ session::session(config_document config, registry& reg, const std::string& resum
     s.all_positions_px.assign(all, all + 2 * s.data.all_patterns);
     positions_data = s.all_positions_px.data() + 2 * s.data.first;
   }
-  // Integer counts are handed to the engine as uint16 (exact, half the memory) unless
-  // [preprocess] integer_targets = false or the values are not whole numbers in [0, 65535].
+  // Integer counts are handed to the engine as uint16 (exact, half the memory) when the values are
+  // whole numbers in [0, 65535]. By default only for an engine on a device, whose copy of the
+  // targets it halves: packing on the host briefly holds both arrays, which raises the host's
+  // peak for a host engine that reads the targets in place ([preprocess] integer_targets = true
+  // still asks for it, for the lower memory after the start).
   const bool integer_targets =
-      read_key<bool>(s.config.table_at("preprocess"), "integer_targets", "preprocess").value_or(true) &&
+      read_key<bool>(s.config.table_at("preprocess"), "integer_targets", "preprocess")
+          .value_or(s.par->device().device_type != kDLCPU) &&
       pack_integer_targets(s.data, s.targets_u16);
   DLTensor targets{integer_targets ? static_cast<void*>(s.targets_u16.data()) : static_cast<void*>(s.data.targets.data()),
                    {kDLCPU, 0}, 3, integer_targets ? DLDataType{kDLUInt, 16, 1} : DLDataType{kDLFloat, 32, 1},
