@@ -173,7 +173,6 @@ struct parallel_context::impl {
     char* data = static_cast<char*>(t.data) + t.byte_offset;
     const std::size_t bytes = std::size_t(reals) * std::size_t(bits / 8);
     std::vector<char> mine(data, data + bytes), theirs(bytes);
-    std::vector<double> sum(std::size_t(reals), 0.0);
     for (int32_t r = 0; r < world; ++r) {
       if (r == rank) theirs = mine;
       host_broadcast(theirs.data(), bytes, r);
@@ -477,41 +476,19 @@ void parallel_context::sum_in_place(DLTensor& tensor, void* stream) {
 }
 
 double parallel_context::sum(double local) {
-  if (world_size_ == 1) return local;
-  if (p_->host_reducer && p_->vt != nullptr) {
-    impl::waiting w(*p_, "a loss all-reduce");
-    int64_t shape[1] = {1};
-    DLTensor t{&local, {kDLCPU, 0}, 1, {kDLFloat, 64, 1}, shape, nullptr, 0};
-    check_status(p_->vt->allreduce_sum(p_->red, &t, nullptr), "reducer allreduce_sum");
-    return local;
-  }
-  // Over the host channel: every rank's value, summed in rank order on every rank.
-  double total = 0;
-  for (int32_t r = 0; r < world_size_; ++r) {
-    double v = local;
-    p_->host_broadcast(&v, sizeof v, r);
-    total += v;
-  }
-  return total;
+  sum(&local, 1);
+  return local;
 }
 
 void parallel_context::sum(double* values, int64_t n) {
   if (world_size_ == 1 || n <= 0) return;
-  if (p_->host_reducer && p_->vt != nullptr) {
-    impl::waiting w(*p_, "a host all-reduce");
-    int64_t shape[1] = {n};
-    DLTensor t{values, {kDLCPU, 0}, 1, {kDLFloat, 64, 1}, shape, nullptr, 0};
+  impl::waiting w(*p_, "a host all-reduce");
+  int64_t shape[1] = {n};
+  DLTensor t{values, {kDLCPU, 0}, 1, {kDLFloat, 64, 1}, shape, nullptr, 0};
+  if (p_->host_reducer && p_->vt != nullptr)
     check_status(p_->vt->allreduce_sum(p_->red, &t, nullptr), "reducer allreduce_sum");
-    return;
-  }
-  // Over the host channel: every rank's values in turn, added in rank order on every rank.
-  std::vector<double> mine(values, values + n), theirs(static_cast<std::size_t>(n));
-  std::fill(values, values + n, 0.0);
-  for (int32_t r = 0; r < world_size_; ++r) {
-    if (r == rank_) theirs = mine;
-    p_->host_broadcast(theirs.data(), theirs.size() * sizeof(double), r);
-    for (int64_t k = 0; k < n; ++k) values[k] += theirs[std::size_t(k)];
-  }
+  else
+    p_->channel_allreduce(t);  // no host reducer: every rank's values in turn, added in rank order
 }
 
 void parallel_context::broadcast_text(std::string& text, int32_t root) {

@@ -176,6 +176,14 @@ void validate_config(const config_document& doc, const registry& reg, bool engin
 
 // Whether an optimizer component has the state functions appended to its vtable (an older
 // plugin's vtable is shorter; an optimizer without state leaves them NULL).
+// FNV-1a (64-bit) continued over `bytes` from `h`: a cheap fingerprint for comparing arrays
+// across ranks (equal bytes, equal hash).
+constexpr uint64_t k_fnv1a_start = 1469598103934665603ull;
+uint64_t fnv1a(const std::vector<unsigned char>& bytes, uint64_t h = k_fnv1a_start) {
+  for (unsigned char b : bytes) h = (h ^ b) * 1099511628211ull;
+  return h;
+}
+
 bool has_state_functions(const tycho_optimizer_vtable* vt) {
   return vt->struct_size >= offsetof(tycho_optimizer_vtable, step_count) + sizeof(vt->step_count) &&
          vt->state_count != nullptr && vt->state_array != nullptr && vt->set_state != nullptr &&
@@ -536,9 +544,8 @@ session::session(config_document config, registry& reg, const std::string& resum
   if (s.par->world_size() > 1) {
     std::string start = "a fresh start";
     if (resume) {
-      uint64_t h = 1469598103934665603ull;
-      for (const auto& a : resume->record.arrays)
-        for (unsigned char b : a.bytes) h = (h ^ b) * 1099511628211ull;
+      uint64_t h = k_fnv1a_start;
+      for (const auto& a : resume->record.arrays) h = fnv1a(a.bytes, h);
       start = cat("a saved state of content hash ", h);  // by content: each rank may have its own copy
     }
     s.par->require_same(start, "the state the run starts from (--from, compared by content)");
@@ -807,9 +814,7 @@ void session::check_replicas() const {
   // FNV-1a of the object's bytes: the ranks' copies must be bitwise equal (the reducer gives
   // every rank the same sums); a difference means rank 0's result is not every rank's.
   const owned_array obj = s.read_engine_tensor("object", TYCHO_TENSOR_OBJECT);
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char b : obj.bytes) h = (h ^ b) * 1099511628211ull;
-  const auto all = s.par->all_texts(std::to_string(h));
+  const auto all = s.par->all_texts(std::to_string(fnv1a(obj.bytes)));
   for (std::size_t r = 1; r < all.size(); ++r)
     if (all[r] != all[0])
       log_warning("session", cat("rank ", r, "'s object differs from rank 0's after ", s.drv->iterations_done(),
