@@ -18,6 +18,7 @@
 
 #include "built_in_plugins.hpp"
 #include "cxi_test_file.hpp"
+#include "source_under_test.hpp"
 #include "test_paths.hpp"
 
 namespace fs = std::filesystem;
@@ -45,57 +46,15 @@ class CxiSource : public ::testing::Test {
 
   // Opens `source` on a [data] table given as TOML lines.
   tycho_status open(const std::string& data_toml, const char* source = "cxi") {
-    auto doc = tycho::config_document::parse(std::string("[data]\nsource = \"") + source + "\"\n" + data_toml,
-                                             "<test>", tmp_.string());
-    tycho_config cfg{&doc.table_at("data"), "[data]", doc.base_dir()};
-    close();
-    vt_ = tycho::test::plugins().find(TYCHO_COMPONENT_SOURCE, source).as<tycho_source_vtable>();
-    return vt_->open(&cfg, &src_);
+    return source_.open(tycho::test::plugins(), source, data_toml, tmp_.string());
   }
   tycho_status open_path(const std::string& path, const std::string& more = "", const char* source = "cxi") {
     return open("path = '" + path + "'\n" + more, source);
   }
-  void close() {
-    if (src_) vt_->close(src_);
-    src_ = nullptr;
-  }
-
-  tycho_dataset_info info() {
-    tycho_dataset_info i{};
-    i.struct_size = sizeof(i);
-    EXPECT_EQ(vt_->info(src_, &i), TYCHO_OK) << tycho::last_error();
-    return i;
-  }
-
-  std::vector<float> read(int64_t first, int64_t count) {
-    tycho_dataset_info i = info();
-    std::vector<float> buf(size_t(count * i.detector_shape[0] * i.detector_shape[1]));
-    int64_t shape[3] = {count, i.detector_shape[0], i.detector_shape[1]};
-    DLTensor t{};
-    t.data = buf.data();
-    t.device = {kDLCPU, 0};
-    t.ndim = 3;
-    t.dtype = {kDLFloat, 32, 1};
-    t.shape = shape;
-    EXPECT_EQ(vt_->read(src_, first, count, &t), TYCHO_OK) << tycho::last_error();
-    return buf;
-  }
-
-  // read_positions: the status, and the (P, 2) values on success.
-  tycho_status positions(std::vector<double>& out) {
-    tycho_dataset_info i = info();
-    const int64_t p = i.scan_shape[0] * i.scan_shape[1];
-    out.assign(size_t(2 * p), NAN);
-    int64_t shape[2] = {p, 2};
-    DLTensor t{};
-    t.data = out.data();
-    t.device = {kDLCPU, 0};
-    t.ndim = 2;
-    t.dtype = {kDLFloat, 64, 1};
-    t.shape = shape;
-    EXPECT_GE(vt_->struct_size, offsetof(tycho_source_vtable, read_positions) + sizeof(void*));
-    return vt_->read_positions ? vt_->read_positions(src_, &t) : TYCHO_ERR_UNSUPPORTED;
-  }
+  void close() { source_.close(); }
+  tycho_dataset_info info() { return source_.info(); }
+  std::vector<float> read(int64_t first, int64_t count) { return source_.read(first, count); }
+  tycho_status positions(std::vector<double>& out) { return source_.positions(out); }
   std::vector<double> positions() {
     std::vector<double> p;
     EXPECT_EQ(positions(p), TYCHO_OK) << tycho::last_error();
@@ -122,8 +81,7 @@ class CxiSource : public ::testing::Test {
   }
 
   fs::path tmp_;
-  const tycho_source_vtable* vt_ = nullptr;
-  tycho_source* src_ = nullptr;
+  tycho::test::source_under_test source_;
 };
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "emd_test_file.hpp"
+#include "source_under_test.hpp"
 #include "test_paths.hpp"
 
 namespace fs = std::filesystem;
@@ -92,55 +93,30 @@ class EmdSource : public ::testing::Test {
     registry_ = nullptr;
   }
   void SetUp() override {
-    vt_ = registry_->find(TYCHO_COMPONENT_SOURCE, "emd").as<tycho_source_vtable>();
     tmp_ = fs::temp_directory_path() /
            ("tycho_emd_" + std::to_string(getpid()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(tmp_);
   }
   void TearDown() override {
-    if (src_) vt_->close(src_);
+    source_.close();
     std::error_code ec;
     fs::remove_all(tmp_, ec);
   }
 
   // Opens the source on a [data] table given as TOML lines.
   tycho_status open(const std::string& data_toml, const std::string& base_dir = "") {
-    auto doc = tycho::config_document::parse("[data]\nsource = \"emd\"\n" + data_toml, "<test>",
-                                             base_dir);
-    tycho_config cfg{&doc.table_at("data"), "[data]", doc.base_dir()};
-    if (src_) vt_->close(src_);
-    src_ = nullptr;
-    return vt_->open(&cfg, &src_);
+    return source_.open(*registry_, "emd", data_toml, base_dir);
   }
   tycho_status open_path(const std::string& path) { return open("path = '" + path + "'\n"); }
 
-  tycho_dataset_info info() {
-    tycho_dataset_info i{};
-    i.struct_size = sizeof(i);
-    EXPECT_EQ(vt_->info(src_, &i), TYCHO_OK) << tycho::last_error();
-    return i;
-  }
-
-  std::vector<float> read(int64_t first, int64_t count) {
-    tycho_dataset_info i = info();
-    std::vector<float> buf(size_t(count * i.detector_shape[0] * i.detector_shape[1]));
-    int64_t shape[3] = {count, i.detector_shape[0], i.detector_shape[1]};
-    DLTensor t{};
-    t.data = buf.data();
-    t.device = {kDLCPU, 0};
-    t.ndim = 3;
-    t.dtype = {kDLFloat, 32, 1};
-    t.shape = shape;
-    EXPECT_EQ(vt_->read(src_, first, count, &t), TYCHO_OK) << tycho::last_error();
-    return buf;
-  }
+  tycho_dataset_info info() { return source_.info(); }
+  std::vector<float> read(int64_t first, int64_t count) { return source_.read(first, count); }
 
   std::string tmp(const std::string& name) const { return (tmp_ / name).string(); }
 
   static inline tycho::host::registry* registry_ = nullptr;
-  const tycho_source_vtable* vt_ = nullptr;
-  tycho_source* src_ = nullptr;
+  tycho::test::source_under_test source_;
   fs::path tmp_;
 };
 
@@ -255,9 +231,9 @@ TEST_F(EmdSource, ReadOutOfRangeOrWrongShapeIsRefused) {
   t.ndim = 3;
   t.dtype = {kDLFloat, 32, 1};
   t.shape = shape;
-  EXPECT_EQ(vt_->read(src_, 760, 10, &t), TYCHO_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(source_.vt->read(source_.src, 760, 10, &t), TYCHO_ERR_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("768 patterns"), std::string::npos) << last_error();
-  EXPECT_EQ(vt_->read(src_, 0, 5, &t), TYCHO_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(source_.vt->read(source_.src, 0, 5, &t), TYCHO_ERR_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("(10, 96, 96)"), std::string::npos) << last_error();
 }
 
@@ -267,8 +243,7 @@ TEST_F(EmdSource, CloseAndFailedOpensLeaveNoHdf5HandlesOpen) {
   ASSERT_EQ(open_path(file), TYCHO_OK) << last_error();
   EXPECT_GT(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL), 0);
   read(30, 40);
-  vt_->close(src_);
-  src_ = nullptr;
+  source_.close();
   EXPECT_EQ(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL), 0);
   EXPECT_EQ(open("path = '" + file + "'\ndataset = '/datacube_root/metadatabundle'\n"),
             TYCHO_ERR_BAD_DATA);
@@ -281,7 +256,7 @@ TEST_F(EmdSource, MissingFile) {
   EXPECT_EQ(open_path(file), TYCHO_ERR_NOT_FOUND);
   EXPECT_NE(last_error().find("data file '" + file + "' does not exist"), std::string::npos)
       << last_error();
-  EXPECT_EQ(src_, nullptr);
+  EXPECT_EQ(source_.src, nullptr);
 }
 
 TEST_F(EmdSource, MissingDatasetListsTheArraysThatExist) {

@@ -21,6 +21,7 @@
 
 #include "built_in_plugins.hpp"
 #include "run_command.hpp"
+#include "source_under_test.hpp"
 #include "test_paths.hpp"
 
 namespace fs = std::filesystem;
@@ -53,52 +54,25 @@ void write_file(const std::string& path, const std::string& preamble, const void
 class NpySource : public ::testing::Test {
  protected:
   void SetUp() override {
-    vt_ = tycho::test::plugins().find(TYCHO_COMPONENT_SOURCE, "npy").as<tycho_source_vtable>();
     tmp_ = fs::temp_directory_path() /
            ("tycho_npy_" + std::to_string(getpid()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(tmp_);
   }
   void TearDown() override {
-    if (src_) vt_->close(src_);
+    source_.close();
     std::error_code ec;
     fs::remove_all(tmp_, ec);
   }
 
   // Opens `source` on a [data] table given as TOML lines.
   tycho_status open(const std::string& data_toml, const char* source = "npy") {
-    auto doc = tycho::config_document::parse(std::string("[data]\nsource = \"") + source + "\"\n" + data_toml,
-                                             "<test>", tmp_.string());
-    tycho_config cfg{&doc.table_at("data"), "[data]", doc.base_dir()};
-    close();
-    vt_cur_ = tycho::test::plugins().find(TYCHO_COMPONENT_SOURCE, source).as<tycho_source_vtable>();
-    return vt_cur_->open(&cfg, &src_);
+    return source_.open(tycho::test::plugins(), source, data_toml, tmp_.string());
   }
-  void close() {
-    if (src_) vt_cur_->close(src_);
-    src_ = nullptr;
-  }
+  void close() { source_.close(); }
 
-  tycho_dataset_info info() {
-    tycho_dataset_info i{};
-    i.struct_size = sizeof(i);
-    EXPECT_EQ(vt_cur_->info(src_, &i), TYCHO_OK) << tycho::last_error();
-    return i;
-  }
-
-  std::vector<float> read(int64_t first, int64_t count) {
-    tycho_dataset_info i = info();
-    std::vector<float> buf(size_t(count * i.detector_shape[0] * i.detector_shape[1]));
-    int64_t shape[3] = {count, i.detector_shape[0], i.detector_shape[1]};
-    DLTensor t{};
-    t.data = buf.data();
-    t.device = {kDLCPU, 0};
-    t.ndim = 3;
-    t.dtype = {kDLFloat, 32, 1};
-    t.shape = shape;
-    EXPECT_EQ(vt_cur_->read(src_, first, count, &t), TYCHO_OK) << tycho::last_error();
-    return buf;
-  }
+  tycho_dataset_info info() { return source_.info(); }
+  std::vector<float> read(int64_t first, int64_t count) { return source_.read(first, count); }
 
   // The MoS2 counts through the emd source.
   std::vector<float> mos2(tycho_dataset_info* i = nullptr) {
@@ -120,9 +94,7 @@ class NpySource : public ::testing::Test {
     for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
   }
 
-  const tycho_source_vtable* vt_ = nullptr;
-  const tycho_source_vtable* vt_cur_ = nullptr;
-  tycho_source* src_ = nullptr;
+  tycho::test::source_under_test source_;
   fs::path tmp_;
 };
 

@@ -26,6 +26,7 @@
 
 #include "run_command.hpp"
 #include "built_in_plugins.hpp"
+#include "source_under_test.hpp"
 #include "test_paths.hpp"
 
 namespace {
@@ -99,47 +100,18 @@ std::vector<double> atom_lattice(int64_t rows, int64_t cols, double pixel0_A, do
 
 class SimulateSource : public ::testing::Test {
  protected:
-  void SetUp() override {
-    vt_ = plugins().find(TYCHO_COMPONENT_SOURCE, "simulate").as<tycho_source_vtable>();
-  }
-  void TearDown() override {
-    if (src_) vt_->close(src_);
-  }
 
   // Opens the source on a [data] table given as TOML lines.
   tycho_status open(const std::string& data_toml) {
-    auto doc = tycho::config_document::parse("[data]\nsource = \"simulate\"\n" + data_toml,
-                                             "<test>", tmp_.path().string());
-    tycho_config cfg{&doc.table_at("data"), "[data]", doc.base_dir()};
-    if (src_) vt_->close(src_);
-    src_ = nullptr;
-    return vt_->open(&cfg, &src_);
+    return source_.open(plugins(), "simulate", data_toml, tmp_.path().string());
   }
 
-  tycho_dataset_info info() {
-    tycho_dataset_info i{};
-    i.struct_size = sizeof(i);
-    EXPECT_EQ(vt_->info(src_, &i), TYCHO_OK) << tycho::last_error();
-    return i;
-  }
-
-  std::vector<float> read(int64_t first, int64_t count) {
-    tycho_dataset_info i = info();
-    std::vector<float> buf(size_t(count * i.detector_shape[0] * i.detector_shape[1]), -1.0f);
-    int64_t shape[3] = {count, i.detector_shape[0], i.detector_shape[1]};
-    DLTensor t{};
-    t.data = buf.data();
-    t.device = {kDLCPU, 0};
-    t.ndim = 3;
-    t.dtype = {kDLFloat, 32, 1};
-    t.shape = shape;
-    EXPECT_EQ(vt_->read(src_, first, count, &t), TYCHO_OK) << tycho::last_error();
-    return buf;
-  }
+  tycho_dataset_info info() { return source_.info(); }
+  // The buffer starts at -1, so that a pixel the source did not write shows.
+  std::vector<float> read(int64_t first, int64_t count) { return source_.read(first, count, -1.0f); }
 
   tycho::test::temp_folder tmp_;
-  const tycho_source_vtable* vt_ = nullptr;
-  tycho_source* src_ = nullptr;
+  tycho::test::source_under_test source_;  // after tmp_: closed before the folder goes
 };
 
 // ---------------------------------------------------------------- (a) info and reads
@@ -214,9 +186,9 @@ TEST_F(SimulateSource, ReadChecksRangeAndShape) {
   t.ndim = 3;
   t.dtype = {kDLFloat, 32, 1};
   t.shape = shape;
-  EXPECT_EQ(vt_->read(src_, 15, 2, &t), TYCHO_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(source_.vt->read(source_.src, 15, 2, &t), TYCHO_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(tycho::last_error()).find("out of range"), std::string::npos) << tycho::last_error();
-  EXPECT_EQ(vt_->read(src_, 0, 1, &t), TYCHO_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(source_.vt->read(source_.src, 0, 1, &t), TYCHO_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(tycho::last_error()).find("(1, 32, 32)"), std::string::npos) << tycho::last_error();
 }
 
