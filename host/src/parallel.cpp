@@ -87,6 +87,7 @@ struct parallel_context::impl {
   const tycho_reducer_vtable* host_vt = nullptr;
   tycho_reducer* host_red = nullptr;
   std::shared_ptr<thread_channel> local_channel;  // ranks that are threads of this process
+  tycho_config config_view{};  // the [parallel] table as the reducers see it, as long as they live
   int32_t rank = 0, world = 1;
   double timeout_s = 600;
 
@@ -198,6 +199,19 @@ struct parallel_context::impl {
 };
 
 namespace {
+// The setup of a reducer of this context on `device`: the [parallel] table (kept in the context),
+// the context's bootstrap channel, rank and world size unknown (-1) until the caller sets them.
+tycho_reducer_setup reducer_setup(parallel_context::impl& p, const config_document& doc, DLDevice device) {
+  p.config_view = tycho_config{&doc.table_at("parallel"), "[parallel]", doc.base_dir()};
+  tycho_reducer_setup setup{};
+  setup.struct_size = sizeof setup;
+  setup.config = &p.config_view;
+  setup.rank = setup.world_size = setup.local_rank = -1;
+  setup.device = device;
+  setup.bootstrap = p.bootstrap;
+  return setup;
+}
+
 // [parallel] timeout_s: finite, at least a second (the watchdog looks twice a second).
 double read_timeout(const toml::table& par_t) {
   const double t = read_key<double>(par_t, "timeout_s", "parallel").value_or(600.0);
@@ -240,15 +254,10 @@ void make_rendezvous(const config_document& doc, const registry& reg, const laun
   if (how == "mpi") {
     if (!have_mpi) fail(TYCHO_ERR_NOT_FOUND, "[parallel] rendezvous = \"mpi\": the mpi reducer is not installed");
     const component_ref& ref = reg.find(TYCHO_COMPONENT_REDUCER, "mpi");
-    static thread_local tycho_config cfg;
-    cfg = tycho_config{&par_t, "[parallel]", doc.base_dir()};
-    tycho_reducer_setup setup{};
-    setup.struct_size = sizeof setup;
-    setup.config = &cfg;
+    tycho_reducer_setup setup = reducer_setup(p, doc, DLDevice{kDLCPU, 0});
     setup.rank = launch.rank;
     setup.world_size = launch.world_size;
     setup.local_rank = launch.local_rank;
-    setup.device = DLDevice{kDLCPU, 0};
     p.host_vt = ref.as<tycho_reducer_vtable>();
     check_status(p.host_vt->create(&setup, &p.host_red), "rendezvous through the mpi reducer");
     p.bootstrap = tycho_bootstrap{&p, &parallel_context::impl::mpi_broadcast};
@@ -280,19 +289,22 @@ void make_rendezvous(const config_document& doc, const registry& reg, const laun
 parallel_context::parallel_context() : p_(std::make_unique<impl>()) {}
 parallel_context::~parallel_context() = default;
 
+void parallel_context::read_settings(const toml::table& par_t) {
+  timeout_s_ = p_->timeout_s = read_timeout(par_t);
+  sharding_ = shard::parse(read_key<std::string>(par_t, "sharding", "parallel").value_or("patterns"),
+                           "[parallel] sharding");
+  const std::string on_error = read_key<std::string>(par_t, "on_error", "parallel").value_or("abort");
+  if (on_error != "abort" && on_error != "return")
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[parallel] on_error must be \"abort\" or \"return\", got \"", on_error, "\"");
+  abort_on_error_ = on_error == "abort";
+}
+
 std::unique_ptr<parallel_context> parallel_context::create(const config_document& doc, const registry& reg,
                                                            const launch_environment& launch, void* communicator) {
   auto ctx = std::make_unique<parallel_context>();
   const toml::table& par_t = doc.table_at("parallel");
-  ctx->timeout_s_ = read_timeout(par_t);
+  ctx->read_settings(par_t);
   check_rendezvous_keys(par_t);
-  const std::string on_error = read_key<std::string>(par_t, "on_error", "parallel").value_or("abort");
-  if (on_error != "abort" && on_error != "return")
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "[parallel] on_error must be \"abort\" or \"return\", got \"", on_error, "\"");
-  ctx->abort_on_error_ = on_error == "abort";
-  ctx->p_->timeout_s = ctx->timeout_s_;
-  ctx->sharding_ = shard::parse(read_key<std::string>(par_t, "sharding", "parallel").value_or("patterns"),
-                                "[parallel] sharding");
   ctx->launcher_ = launch.launcher;
   const component_ref& engine = reg.find(TYCHO_COMPONENT_ENGINE, engine_name_of(doc));
   ctx->device_ = rank_device(doc, engine, launch);
@@ -340,19 +352,13 @@ std::unique_ptr<parallel_context> parallel_context::create(const config_document
   if (!host_tensors && launch.multi_process() && communicator == nullptr)
     make_rendezvous(doc, reg, launch, ctx->timeout_s_, p);
 
-  static thread_local tycho_config par_cfg;  // lives as long as the reducer may read it
-  par_cfg = tycho_config{&par_t, "[parallel]", doc.base_dir()};
-  tycho_reducer_setup setup{};
-  setup.struct_size = sizeof(setup);
-  setup.config = &par_cfg;
+  tycho_reducer_setup setup = reducer_setup(p, doc, ctx->device_);
   // An adopted communicator says the rank and world size itself (it may be a part of the job).
   const bool from_launcher = launch.multi_process() && communicator == nullptr;
   setup.rank = from_launcher ? launch.rank : -1;
   setup.world_size = from_launcher ? launch.world_size : -1;
   setup.local_rank = from_launcher ? launch.local_rank : -1;
-  setup.device = ctx->device_;
   setup.communicator = communicator;
-  setup.bootstrap = p.bootstrap;
   p.vt = ref.as<tycho_reducer_vtable>();
   p.host_reducer = host_tensors;
   try {
@@ -378,9 +384,7 @@ std::unique_ptr<parallel_context> parallel_context::create_local(const config_do
   auto ctx = std::make_unique<parallel_context>();
   auto& p = *ctx->p_;
   const toml::table& par_t = doc.table_at("parallel");
-  ctx->timeout_s_ = p.timeout_s = read_timeout(par_t);
-  ctx->sharding_ = shard::parse(read_key<std::string>(par_t, "sharding", "parallel").value_or("patterns"),
-                                "[parallel] sharding");
+  ctx->read_settings(par_t);
   ctx->launcher_ = "threads";
   ctx->device_ = device;
   ctx->rank_ = p.rank = rank;
@@ -399,16 +403,10 @@ std::unique_ptr<parallel_context> parallel_context::create_local(const config_do
     if (std::find(reducers.begin(), reducers.end(), reducer) == reducers.end())
       fail(TYCHO_ERR_NOT_FOUND, "[reconstruct] devices asks for ", world_size, " GPUs in one process, which needs the \"",
            reducer, "\" reducer, but it is not installed (tycho was built without NCCL)");
-    static thread_local tycho_config par_cfg;
-    par_cfg = tycho_config{&par_t, "[parallel]", doc.base_dir()};
-    tycho_reducer_setup setup{};
-    setup.struct_size = sizeof setup;
-    setup.config = &par_cfg;
+    tycho_reducer_setup setup = reducer_setup(p, doc, device);
     setup.rank = rank;
     setup.world_size = world_size;
     setup.local_rank = rank;
-    setup.device = device;
-    setup.bootstrap = p.bootstrap;
     p.vt = reg.find(TYCHO_COMPONENT_REDUCER, reducer).as<tycho_reducer_vtable>();
     check_status(p.vt->create(&setup, &p.red), cat("reducer \"", reducer, "\" create"));
     ctx->reducer_name_ = reducer;

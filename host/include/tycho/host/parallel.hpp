@@ -16,6 +16,12 @@
 
 #include "tycho/host/registry.hpp"
 
+namespace toml {
+inline namespace v3 {
+class table;
+}
+}  // namespace toml
+
 namespace tycho::host {
 
 class thread_channel;
@@ -94,6 +100,8 @@ class parallel_context final : public rank_collectives {
   struct impl;  // the reducer, the rendezvous and the watchdog
 
  private:
+  // [parallel] timeout_s, sharding and on_error, for both ways of making a context.
+  void read_settings(const toml::table& par_t);
   std::unique_ptr<impl> p_;
   int32_t rank_ = 0, world_size_ = 1, local_rank_ = 0;
   std::string launcher_, reducer_name_ = "none";
