@@ -61,6 +61,7 @@
 #include "emd_test_file.hpp"
 #include "run_command.hpp"
 #include "built_in_plugins.hpp"
+#include "cuda_runtime.hpp"
 #include "test_paths.hpp"
 
 namespace fs = std::filesystem;
@@ -81,29 +82,18 @@ constexpr double k_yardstick_floor = 1e-4;
 // CUDA); 0 when the runtime or a driver is missing.
 int cuda_device_count() {
   static const int count = [] {
-    std::vector<std::string> names;
-#ifdef TYCHO_CUDART_LIBRARY
-    names.push_back(TYCHO_CUDART_LIBRARY);
-#endif
-    names.insert(names.end(), {"libcudart.so.13", "libcudart.so.12", "libcudart.so"});
-    for (const auto& name : names) {
-      void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (lib == nullptr) continue;
-      using fn = int (*)(int*);
-      auto get = reinterpret_cast<fn>(dlsym(lib, "cudaGetDeviceCount"));
-      int n = 0;
-      if (get != nullptr && get(&n) == 0) return n;  // cudaSuccess
-      return 0;
-    }
+    void* lib = tycho::test::open_cudart();
+    if (lib == nullptr) return 0;
+    using fn = int (*)(int*);
+    auto get = reinterpret_cast<fn>(dlsym(lib, "cudaGetDeviceCount"));
+    int n = 0;
+    if (get != nullptr && get(&n) == 0) return n;  // cudaSuccess
     return 0;
   }();
   return count;
 }
 
-bool gpu_required() {
-  const char* v = std::getenv("TYCHO_REQUIRE_GPU");
-  return v != nullptr && *v != '\0' && std::string(v) != "0";
-}
+using tycho::test::gpu_required;
 
 #define REQUIRE_CUDA_DEVICE()                                                                  \
   do {                                                                                         \

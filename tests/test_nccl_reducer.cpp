@@ -36,6 +36,7 @@
 
 #include "../host/src/bootstrap_channels.hpp"
 #include "built_in_plugins.hpp"
+#include "cuda_runtime.hpp"
 
 namespace {
 
@@ -60,36 +61,25 @@ struct cudart {
 const cudart& runtime() {
   static const cudart rt = [] {
     cudart r;
-    std::vector<std::string> names;
-#ifdef TYCHO_CUDART_LIBRARY
-    names.push_back(TYCHO_CUDART_LIBRARY);
-#endif
-    names.insert(names.end(), {"libcudart.so.13", "libcudart.so.12", "libcudart.so"});
-    for (const auto& name : names) {
-      void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (lib == nullptr) continue;
-      auto get = [&](auto& fn, const char* symbol) {
-        fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, symbol));
-        return fn != nullptr;
-      };
-      bool ok = get(r.get_device_count, "cudaGetDeviceCount") && get(r.set_device, "cudaSetDevice") &&
-                get(r.malloc, "cudaMalloc") && get(r.free, "cudaFree") && get(r.memcpy, "cudaMemcpy") &&
-                get(r.stream_create, "cudaStreamCreate") &&
-                get(r.stream_synchronize, "cudaStreamSynchronize") &&
-                get(r.stream_destroy, "cudaStreamDestroy") && get(r.error_string, "cudaGetErrorString");
-      int n = 0;
-      if (ok && r.get_device_count(&n) == 0) r.devices = n;
-      return r;
-    }
+    void* lib = tycho::test::open_cudart();
+    if (lib == nullptr) return r;
+    auto get = [&](auto& fn, const char* symbol) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, symbol));
+      return fn != nullptr;
+    };
+    bool ok = get(r.get_device_count, "cudaGetDeviceCount") && get(r.set_device, "cudaSetDevice") &&
+              get(r.malloc, "cudaMalloc") && get(r.free, "cudaFree") && get(r.memcpy, "cudaMemcpy") &&
+              get(r.stream_create, "cudaStreamCreate") &&
+              get(r.stream_synchronize, "cudaStreamSynchronize") &&
+              get(r.stream_destroy, "cudaStreamDestroy") && get(r.error_string, "cudaGetErrorString");
+    int n = 0;
+    if (ok && r.get_device_count(&n) == 0) r.devices = n;
     return r;
   }();
   return rt;
 }
 
-bool gpu_required() {
-  const char* v = std::getenv("TYCHO_REQUIRE_GPU");
-  return v != nullptr && *v != '\0' && std::string(v) != "0";
-}
+using tycho::test::gpu_required;
 
 // The nccl reducer's vtable, or NULL; *why says why not.
 const tycho_reducer_vtable* nccl_vtable(std::string* why) {
