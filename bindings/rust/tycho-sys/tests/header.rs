@@ -57,14 +57,14 @@ fn c_functions(header: &str) -> BTreeMap<String, (Vec<String>, String)> {
         let open = decl.find('(').unwrap();
         let head = decl[..open].trim();
         let args = decl[open + 1..decl.rfind(')').unwrap()].trim();
-        let split = head.rfind(|c: char| c == ' ' || c == '*').unwrap();
+        let split = head.rfind(&[' ', '*'][..]).unwrap();
         let name = head[split + 1..].to_string();
         let ret = rust_spelling(&head[..split + 1]);
         let mut types = Vec::new();
         if args != "void" {
             for arg in args.split(',') {
                 let arg = arg.trim();
-                let cut = arg.rfind(|c: char| c == ' ' || c == '*').unwrap();
+                let cut = arg.rfind(&[' ', '*'][..]).unwrap();
                 types.push(rust_spelling(&arg[..cut + 1]));
             }
         }
