@@ -5,7 +5,8 @@ function completed = tycho_session_run(h, iterations, progress)
 %   continues where the last one stopped.
 %   TYCHO_SESSION_RUN(H, N, PROGRESS) calls PROGRESS(P) after each iteration with a struct P:
 %     iteration         1-based, counted over the session's whole life
-%     iterations_total  of this run call
+%     iterations_total  what ITERATION goes to in this run, as tycho.h's tycho_progress
+%                       defines it (the 3 of "iteration 2/3")
 %     loss              mean loss per pattern of this iteration
 %     seconds           wall time of this iteration, s
 %   PROGRESS returns true to stop after this iteration, false to go on (like the OutputFcn of

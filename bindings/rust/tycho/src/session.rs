@@ -26,7 +26,8 @@ pub enum SaveMode {
 pub struct Progress {
     /// 1-based, counted over the session's whole life (a second run continues the count).
     pub iteration: i64,
-    /// Iterations of this run call.
+    /// The count `iteration` goes to in this run call, as `tycho_progress.iterations_total`
+    /// of tycho.h defines it (the denominator of "iteration 2/3").
     pub iterations_total: i64,
     /// Mean loss per pattern of this iteration.
     pub loss: f64,
