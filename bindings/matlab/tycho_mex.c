@@ -164,8 +164,8 @@ static void cmd_run(int nlhs, mxArray* plhs[], int nrhs, const mxArray* prhs[]) 
   if (!mxIsNumeric(prhs[2]) || mxGetNumberOfElements(prhs[2]) != 1)
     fail("tycho:TYCHO_ERR_INVALID_ARGUMENT", "tycho_mex: iterations must be a number (0: the configured [reconstruct] iterations)");
   double iterations = mxGetScalar(prhs[2]);
-  if (!(iterations >= 0) || iterations != (double)(int64_t)iterations)
-    fail("tycho:TYCHO_ERR_INVALID_ARGUMENT", "tycho_mex: iterations must be a whole number >= 0");
+  if (!(iterations >= 0 && iterations <= 1e15) || iterations != (double)(int64_t)iterations)
+    fail("tycho:TYCHO_ERR_INVALID_ARGUMENT", "tycho_mex: iterations must be a whole number in [0, 1e15]");
   progress_context ctx = {prhs[3], NULL};
   int with_progress = !mxIsEmpty(prhs[3]);
   if (with_progress && !mxIsClass(prhs[3], "function_handle"))
