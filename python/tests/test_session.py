@@ -82,6 +82,15 @@ def test_bad_config_raises_with_the_key_named(examples):
         tycho.Session("no-such.toml")
 
 
+def test_bad_config_file_is_named(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[reconstruct]\nbatchsize = 3\n")
+    with pytest.raises(tycho.InvalidArgumentError) as e:
+        tycho.Session(path)
+    assert e.value.message.startswith(f"{path}: unknown key 'batchsize' in [reconstruct]; did you mean 'batch_size'?")
+    assert str(e.value).startswith(f"TYCHO_ERR_INVALID_ARGUMENT: {path}: unknown key")
+
+
 def test_progress_counters_continue_across_runs(examples):
     config = {"data": {"path": "data/mos2_80kV_32x24_counts.h5"}, "reconstruct": {"iterations": 2}}
     seen = []

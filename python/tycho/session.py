@@ -56,24 +56,29 @@ def _toml_of_dict(config: Mapping[str, Any]) -> str:
     return tomli_w.dumps(dict(config))
 
 
+class _TqdmReporter:
+    """A tqdm bar over one run call (created at its first iteration, closed after the call)."""
+
+    def __init__(self, tqdm: Any) -> None:
+        self._tqdm, self._bar = tqdm, None
+
+    def __call__(self, p: ProgressInfo) -> None:
+        if self._bar is None:
+            self._bar = self._tqdm(total=p.iterations_total - p.iteration + 1, unit="it", desc="tycho")
+        self._bar.set_postfix(loss=f"{p.loss:.4e}", refresh=False)
+        self._bar.update(1)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
 def _tqdm_reporter() -> Optional[ProgressCallback]:
     try:
         from tqdm.auto import tqdm
     except ImportError:
         return None
-    state: dict = {}
-
-    def report(p: ProgressInfo) -> None:
-        bar = state.get("bar")
-        if bar is None:
-            bar = state["bar"] = tqdm(total=p.iterations_total - p.iteration + 1, unit="it", desc="tycho",
-                                      leave=True)
-        bar.set_postfix(loss=f"{p.loss:.4e}", refresh=False)
-        bar.update(1)
-        if p.iteration == p.iterations_total:
-            bar.close()
-
-    return report
+    return _TqdmReporter(tqdm)
 
 
 def _line_reporter(p: ProgressInfo) -> None:
@@ -104,7 +109,7 @@ class Session:
                  overrides: Iterable[str] = ()) -> None:
         self._handle = ctypes.c_void_p()
         self._lib = _library.load()
-        text, origin_dir = self._config_text(config)
+        text, origin_dir, self._origin = self._config_text(config)
         if base_dir is None:
             base_dir = origin_dir
         items = [s.encode() for s in overrides]
@@ -114,19 +119,28 @@ class Session:
         options.base_dir = os.fsencode(base_dir) if base_dir is not None else None
         options.overrides = ctypes.cast(array, ctypes.POINTER(ctypes.c_char_p))
         options.n_overrides = len(items)
-        _check(self._lib.tycho_session_create_ex(text.encode(), ctypes.byref(options), ctypes.byref(self._handle)))
+        try:
+            _check(self._lib.tycho_session_create_ex(text.encode(), ctypes.byref(options),
+                                                     ctypes.byref(self._handle)))
+        except TychoError as e:
+            # libtycho saw text only: name the file the text came from.
+            if self._origin is not None:
+                e.message = e.message.replace("<config text>", self._origin)
+                e.args = (f"{e.status_name}: {e.message}",)
+            raise
 
     @staticmethod
     def _config_text(config: ConfigLike):
+        """(TOML text, the folder relative input paths resolve against, the file's name)."""
         if isinstance(config, Mapping):
-            return _toml_of_dict(config), None
+            return _toml_of_dict(config), None, None
         if isinstance(config, os.PathLike) or (isinstance(config, str) and "\n" not in config and "=" not in config):
             path = pathlib.Path(config)
             if not path.is_file():
                 raise FileNotFoundError(f"config file '{path}' does not exist")
-            return path.read_text(), str(path.resolve().parent)
+            return path.read_text(), str(path.resolve().parent), str(path)
         if isinstance(config, str):
-            return config, None
+            return config, None, None
         raise TypeError(f"config must be a path, TOML text or a dict, not {type(config).__name__}")
 
     @classmethod
@@ -204,7 +218,11 @@ class Session:
             return 1 if go_on is False else 0
 
         callback = on_progress if report is not None else ctypes.cast(None, _library.PROGRESS_FN)
-        status = self._lib.tycho_session_run(self._h(), int(iterations), callback, None)
+        try:
+            status = self._lib.tycho_session_run(self._h(), int(iterations), callback, None)
+        finally:
+            if isinstance(report, _TqdmReporter):
+                report.close()
         if raised:
             raise raised[0]
         if status != 8:  # TYCHO_ERR_CANCELLED: the callback asked to stop
