@@ -23,19 +23,24 @@ static int passed = 0, failed = 0;
 typedef struct progress_log {
   int calls;
   double first_loss, last_loss;
+  int64_t iterations[16], totals[16];
 } progress_log;
 
 static int on_progress(const tycho_progress* p, void* user) {
   progress_log* log = (progress_log*)user;
   if (log->calls == 0) log->first_loss = p->loss;
   log->last_loss = p->loss;
+  if (log->calls < 16) {
+    log->iterations[log->calls] = p->iteration;
+    log->totals[log->calls] = p->iterations_total;
+  }
   log->calls++;
   return 0;
 }
 
-static int stop_after_two(const tycho_progress* p, void* user) {
+static int stop_at_iteration_7(const tycho_progress* p, void* user) {
   (void)user;
-  return p->iteration >= 2 ? 1 : 0;
+  return p->iteration >= 7 ? 1 : 0;
 }
 
 static char* read_text(const char* path) {
@@ -51,7 +56,28 @@ static char* read_text(const char* path) {
   return text;
 }
 
+/* `--failing-loss EXAMPLES_DIR`, run with TYCHO_PLUGIN_PATH naming the folder of the test plugin
+ * whose loss "failing" always fails: its own message, set on the engine's worker thread, must
+ * reach the caller whole, with the plugin's status. */
+static int failing_loss_main(const char* examples) {
+  char config[1024];
+  snprintf(config, sizeof config,
+           "[data]\npath = \"data/mos2_80kV_32x24_counts.h5\"\n"
+           "[reconstruct]\nloss = \"failing\"\niterations = 1\n");
+  tycho_session* s = NULL;
+  tycho_status st = tycho_session_create(config, examples, &s);
+  CHECK(st == TYCHO_OK);
+  if (st != TYCHO_OK) return 1;
+  CHECK(tycho_session_run(s, 1, NULL, NULL) == TYCHO_ERR_BAD_DATA);
+  CHECK(strstr(tycho_last_error(), "failing loss: deliberate failure (test plugin)") != NULL);
+  fprintf(stderr, "last error: %s\n", tycho_last_error());
+  tycho_session_destroy(s);
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 3 && strcmp(argv[1], "--failing-loss") == 0) return failing_loss_main(argv[2]);
   if (argc < 3) {
     fprintf(stderr, "usage: %s EXAMPLES_DIR OUTPUT_DIR\n", argv[0]);
     return 2;
@@ -74,9 +100,16 @@ int main(int argc, char** argv) {
   CHECK(st == TYCHO_OK);
   if (st != TYCHO_OK) return 1;
 
-  progress_log log = {0, 0, 0};
-  CHECK(tycho_session_run(s, 5, on_progress, &log) == TYCHO_OK);
+  progress_log log;
+  memset(&log, 0, sizeof log);
+  CHECK(tycho_session_run(s, 3, on_progress, &log) == TYCHO_OK);
+  /* A second run continues both counters: 1/3 2/3 3/3, then 4/5 5/5. */
+  CHECK(tycho_session_run(s, 2, on_progress, &log) == TYCHO_OK);
   CHECK(log.calls == 5);
+  for (int i = 0; i < 5 && i < log.calls; ++i) {
+    CHECK(log.iterations[i] == i + 1);
+    CHECK(log.totals[i] == (i < 3 ? 3 : 5));
+  }
   CHECK(log.last_loss < log.first_loss);
 
   DLManagedTensor* obj = NULL;
@@ -106,12 +139,42 @@ int main(int argc, char** argv) {
     CHECK(pos->dl_tensor.shape[0] == 32 * 24 && pos->dl_tensor.shape[1] == 2);
     pos->deleter(pos);
   }
+  /* The mask the loss used (every array a saved result holds is reachable): (N0, N1) uint8 of
+   * 0/1; the MoS2 example is 96 x 96, unpadded, with no bad pixels, so all ones. */
+  DLManagedTensor* mask = NULL;
+  CHECK(tycho_session_get(s, "mask", &mask) == TYCHO_OK);
+  if (mask) {
+    const DLTensor* m = &mask->dl_tensor;
+    CHECK(m->ndim == 2 && m->shape[0] == 96 && m->shape[1] == 96);
+    CHECK(m->dtype.code == kDLUInt && m->dtype.bits == 8 && m->dtype.lanes == 1);
+    int64_t ones = 0;
+    for (int64_t k = 0; k < m->shape[0] * m->shape[1]; ++k) ones += ((const uint8_t*)m->data)[k] == 1;
+    CHECK(ones == 96 * 96);
+    mask->deleter(mask);
+  }
+  /* Adam's state, as saved for `--from`: "m" shaped like the object. */
+  DLManagedTensor* adam_m = NULL;
+  CHECK(tycho_session_get(s, "optimizer.object.m", &adam_m) == TYCHO_OK);
+  if (adam_m) {
+    CHECK(adam_m->dl_tensor.ndim == 3 && adam_m->dl_tensor.shape[1] > 96);
+    adam_m->deleter(adam_m);
+  }
   DLManagedTensor* none = NULL;
   CHECK(tycho_session_get(s, "nonsense", &none) == TYCHO_ERR_NOT_FOUND && none == NULL);
   CHECK(strstr(tycho_last_error(), "nonsense") != NULL);
+  CHECK(strstr(tycho_last_error(), "available: object, probe, positions_px, positions_A, loss_history, "
+                                   "optimizer.object.m") != NULL);
+  CHECK(strstr(tycho_last_error(), ", mask)") != NULL);
 
-  /* A callback that returns non-zero stops the run with TYCHO_ERR_CANCELLED. */
-  CHECK(tycho_session_run(s, 10, stop_after_two, NULL) == TYCHO_ERR_CANCELLED);
+  /* A callback that returns non-zero stops the run with TYCHO_ERR_CANCELLED after that
+   * iteration (here the 2nd of this call: iterations 6 and 7 of the session). */
+  CHECK(tycho_session_run(s, 10, stop_at_iteration_7, NULL) == TYCHO_ERR_CANCELLED);
+  DLManagedTensor* h7 = NULL;
+  CHECK(tycho_session_get(s, "loss_history", &h7) == TYCHO_OK);
+  if (h7) {
+    CHECK(h7->dl_tensor.shape[0] == 7);
+    h7->deleter(h7);
+  }
 
   remove(out_path);
   CHECK(tycho_session_save(s, out_path, TYCHO_SAVE_NEW) == TYCHO_OK);

@@ -36,8 +36,9 @@ typedef struct tycho_session tycho_session;
  * TYCHO_ERR_CANCELLED with everything computed so far kept). */
 typedef struct tycho_progress {
   uint32_t struct_size;
-  int64_t iteration;        /* 1-based, counted over the session's whole life */
-  int64_t iterations_total; /* of this run call */
+  int64_t iteration;        /* 1-based, counted over the session's whole life (resumed ones too) */
+  int64_t iterations_total; /* the iteration this run call ends at, counted the same way: a
+                               second run(3) after a first run(3) reports 4/6, 5/6, 6/6 */
   double loss;              /* mean loss per pattern of this iteration */
   double seconds;           /* wall time of this iteration */
 } tycho_progress;

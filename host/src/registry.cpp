@@ -2,6 +2,7 @@
 
 #include <tycho/core/config.hpp>
 #include <tycho/core/error.hpp>
+#include <tycho/core/last_error.hpp>
 
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
@@ -10,7 +11,10 @@
 #include <cstddef>
 #include <cstdlib>
 #include <filesystem>
+#include <cstdint>
+#include <fstream>
 #include <set>
+#include <sstream>
 
 #include "tycho/host/log.hpp"
 
@@ -40,6 +44,30 @@ const char* kind_name(tycho_component_kind kind) {
   return "unknown";
 }
 
+namespace {
+// The absolute path of the shared object (or executable) this function is compiled into.
+fs::path this_module_path() {
+  const auto here = reinterpret_cast<std::uintptr_t>(&this_module_path);
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    // "start-end perms offset dev inode   /absolute/path"
+    std::istringstream in(line);
+    std::string range, perms, offset, dev, inode, path;
+    if (!(in >> range >> perms >> offset >> dev >> inode) || !std::getline(in >> std::ws, path)) continue;
+    const auto dash = range.find('-');
+    if (dash == std::string::npos) continue;
+    const auto start = std::stoull(range.substr(0, dash), nullptr, 16);
+    const auto end = std::stoull(range.substr(dash + 1), nullptr, 16);
+    if (here >= start && here < end && !path.empty() && path[0] == '/') return path;
+  }
+  // No /proc (not Linux): dladdr's name, made absolute against the current folder.
+  std::error_code ec;
+  fs::path p = boost::dll::this_line_location().string();
+  return p.is_absolute() ? p : fs::absolute(p, ec);
+}
+}  // namespace
+
 registry::registry() = default;
 registry::~registry() = default;
 
@@ -62,25 +90,25 @@ std::vector<std::string> registry::default_search_dirs() {
       start = colon + 1;
     }
   }
-  // The module holding this code: libtycho.so in lib/, or the tycho command in bin/.
-  // The folder of the module that holds this code: libtycho.so's (dladdr gives its full path),
-  // or for the tycho command the executable's. dladdr names an executable as it was invoked
-  // (`tycho` found on PATH, a symlink), so the executable's folder comes from /proc/self/exe.
+  // The folder of the module that holds this code: libtycho.so's, or for the tycho command the
+  // executable's (/proc/self/exe, whatever name it was invoked by). libtycho's path comes from
+  // /proc/self/maps, which always holds the absolute path of the mapped file: dladdr gives the
+  // name as passed to dlopen, which is relative for ctypes.CDLL("build/lib/libtycho.so").
   std::vector<fs::path> candidates;
-  for (const fs::path& module : {fs::path(boost::dll::this_line_location().string()),
-                                 fs::path(boost::dll::program_location().string())}) {
+  for (const fs::path& module : {this_module_path(), fs::path(boost::dll::program_location().string())}) {
     if (!module.is_absolute()) continue;
     const fs::path here = module.parent_path();
     candidates.push_back(here / "tycho" / "plugins");
     candidates.push_back(here / ".." / "lib" / "tycho" / "plugins");
   }
   candidates.push_back(fs::path(TYCHO_INSTALL_PLUGIN_DIR));
+  // A missing folder stays in the list (lexically normalised) so `tycho plugins` and the log
+  // line of global() name every place that was looked at.
   for (const fs::path& candidate : candidates) {
     std::error_code ec;
-    if (fs::is_directory(candidate, ec)) {
-      auto canon = fs::canonical(candidate, ec).string();
-      if (std::find(dirs.begin(), dirs.end(), canon) == dirs.end()) dirs.push_back(canon);
-    }
+    std::string d = fs::is_directory(candidate, ec) ? fs::canonical(candidate, ec).string()
+                                                     : candidate.lexically_normal().string();
+    if (std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.push_back(d);
   }
   return dirs;
 }
@@ -88,6 +116,7 @@ std::vector<std::string> registry::default_search_dirs() {
 void registry::load_directories(const std::vector<std::string>& dirs) {
   for (const auto& dir : dirs) {
     std::error_code ec;
+    searched_.push_back(dir);
     if (!fs::is_directory(dir, ec)) {
       log(TYCHO_LOG_DEBUG, "plugins", cat("plugin folder '", dir, "' does not exist; skipped"));
       continue;
@@ -142,7 +171,10 @@ bool registry::load_file(const std::string& path) {
   report.version = d->version ? d->version : "";
   if (d->init != nullptr) {
     tycho_status s = d->init(host_api());
-    if (s != TYCHO_OK) return refuse(cat("its init function failed with status ", int(s)));
+    if (s != TYCHO_OK) {
+      const std::string why = last_error();
+      return refuse(cat("its init function failed with status ", int(s), why.empty() ? "" : ": ", why));
+    }
   }
 
   std::vector<component_ref> added;
@@ -199,7 +231,11 @@ const component_ref& registry::find(tycho_component_kind kind, const std::string
   if (!near.empty()) msg += cat("; did you mean '", near, "'?");
   std::string list;
   for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-  msg += known.empty() ? cat(" (no ", kind_name(kind), " plugins were found; see `tycho plugins`)")
+  std::string folders;
+  for (const auto& d : searched_) folders += (folders.empty() ? "'" : ", '") + d + "'";
+  msg += known.empty() ? cat(" (no ", kind_name(kind), " plugins were found in the folders searched: ",
+                             folders.empty() ? std::string("none") : folders,
+                             "; set TYCHO_PLUGIN_PATH to the folder of libtycho_plugin_*.so, see `tycho plugins`)")
                        : cat(" (available: ", list, ")");
   fail(TYCHO_ERR_NOT_FOUND, msg);
 }
@@ -214,7 +250,19 @@ std::vector<std::string> registry::names(tycho_component_kind kind) const {
 registry& registry::global() {
   static registry* r = [] {
     auto* reg = new registry();  // never destroyed: plugins stay loaded until exit
-    reg->load_directories(default_search_dirs());
+    const auto dirs = default_search_dirs();
+    reg->load_directories(dirs);
+    // One line naming every folder searched and what it gave, for "unknown engine" puzzles.
+    std::string line;
+    for (const auto& d : dirs) {
+      std::size_t n = 0;
+      for (const auto& rep : reg->reports())
+        if (rep.loaded && fs::path(rep.path).parent_path() == fs::path(d)) ++n;
+      std::error_code ec;
+      line += cat(line.empty() ? "" : ", ", "'", d, "' (",
+                  fs::is_directory(d, ec) ? cat(n, n == 1 ? " plugin" : " plugins") : std::string("does not exist"), ")");
+    }
+    log(TYCHO_LOG_INFO, "plugins", cat("plugin folders searched: ", line.empty() ? std::string("none") : line));
     return reg;
   }();
   return *r;

@@ -784,6 +784,10 @@ bool session::run(int64_t iterations, const progress_callback& progress) {
   int64_t n = iterations > 0 ? iterations : s.iterations;
   // Every rank must run as many iterations, or one waits forever for the others' sums.
   s.par->require_same(std::to_string(n), "the number of iterations to run (--iterations, --stop-after)");
+  // Both counters of tycho_progress count over the session's whole life (resumed iterations
+  // included): iteration k of this call reports (done + k) / (done + n), so a second run call
+  // continues 4/6, 5/6, 6/6 after a first one of 3.
+  const int64_t last = s.drv->iterations_done() + n;
   for (int64_t i = 0; i < n; ++i) {
     auto t0 = std::chrono::steady_clock::now();
     double loss = s.drv->run_iteration();
@@ -791,7 +795,7 @@ bool session::run(int64_t iterations, const progress_callback& progress) {
     s.loss_history.push_back(loss);
     s.seconds_history.push_back(secs);
     if (progress) {
-      tycho_progress p{sizeof(tycho_progress), s.drv->iterations_done(), n, loss, secs};
+      tycho_progress p{sizeof(tycho_progress), s.drv->iterations_done(), last, loss, secs};
       if (!progress(p)) return false;
     }
   }
@@ -839,8 +843,55 @@ owned_array session::get(const std::string& name) const {
   }
   if (name == "loss_history")
     return owned_array::from_vector(name, k_float64, {int64_t(s.loss_history.size())}, s.loss_history);
-  fail(TYCHO_ERR_NOT_FOUND, "no result array '", name,
-       "' (available: object, probe, positions_px, positions_A, loss_history)");
+  if (name == "mask") return result_mask(s.padding);
+  if (name.rfind("optimizer.", 0) == 0)
+    for (const auto& state_name : optimizer_state_names())
+      if (state_name == name) return optimizer_state(name);
+  std::string available;
+  for (const auto& n : array_names()) available += (available.empty() ? "" : ", ") + n;
+  fail(TYCHO_ERR_NOT_FOUND, "no result array '", name, "' (available: ", available, ")");
+}
+
+std::vector<std::string> session::array_names() const {
+  // The order of the saved file's members (mask last, as files before the name list had it).
+  std::vector<std::string> names = {"object", "probe", "positions_px", "positions_A", "loss_history"};
+  for (auto& n : optimizer_state_names()) names.push_back(std::move(n));
+  names.push_back("mask");
+  return names;
+}
+
+// "optimizer.<object|probe>.<array>" for every state array of the optimizers that keep one.
+std::vector<std::string> session::optimizer_state_names() const {
+  const state& s = *s_;
+  std::vector<std::string> names;
+  for (const auto& [which, ref, opt] : {std::tuple{"object", s.object_opt_ref, s.object_opt},
+                                        std::tuple{"probe", s.probe_opt_ref, s.probe_opt}}) {
+    const auto* vt = ref->as<tycho_optimizer_vtable>();
+    if (!has_state_functions(vt)) continue;
+    for (int64_t i = 0, n = vt->state_count(opt); i < n; ++i) {
+      const char* array = nullptr;
+      check_status(vt->state_array(opt, i, &array, nullptr), "optimizer state_array");
+      names.push_back(cat("optimizer.", which, ".", array ? array : ""));
+    }
+  }
+  return names;
+}
+
+owned_array session::optimizer_state(const std::string& full_name) const {
+  const state& s = *s_;
+  for (const auto& [which, ref, opt] : {std::tuple{"object", s.object_opt_ref, s.object_opt},
+                                        std::tuple{"probe", s.probe_opt_ref, s.probe_opt}}) {
+    const auto* vt = ref->as<tycho_optimizer_vtable>();
+    if (!has_state_functions(vt)) continue;
+    for (int64_t i = 0, n = vt->state_count(opt); i < n; ++i) {
+      const char* array = nullptr;
+      DLTensor view{};
+      check_status(vt->state_array(opt, i, &array, &view), "optimizer state_array");
+      std::string name = cat("optimizer.", which, ".", array ? array : "");
+      if (name == full_name) return owned_array::copy_of(name, view);
+    }
+  }
+  fail(TYCHO_ERR_NOT_FOUND, "no optimizer state array '", full_name, "'");
 }
 
 int64_t session::configured_iterations() const { return s_->iterations; }
@@ -920,23 +971,10 @@ std::string session::manifest_json() const {
 }
 
 void session::save(const std::string& path, tycho_save_mode mode) const {
+  // Every array get() knows: the result, the optimizers' state (for `tycho reconstruct --from`,
+  // optimizer.<parameter>.<array>) and the mask of what the loss left out, centred.
   std::vector<owned_array> arrays;
-  for (const char* name : {"object", "probe", "positions_px", "positions_A", "loss_history"})
-    arrays.push_back(get(name));
-  // The optimizers' state, for `tycho reconstruct --from` (optimizer.<parameter>.<array>).
-  const state& s = *s_;
-  for (const auto& [which, ref, opt] : {std::tuple{"object", s.object_opt_ref, s.object_opt},
-                                        std::tuple{"probe", s.probe_opt_ref, s.probe_opt}}) {
-    const auto* vt = ref->as<tycho_optimizer_vtable>();
-    if (!has_state_functions(vt)) continue;
-    for (int64_t i = 0, n = vt->state_count(opt); i < n; ++i) {
-      const char* name = nullptr;
-      DLTensor view{};
-      check_status(vt->state_array(opt, i, &name, &view), "optimizer state_array");
-      arrays.push_back(owned_array::copy_of(cat("optimizer.", which, ".", name ? name : ""), view));
-    }
-  }
-  arrays.push_back(result_mask(s.padding));  // what the loss left out, centred
+  for (const auto& name : array_names()) arrays.push_back(get(name));
   save_record(*s_->format_ref, arrays, manifest_json(), path, mode);
 }
 

@@ -207,7 +207,11 @@ void cpu_engine<Real>::process_pattern(int64_t j, thread_scratch& s, const compl
   tycho_status st = loss_.vtable->evaluate(loss_.instance, model.get(), measured.get(),
                                            mask_ ? mask.get() : nullptr, target_scale_, grad.get(),
                                            &s.loss, nullptr);
-  if (st != TYCHO_OK) throw error(st, cat("loss component failed on pattern ", j));
+  if (st != TYCHO_OK) {
+    // The loss set its message on this (worker) thread: pass it on, it says what went wrong.
+    const char* why = host() != nullptr ? host()->last_error() : nullptr;
+    throw error(st, cat("loss component failed on pattern ", j, ": ", why != nullptr && *why ? why : "(no message)"));
+  }
 
   // g = F⁻¹[dL/dI · Ψ]: with unnormalised transforms that is backward(dL/dI · wave) / M.
   for (int64_t k = 0; k < m; ++k) in[k] = wave[k] * (s.dloss[std::size_t(k)] * inv_m);

@@ -65,7 +65,7 @@ void run_and_save(th::session& session, int64_t iterations, int64_t stop_after, 
   }
   session.run(n, [&](const tycho_progress& p) {
     if (!quiet)
-      fmt::print("iteration {:>4}/{}  loss {:.6e}  {:.3f} s/it\n", p.iteration, done + p.iterations_total,
+      fmt::print("iteration {:>4}/{}  loss {:.6e}  {:.3f} s/it\n", p.iteration, p.iterations_total,
                  p.loss, p.seconds);
     std::fflush(stdout);
     return true;

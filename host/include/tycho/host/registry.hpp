@@ -51,7 +51,8 @@ class registry {
 
   // Entries of TYCHO_PLUGIN_PATH (':'-separated), then the plugin folder beside libtycho /
   // the tycho command (lib/tycho/plugins), the same in the build and the install tree, then
-  // the configured install folder (<libdir>/tycho/plugins). Missing folders are left out.
+  // the configured install folder (<libdir>/tycho/plugins). Missing folders stay in the list
+  // (load_directories skips them) so the log and `tycho plugins` name every folder looked at.
   static std::vector<std::string> default_search_dirs();
 
   // Loads every libtycho_plugin_*.so in the folders (missing folders are skipped).
@@ -64,6 +65,8 @@ class registry {
   std::vector<std::string> names(tycho_component_kind kind) const;
   const std::vector<component_ref>& components() const { return components_; }
   const std::vector<plugin_report>& reports() const { return reports_; }
+  // Every folder given to load_directories, in order (missing ones too).
+  const std::vector<std::string>& searched_folders() const { return searched_; }
 
   // A registry loaded from the default folders, shared by the process.
   static registry& global();
@@ -73,6 +76,7 @@ class registry {
   std::vector<std::unique_ptr<library>> libraries_;
   std::vector<component_ref> components_;
   std::vector<plugin_report> reports_;
+  std::vector<std::string> searched_;
 };
 
 }  // namespace tycho::host

@@ -47,8 +47,13 @@ class session {
   // Several ranks: warns if a rank's object is not bitwise rank 0's (run() calls it at its end).
   void check_replicas() const;
 
-  // "object", "probe", "positions_px", "positions_A", "loss_history".
+  // A copy of one array of the result: any name of array_names(); TYCHO_ERR_NOT_FOUND naming
+  // the available ones otherwise.
   owned_array get(const std::string& name) const;
+  // Every array a saved result holds, in the file's order: "object", "probe", "positions_px",
+  // "positions_A", "loss_history", "optimizer.<object|probe>.<array>" for each optimizer state
+  // array (Adam's "m", "v"), "mask".
+  std::vector<std::string> array_names() const;
   // The result as a record (arrays + manifest) saved through the configured format.
   void save(const std::string& path, tycho_save_mode mode) const;
   std::string manifest_json() const;
@@ -64,6 +69,8 @@ class session {
   parallel_context& parallel() const;  // rank, world size; only rank 0 writes files
 
  private:
+  std::vector<std::string> optimizer_state_names() const;
+  owned_array optimizer_state(const std::string& full_name) const;
   struct state;
   std::unique_ptr<state> s_;
 };
