@@ -7,12 +7,13 @@ mechanically against abi/tycho/tycho.h:
   Julia type is one that has the C type's size and meaning (table below);
 - the Julia structs Progress and SessionOptions have the fields of tycho_progress and
   tycho_session_options, in order, with matching types (a layout mismatch would corrupt memory);
+- the Julia DLPack structs have the fields of <dlpack/dlpack.h>'s, in order, with matching types;
 - every `Tycho.name` the Julia page of the docs uses is defined in the module.
 
 `--self-test` also checks that the checker catches a dropped argument, a wrong type, a missing
 wrapper and a reordered struct field.
 
-usage: python3 julia_wrapper_check.py HEADER TYCHO_JL [JULIA_DOC_MD] [--self-test]
+usage: python3 julia_wrapper_check.py HEADER TYCHO_JL [JULIA_DOC_MD [DLPACK_H]] [--self-test]
 """
 import re
 import sys
@@ -37,6 +38,15 @@ C_TO_JULIA: Dict[str, Set[str]] = {
     "DLManagedTensor**": {"Ptr{Ptr{DLManagedTensor}}"},
     "tycho_session_options*": {"Ptr{SessionOptions}"},
     "tycho_progress_fn": {"Ptr{Cvoid}"},
+    # DLPack 0.6 (<dlpack/dlpack.h>)
+    "uint16_t": {"UInt16"},
+    "uint64_t": {"UInt64"},
+    "int64_t*": {"Ptr{Int64}"},
+    "DLDeviceType": {"Cint"},         # a C enum: int
+    "DLDevice": {"DLDevice"},
+    "DLDataType": {"DLDataType"},
+    "DLTensor": {"DLTensor"},
+    "function pointer": {"Ptr{Cvoid}"},
 }
 
 
@@ -70,10 +80,16 @@ def c_functions(header: str) -> Dict[str, Tuple[str, List[str]]]:
 
 def c_struct(header: str, name: str) -> List[Tuple[str, str]]:
     text = re.sub(r"/\*.*?\*/", " ", header, flags=re.S)
-    m = re.search(r"typedef\s+struct\s+" + name + r"\s*\{(.*?)\}\s*" + name + r"\s*;", text, flags=re.S)
+    text = re.sub(r"//[^\n]*", " ", text)
+    m = re.search(r"typedef\s+struct\s*(?:\w+\s*)?\{([^{}]*)\}\s*" + name + r"\s*;", text)
     assert m, f"struct {name} not found in the header"
-    fields = [f.strip() for f in m.group(1).split(";") if f.strip()]
-    return [(re.search(r"(\w+)$", f).group(1), split_c_param(f)) for f in fields]
+    out = []
+    for f in (f.strip() for f in m.group(1).split(";")):
+        if not f:
+            continue
+        fn = re.search(r"\(\s*\*\s*(\w+)\s*\)", f)
+        out.append((fn.group(1), "function pointer") if fn else (re.search(r"(\w+)$", f).group(1), split_c_param(f)))
+    return out
 
 
 def julia_ccalls(jl: str) -> Dict[str, List[Tuple[List[str], str]]]:
@@ -112,7 +128,7 @@ def julia_struct(jl: str, name: str) -> List[Tuple[str, str]]:
     return fields
 
 
-def check(header: str, jl: str, doc: str = "") -> List[str]:
+def check(header: str, jl: str, doc: str = "", dlpack: str = "") -> List[str]:
     problems = []
     cfuns = c_functions(header)
     if len(cfuns) < 10:
@@ -140,6 +156,14 @@ def check(header: str, jl: str, doc: str = "") -> List[str]:
         for i, ((cname, c), (jname, j)) in enumerate(zip(cf, jf)):
             if cname != jname or j not in C_TO_JULIA.get(c, set()):
                 problems.append(f"{j_name}: field {i + 1} is C '{c} {cname}' but Julia '{jname}::{j}'")
+    if dlpack:
+        for c_name in ("DLDevice", "DLDataType", "DLTensor", "DLManagedTensor"):
+            cf, jf = c_struct(dlpack, c_name), julia_struct(jl, c_name)
+            if len(cf) != len(jf):
+                problems.append(f"{c_name}: {len(jf)} fields in Julia, {len(cf)} in dlpack.h")
+            for i, ((cname, c), (jname, j)) in enumerate(zip(cf, jf)):
+                if cname != jname or j not in C_TO_JULIA.get(c, set()):
+                    problems.append(f"{c_name}: field {i + 1} is C '{c} {cname}' but Julia '{jname}::{j}'")
     if doc:
         blocks = "\n".join(re.findall(r"```julia\n(.*?)```", doc, flags=re.S))
         if not blocks:
@@ -174,14 +198,16 @@ def main() -> int:
     args = [a for a in sys.argv[1:] if a != "--self-test"]
     header, jl = open(args[0]).read(), open(args[1]).read()
     doc = open(args[2]).read() if len(args) > 2 else ""
-    problems = check(header, jl, doc)
+    dlpack = open(args[3]).read() if len(args) > 3 else ""
+    problems = check(header, jl, doc, dlpack)
     if "--self-test" in sys.argv:
         problems += self_test(header, jl)
     for p in problems:
         print("FAIL:", p)
     if not problems:
         print(f"{len(c_functions(header))} functions of tycho.h: each has one @ccall wrapper with matching "
-              "argument count and types; Progress and SessionOptions match their C structs")
+              "argument count and types; Progress and SessionOptions match their C structs"
+              + ("; DLDevice, DLDataType, DLTensor, DLManagedTensor match dlpack.h" if dlpack else ""))
     return 1 if problems else 0
 
 
