@@ -34,6 +34,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -67,8 +68,9 @@ struct options {
   int warmup = 2;
   int threads = 0;
   int batch = 128;
-  std::string planning = "estimate";
+  std::string planning = "measure";  // the engine's default
   std::string precision = "float32";  // [reconstruct] precision
+  bool reference = false;             // [reconstruct] shift_groups = false: four 2-D FFTs per position
   std::string jsonl = k_source_dir + "/bench/results.jsonl";
   bool no_record = false;
   bool keep = false;
@@ -97,6 +99,7 @@ struct case_result {
   int threads = 0;
   std::string planning;
   std::string precision = "float32";
+  bool reference = false;
   int warmup = 0;
   std::vector<double> seconds;  // the timed iterations
   std::vector<double> floor_seconds;  // the FFT floor after each timed iteration: 2 FFTs per position
@@ -125,7 +128,8 @@ json to_json(const case_result& r) {
   return json{{"name", r.name},         {"scan", {r.scan[0], r.scan[1]}},
               {"detector", {r.detector[0], r.detector[1]}},
               {"batch", r.batch},       {"threads", r.threads},
-              {"planning", r.planning}, {"precision", r.precision}, {"warmup", r.warmup},
+              {"planning", r.planning}, {"precision", r.precision}, {"reference", r.reference},
+              {"warmup", r.warmup},
               {"seconds", r.seconds},   {"floor_seconds", r.floor_seconds}, {"setup_s", r.setup_s},
               {"final_loss", r.final_loss}, {"peak_MiB", r.peak_MiB},
               {"other_load", r.other_load}};
@@ -142,6 +146,7 @@ case_result from_json(const json& j) {
   r.threads = j.at("threads");
   r.planning = j.at("planning");
   r.precision = j.value("precision", "float32");
+  r.reference = j.value("reference", false);
   r.warmup = j.at("warmup");
   r.seconds = j.at("seconds").get<std::vector<double>>();
   r.floor_seconds = j.at("floor_seconds").get<std::vector<double>>();
@@ -172,8 +177,8 @@ std::string config_text(const case_spec& c, const options& o, int threads) {
   if (c.mos2_origin) t += "scan_origin_A = [17.0, 19.0]\n";
   t += fmt::format(
       "\n[reconstruct]\nengine = \"cpu\"\niterations = {}\nbatch_size = {}\nloss = \"amplitude\"\n"
-      "seed = 0\nthreads = {}\nfft_planning = \"{}\"\nprecision = \"{}\"\n\n",
-      o.warmup + o.iterations, o.batch, threads, o.planning, o.precision);
+      "seed = 0\nthreads = {}\nfft_planning = \"{}\"\nprecision = \"{}\"\nshift_groups = {}\n\n",
+      o.warmup + o.iterations, o.batch, threads, o.planning, o.precision, o.reference ? "false" : "true");
   t += "[reconstruct.object]\noptimizer = \"adam\"\nlearning_rate = 5e-3\n\n";
   t += "[reconstruct.probe]\noptimizer = \"adam\"\nlearning_rate = 5e-3\n\n";
   t += "[output]\npreviews = false\n";
@@ -222,6 +227,7 @@ case_result run_case(const case_spec& c, const options& o) {
   r.threads = resolved_threads(o);
   r.planning = o.planning;
   r.precision = o.precision;
+  r.reference = o.reference;
   r.warmup = o.warmup;
 
   auto doc = tycho::config_document::parse(config_text(c, o, r.threads), "<tycho_bench_cpu:" + c.name + ">",
@@ -239,13 +245,13 @@ case_result run_case(const case_spec& c, const options& o) {
   r.detector[1] = probe.shape.at(probe.shape.size() - 1);
 
   const bool measure = o.planning == "measure";
-  fft_floor<float> floor32(o.precision == "float32" ? r.detector[0] : 1, o.precision == "float32" ? r.detector[1] : 1,
-                           measure, r.threads);
-  fft_floor<double> floor64(o.precision == "float64" ? r.detector[0] : 1, o.precision == "float64" ? r.detector[1] : 1,
-                            measure, r.threads);
-  auto floor_seconds = [&] {
-    return o.precision == "float64" ? floor64.seconds(r.positions()) : floor32.seconds(r.positions());
-  };
+  std::optional<fft_floor<float>> floor32;
+  std::optional<fft_floor<double>> floor64;
+  if (o.precision == "float64")
+    floor64.emplace(r.detector[0], r.detector[1], measure, r.threads);
+  else
+    floor32.emplace(r.detector[0], r.detector[1], measure, r.threads);
+  auto floor_seconds = [&] { return floor64 ? floor64->seconds(r.positions()) : floor32->seconds(r.positions()); };
   floor_seconds();  // warm-up: the floor's buffers and code in cache, as the engine's after its warm-up
 
   int done = 0;
@@ -287,6 +293,7 @@ case_result run_case_in_child(const case_spec& c, const options& o) {
                                    "--tmp-dir", o.tmp_dir,
                                    "--no-record", "--result-file", result.string()};
   if (o.verbose) args.push_back("--verbose");
+  if (o.reference) args.push_back("--reference");
   if (c.name == "tiled") {
     args.insert(args.end(), {"--tiled-file", c.data_path, "--tiled-rx", std::to_string(c.scan[0]),
                              "--tiled-ry", std::to_string(c.scan[1])});
@@ -367,6 +374,7 @@ json record(const case_result& r, const tycho::bench::machine_info& m, const std
   j["threads"] = r.threads;
   j["fft_planning"] = r.planning;
   j["precision"] = r.precision;
+  j["transforms"] = r.reference ? "reference: 4 per position" : "shift groups: 3 per position + 1 per group";
   j["us_per_position_iteration"] = std::round(r.median_us() * 100) / 100;
   j["fft_floor_us_per_position"] = std::round(r.floor_us() * 100) / 100;
   j["engine_over_fft_floor"] = std::round(r.ratio() * 1000) / 1000;
@@ -486,6 +494,8 @@ int main(int argc, char** argv) {
   app.add_option("--precision", o.precision, "[reconstruct] precision of the engine")
       ->check(CLI::IsMember({"float32", "float64"}))
       ->capture_default_str();
+  app.add_flag("--reference", o.reference,
+               "the engine's reference path ([reconstruct] shift_groups = false: 4 FFTs per position)");
   app.add_option("--batch", o.batch, "mini-batch size, positions")->capture_default_str();
   app.add_option("--jsonl", o.jsonl, "append one JSON line per case here")->capture_default_str();
   app.add_flag("--no-record", o.no_record, "do not append to the jsonl file");
