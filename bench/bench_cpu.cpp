@@ -31,6 +31,7 @@
 #include <chrono>
 #include <cerrno>
 #include <cmath>
+#include <ctime>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -103,6 +104,9 @@ struct case_result {
   int warmup = 0;
   std::vector<double> seconds;  // the timed iterations
   std::vector<double> floor_seconds;  // the FFT floor after each timed iteration: 2 FFTs per position
+  // CPU seconds of this process (all its threads) over the same spans: on a shared machine the
+  // work done, where wall time also counts the waiting for a core.
+  std::vector<double> cpu_seconds, floor_cpu_seconds;
   double setup_s = 0;           // session construction: data read, probe, engine (FFT plans)
   double final_loss = 0;
   double peak_MiB = 0;
@@ -119,6 +123,9 @@ struct case_result {
   double us(double s) const { return s / double(positions()) * 1e6; }
   double median_us() const { return us(median_s()); }
   double floor_us() const { return us(median_of(floor_seconds)); }
+  double cpu_us() const { return us(median_of(cpu_seconds)); }
+  double floor_cpu_us() const { return us(median_of(floor_cpu_seconds)); }
+  double cpu_ratio() const { return median_of(cpu_seconds) / median_of(floor_cpu_seconds); }
   double ratio() const { return median_s() / median_of(floor_seconds); }
   double min_us() const { return us(*std::min_element(seconds.begin(), seconds.end())); }
   double max_us() const { return us(*std::max_element(seconds.begin(), seconds.end())); }
@@ -130,7 +137,8 @@ json to_json(const case_result& r) {
               {"batch", r.batch},       {"threads", r.threads},
               {"planning", r.planning}, {"precision", r.precision}, {"reference", r.reference},
               {"warmup", r.warmup},
-              {"seconds", r.seconds},   {"floor_seconds", r.floor_seconds}, {"setup_s", r.setup_s},
+              {"seconds", r.seconds},   {"floor_seconds", r.floor_seconds},
+              {"cpu_seconds", r.cpu_seconds},   {"floor_cpu_seconds", r.floor_cpu_seconds}, {"setup_s", r.setup_s},
               {"final_loss", r.final_loss}, {"peak_MiB", r.peak_MiB},
               {"other_load", r.other_load}};
 }
@@ -150,6 +158,8 @@ case_result from_json(const json& j) {
   r.warmup = j.at("warmup");
   r.seconds = j.at("seconds").get<std::vector<double>>();
   r.floor_seconds = j.at("floor_seconds").get<std::vector<double>>();
+  r.cpu_seconds = j.at("cpu_seconds").get<std::vector<double>>();
+  r.floor_cpu_seconds = j.at("floor_cpu_seconds").get<std::vector<double>>();
   r.setup_s = j.at("setup_s");
   r.final_loss = j.at("final_loss");
   r.peak_MiB = j.at("peak_MiB");
@@ -186,6 +196,13 @@ std::string config_text(const case_spec& c, const options& o, int threads) {
 }
 
 int resolved_threads(const options& o) { return o.threads > 0 ? o.threads : omp_get_max_threads(); }
+
+// CPU seconds used so far by this process, all threads.
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
 
 // Seconds for `positions` forward + inverse transform pairs of an n0 x n1 window on `threads`
 // threads (static schedule over positions, each thread its own buffers, as the engine). The
@@ -256,12 +273,17 @@ case_result run_case(const case_spec& c, const options& o) {
 
   int done = 0;
   tycho::bench::cpu_sample timed_start = tycho::bench::sample_cpu();
+  double cpu_mark = process_cpu_seconds();
   session.run(o.warmup + o.iterations, [&](const tycho_progress& p) {
     ++done;
     if (done > o.warmup) {
       r.seconds.push_back(p.seconds);
+      const double c0 = process_cpu_seconds();
+      r.cpu_seconds.push_back(c0 - cpu_mark);
       r.floor_seconds.push_back(floor_seconds());  // interleaved: engine, floor, engine, floor ...
+      r.floor_cpu_seconds.push_back(process_cpu_seconds() - c0);
     }
+    cpu_mark = process_cpu_seconds();
     r.final_loss = p.loss;
     if (done == o.warmup) timed_start = tycho::bench::sample_cpu();
     if (done == o.warmup + o.iterations)
@@ -378,6 +400,10 @@ json record(const case_result& r, const tycho::bench::machine_info& m, const std
   j["us_per_position_iteration"] = std::round(r.median_us() * 100) / 100;
   j["fft_floor_us_per_position"] = std::round(r.floor_us() * 100) / 100;
   j["engine_over_fft_floor"] = std::round(r.ratio() * 1000) / 1000;
+  j["cpu_us_per_position_iteration"] = std::round(r.cpu_us() * 100) / 100;
+  j["fft_floor_cpu_us_per_position"] = std::round(r.floor_cpu_us() * 100) / 100;
+  j["engine_over_fft_floor_cpu"] = std::round(r.cpu_ratio() * 1000) / 1000;
+  if (const char* w = std::getenv("OMP_WAIT_POLICY")) j["omp_wait_policy"] = w;
   j["us_min"] = std::round(r.min_us() * 100) / 100;
   j["us_max"] = std::round(r.max_us() * 100) / 100;
   j["iterations_timed"] = r.seconds.size();
@@ -393,20 +419,23 @@ json record(const case_result& r, const tycho::bench::machine_info& m, const std
 
 // The table's columns, and the ones print_table adds for the FFT floor.
 void print_table(const std::vector<case_result>& results, bool per_case_rss) {
-  fmt::print("{:<8} {:>9} {:>8} {:>5} {:>7} {:>8} {:>9} {:>13} {:>9} {:>9} {:>10} {:>7} {:>9} {:>8} {:>7}\n", "case",
-             "scan", "detector", "batch", "threads", "fft", "precision", "median us/p.it", "min", "max", "FFT floor",
-             "ratio", "peak MiB", "setup s", "others");
+  fmt::print("{:<8} {:>9} {:>8} {:>5} {:>7} {:>8} {:>9} {:>13} {:>9} {:>9} {:>10} {:>7} {:>9} {:>10} {:>7} {:>9} {:>8} "
+             "{:>7}\n",
+             "case", "scan", "detector", "batch", "threads", "fft", "precision", "median us/p.it", "min", "max",
+             "FFT floor", "ratio", "cpu us", "cpu floor", "cpu rat", "peak MiB", "setup s", "others");
   for (const auto& r : results)
-    fmt::print("{:<8} {:>9} {:>8} {:>5} {:>7} {:>8} {:>9} {:>13.1f} {:>9.1f} {:>9.1f} {:>10.1f} {:>7.2f} {:>9.0f} {:>8.2f} "
-               "{:>7.2f}\n",
+    fmt::print("{:<8} {:>9} {:>8} {:>5} {:>7} {:>8} {:>9} {:>13.1f} {:>9.1f} {:>9.1f} {:>10.1f} {:>7.2f} {:>9.1f} {:>10.1f} "
+               "{:>7.2f} {:>9.0f} {:>8.2f} {:>7.2f}\n",
                r.name, fmt::format("{}x{}", r.scan[0], r.scan[1]), fmt::format("{}x{}", r.detector[0], r.detector[1]),
                r.batch, r.threads, r.planning, r.precision, r.median_us(), r.min_us(), r.max_us(), r.floor_us(),
-               r.ratio(), r.peak_MiB, r.setup_s, r.other_load);
+               r.ratio(), r.cpu_us(), r.floor_cpu_us(), r.cpu_ratio(), r.peak_MiB, r.setup_s, r.other_load);
   fmt::print("us/p.it = wall seconds of one iteration / positions x 1e6: median (min, max) of {} timed "
              "iterations after {} warm-up.\n",
              results.empty() ? 0 : results.front().seconds.size(), results.empty() ? 0 : results.front().warmup);
   fmt::print("FFT floor: us per position of one forward + one inverse FFTW transform of the window (the engine's "
              "plans, same threads), median of one pass after each timed iteration; ratio = engine median / floor median.\n");
+  fmt::print("cpu us, cpu floor, cpu rat: the same with this process's CPU time (all threads) instead of wall time: "
+             "the work, on a machine shared with others (with OMP_WAIT_POLICY=passive, idle threads spend none).\n");
   fmt::print("others: mean CPU cores busy with other processes during the timed iterations "
              "(from /proc/stat); well above 0 means the figures are skewed.\n");
   fmt::print("peak MiB: getrusage ru_maxrss, {}.\n",
