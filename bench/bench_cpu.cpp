@@ -3,9 +3,16 @@
 // For each case it builds a configuration, creates a tycho::host::session, runs W warm-up
 // iterations then T timed ones, takes each iteration's wall time from the progress callback
 // and reports the median (and min, max) in µs per position·iteration = seconds / positions × 1e6.
-// Cases: "mos2", the shipped 32 × 24 counts; "tiled", the same patterns tiled over a 128 × 128
-// scan (timing only: its physics is wrong). With several cases each runs in a fresh process
+// Cases: "mos2", the shipped 32 × 24 counts (96² window); "mos2-128", the same counts padded to a
+// 128² window ([preprocess] pad_detector_to, masked pixels); "tiled", the same patterns tiled over
+// a 128 × 128 scan (timing only: its physics is wrong). With several cases each runs in a fresh process
 // (this program re-executed through /proc/self/exe), so the peak RSS reported is per case.
+// The FFT floor: after every timed iteration, in the same process, on the same window, with the
+// same thread count and the engine's own FFTW plans (plugins/cpu/fft_plan.cpp, same planning),
+// one forward and one inverse 2-D transform per position of the scan, threads over positions as
+// the engine does — the two transforms per position no gradient model can avoid. Engine and floor
+// are timed alternately (A/B/A/B), so a busy machine slows both; the ratio of their medians,
+// engine / floor, is the figure to drive down.
 // One JSON line per case is appended to bench/results.jsonl (see bench/RESULTS.md).
 #include <tycho/core/config.hpp>
 #include <tycho/host/log.hpp>
@@ -24,13 +31,16 @@
 #include <chrono>
 #include <cerrno>
 #include <cmath>
+#include <ctime>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "../plugins/cpu/fft_plan.hpp"
 #include "bench_record.hpp"
 #include "tiled_data.hpp"
 
@@ -49,6 +59,9 @@ constexpr double k_tiled_min_free_GB = 10.0;
 const char* const k_tiled_note =
     "tiled: the MoS2 counts patterns repeated over a larger scan; the physics is wrong "
     "(patterns do not match their positions), the figure is for timing only";
+const char* const k_mos2_128_note =
+    "mos2-128: the MoS2 counts padded to a 128 x 128 window with masked pixels "
+    "([preprocess] pad_detector_to), to time a 128-pixel window on real data";
 
 struct options {
   std::string which = "all";
@@ -56,8 +69,9 @@ struct options {
   int warmup = 2;
   int threads = 0;
   int batch = 128;
-  std::string planning = "estimate";
+  std::string planning = "measure";  // the engine's default
   std::string precision = "float32";  // [reconstruct] precision
+  bool reference = false;             // [reconstruct] shift_groups = false: four 2-D FFTs per position
   std::string jsonl = k_source_dir + "/bench/results.jsonl";
   bool no_record = false;
   bool keep = false;
@@ -75,6 +89,7 @@ struct case_spec {
   std::string data_path;
   int64_t scan[2] = {0, 0};
   bool mos2_origin = false;  // place the scan on the ground truth's grid (as examples/mos2.toml)
+  int64_t pad_to = 0;        // > 0: [preprocess] pad_detector_to = [pad_to, pad_to]
 };
 
 struct case_result {
@@ -85,22 +100,33 @@ struct case_result {
   int threads = 0;
   std::string planning;
   std::string precision = "float32";
+  bool reference = false;
   int warmup = 0;
   std::vector<double> seconds;  // the timed iterations
+  std::vector<double> floor_seconds;  // the FFT floor after each timed iteration: 2 FFTs per position
+  // CPU seconds of this process (all its threads) over the same spans: on a shared machine the
+  // work done, where wall time also counts the waiting for a core.
+  std::vector<double> cpu_seconds, floor_cpu_seconds;
   double setup_s = 0;           // session construction: data read, probe, engine (FFT plans)
   double final_loss = 0;
   double peak_MiB = 0;
   double other_load = 0;         // cores busy with other processes during the timed iterations
 
   int64_t positions() const { return scan[0] * scan[1]; }
-  double median_s() const {
-    std::vector<double> v = seconds;
+  static double median_of(std::vector<double> v) {
+    if (v.empty()) return NAN;
     std::sort(v.begin(), v.end());
     std::size_t n = v.size();
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
   }
+  double median_s() const { return median_of(seconds); }
   double us(double s) const { return s / double(positions()) * 1e6; }
   double median_us() const { return us(median_s()); }
+  double floor_us() const { return us(median_of(floor_seconds)); }
+  double cpu_us() const { return us(median_of(cpu_seconds)); }
+  double floor_cpu_us() const { return us(median_of(floor_cpu_seconds)); }
+  double cpu_ratio() const { return median_of(cpu_seconds) / median_of(floor_cpu_seconds); }
+  double ratio() const { return median_s() / median_of(floor_seconds); }
   double min_us() const { return us(*std::min_element(seconds.begin(), seconds.end())); }
   double max_us() const { return us(*std::max_element(seconds.begin(), seconds.end())); }
 };
@@ -109,8 +135,10 @@ json to_json(const case_result& r) {
   return json{{"name", r.name},         {"scan", {r.scan[0], r.scan[1]}},
               {"detector", {r.detector[0], r.detector[1]}},
               {"batch", r.batch},       {"threads", r.threads},
-              {"planning", r.planning}, {"precision", r.precision}, {"warmup", r.warmup},
-              {"seconds", r.seconds},   {"setup_s", r.setup_s},
+              {"planning", r.planning}, {"precision", r.precision}, {"reference", r.reference},
+              {"warmup", r.warmup},
+              {"seconds", r.seconds},   {"floor_seconds", r.floor_seconds},
+              {"cpu_seconds", r.cpu_seconds},   {"floor_cpu_seconds", r.floor_cpu_seconds}, {"setup_s", r.setup_s},
               {"final_loss", r.final_loss}, {"peak_MiB", r.peak_MiB},
               {"other_load", r.other_load}};
 }
@@ -126,8 +154,12 @@ case_result from_json(const json& j) {
   r.threads = j.at("threads");
   r.planning = j.at("planning");
   r.precision = j.value("precision", "float32");
+  r.reference = j.value("reference", false);
   r.warmup = j.at("warmup");
   r.seconds = j.at("seconds").get<std::vector<double>>();
+  r.floor_seconds = j.at("floor_seconds").get<std::vector<double>>();
+  r.cpu_seconds = j.at("cpu_seconds").get<std::vector<double>>();
+  r.floor_cpu_seconds = j.at("floor_cpu_seconds").get<std::vector<double>>();
   r.setup_s = j.at("setup_s");
   r.final_loss = j.at("final_loss");
   r.peak_MiB = j.at("peak_MiB");
@@ -151,11 +183,12 @@ std::string config_text(const case_spec& c, const options& o, int threads) {
   t += "[data]\nsource = \"emd\"\npath = " + toml_string(c.data_path) + "\n\n";
   t += "[optics]\nenergy_eV = 80e3\nsemiangle_mrad = 25.0\nC10_A = -150.0\n\n";
   t += "[preprocess]\nobject_padding_px = 16\n";
+  if (c.pad_to > 0) t += fmt::format("pad_detector_to = [{}, {}]\n", c.pad_to, c.pad_to);
   if (c.mos2_origin) t += "scan_origin_A = [17.0, 19.0]\n";
   t += fmt::format(
       "\n[reconstruct]\nengine = \"cpu\"\niterations = {}\nbatch_size = {}\nloss = \"amplitude\"\n"
-      "seed = 0\nthreads = {}\nfft_planning = \"{}\"\nprecision = \"{}\"\n\n",
-      o.warmup + o.iterations, o.batch, threads, o.planning, o.precision);
+      "seed = 0\nthreads = {}\nfft_planning = \"{}\"\nprecision = \"{}\"\nshift_groups = {}\n\n",
+      o.warmup + o.iterations, o.batch, threads, o.planning, o.precision, o.reference ? "false" : "true");
   t += "[reconstruct.object]\noptimizer = \"adam\"\nlearning_rate = 5e-3\n\n";
   t += "[reconstruct.probe]\noptimizer = \"adam\"\nlearning_rate = 5e-3\n\n";
   t += "[output]\npreviews = false\n";
@@ -163,6 +196,43 @@ std::string config_text(const case_spec& c, const options& o, int threads) {
 }
 
 int resolved_threads(const options& o) { return o.threads > 0 ? o.threads : omp_get_max_threads(); }
+
+// CPU seconds used so far by this process, all threads.
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+// Seconds for `positions` forward + inverse transform pairs of an n0 x n1 window on `threads`
+// threads (static schedule over positions, each thread its own buffers, as the engine). The
+// buffers hold zeros: FFTW's time does not depend on the values (no data-dependent branches;
+// zeros are neither subnormal nor NaN), and zeros stay zeros, so nothing needs refilling.
+template <class Real>
+struct fft_floor {
+  tycho::cpu::fft_plan_2d<Real> plan;
+  std::vector<tycho::cpu::fft_buffer<Real>> a, b;
+  int threads;
+  fft_floor(int64_t n0, int64_t n1, bool measure, int threads_)
+      : plan(n0, n1, measure), threads(threads_) {
+    for (int t = 0; t < threads; ++t) {
+      a.push_back(tycho::cpu::make_fft_buffer<Real>(n0 * n1));
+      b.push_back(tycho::cpu::make_fft_buffer<Real>(n0 * n1));
+      std::fill(a.back().get(), a.back().get() + n0 * n1, std::complex<Real>(0));
+      std::fill(b.back().get(), b.back().get() + n0 * n1, std::complex<Real>(0));
+    }
+  }
+  double seconds(int64_t positions) {
+    auto t0 = clock_type::now();
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < positions; ++i) {
+      int t = omp_get_thread_num();
+      plan.forward(a[std::size_t(t)].get(), b[std::size_t(t)].get());
+      plan.backward(b[std::size_t(t)].get(), a[std::size_t(t)].get());
+    }
+    return std::chrono::duration<double>(clock_type::now() - t0).count();
+  }
+};
 
 // Runs one case in this process.
 case_result run_case(const case_spec& c, const options& o) {
@@ -174,6 +244,7 @@ case_result run_case(const case_spec& c, const options& o) {
   r.threads = resolved_threads(o);
   r.planning = o.planning;
   r.precision = o.precision;
+  r.reference = o.reference;
   r.warmup = o.warmup;
 
   auto doc = tycho::config_document::parse(config_text(c, o, r.threads), "<tycho_bench_cpu:" + c.name + ">",
@@ -190,11 +261,29 @@ case_result run_case(const case_spec& c, const options& o) {
   r.detector[0] = probe.shape.at(probe.shape.size() - 2);
   r.detector[1] = probe.shape.at(probe.shape.size() - 1);
 
+  const bool measure = o.planning == "measure";
+  std::optional<fft_floor<float>> floor32;
+  std::optional<fft_floor<double>> floor64;
+  if (o.precision == "float64")
+    floor64.emplace(r.detector[0], r.detector[1], measure, r.threads);
+  else
+    floor32.emplace(r.detector[0], r.detector[1], measure, r.threads);
+  auto floor_seconds = [&] { return floor64 ? floor64->seconds(r.positions()) : floor32->seconds(r.positions()); };
+  floor_seconds();  // warm-up: the floor's buffers and code in cache, as the engine's after its warm-up
+
   int done = 0;
   tycho::bench::cpu_sample timed_start = tycho::bench::sample_cpu();
+  double cpu_mark = process_cpu_seconds();
   session.run(o.warmup + o.iterations, [&](const tycho_progress& p) {
     ++done;
-    if (done > o.warmup) r.seconds.push_back(p.seconds);
+    if (done > o.warmup) {
+      r.seconds.push_back(p.seconds);
+      const double c0 = process_cpu_seconds();
+      r.cpu_seconds.push_back(c0 - cpu_mark);
+      r.floor_seconds.push_back(floor_seconds());  // interleaved: engine, floor, engine, floor ...
+      r.floor_cpu_seconds.push_back(process_cpu_seconds() - c0);
+    }
+    cpu_mark = process_cpu_seconds();
     r.final_loss = p.loss;
     if (done == o.warmup) timed_start = tycho::bench::sample_cpu();
     if (done == o.warmup + o.iterations)
@@ -226,6 +315,7 @@ case_result run_case_in_child(const case_spec& c, const options& o) {
                                    "--tmp-dir", o.tmp_dir,
                                    "--no-record", "--result-file", result.string()};
   if (o.verbose) args.push_back("--verbose");
+  if (o.reference) args.push_back("--reference");
   if (c.name == "tiled") {
     args.insert(args.end(), {"--tiled-file", c.data_path, "--tiled-rx", std::to_string(c.scan[0]),
                              "--tiled-ry", std::to_string(c.scan[1])});
@@ -306,7 +396,14 @@ json record(const case_result& r, const tycho::bench::machine_info& m, const std
   j["threads"] = r.threads;
   j["fft_planning"] = r.planning;
   j["precision"] = r.precision;
+  j["transforms"] = r.reference ? "reference: 4 per position" : "shift groups: 3 per position + 1 per group";
   j["us_per_position_iteration"] = std::round(r.median_us() * 100) / 100;
+  j["fft_floor_us_per_position"] = std::round(r.floor_us() * 100) / 100;
+  j["engine_over_fft_floor"] = std::round(r.ratio() * 1000) / 1000;
+  j["cpu_us_per_position_iteration"] = std::round(r.cpu_us() * 100) / 100;
+  j["fft_floor_cpu_us_per_position"] = std::round(r.floor_cpu_us() * 100) / 100;
+  j["engine_over_fft_floor_cpu"] = std::round(r.cpu_ratio() * 1000) / 1000;
+  if (const char* w = std::getenv("OMP_WAIT_POLICY")) j["omp_wait_policy"] = w;
   j["us_min"] = std::round(r.min_us() * 100) / 100;
   j["us_max"] = std::round(r.max_us() * 100) / 100;
   j["iterations_timed"] = r.seconds.size();
@@ -316,45 +413,54 @@ json record(const case_result& r, const tycho::bench::machine_info& m, const std
   // Mean cores taken by other processes while the timed iterations ran (the machine may be shared).
   j["other_cpu_load_cores"] = std::round(r.other_load * 100) / 100;
   if (r.name == "tiled") j["note"] = k_tiled_note;
+  if (r.name == "mos2-128") j["note"] = k_mos2_128_note;
   return j;
 }
 
+// The table's columns, and the ones print_table adds for the FFT floor.
 void print_table(const std::vector<case_result>& results, bool per_case_rss) {
-  fmt::print("{:<6} {:>9} {:>8} {:>5} {:>7} {:>8} {:>9} {:>13} {:>9} {:>9} {:>9} {:>8} {:>7}\n", "case", "scan",
-             "detector", "batch", "threads", "fft", "precision", "median us/p.it", "min", "max", "peak MiB", "setup s",
-             "others");
+  fmt::print("{:<8} {:>9} {:>8} {:>5} {:>7} {:>8} {:>9} {:>13} {:>9} {:>9} {:>10} {:>7} {:>9} {:>10} {:>7} {:>9} {:>8} "
+             "{:>7}\n",
+             "case", "scan", "detector", "batch", "threads", "fft", "precision", "median us/p.it", "min", "max",
+             "FFT floor", "ratio", "cpu us", "cpu floor", "cpu rat", "peak MiB", "setup s", "others");
   for (const auto& r : results)
-    fmt::print("{:<6} {:>9} {:>8} {:>5} {:>7} {:>8} {:>9} {:>13.1f} {:>9.1f} {:>9.1f} {:>9.0f} {:>8.2f} {:>7.2f}\n",
+    fmt::print("{:<8} {:>9} {:>8} {:>5} {:>7} {:>8} {:>9} {:>13.1f} {:>9.1f} {:>9.1f} {:>10.1f} {:>7.2f} {:>9.1f} {:>10.1f} "
+               "{:>7.2f} {:>9.0f} {:>8.2f} {:>7.2f}\n",
                r.name, fmt::format("{}x{}", r.scan[0], r.scan[1]), fmt::format("{}x{}", r.detector[0], r.detector[1]),
-               r.batch, r.threads, r.planning, r.precision, r.median_us(), r.min_us(), r.max_us(), r.peak_MiB, r.setup_s,
-               r.other_load);
+               r.batch, r.threads, r.planning, r.precision, r.median_us(), r.min_us(), r.max_us(), r.floor_us(),
+               r.ratio(), r.cpu_us(), r.floor_cpu_us(), r.cpu_ratio(), r.peak_MiB, r.setup_s, r.other_load);
   fmt::print("us/p.it = wall seconds of one iteration / positions x 1e6: median (min, max) of {} timed "
              "iterations after {} warm-up.\n",
              results.empty() ? 0 : results.front().seconds.size(), results.empty() ? 0 : results.front().warmup);
+  fmt::print("FFT floor: us per position of one forward + one inverse FFTW transform of the window (the engine's "
+             "plans, same threads), median of one pass after each timed iteration; ratio = engine median / floor median.\n");
+  fmt::print("cpu us, cpu floor, cpu rat: the same with this process's CPU time (all threads) instead of wall time: "
+             "the work, on a machine shared with others (with OMP_WAIT_POLICY=passive, idle threads spend none).\n");
   fmt::print("others: mean CPU cores busy with other processes during the timed iterations "
              "(from /proc/stat); well above 0 means the figures are skewed.\n");
   fmt::print("peak MiB: getrusage ru_maxrss, {}.\n",
              per_case_rss ? "each case in its own process"
                           : "of this whole process (it includes writing the tiled file, if done here)");
   for (const auto& r : results)
-    if (r.name == "tiled") {
-      fmt::print("note: {}.\n", k_tiled_note);
-      break;
-    }
+    if (r.name == "tiled") fmt::print("note: {}.\n", k_tiled_note);
+  for (const auto& r : results)
+    if (r.name == "mos2-128") fmt::print("note: {}.\n", k_mos2_128_note);
 }
 
 int run(const options& o) {
   if (o.warmup < 0 || o.iterations < 1) throw std::runtime_error("--iterations must be >= 1 and --warmup >= 0");
   fs::create_directories(o.tmp_dir);
   std::vector<std::string> names =
-      o.which == "all" ? std::vector<std::string>{"mos2", "tiled"} : std::vector<std::string>{o.which};
+      o.which == "all" ? std::vector<std::string>{"mos2", "mos2-128", "tiled"} : std::vector<std::string>{o.which};
   const bool children = names.size() > 1;
 
   std::vector<case_spec> specs;
   bool made_tiled = false;
   for (const auto& name : names) {
     if (name == "mos2") {
-      specs.push_back({"mos2", k_mos2_file, {k_mos2_scan[0], k_mos2_scan[1]}, true});
+      specs.push_back({"mos2", k_mos2_file, {k_mos2_scan[0], k_mos2_scan[1]}, true, 0});
+    } else if (name == "mos2-128") {
+      specs.push_back({"mos2-128", k_mos2_file, {k_mos2_scan[0], k_mos2_scan[1]}, true, 128});
     } else {
       specs.push_back(prepare_tiled(o));
       made_tiled = o.tiled_file.empty();
@@ -404,8 +510,8 @@ int main(int argc, char** argv) {
   o.tmp_dir = (fs::temp_directory_path() / "tycho-bench").string();
   CLI::App app{"Time the tycho cpu engine: median µs per position·iteration on the MoS2 data set "
                "and on a larger tiled scan (see bench/RESULTS.md)."};
-  app.add_option("--case", o.which, "mos2 | tiled | all")
-      ->check(CLI::IsMember({"mos2", "tiled", "all"}))
+  app.add_option("--case", o.which, "mos2 | mos2-128 | tiled | all")
+      ->check(CLI::IsMember({"mos2", "mos2-128", "tiled", "all"}))
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
       ->capture_default_str();
   app.add_option("--iterations,-T", o.iterations, "timed iterations")->capture_default_str();
@@ -417,6 +523,8 @@ int main(int argc, char** argv) {
   app.add_option("--precision", o.precision, "[reconstruct] precision of the engine")
       ->check(CLI::IsMember({"float32", "float64"}))
       ->capture_default_str();
+  app.add_flag("--reference", o.reference,
+               "the engine's reference path ([reconstruct] shift_groups = false: 4 FFTs per position)");
   app.add_option("--batch", o.batch, "mini-batch size, positions")->capture_default_str();
   app.add_option("--jsonl", o.jsonl, "append one JSON line per case here")->capture_default_str();
   app.add_flag("--no-record", o.no_record, "do not append to the jsonl file");

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <iostream>
 #include <regex>
 #include <string>
@@ -262,4 +263,41 @@ TEST_F(EndToEnd, DeterministicRepeatAllThreads) {
   }
 }
 
+}  // namespace
+
+namespace {
+// The default fft_planning = "measure": the first process measures the window's plans and keeps
+// them as FFTW wisdom in $TYCHO_FFT_WISDOM_DIR, a second process makes the same plans from the
+// file (and does not rewrite it), so the two results are bit for bit the same. A folder that
+// cannot be made falls back to FFTW_ESTIMATE and the run still succeeds.
+TEST_F(EndToEnd, MeasuredPlansComeFromTheWisdomFile) {
+  const std::string wisdom = tmp_ / "wisdom";
+  auto run = [&](const std::string& out, const std::string& dir) {
+    return run_command({tycho::test::tycho_exe(), "reconstruct", example_config(), "--iterations", "2", "-q", "-o",
+                        tmp_ / out},
+                       {"TYCHO_FFT_WISDOM_DIR=" + dir});
+  };
+  auto a = run("a.zip", wisdom);
+  ASSERT_TRUE(a.exited_with(0)) << a.describe();
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(wisdom))
+    if (e.path().extension() == ".wisdom") files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u) << "one wisdom file (float32, 96 x 96) in " << wisdom;
+  EXPECT_EQ(files[0].filename().string().rfind("fftw-f32-96x96-", 0), 0u) << files[0];
+  std::ifstream in(files[0]);
+  const std::string first((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(first.find("fftwf_wisdom"), std::string::npos) << first.substr(0, 200);
+  const auto written = fs::last_write_time(files[0]);
+
+  auto b = run("b.zip", wisdom);
+  ASSERT_TRUE(b.exited_with(0)) << b.describe();
+  EXPECT_EQ(fs::last_write_time(files[0]), written) << "the second run rewrote the wisdom file";
+  auto ra = load_result(tmp_ / "a.zip"), rb = load_result(tmp_ / "b.zip");
+  for (const char* name : {"object", "probe", "loss_history"})
+    EXPECT_TRUE(ra.array(name, "a.zip").bytes == rb.array(name, "b.zip").bytes)
+        << name << " differs between two runs with the same wisdom file";
+
+  auto c = run("c.zip", "/proc/tycho-no-such-folder");
+  EXPECT_TRUE(c.exited_with(0)) << c.describe();
+}
 }  // namespace

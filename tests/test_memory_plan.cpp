@@ -69,18 +69,18 @@ TEST(MemoryPlan, CpuTermsByHand) {
   EXPECT_EQ(plan.term("positions").bytes, 12u * 16);                   // 192
   EXPECT_EQ(plan.term("gradients").bytes, (600u + 48) * 8);            // 5184
   EXPECT_EQ(plan.term("optimizer state").bytes, (2u * 600 + 2 * 48) * 8);  // 10368
-  // Per thread: 4 FFT buffers, intensity + dL/dI, the object-gradient copy, the probe-spectrum
-  // accumulator, the two ramps: 1536 + 384 + 4800 + 384 + 112 = 7216.
-  EXPECT_EQ(plan.term("transients").bytes, 3u * 7216);                 // 21648
+  // Per thread: 6 FFT buffers, intensity + dL/dI, the object-gradient copy, the probe-spectrum
+  // accumulator, the two ramps: 2304 + 384 + 4800 + 384 + 112 = 7984.
+  EXPECT_EQ(plan.term("transients").bytes, 3u * 7984);                 // 23952
   EXPECT_EQ(plan.term("FFT workspace").bytes, 2u * 48 * 8);            // 768
-  EXPECT_EQ(plan.total, 45648u);
+  EXPECT_EQ(plan.total, 47952u);
   EXPECT_EQ(plan.largest_term, "transients");
   EXPECT_FALSE(plan.fits);  // capacity unknown: nothing compared
-  EXPECT_EQ(tycho::memory_total(small_cpu()), 45648u);
+  EXPECT_EQ(tycho::memory_total(small_cpu()), 47952u);
   // The batch does not change the cpu engine's memory (its scratch is per thread).
   memory_problem q = small_cpu();
   q.batch_size = 5000;
-  EXPECT_EQ(tycho::memory_total(q), 45648u);
+  EXPECT_EQ(tycho::memory_total(q), 47952u);
 }
 
 TEST(MemoryPlan, CudaTermsByHand) {
@@ -126,8 +126,8 @@ TEST(MemoryPlan, HostStagingHoldsEveryPattern) {
 }
 
 TEST(MemoryPlan, FitsAtExactlyTheCapacity) {
-  EXPECT_TRUE(plan_memory(small_cpu(), 45648).fits);
-  memory_plan over = plan_memory(small_cpu(), 45647);
+  EXPECT_TRUE(plan_memory(small_cpu(), 47952).fits);
+  memory_plan over = plan_memory(small_cpu(), 47951);
   EXPECT_FALSE(over.fits);
   EXPECT_FALSE(over.remedies.empty());
 }
@@ -185,8 +185,8 @@ TEST(MemoryPlan, RemediesInOrder) {
 }
 
 TEST(MemoryPlan, CpuRemediesNameThreads) {
-  // 40000 B: the replicated part (24000 + 3 threads · 7216) cannot shrink with more devices
-  // (12 devices still need 43536); 2 threads fit (38432); binning by 2 fits (27432).
+  // 40000 B: the replicated part (24000 + 3 threads · 7984) cannot shrink with more devices
+  // (12 devices still need 45840); 2 threads fit (39968); binning by 2 fits (28008).
   memory_plan plan = plan_memory(small_cpu(), 40000);
   ASSERT_FALSE(plan.fits);
   EXPECT_EQ(plan.largest_term, "transients");

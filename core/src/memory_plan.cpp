@@ -135,12 +135,13 @@ std::vector<memory_term> memory_terms(const memory_problem& p) {
                      " B")});
   }
   if (p.model == memory_model::cpu) {
-    // Per thread (cpu_engine.cpp, thread_scratch): 4 FFT buffers, intensity and dL/dI, a whole
+    // Per thread (cpu_engine.cpp, thread_scratch): 6 FFT buffers (4, plus the shift group's two),
+    // intensity and dL/dI, a whole
     // object-gradient copy, the probe-spectrum accumulator, the two phase ramps.
-    const uint64_t per_thread = add(add(mul(4 * c, m), mul(2 * real, m)),
+    const uint64_t per_thread = add(add(mul(6 * c, m), mul(2 * real, m)),
                                     add(add(mul(obj, c), mul(probe, c)), mul(add(n0, n1), c)));
     t.push_back({"transients", mul(u(p.threads), per_thread),
-                 cat(p.threads, " threads · (4·", M, "·", c, " + 2·", M, "·", real, " + ", O, "·", c, " + ", KM, "·",
+                 cat(p.threads, " threads · (6·", M, "·", c, " + 2·", M, "·", real, " + ", O, "·", c, " + ", KM, "·",
                      c, " + (", n0, "+", n1, ")·", c, ") B")});
     t.push_back({"FFT workspace", mul({2, m, c}), cat("2 · ", M, " · ", c, " B (the batch's probe transform)")});
   } else if (p.model == memory_model::cuda) {

@@ -1,5 +1,7 @@
 #include "cpu_engine.hpp"
 
+#include "pointwise.hpp"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -15,6 +17,8 @@ using namespace tycho::sdk;
 template <class Real>
 struct cpu_engine<Real>::thread_scratch {
   fft_buffer<Real> shifted_probe, wave, work, input;  // input: what each transform reads (and destroys)
+  fft_buffer<Real> group_probe, group_grad;  // the current group's A and B (cpu_engine.hpp)
+  double group_delta0 = 0;
   std::vector<Real> intensity, dloss;
   std::vector<float> measured;  // one pattern of integer counts, widened (exactly) for the loss
   std::vector<complex> ramp0, ramp1;
@@ -133,7 +137,12 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
   probe_grad_.assign(probe_.size(), complex(0));
 
   threads_ = options.threads > 0 ? options.threads : omp_get_max_threads();
+  shift_groups_ = options.shift_groups;
   fft_ = std::make_unique<fft_plan_2d<Real>>(n0_, n1_, options.measure_fft);
+  if (shift_groups_) {
+    rows_ = std::make_unique<fft_plan_axis<Real>>(n0_, n1_, 1, options.measure_fft);
+    columns_ = std::make_unique<fft_plan_axis<Real>>(n0_, n1_, 0, options.measure_fft);
+  }
   const int64_t m = n0_ * n1_;
   for (int t = 0; t < threads_; ++t) {
     auto s = std::make_unique<thread_scratch>();
@@ -141,6 +150,10 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
     s->wave = make_fft_buffer<Real>(m);
     s->work = make_fft_buffer<Real>(m);
     s->input = make_fft_buffer<Real>(m);
+    if (shift_groups_) {
+      s->group_probe = make_fft_buffer<Real>(m);
+      s->group_grad = make_fft_buffer<Real>(m);
+    }
     s->intensity.resize(std::size_t(m));
     s->dloss.resize(std::size_t(m));
     s->object_grad.assign(object_.size(), complex(0));
@@ -166,30 +179,37 @@ DLTensor* cpu_engine<Real>::tensor(tycho_tensor_id id) {
 }
 
 template <class Real>
-void cpu_engine<Real>::process_pattern(int64_t j, thread_scratch& s, const complex* probe_spectrum) {
-  const int64_t m = n0_ * n1_;
+typename cpu_engine<Real>::batch_item cpu_engine<Real>::item(int64_t j) const {
+  batch_item it;
+  it.pattern = j;
   const double t0 = positions_[2 * j] - double(n0_ / 2);
   const double t1 = positions_[2 * j + 1] - double(n1_ / 2);
-  const int64_t i0 = int64_t(std::floor(t0)), j0 = int64_t(std::floor(t1));
-  fill_ramp(s.ramp0, n0_, t0 - double(i0), -1.0);
-  fill_ramp(s.ramp1, n1_, t1 - double(j0), -1.0);
+  it.i0 = int64_t(std::floor(t0));
+  it.j0 = int64_t(std::floor(t1));
+  it.delta0 = t0 - double(it.i0);
+  it.delta1 = t1 - double(it.j0);
+  if (shift_groups_ && sizeof(Real) == 4) {
+    // float32: offsets on a 2⁻²⁸ px grid, so that rows repeating an offset up to the float64
+    // rounding of the positions share one group (cpu_engine.hpp); exact offsets in float64.
+    constexpr double q = 268435456.0;  // 2^28
+    it.delta0 = std::nearbyint(it.delta0 * q) / q;
+    it.delta1 = std::nearbyint(it.delta1 * q) / q;
+  }
+  return it;
+}
 
-  // Shifted probe P_j (probe_spectrum already carries the 1/M of the round trip).
-  complex* pj = s.shifted_probe.get();
+template <class Real>
+void cpu_engine<Real>::model_and_object_gradient(const batch_item& it, thread_scratch& s, const complex* pj) {
+  const int64_t m = n0_ * n1_;
+  const int64_t j = it.pattern;
   complex* in = s.input.get();
-  for (int64_t a = 0; a < n0_; ++a)
-    for (int64_t b = 0; b < n1_; ++b)
-      in[a * n1_ + b] = probe_spectrum[a * n1_ + b] * s.ramp0[std::size_t(a)] * s.ramp1[std::size_t(b)];
-  fft_->backward(in, pj);
-
   // Exit wave and far field.
   complex* wave = s.wave.get();
-  const complex* obj = object_.data() + i0 * w_ + j0;
-  for (int64_t a = 0; a < n0_; ++a)
-    for (int64_t b = 0; b < n1_; ++b) in[a * n1_ + b] = pj[a * n1_ + b] * obj[a * w_ + b];
+  const complex* obj = object_.data() + it.i0 * w_ + it.j0;
+  for (int64_t a = 0; a < n0_; ++a) pointwise::multiply(pj + a * n1_, obj + a * w_, in + a * n1_, n1_);
   fft_->forward(in, wave);  // unnormalised: Ψ = wave / √M
   const Real inv_m = Real(1) / Real(m);
-  for (int64_t k = 0; k < m; ++k) s.intensity[std::size_t(k)] = std::norm(wave[k]) * inv_m;
+  pointwise::intensity(wave, inv_m, s.intensity.data(), m);
 
   // Loss and dL/dI through the loss component.
   // Model intensity and dL/dI in the engine's precision, the measured data float32.
@@ -214,25 +234,97 @@ void cpu_engine<Real>::process_pattern(int64_t j, thread_scratch& s, const compl
   }
 
   // g = F⁻¹[dL/dI · Ψ]: with unnormalised transforms that is backward(dL/dI · wave) / M.
-  for (int64_t k = 0; k < m; ++k) in[k] = wave[k] * (s.dloss[std::size_t(k)] * inv_m);
+  pointwise::scale_by(wave, s.dloss.data(), inv_m, in, m);
   fft_->backward(in, wave);
 
-  // Object gradient on the patch, and the probe gradient before the shift is undone.
-  complex* og = s.object_grad.data() + i0 * w_ + j0;
-  complex* work = s.work.get();
+  // Object gradient on the patch, and conj(O_patch)·g for the probe gradient, in one pass.
+  complex* og = s.object_grad.data() + it.i0 * w_ + it.j0;
   for (int64_t a = 0; a < n0_; ++a)
-    for (int64_t b = 0; b < n1_; ++b) {
-      const complex g = wave[a * n1_ + b];
-      og[a * w_ + b] += std::conj(pj[a * n1_ + b]) * g;
-      in[a * n1_ + b] = std::conj(obj[a * w_ + b]) * g;
-    }
-  s.row_min = std::min(s.row_min, i0);
-  s.row_max = std::max(s.row_max, i0 + n0_ - 1);
+    pointwise::gradient_products(pj + a * n1_, obj + a * w_, wave + a * n1_, og + a * w_, in + a * n1_, n1_);
+  s.row_min = std::min(s.row_min, it.i0);
+  s.row_max = std::max(s.row_max, it.i0 + n0_ - 1);
+}
+
+template <class Real>
+void cpu_engine<Real>::process_pattern(const batch_item& it, thread_scratch& s, const complex* probe_spectrum) {
+  fill_ramp(s.ramp0, n0_, it.delta0, -1.0);
+  fill_ramp(s.ramp1, n1_, it.delta1, -1.0);
+
+  // Shifted probe P_j (probe_spectrum already carries the 1/M of the round trip).
+  complex* pj = s.shifted_probe.get();
+  complex* in = s.input.get();
+  for (int64_t a = 0; a < n0_; ++a)
+    for (int64_t b = 0; b < n1_; ++b)
+      in[a * n1_ + b] = probe_spectrum[a * n1_ + b] * s.ramp0[std::size_t(a)] * s.ramp1[std::size_t(b)];
+  fft_->backward(in, pj);
+
+  model_and_object_gradient(it, s, pj);
+
+  // The probe gradient before the shift is undone (in Fourier space; one F⁻¹ per batch).
+  complex* work = s.work.get();
   fft_->forward(in, work);
   complex* acc = s.probe_spectrum_grad.data();
   for (int64_t a = 0; a < n0_; ++a)
     for (int64_t b = 0; b < n1_; ++b)
       acc[a * n1_ + b] += work[a * n1_ + b] * std::conj(s.ramp0[std::size_t(a)] * s.ramp1[std::size_t(b)]);
+}
+
+// A = F0⁻¹[r0 · F[P]/M]: the probe shifted along axis 0, still in Fourier space along axis 1.
+template <class Real>
+void cpu_engine<Real>::begin_group(double delta0, thread_scratch& s, const complex* probe_spectrum) {
+  fill_ramp(s.ramp0, n0_, delta0, -1.0);
+  complex* in = s.input.get();
+  for (int64_t a = 0; a < n0_; ++a) {
+    const complex r = s.ramp0[std::size_t(a)];
+    const complex* ps = probe_spectrum + a * n1_;
+    complex* x = in + a * n1_;
+    for (int64_t b = 0; b < n1_; ++b) x[b] = ps[b] * r;
+  }
+  columns_->backward(in, s.group_probe.get());
+  std::fill(s.group_grad.get(), s.group_grad.get() + n0_ * n1_, complex(0));
+  s.group_delta0 = delta0;
+}
+
+// The group's probe gradient B (axis 1 already in Fourier space): conj(r0) · F0[B] into the
+// thread's spectrum accumulator.
+template <class Real>
+void cpu_engine<Real>::end_group(thread_scratch& s) {
+  complex* work = s.work.get();
+  columns_->forward(s.group_grad.get(), work);  // destroys group_grad: begin_group zeroes it
+  complex* acc = s.probe_spectrum_grad.data();
+  for (int64_t a = 0; a < n0_; ++a) {
+    const complex r = std::conj(s.ramp0[std::size_t(a)]);
+    const complex* x = work + a * n1_;
+    complex* y = acc + a * n1_;
+    for (int64_t b = 0; b < n1_; ++b) y[b] += x[b] * r;
+  }
+}
+
+template <class Real>
+void cpu_engine<Real>::process_run(const batch_item* items, int64_t count, thread_scratch& s,
+                                   const complex* probe_spectrum) {
+  complex* pj = s.shifted_probe.get();
+  complex* in = s.input.get();
+  complex* work = s.work.get();
+  for (int64_t i = 0; i < count; ++i) {
+    const batch_item& it = items[i];
+    if (i == 0 || it.delta0 != s.group_delta0) {
+      if (i > 0) end_group(s);
+      begin_group(it.delta0, s, probe_spectrum);
+    }
+    // P_j = F1⁻¹[r1 · A]: one pass of row transforms.
+    fill_ramp(s.ramp1, n1_, it.delta1, -1.0);
+    const complex* r1 = s.ramp1.data();
+    for (int64_t a = 0; a < n0_; ++a) pointwise::multiply(s.group_probe.get() + a * n1_, r1, in + a * n1_, n1_);
+    rows_->backward(in, pj);
+
+    model_and_object_gradient(it, s, pj);
+
+    // B += conj(r1) · F1[conj(O_patch)·g].
+    rows_->forward(in, work);
+    for (int64_t a = 0; a < n0_; ++a) pointwise::add_times_conj(work + a * n1_, r1, s.group_grad.get() + a * n1_, n1_);
+  }
+  if (count > 0) end_group(s);
 }
 
 template <class Real>
@@ -250,26 +342,46 @@ double cpu_engine<Real>::compute_batch(const int64_t* indices, int64_t count) {
   const Real inv_m = Real(1) / Real(m);
   for (int64_t k = 0; k < m; ++k) probe_spectrum[k] *= inv_m;
 
+  std::vector<batch_item> items(static_cast<std::size_t>(count));
+  for (int64_t i = 0; i < count; ++i) items[std::size_t(i)] = item(indices[i]);
+  if (shift_groups_)  // stable: the same order, so the same sums, on every run
+    std::stable_sort(items.begin(), items.end(),
+                     [](const batch_item& a, const batch_item& b) { return a.delta0 < b.delta0; });
+
   for (auto& s : scratch_) {
     s->loss = 0;
     s->row_min = h_;
     s->row_max = -1;
     s->status = TYCHO_OK;
   }
-  // A static schedule gives every thread the same patterns in the same order on every run, so
-  // the per-thread sums, and the result, are bit for bit reproducible.
-#pragma omp parallel for num_threads(threads_) schedule(static)
-  for (int64_t i = 0; i < count; ++i) {
-    thread_scratch& s = *scratch_[std::size_t(omp_get_thread_num())];
-    if (s.status != TYCHO_OK) continue;
+  auto guarded_call = [&](thread_scratch& s, auto&& call) {
     try {
-      process_pattern(indices[i], s, probe_spectrum.get());
+      call();
     } catch (const error& e) {
       s.status = e.status;
       s.error = e.what();
     } catch (const std::exception& e) {
       s.status = TYCHO_ERR_INTERNAL;
       s.error = e.what();
+    }
+  };
+  if (shift_groups_) {
+    // Each thread a contiguous run of the sorted batch (fixed by the thread count alone), so the
+    // per-thread sums, and the result, are bit for bit reproducible.
+#pragma omp parallel num_threads(threads_)
+    {
+      const int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
+      const int64_t first = count * t / T, last = count * (t + 1) / T;
+      thread_scratch& s = *scratch_[std::size_t(t)];
+      guarded_call(s, [&] { process_run(items.data() + first, last - first, s, probe_spectrum.get()); });
+    }
+  } else {
+    // A static schedule gives every thread the same patterns in the same order on every run.
+#pragma omp parallel for num_threads(threads_) schedule(static)
+    for (int64_t i = 0; i < count; ++i) {
+      thread_scratch& s = *scratch_[std::size_t(omp_get_thread_num())];
+      if (s.status != TYCHO_OK) continue;
+      guarded_call(s, [&] { process_pattern(items[std::size_t(i)], s, probe_spectrum.get()); });
     }
   }
 

@@ -9,6 +9,20 @@
 //   ∂L/∂P* += F⁻¹[ exp(+2πi k·δ_j / N) · F[conj(O_patch) g_j] ]
 // (Thibault & Guizar-Sicairos 2012; Odstrčil et al. 2018). Gradients are sums over the batch.
 //
+// Two transforms per position, not four. The shift ramp is separable, exp(−2πi k·δ / N) =
+// r0(δ0)[k0] · r1(δ1)[k1], so F⁻¹[F[P] · r0 ⊗ r1] = F1⁻¹[ r1 · F0⁻¹[r0 · F[P]] ] (F0, F1: 1-D
+// transforms along axis 0, 1). Positions sharing δ0 (a scan row; a raster with a rational step
+// repeats few) form a group: A = F0⁻¹[r0 · F[P]] once per group, then per position one 1-D row
+// transform P_j = F1⁻¹[r1 · A] (half a 2-D transform). The probe gradient runs the same road
+// back: per position B += conj(r1) · F1[conj(O) g] (half), per group conj(r0) · F0[B] (half)
+// into the spectrum accumulator, one 2-D F⁻¹ per batch. Per position: 1/2 + 1 + 1 + 1/2 = 3
+// transform-equivalents; per group one more. Exactly the same function as the per-position path
+// (engine_options::shift_groups = false, kept as the reference) up to rounding: in float32 the
+// offsets are rounded to 2⁻²⁸ px first (the ramp's phase moves < 6e-9 rad, under float32's
+// resolution), so rows that repeat an offset up to the positions' float64 rounding group together.
+// Each thread takes a contiguous run of the batch sorted by δ0 (stable), so the result is the
+// same on every run for a given thread count.
+//
 // One engine per real type ([reconstruct] precision): cpu_engine<float> computes in single
 // precision (FFTW's fftwf_ interface) and exposes complex64 tensors; cpu_engine<double> computes
 // in double precision (fftw_) and exposes complex128 ones. Either takes object_init and
@@ -32,6 +46,7 @@ struct engine_options {
   int threads = 0;          // 0: all OpenMP threads
   bool measure_fft = false; // FFTW_MEASURE instead of FFTW_ESTIMATE
   bool double_precision = false;  // [reconstruct] precision = "float64"
+  bool shift_groups = true;       // false: the reference path, four 2-D transforms per position
 };
 
 // What the vtable calls, whatever the engine's real type.
@@ -58,10 +73,24 @@ class cpu_engine final : public engine_base {
 
  private:
   struct thread_scratch;
-  void process_pattern(int64_t j, thread_scratch& s, const complex* probe_spectrum);
+  struct batch_item {      // one position of the batch, as the transforms need it
+    int64_t pattern;       // index into the targets
+    int64_t i0, j0;        // the window's integer top-left (object pixels)
+    double delta0, delta1; // its sub-pixel offset, in [0, 1] (px)
+  };
+  batch_item item(int64_t j) const;
+  // The reference path: the shifted probe and the probe gradient's back-shift as 2-D transforms.
+  void process_pattern(const batch_item& it, thread_scratch& s, const complex* probe_spectrum);
+  // The grouped path: a run of items sorted by delta0.
+  void process_run(const batch_item* items, int64_t count, thread_scratch& s, const complex* probe_spectrum);
+  void begin_group(double delta0, thread_scratch& s, const complex* probe_spectrum);
+  void end_group(thread_scratch& s);
+  // Exit wave, loss, g = ∂L/∂ψ*, the object gradient; leaves conj(O_patch)·g in s.input.
+  void model_and_object_gradient(const batch_item& it, thread_scratch& s, const complex* pj);
 
   int64_t n0_, n1_, h_, w_, patterns_;
   int threads_;
+  bool shift_groups_;
   const float* targets_ = nullptr;            // float32 targets, or
   const uint16_t* counts_ = nullptr;          // integer counts, widened per pattern before the loss
   const uint8_t* mask_;
@@ -70,6 +99,7 @@ class cpu_engine final : public engine_base {
   std::vector<double> positions_;  // (P, 2) probe centres
   std::vector<complex> object_, probe_, object_grad_, probe_grad_;
   std::unique_ptr<fft_plan_2d<Real>> fft_;
+  std::unique_ptr<fft_plan_axis<Real>> rows_, columns_;  // along axis 1, axis 0
   std::vector<std::unique_ptr<thread_scratch>> scratch_;
   sdk::tensor_view views_[5];
 };

@@ -21,11 +21,15 @@ tycho_status create(const tycho_engine_setup* setup, tycho_engine** out) {
     int64_t threads = cfg.get_int("threads").value_or(0);
     if (threads < 0) fail(TYCHO_ERR_INVALID_ARGUMENT, "config key 'threads' must be >= 0");
     options.threads = setup->num_threads > 0 ? setup->num_threads : int(threads);
-    std::string planning = cfg.get_string("fft_planning").value_or("estimate");
+    // "measure" by default: its plans come from the per-machine wisdom file (fft_plan.hpp), so
+    // runs stay bit-identical; "estimate" needs no file and no measuring at first use.
+    std::string planning = cfg.get_string("fft_planning").value_or("measure");
     if (planning != "estimate" && planning != "measure")
       fail(TYCHO_ERR_INVALID_ARGUMENT, "config key 'fft_planning' must be \"estimate\" or \"measure\", got \"",
            planning, "\"");
     options.measure_fft = planning == "measure";
+    // false: the reference path (four 2-D transforms per position), to compare against.
+    options.shift_groups = cfg.get_bool("shift_groups").value_or(true);
     // The host has checked the value; a third-party host might not have.
     std::string precision = cfg.get_string("precision").value_or("float32");
     if (precision != "float32" && precision != "float64")
@@ -64,7 +68,7 @@ void* no_stream(tycho_engine*) { return nullptr; }
 const tycho_engine_vtable k_vtable = {sizeof(tycho_engine_vtable), TYCHO_ABI_VERSION, &create,
                                       &compute_batch, &get_tensor, &destroy, &read_tensor,
                                       &no_stream, nullptr};
-const char* const k_keys[] = {"threads", "fft_planning", nullptr};
+const char* const k_keys[] = {"threads", "fft_planning", "shift_groups", nullptr};
 const tycho_component k_components[] = {
     component(TYCHO_COMPONENT_ENGINE, "cpu", "1.0.0",
               "single-slice gradient engine on the CPU (FFTW single or double precision, OpenMP)",

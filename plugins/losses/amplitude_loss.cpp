@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 namespace tycho::losses {
 template <class Real>
@@ -15,17 +16,29 @@ double amplitude_loss(const Real* model_intensity, const float* measured, const 
     const Real* im = model_intensity + start;
     const float* d = measured + start;
     Real* g = dloss_dI + start;
-    Real sum = Real(0);
+    // One loop with and one without a mask (has_mask is a compile-time constant): a `||` on
+    // the mask pointer inside the loop is control flow, and the loop would not vectorise.
+    auto pixels = [&](auto has_mask) {
+      Real sum = Real(0);
 #pragma omp simd reduction(+ : sum)
-    for (int64_t k = 0; k < len; ++k) {
-      // Selects, not products with the mask: a masked pixel may hold anything, even inf.
-      const bool use = mask == nullptr || mask[k] != 0;
-      const Real amp_model = std::sqrt(im[k]);
-      const Real amp_meas = std::sqrt(std::max(Real(d[k]) * measured_scale, Real(0)));
-      const Real diff = amp_model - amp_meas;
-      sum += use ? diff * diff : Real(0);
-      g[k] = use && amp_model > Real(0) ? Real(1) - amp_meas / amp_model : Real(0);
-    }
+      for (int64_t k = 0; k < len; ++k) {
+        // Selects, not products with the mask: a masked pixel may hold anything, even inf.
+        // Arithmetic first, selects after: with the default -ftrapping-math the compiler does
+        // not move a division or product out of a ?: arm, and an arm is control flow.
+        int use = 1;
+        if constexpr (decltype(has_mask)::value) use = int(mask[k]) != 0;
+        const Real amp_model = std::sqrt(im[k]);
+        const Real amp_meas = std::sqrt(std::max(Real(d[k]) * measured_scale, Real(0)));
+        const Real diff = amp_model - amp_meas;
+        const Real square = diff * diff;
+        const bool positive = amp_model > Real(0);
+        const Real ratio = amp_meas / (positive ? amp_model : Real(1));
+        sum += use != 0 ? square : Real(0);
+        g[k] = (use != 0) & positive ? Real(1) - ratio : Real(0);
+      }
+      return sum;
+    };
+    const Real sum = mask != nullptr ? pixels(std::true_type{}) : pixels(std::false_type{});
     loss += double(sum);
   }
   return loss;

@@ -16,7 +16,7 @@
 //   positions        P·2·8                                  P·2·8
 //   gradients        (O + K·M)·C                            (O + K·M)·C
 //   optimizer state  (a_o·O + a_p·K·M)·C (a: arrays per parameter: Adam 2, SGD 1)
-//   transients       T threads × (4 FFT buffers M·C,        b × (M·(K·(S+1)·C + 3·C/2) + (N0+N1)·C
+//   transients       T threads × (6 FFT buffers M·C,        b × (M·(K·(S+1)·C + 3·C/2) + (N0+N1)·C
 //                    intensity + dL/dI 2·M·C/2, a whole     + 16): per pattern K shifted probes,
 //                    object-gradient copy O·C, a probe-     K·S waves (exit wave, far field and
 //                    spectrum accumulator M·C, the two      back-propagated wave in place),
