@@ -205,8 +205,9 @@ void open_npz_member(tycho_source& s, const std::optional<std::string>& wanted) 
   const bool stored = (!(st.valid & ZIP_STAT_COMP_METHOD) || st.comp_method == ZIP_CM_STORE) &&
                       (!(st.valid & ZIP_STAT_ENCRYPTION_METHOD) || st.encryption_method == ZIP_EM_NONE);
 
-  if ((st.valid & ZIP_STAT_COMP_SIZE) && (st.valid & ZIP_STAT_COMP_METHOD))
-    tycho::sdk::check_member_size(st.size, st.comp_size, st.comp_method == ZIP_CM_DEFLATE,
+  const bool encrypted = (st.valid & ZIP_STAT_ENCRYPTION_METHOD) && st.encryption_method != ZIP_EM_NONE;
+  if ((st.valid & ZIP_STAT_COMP_SIZE) && (st.valid & ZIP_STAT_COMP_METHOD) && !encrypted)
+    tycho::sdk::check_member_size(st.size, st.comp_size, int(st.comp_method),
                                   cat("'", s.description, "' (member '", st.name, "')"));
   member_ptr f(zip_fopen_index(za, st.index, 0));
   if (!f) fail(TYCHO_ERR_BAD_DATA, "cannot open '", s.description, "': ", zip_strerror(za));

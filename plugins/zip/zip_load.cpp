@@ -92,8 +92,9 @@ void expect_end(zip_file_t* f, const std::string& where) {
 // anything that size is allocated. libzip reads no more than the declared size (and checks the
 // CRC at the end), so a member that inflates beyond it is refused while reading.
 void check_declared_size(const zip_stat_t& st, const std::string& where) {
-  if ((st.valid & ZIP_STAT_COMP_SIZE) && (st.valid & ZIP_STAT_COMP_METHOD))
-    sdk::check_member_size(st.size, st.comp_size, st.comp_method == ZIP_CM_DEFLATE, where);
+  const bool encrypted = (st.valid & ZIP_STAT_ENCRYPTION_METHOD) && st.encryption_method != ZIP_EM_NONE;
+  if ((st.valid & ZIP_STAT_COMP_SIZE) && (st.valid & ZIP_STAT_COMP_METHOD) && !encrypted)
+    sdk::check_member_size(st.size, st.comp_size, int(st.comp_method), where);
 }
 
 // manifest.json is a few KB; a bound keeps a crafted one from sizing a huge string.

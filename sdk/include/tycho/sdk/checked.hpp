@@ -89,14 +89,17 @@ inline void check_data_shape(const int64_t scan[2], const int64_t detector[2], c
          "the file's shape is corrupt or crafted");
 }
 
-// Refuses a compressed zip member whose declared (uncompressed) size no deflate stream of its
-// compressed size can produce: deflate inflates at most 1032:1 (a 258-byte match per 2 bits),
-// so a member declaring more lies about its contents, and nothing is allocated for it.
-// `method_deflate`: the member is deflated (other methods are not bounded here).
-inline void check_member_size(uint64_t declared, uint64_t compressed, bool method_deflate, const std::string& where) {
+// Refuses a zip member whose declared (uncompressed) size its stored bytes cannot produce, so
+// that nothing that size is allocated for it: a stored member (zip method 0) holds exactly its
+// bytes; deflate (method 8) inflates at most 1032:1 (a 258-byte match per 2 bits). Other
+// methods are not bounded here.
+inline void check_member_size(uint64_t declared, uint64_t compressed, int zip_method, const std::string& where) {
   constexpr uint64_t k_deflate_most_ratio = 1032;
-  constexpr uint64_t k_slack = 1u << 16;  // headers, a tiny member's fixed costs
-  if (method_deflate && compressed < (std::numeric_limits<uint64_t>::max() - k_slack) / k_deflate_most_ratio &&
+  constexpr uint64_t k_slack = 1u << 16;  // a tiny member's fixed costs
+  if (zip_method == 0 && declared != compressed)
+    fail(TYCHO_ERR_BAD_DATA, where, " declares ", declared, " bytes but stores ", compressed,
+         " (uncompressed): the member is corrupt or crafted");
+  if (zip_method == 8 && compressed < (std::numeric_limits<uint64_t>::max() - k_slack) / k_deflate_most_ratio &&
       declared > compressed * k_deflate_most_ratio + k_slack)
     fail(TYCHO_ERR_BAD_DATA, where, " declares ", declared, " bytes from ", compressed,
          " compressed bytes, more than deflate can produce (at most 1032:1): the member is corrupt or crafted");
