@@ -1,8 +1,8 @@
-// One libFuzzer harness for every file reader, built once per reader (fuzz/CMakeLists.txt sets
-// TYCHO_FUZZ_READER): the input becomes a file on /dev/shm that the reader opens as a user's
-// file would be. Readers run in-process through the plugin registry, as the host runs them:
+// One libFuzzer harness for every file reader, compiled once and linked as one executable per
+// reader, tycho_fuzz_<reader>, which picks the reader by its own name. The input becomes a file
+// on /dev/shm that the reader opens as a user's file would be. Readers run in-process through the plugin registry, as the host runs them:
 //
-//   emd, hdf5, cxi, npy, npz   a source component: open, info, positions, the first patterns
+//   emd, hdf5, cxi, npy, npz   a source component: open, info, positions, the last patterns
 //   zip                        the zip format's load (results, prepared files, .npz)
 //   config                     the TOML config: parse (with ${} expansion) and every table
 //
@@ -16,6 +16,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -23,16 +24,14 @@
 #include <string>
 #include <vector>
 
-#ifndef TYCHO_FUZZ_READER
-#error "define TYCHO_FUZZ_READER (emd, hdf5, cxi, npy, npz, zip, config)"
-#endif
 #ifndef TYCHO_FUZZ_PLUGIN_DIR
 #error "define TYCHO_FUZZ_PLUGIN_DIR"
 #endif
 
 namespace {
 
-const std::string k_reader = TYCHO_FUZZ_READER;
+// emd, hdf5, cxi, npy, npz, zip or config: from the executable's name (LLVMFuzzerInitialize).
+std::string k_reader;
 
 const tycho::host::registry& plugins() {
   static auto* reg = [] {
@@ -115,6 +114,18 @@ void run_config(const uint8_t* data, size_t size) {
 }
 
 }  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  const std::string self = *argc > 0 ? (*argv)[0] : "";
+  const std::string prefix = "tycho_fuzz_";
+  const auto at = self.rfind(prefix);
+  k_reader = at == std::string::npos ? "" : self.substr(at + prefix.size());
+  for (const char* r : {"emd", "hdf5", "cxi", "npy", "npz", "zip", "config"})
+    if (k_reader == r) return 0;
+  std::fprintf(stderr, "%s: name the executable tycho_fuzz_<reader>, reader one of emd, hdf5, cxi, npy, npz, zip, config\n",
+               self.c_str());
+  std::exit(2);
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (k_reader == "config") {
