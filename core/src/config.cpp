@@ -59,6 +59,13 @@ void expand_environment_in(toml::node& node, const std::string& key, const std::
 
 config_document config_document::parse(const std::string& text, const std::string& origin,
                                        const std::string& base_dir) {
+  config_document doc = parse_expanded(text, origin, base_dir);
+  expand_environment_in(*doc.root_, "", origin);
+  return doc;
+}
+
+config_document config_document::parse_expanded(const std::string& text, const std::string& origin,
+                                                const std::string& base_dir) {
   config_document doc;
   doc.origin_ = origin;
   doc.base_dir_ = base_dir;
@@ -69,7 +76,6 @@ config_document config_document::parse(const std::string& text, const std::strin
     fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ":", where.line, ":", where.column,
          ": TOML syntax error: ", e.description());
   }
-  expand_environment_in(*doc.root_, "", origin);
   return doc;
 }
 

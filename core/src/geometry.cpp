@@ -1,6 +1,7 @@
 #include "tycho/core/geometry.hpp"
 
 #include <tycho/core/error.hpp>
+#include <tycho/sdk/checked.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -9,9 +10,29 @@
 
 namespace tycho {
 
+namespace {
+// The object's size along one axis, refused (rather than converted with undefined behaviour to
+// a wrapped int64) when the scan's extent, the window and the padding do not make a sane size:
+// the scan step, the pixel size or the positions come from files and the config.
+// 2^31 px per axis is far beyond any memory (the memory plan refuses much less).
+int64_t object_side(double extent_px, const scan_geometry& g, int a, const char* extent_from) {
+  constexpr double k_most = double(int64_t(1) << 31);
+  const double side = std::ceil(extent_px + 1.0) + double(g.window[a]) + 2.0 * double(g.padding_px) + 1.0;
+  if (!(extent_px >= 0 && side <= k_most) || g.window[a] < 1 || g.padding_px < 0)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "the object would be ", side, " px along axis ", a, " (", extent_from, " span ",
+         extent_px, " pixels of ", g.pixel_A[a], " Å, window ", g.window[a], ", padding ", g.padding_px,
+         " px); expected at most 2^31 px: check the scan step, the positions and the detector pixel size");
+  return int64_t(side);
+}
+}  // namespace
+
 object_layout layout_object(const scan_geometry& g) {
   object_layout out;
-  const int64_t p = g.scan_shape[0] * g.scan_shape[1];
+  const auto checked_p = sdk::checked_mul(g.scan_shape[0], g.scan_shape[1]);
+  if (!checked_p || *checked_p < 1 || !sdk::checked_mul(*checked_p, 16))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "layout_object: a scan of ", g.scan_shape[0], " x ", g.scan_shape[1],
+         " positions, expected at least one and at most 2^59");
+  const int64_t p = *checked_p;
   out.positions_px.resize(std::size_t(2 * p));
   double extent[2], first[2];
   for (int a = 0; a < 2; ++a) {
@@ -25,8 +46,7 @@ object_layout layout_object(const scan_geometry& g) {
       out.positions_px[std::size_t(2 * k)] = first[0] + double(i) * g.step_A[0] / g.pixel_A[0];
       out.positions_px[std::size_t(2 * k + 1)] = first[1] + double(j) * g.step_A[1] / g.pixel_A[1];
     }
-  for (int a = 0; a < 2; ++a)
-    out.shape[a] = int64_t(std::ceil(extent[a] + 1.0)) + g.window[a] + 2 * g.padding_px + 1;
+  for (int a = 0; a < 2; ++a) out.shape[a] = object_side(extent[a], g, a, "the raster scan's steps");
   return out;
 }
 
@@ -60,8 +80,7 @@ object_layout layout_object(const scan_geometry& g, const std::vector<double>& p
       const std::size_t i = 2 * k + std::size_t(a);
       out.positions_px[i] = first[a] + (positions_A[i] - lo[a]) / g.pixel_A[a];
     }
-  for (int a = 0; a < 2; ++a)
-    out.shape[a] = int64_t(std::ceil(extent[a] + 1.0)) + g.window[a] + 2 * g.padding_px + 1;
+  for (int a = 0; a < 2; ++a) out.shape[a] = object_side(extent[a], g, a, "the listed positions");
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include <tycho/core/driver.hpp>
 #include <tycho/core/error.hpp>
 #include <tycho/core/sharding.hpp>
+#include <tycho/sdk/checked.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <memory>
 
 #include "tycho/host/log.hpp"
+#include "tycho/host/run_plan.hpp"
 
 namespace tycho::host {
 
@@ -27,6 +29,8 @@ void ifftshift(float* p, int64_t n0, int64_t n1, std::vector<float>& tmp) {
 std::vector<double> read_source_positions(const tycho_source_vtable* vt, tycho_source* src,
                                           const tycho_dataset_info& info,
                                           const std::string& description) {
+  // The shape is the source's (the file's) word: checked before any product of it is used.
+  sdk::check_data_shape(info.scan_shape, info.detector_shape, "data '" + description + "'");
   if (vt->struct_size < offsetof(tycho_source_vtable, read_positions) + sizeof(vt->read_positions) ||
       vt->read_positions == nullptr)
     return {};
@@ -61,6 +65,8 @@ dataset read_dataset(const component_ref& source, const tycho_config* data_table
   check_status(vt->info(src, &d.info), "source info");
   d.description = d.info.description ? d.info.description : source.name;
   d.info.description = nullptr;  // owned by the source, which closes below
+  // The shape is the file's word: checked for overflow before any product of it sizes memory.
+  sdk::check_data_shape(d.info.scan_shape, d.info.detector_shape, "data '" + d.description + "'");
   d.all_patterns = d.info.scan_shape[0] * d.info.scan_shape[1];
   d.n0 = d.info.detector_shape[0];
   d.n1 = d.info.detector_shape[1];
@@ -72,6 +78,13 @@ dataset read_dataset(const component_ref& source, const tycho_config* data_table
 
   block_of(d.all_patterns, parts, part, d.first, d.patterns);
   const int64_t m = d.n0 * d.n1;
+  // This rank's patterns as float32, bounded by this machine's memory before they are allocated
+  // (the session's memory plan, which counts the rest of the run, comes after the read).
+  const uint64_t target_bytes = uint64_t(d.patterns) * uint64_t(m) * 4u;  // < 2^63: checked above
+  if (const uint64_t have = physical_memory_bytes(); have > 0 && target_bytes > have)
+    fail(TYCHO_ERR_OUT_OF_MEMORY, "data '", d.description, "': ", d.patterns, " patterns of ", d.n0, " x ", d.n1,
+         " pixels need ", human_bytes(target_bytes), " as float32, more than this machine's ", human_bytes(have),
+         " of memory (check the file's shape; run `tycho plan` for the remedies: more ranks, binning)");
   d.targets.resize(std::size_t(d.patterns * m));
   const int64_t chunk = std::max<int64_t>(1, (int64_t(64) << 20) / (m * 4));  // ~64 MiB reads
   for (int64_t first = 0; first < d.patterns; first += chunk) {

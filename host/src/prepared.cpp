@@ -17,6 +17,7 @@
 
 #include "config_read.hpp"
 #include "detector_padding.hpp"
+#include "manifest_checks.hpp"
 #include "sha256.hpp"
 #include "tycho/host/log.hpp"
 #include "tycho/host/result_record.hpp"
@@ -139,10 +140,8 @@ std::optional<prepared_file> try_load_prepared(const registry& reg, const std::s
   }
   prepared_file p;
   p.path = path;
-  const int version = m.value("format_version", 0);
-  if (version != k_prepared_format_version)
-    fail(TYCHO_ERR_BAD_DATA, "'", path, "' is a prepared file of format version ", version, "; this tycho reads version ",
-         k_prepared_format_version, ": prepare it again with this tycho (tycho preprocess)");
+  check_format_version(m, k_prepared_format_version, path, "prepared file",
+                       "prepare it again with this tycho (tycho preprocess)");
   try {
     p.embedded = at(p, at(p, m, "data"), "embedded").get<bool>();
     p.d->config_toml = at(p, m, "config_toml").get<std::string>();
@@ -156,7 +155,8 @@ std::optional<prepared_file> try_load_prepared(const registry& reg, const std::s
 }
 
 config_document prepared_config(const prepared_file& p) {
-  return config_document::parse(p.d->config_toml, p.path,
+  // Stored after expansion: a literal "${" (from "$${" or an environment value) stays literal.
+  return config_document::parse_expanded(p.d->config_toml, p.path,
                                 fs::absolute(p.path).parent_path().string());
 }
 

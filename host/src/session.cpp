@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "config_read.hpp"
+#include "manifest_checks.hpp"
 #include "tycho/host/dataset.hpp"
 #include "bad_pixels.hpp"
 #include "detector_padding.hpp"
@@ -223,13 +224,15 @@ resume_data load_resume(const std::string& path, const registry& reg, std::optio
   }
   if (!r.manifest.is_object() || !r.manifest.contains("format") || r.manifest["format"] != "tycho-result")
     fail(TYCHO_ERR_BAD_DATA, "'", path, "' is not a tycho result (its manifest.json does not say \"format\": \"tycho-result\")");
+  check_format_version(r.manifest, k_result_format_version, path, "tycho result",
+                       "resume it with the tycho that wrote it");
   try {
     const auto& h = r.manifest.at("history");
     if (!h.contains("schedule_iterations") || !r.manifest.contains("optimizer_state"))
       fail(TYCHO_ERR_BAD_DATA, "'", path, "' cannot be resumed: it was written by a tycho that did not save ",
            "the optimizer state and the schedule's length");
-    r.done = h.at("iterations").get<int64_t>();
-    r.total = h.at("schedule_iterations").get<int64_t>();
+    r.done = iteration_count(h, "iterations", "history.iterations", path);
+    r.total = iteration_count(h, "schedule_iterations", "history.schedule_iterations", path);
     r.scan_shape = r.manifest.at("data").at("scan_shape").get<std::vector<int64_t>>();
     r.window_shape = r.manifest.at("calibration").at("window_shape").get<std::vector<int64_t>>();
   } catch (const nlohmann::json::exception& e) {
@@ -373,6 +376,13 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
     r.geometry.scan_origin_A[0] = *(*arr)[0].value<double>();
     r.geometry.scan_origin_A[1] = *(*arr)[1].value<double>();
   }
+  // The layout holds every pattern's position (16 bytes each): bounded by this machine's memory
+  // before it is allocated, since the scan shape is the data file's word.
+  const uint64_t position_bytes = uint64_t(info.scan_shape[0]) * uint64_t(info.scan_shape[1]) * 16u;
+  if (const uint64_t have = physical_memory_bytes(); have > 0 && position_bytes > have)
+    fail(TYCHO_ERR_OUT_OF_MEMORY, "data '", desc, "': the positions of its ", info.scan_shape[0], " x ",
+         info.scan_shape[1], " patterns alone need ", human_bytes(position_bytes), ", more than this machine's ",
+         human_bytes(have), " of memory (check the file's shape)");
   r.layout = listed ? layout_object(r.geometry, positions_A) : layout_object(r.geometry);
   return r;
 }

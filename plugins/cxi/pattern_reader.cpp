@@ -1,6 +1,7 @@
 #include "pattern_reader.hpp"
 
 #include <tycho/sdk.hpp>
+#include <tycho/sdk/checked.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -71,6 +72,7 @@ pattern_layout make_layout(const std::vector<axis_role>& roles, const std::vecto
       case R::Qy: l.detector[1] = dims[a]; break;
     }
   }
+  sdk::check_data_shape(l.scan, l.detector, "'" + what + "'");
   return l;
 }
 

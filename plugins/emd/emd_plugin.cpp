@@ -1,6 +1,7 @@
 // The `emd` source component: 4D-STEM diffraction data and calibrations from EMD 1.0 files
 // (HDF5, as written by emdfile / py4DSTEM), converted to float32 patterns on read.
 #include <tycho/sdk.hpp>
+#include <tycho/sdk/checked.hpp>
 #include <tycho/sdk/source.hpp>
 
 #include <algorithm>
@@ -58,6 +59,7 @@ void open_array(tycho_source& s) {
   s.scan[1] = shape[1];
   s.detector[0] = shape[2];
   s.detector[1] = shape[3];
+  tycho::sdk::check_data_shape(s.scan, s.detector, "'" + s.description + "'");
   s.info.stored_dtype = *dtype;
 }
 

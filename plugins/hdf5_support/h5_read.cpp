@@ -73,7 +73,9 @@ std::optional<std::string> read_string_value(const h5_value& v) {
     return s;
   }
   // Fixed length: read the bytes as stored, then cut at the first NUL and drop space padding.
+  // The size is the file's word: a metadata string beyond 1 MiB is not one (nothing allocated).
   std::size_t size = H5Tget_size(file_type.get());
+  if (size == 0 || size > (std::size_t(1) << 20)) return std::nullopt;
   std::vector<char> buf(size + 1, '\0');
   if (!v.read(file_type.get(), buf.data())) return std::nullopt;
   std::string s(buf.data());
@@ -202,6 +204,14 @@ std::optional<std::vector<double>> read_numbers(hid_t loc, const std::string& pa
   H5T_class_t cls = H5Tget_class(type.get());
   int64_t n = v.element_count();
   if ((cls != H5T_INTEGER && cls != H5T_FLOAT) || n < 0) return std::nullopt;
+  // The count is the file's word: a table of positions or calibrations beyond 2^27 values
+  // (1 GiB as float64) is refused before it is allocated.
+  if (n > (int64_t(1) << 27)) {
+    char file[4096] = "";
+    H5Fget_name(loc, file, sizeof file);
+    sdk::fail(TYCHO_ERR_BAD_DATA, "'", file, ":", path, "' holds ", n,
+              " values, more than the 134217728 (2^27) a table of positions or calibrations may hold");
+  }
   std::vector<double> values(static_cast<std::size_t>(n));
   if (n > 0 && !v.read(H5T_NATIVE_DOUBLE, values.data())) return std::nullopt;
   return values;

@@ -111,6 +111,7 @@ void accept_header(tycho_source& s, const npy::header& h) {
   s.scan[1] = h.shape[1];
   s.detector[0] = h.shape[2];
   s.detector[1] = h.shape[3];
+  tycho::sdk::check_data_shape(s.scan, s.detector, "'" + s.description + "'");
   s.data_offset = h.header_bytes;
 }
 
@@ -204,6 +205,10 @@ void open_npz_member(tycho_source& s, const std::optional<std::string>& wanted) 
   const bool stored = (!(st.valid & ZIP_STAT_COMP_METHOD) || st.comp_method == ZIP_CM_STORE) &&
                       (!(st.valid & ZIP_STAT_ENCRYPTION_METHOD) || st.encryption_method == ZIP_EM_NONE);
 
+  const bool encrypted = (st.valid & ZIP_STAT_ENCRYPTION_METHOD) && st.encryption_method != ZIP_EM_NONE;
+  if ((st.valid & ZIP_STAT_COMP_SIZE) && (st.valid & ZIP_STAT_COMP_METHOD) && !encrypted)
+    tycho::sdk::check_member_size(st.size, st.comp_size, int(st.comp_method),
+                                  cat("'", s.description, "' (member '", st.name, "')"));
   member_ptr f(zip_fopen_index(za, st.index, 0));
   if (!f) fail(TYCHO_ERR_BAD_DATA, "cannot open '", s.description, "': ", zip_strerror(za));
   const auto read_exact = [&](void* dst, std::size_t n) {
@@ -216,6 +221,16 @@ void open_npz_member(tycho_source& s, const std::optional<std::string>& wanted) 
     // A compressed member cannot be sought in: inflate the array data once.
     s.inflated.resize(std::size_t(h.data_bytes));
     read_exact(s.inflated.data(), s.inflated.size());
+    // Reading past the end makes libzip compare the member's CRC-32 with the inflated bytes:
+    // a corrupt member is refused here instead of being read as garbage.
+    unsigned char extra = 0;
+    const zip_int64_t more = zip_fread(f.get(), &extra, 1);
+    if (more < 0)
+      fail(TYCHO_ERR_BAD_DATA, "'", s.description, "' is corrupt: ", zip_file_strerror(f.get()),
+           " (member '", st.name, "')");
+    if (more > 0)
+      fail(TYCHO_ERR_BAD_DATA, "'", s.description, "' is corrupt: member '", st.name,
+           "' inflates to more bytes than its header declares");
     s.data_offset = 0;
     s.archive.reset();
   }

@@ -2,6 +2,7 @@
 // "manifest.json" the manifest; anything else is ignored. Reads what numpy.savez and
 // numpy.savez_compressed write as well as what save writes.
 #include <tycho/sdk.hpp>
+#include <tycho/sdk/checked.hpp>
 
 #include <filesystem>
 #include <limits>
@@ -87,6 +88,18 @@ void expect_end(zip_file_t* f, const std::string& where) {
   if (got > 0) fail(TYCHO_ERR_BAD_DATA, where, ": the member is longer than its header says");
 }
 
+// The member's declared size, checked against what its compressed bytes can inflate to, before
+// anything that size is allocated. libzip reads no more than the declared size (and checks the
+// CRC at the end), so a member that inflates beyond it is refused while reading.
+void check_declared_size(const zip_stat_t& st, const std::string& where) {
+  const bool encrypted = (st.valid & ZIP_STAT_ENCRYPTION_METHOD) && st.encryption_method != ZIP_EM_NONE;
+  if ((st.valid & ZIP_STAT_COMP_SIZE) && (st.valid & ZIP_STAT_COMP_METHOD) && !encrypted)
+    sdk::check_member_size(st.size, st.comp_size, int(st.comp_method), where);
+}
+
+// manifest.json is a few KB; a bound keeps a crafted one from sizing a huge string.
+constexpr uint64_t k_most_manifest_bytes = uint64_t(64) << 20;
+
 member_ptr open_member(zip_t* za, zip_uint64_t index, const std::string& where) {
   member_ptr f(zip_fopen_index(za, index, 0));
   if (!f) fail(TYCHO_ERR_BAD_DATA, where, ": cannot open it: ", zip_strerror(za));
@@ -95,6 +108,7 @@ member_ptr open_member(zip_t* za, zip_uint64_t index, const std::string& where) 
 
 loaded_array read_array(zip_t* za, const zip_stat_t& st, std::string name, const std::string& path) {
   const std::string where = cat("member '", st.name, "' of ", path);
+  check_declared_size(st, where);
   member_ptr f = open_member(za, st.index, where);
   const auto read = [&](void* dst, std::size_t n) { read_exact(f.get(), dst, n, where); };
   npy_array_header h = read_npy_header(read, st.size, where);
@@ -115,6 +129,9 @@ loaded_array read_array(zip_t* za, const zip_stat_t& st, std::string name, const
 
 std::string read_text(zip_t* za, const zip_stat_t& st, const std::string& path) {
   const std::string where = cat("member '", st.name, "' of ", path);
+  check_declared_size(st, where);
+  if (st.size > k_most_manifest_bytes)
+    fail(TYCHO_ERR_BAD_DATA, where, " is ", st.size, " bytes, expected a manifest of at most ", k_most_manifest_bytes);
   member_ptr f = open_member(za, st.index, where);
   std::string text(std::size_t(st.size), '\0');
   read_exact(f.get(), text.data(), text.size(), where);

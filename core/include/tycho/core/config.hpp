@@ -24,6 +24,11 @@ class config_document {
   // Parses TOML text; `origin` names it in errors (a file path or "<string>").
   static config_document parse(const std::string& text, const std::string& origin,
                                const std::string& base_dir);
+  // Parses TOML text that was written by to_toml() after parse() had expanded it (a config stored
+  // in a prepared file or result): "${" in its strings is literal (an escaped "$${" or an
+  // environment value), so nothing is expanded again.
+  static config_document parse_expanded(const std::string& text, const std::string& origin,
+                                        const std::string& base_dir);
   static config_document load_file(const std::string& path);
 
   config_document(config_document&&) noexcept;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <tycho/sdk.hpp>
+#include <tycho/sdk/checked.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -36,7 +37,10 @@ inline void copy_dataset_info(const tycho_dataset_info& info, tycho_dataset_info
 inline void check_read_request(const char* source, const std::string& description,
                                const int64_t scan[2], const int64_t detector[2], int64_t first,
                                int64_t count, const DLTensor* dst) {
-  const int64_t total = scan[0] * scan[1];
+  const int64_t total = checked_mul(scan[0], scan[1]).value_or(-1);
+  if (total < 0)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "'", description, "' declares ", scan[0], " x ", scan[1],
+         " patterns, which is not a valid count");
   if (first < 0 || count < 0 || first > total || count > total - first)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "patterns [", first, ", ", first + count,
          ") are out of range: '", description, "' holds ", total, " patterns (", scan[0], " x ",
@@ -54,11 +58,12 @@ inline void check_read_request(const char* source, const std::string& descriptio
 inline void check_positions_request(const char* source, const std::string& description,
                                     const int64_t scan[2], const DLTensor* dst) {
   expect_tensor(dst, "positions", dtype_float64, 2);
+  const int64_t total = checked_mul(scan[0], scan[1]).value_or(-1);
   if (dst->device.device_type != kDLCPU && dst->device.device_type != kDLCUDAHost)
     fail(TYCHO_ERR_INVALID_ARGUMENT, source, " source: the positions array must be in host memory");
-  if (dst->shape[0] != scan[0] * scan[1] || dst->shape[1] != 2)
+  if (total < 0 || dst->shape[0] != total || dst->shape[1] != 2)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "the positions array has shape ", shape_string(*dst),
-         ", expected (", scan[0] * scan[1], ", 2) for the positions of '", description, "'");
+         ", expected (", total, ", 2) for the positions of '", description, "'");
 }
 
 }  // namespace tycho::sdk

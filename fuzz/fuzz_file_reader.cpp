@@ -1,0 +1,146 @@
+// One libFuzzer harness for every file reader, compiled once and linked as one executable per
+// reader, tycho_fuzz_<reader>, which picks the reader by its own name. The input becomes a file
+// on /dev/shm that the reader opens as a user's file would be. Readers run in-process through the plugin registry, as the host runs them:
+//
+//   emd, hdf5, cxi, npy, npz   a source component: open, info, positions, the last patterns
+//   zip                        the zip format's load (results, prepared files, .npz)
+//   config                     the TOML config: parse (with ${} expansion) and every table
+//
+// A reader may refuse an input (a status, an exception with a message): only crashes, hangs,
+// leaks and sanitizer reports are findings. Reads are capped at 64 MiB per call so that a
+// declared-but-absent huge shape is not an out-of-memory report (the host checks memory).
+#include <tycho/core/config.hpp>
+#include <tycho/core/error.hpp>
+#include <tycho/host/registry.hpp>
+#include <tycho/tycho_components.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#ifndef TYCHO_FUZZ_PLUGIN_DIR
+#error "define TYCHO_FUZZ_PLUGIN_DIR"
+#endif
+
+namespace {
+
+// emd, hdf5, cxi, npy, npz, zip or config: from the executable's name (LLVMFuzzerInitialize).
+std::string k_reader;
+
+const tycho::host::registry& plugins() {
+  static auto* reg = [] {
+    auto* r = new tycho::host::registry;
+    r->load_directories({TYCHO_FUZZ_PLUGIN_DIR});
+    return r;
+  }();
+  return *reg;
+}
+
+std::string input_path() {
+  const char* ext = k_reader == "npy" ? ".npy" : k_reader == "npz" ? ".npz" : k_reader == "zip" ? ".zip" : ".h5";
+  return "/dev/shm/tycho-fuzz-" + std::to_string(getpid()) + ext;
+}
+
+bool write_file(const std::string& path, const uint8_t* data, size_t size) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return false;
+  const bool ok = std::fwrite(data, 1, size, f) == size;
+  return std::fclose(f) == 0 && ok;
+}
+
+constexpr int64_t k_most_read_bytes = int64_t(64) << 20;
+
+void run_source(const std::string& path) {
+  std::string toml = "path = \"" + path + "\"\n";
+  if (k_reader == "hdf5") toml += "dataset = \"/data\"\naxes = [\"Rx\", \"Ry\", \"Qx\", \"Qy\"]\n";
+  const std::string component = k_reader == "npz" ? "npy" : k_reader;
+  auto doc = tycho::config_document::parse("[data]\nsource = \"" + component + "\"\n" + toml, "<fuzz>", "");
+  tycho_config cfg{&doc.table_at("data"), "[data]", doc.base_dir()};
+  const auto* vt = plugins().find(TYCHO_COMPONENT_SOURCE, component).as<tycho_source_vtable>();
+  tycho_source* src = nullptr;
+  if (vt->open(&cfg, &src) != TYCHO_OK) return;
+  std::unique_ptr<tycho_source, void (*)(tycho_source*)> guard(src, vt->close);
+  tycho_dataset_info info{};
+  info.struct_size = sizeof info;
+  if (vt->info(src, &info) != TYCHO_OK) return;
+  const int64_t patterns = info.scan_shape[0] * info.scan_shape[1];  // checked by the source
+  const int64_t pixels = info.detector_shape[0] * info.detector_shape[1];
+  if (patterns < 1 || pixels < 1) __builtin_trap();  // a source must refuse an empty shape at open
+  if (vt->read_positions != nullptr && patterns * 16 <= k_most_read_bytes) {
+    std::vector<double> pos(std::size_t(2 * patterns));
+    int64_t shape[2] = {patterns, 2};
+    DLTensor t{};
+    t.data = pos.data();
+    t.device = {kDLCPU, 0};
+    t.ndim = 2;
+    t.dtype = {kDLFloat, 64, 1};
+    t.shape = shape;
+    vt->read_positions(src, &t);
+  }
+  const int64_t count = std::min<int64_t>(patterns, 2);
+  if (count * pixels * 4 > k_most_read_bytes) return;
+  std::vector<float> buf(std::size_t(count * pixels));
+  int64_t shape[3] = {count, info.detector_shape[0], info.detector_shape[1]};
+  DLTensor t{};
+  t.data = buf.data();
+  t.device = {kDLCPU, 0};
+  t.ndim = 3;
+  t.dtype = {kDLFloat, 32, 1};
+  t.shape = shape;
+  vt->read(src, patterns - count, count, &t);
+}
+
+void run_zip(const std::string& path) {
+  const auto* vt = plugins().find(TYCHO_COMPONENT_FORMAT, "zip").as<tycho_format_vtable>();
+  tycho_record* rec = nullptr;
+  if (vt->load(path.c_str(), &rec) == TYCHO_OK && rec != nullptr && rec->release != nullptr) rec->release(rec);
+}
+
+void run_config(const uint8_t* data, size_t size) {
+  try {
+    auto doc = tycho::config_document::parse(std::string(reinterpret_cast<const char*>(data), size), "<fuzz>", "/");
+    (void)doc.to_toml();
+    for (const char* t : {"data", "optics", "preprocess", "reconstruct", "reconstruct.object", "output"})
+      (void)doc.table_at(t);
+    doc.set_from_text("reconstruct.iterations=3");
+  } catch (const tycho::error&) {
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  const std::string self = *argc > 0 ? (*argv)[0] : "";
+  const std::string prefix = "tycho_fuzz_";
+  const auto at = self.rfind(prefix);
+  k_reader = at == std::string::npos ? "" : self.substr(at + prefix.size());
+  for (const char* r : {"emd", "hdf5", "cxi", "npy", "npz", "zip", "config"})
+    if (k_reader == r) return 0;
+  std::fprintf(stderr, "%s: name the executable tycho_fuzz_<reader>, reader one of emd, hdf5, cxi, npy, npz, zip, config\n",
+               self.c_str());
+  std::exit(2);
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (k_reader == "config") {
+    run_config(data, size);
+    return 0;
+  }
+  static const std::string path = input_path();
+  if (!write_file(path, data, size)) return 0;
+  try {
+    if (k_reader == "zip")
+      run_zip(path);
+    else
+      run_source(path);
+  } catch (const tycho::error&) {
+  }
+  std::remove(path.c_str());
+  return 0;
+}

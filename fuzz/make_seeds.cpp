@@ -1,0 +1,110 @@
+// Writes the fuzzers' seed corpora (small valid files of each kind) into <out>/<reader>/:
+//   tycho_fuzz_make_seeds OUT
+// HDF5 files are written with the HDF5 C API (the tests' writers), .npy/.npz/.zip through the
+// zip format plugin and by hand, configs copied from examples/. Nothing binary is committed.
+#include <hdf5.h>
+
+#include <tycho/core/error.hpp>
+#include <tycho/host/registry.hpp>
+#include <tycho/tycho_components.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cxi_test_file.hpp"
+#include "emd_test_file.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void write_bytes(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
+
+// A version-1.0 .npy of little-endian float32 values.
+std::string npy_f32(const std::string& shape, const std::vector<float>& values) {
+  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+  while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
+  dict += '\n';
+  std::string out = std::string("\x93NUMPY\x01\x00", 8);
+  out += char(dict.size() & 0xff);
+  out += char(dict.size() >> 8);
+  out += dict;
+  out.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  return out;
+}
+
+// Saves arrays + manifest through the zip format (a result-shaped record).
+void save_zip(const tycho::host::registry& reg, const fs::path& p, const char* manifest, bool with_second) {
+  std::vector<float> a(2 * 2 * 3 * 3, 1.0f), b(4, 0.5f);
+  int64_t sa[4] = {2, 2, 3, 3}, sb[1] = {4};
+  tycho_named_array arrays[2]{};
+  arrays[0].name = "data";
+  arrays[0].tensor = DLTensor{a.data(), {kDLCPU, 0}, 4, {kDLFloat, 32, 1}, sa, nullptr, 0};
+  arrays[1].name = "loss_history";
+  arrays[1].tensor = DLTensor{b.data(), {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, sb, nullptr, 0};
+  tycho_record rec{};
+  rec.struct_size = sizeof rec;
+  rec.n_arrays = with_second ? 2 : 1;
+  rec.arrays = arrays;
+  rec.manifest_json = manifest;
+  const auto* vt = reg.find(TYCHO_COMPONENT_FORMAT, "zip").as<tycho_format_vtable>();
+  if (vt->save(&rec, p.c_str(), TYCHO_SAVE_OVERWRITE) != TYCHO_OK) std::fprintf(stderr, "save %s failed\n", p.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUT\n", argv[0]);
+    return 2;
+  }
+  const fs::path out = argv[1];
+  for (const char* r : {"emd", "hdf5", "cxi", "npy", "npz", "zip", "config"}) fs::create_directories(out / r);
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+
+  std::vector<float> values(2 * 3 * 4 * 4);
+  for (std::size_t k = 0; k < values.size(); ++k) values[k] = float(k % 7);
+  tycho::test::emd_file_spec spec{{2, 3, 4, 4}, tycho::test::emd_element::float32, values.data()};
+  spec.calibration = tycho::test::emd_calibration{0.5, "A", 0.06, "A^-1"};
+  spec.microscope = tycho::test::emd_microscope{80e3, 25, -150};
+  tycho::test::write_emd_file((out / "emd" / "small.h5").string(), spec);
+  spec.calibration.reset();
+  spec.microscope.reset();
+  tycho::test::write_emd_file((out / "emd" / "bare.h5").string(), spec);
+  {
+    tycho::test::h5_file_writer w((out / "hdf5" / "small.h5").string());
+    w.dataset("/data", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {2, 3, 4, 4}, values.data());
+  }
+  {
+    // A CXI 1.6 file: patterns (P, Qx, Qy), translations (P, 3) in metres, energy in joules.
+    tycho::test::h5_file_writer w((out / "cxi" / "small.cxi").string());
+    w.dataset("/entry_1/data_1/data", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {6, 4, 4}, values.data());
+    std::vector<double> t(6 * 3);
+    for (int j = 0; j < 6; ++j) t[std::size_t(3 * j)] = 1e-10 * j, t[std::size_t(3 * j + 1)] = 2e-10 * j;
+    w.doubles("/entry_1/sample_1/geometry_1/translation", {6, 3}, t);
+    w.number("/entry_1/instrument_1/source_1/energy", 80e3 * 1.602176634e-19);
+    w.number("/entry_1/instrument_1/detector_1/distance", 0.1);
+    w.number("/entry_1/instrument_1/detector_1/x_pixel_size", 5e-5);
+    w.number("/entry_1/instrument_1/detector_1/y_pixel_size", 5e-5);
+  }
+  write_bytes(out / "npy" / "small.npy", npy_f32("(2, 3, 4, 4)", values));
+  write_bytes(out / "npy" / "one.npy", npy_f32("(1, 1, 1, 1)", {3.0f}));
+
+  tycho::host::registry reg;
+  reg.load_directories({TYCHO_FUZZ_PLUGIN_DIR});
+  save_zip(reg, out / "npz" / "small.npz", nullptr, false);
+  save_zip(reg, out / "zip" / "result.zip",
+           R"({"format": "tycho-result", "format_version": 1, "history": {"iterations": 4, "schedule_iterations": 8}})",
+           true);
+  save_zip(reg, out / "zip" / "bare.zip", nullptr, true);
+
+  for (const auto& e : fs::directory_iterator(fs::path(TYCHO_SOURCE_DIR) / "examples"))
+    if (e.path().extension() == ".toml") fs::copy_file(e.path(), out / "config" / e.path().filename(), fs::copy_options::overwrite_existing);
+  write_bytes(out / "config" / "env.toml", "[output]\npath = \"run-${HOME}-$${LITERAL}.zip\"\n[reconstruct]\niterations = 5\n");
+  std::printf("seeds written to %s\n", out.c_str());
+  return 0;
+}
