@@ -295,6 +295,18 @@ void restore_optimizer(const resume_data& r, const char* which, const component_
   }
 }
 
+// The mean of the patterns held, (N0, N1) in the targets' order; non-finite pixels count 0.
+std::vector<double> mean_pattern(const dataset& d) {
+  const std::size_t n = std::size_t(d.n0 * d.n1);
+  std::vector<double> mean(n, 0.0);
+  if (d.patterns <= 0 || d.targets.size() < n * std::size_t(d.patterns)) return mean;
+  for (int64_t p = 0; p < d.patterns; ++p)
+    for (std::size_t k = 0; k < n; ++k)
+      if (const float v = d.targets[std::size_t(p) * n + k]; std::isfinite(v)) mean[k] += v;
+  for (double& v : mean) v /= double(d.patterns);
+  return mean;
+}
+
 }  // namespace
 
 std::string precision_of(DLDataType dtype) {
@@ -483,6 +495,7 @@ struct session::state {
   std::vector<double> all_positions_px;  // (P, 2): every rank's, whichever patterns this one holds
   std::string parallel_json;             // the ranks' reports, for the manifest
   std::string preprocess_json;           // what the preprocessing stage did, for the manifest
+  std::vector<double> measured_mean;     // (N0, N1) FFT order: this rank's mean pattern, for the previews
 
   ~state() {
     if (object_opt) object_opt_ref->as<tycho_optimizer_vtable>()->destroy(object_opt);
@@ -588,6 +601,7 @@ session::session(config_document config, registry& reg, const std::string& resum
   }
   // Before any geometry: the window (and so dx, positions, object, probe) is the padded one.
   s.padding = apply_detector_padding(s.data, s.config.table_at("preprocess"), s.config.origin());
+  s.measured_mean = mean_pattern(s.data);
   const auto& info = s.data.info;
 
   // ---- optics and geometry (config overrides the file)
@@ -847,6 +861,8 @@ int64_t session::configured_iterations() const { return s_->iterations; }
 std::string session::precision() const { return precision_of(s_->engine_tensor(TYCHO_TENSOR_OBJECT).dtype); }
 int64_t session::iterations_done() const { return s_->drv->iterations_done(); }
 const std::vector<double>& session::loss_history() const { return s_->loss_history; }
+const std::vector<double>& session::measured_mean_pattern() const { return s_->measured_mean; }
+const std::vector<uint8_t>& session::detector_mask() const { return s_->padding.mask; }
 double session::object_pixel_A(int axis) const { return s_->geometry.pixel_A[axis]; }
 parallel_context& session::parallel() const { return *s_->par; }
 

@@ -42,6 +42,21 @@ void check_output_path(const std::string& out_path, const char* example_name) {
                                                         out_dir.string(), out_path));
 }
 
+// The previews of a finished run (tycho/host/previews.hpp), captioned from its manifest.
+std::vector<std::string> write_run_previews(const th::session& session, const std::string& out_path) {
+  th::preview_inputs in;
+  in.object = session.get("object");
+  in.probe = session.get("probe");
+  in.positions_px = session.get("positions_px");
+  in.loss_history = session.loss_history();
+  in.pixel_A = session.object_pixel_A(0);
+  in.measured_mean = session.measured_mean_pattern();
+  in.mask = session.detector_mask();
+  in.title = std::filesystem::path(out_path).filename().string();
+  in.caption = th::preview_caption(session.manifest_json());
+  return th::write_previews(out_path, in);
+}
+
 // How many iterations an invocation runs, and over how many the learning-rate schedules are laid
 // out (the run's total, [reconstruct] iterations):
 //   fresh run:  --iterations N sets the total to N and runs N; --stop-after M runs only M of the
@@ -74,9 +89,7 @@ void run_and_save(th::session& session, int64_t iterations, int64_t stop_after, 
   session.save(out_path, TYCHO_SAVE_OVERWRITE);
   fmt::print("wrote {}\n", out_path);
   if (session.previews_enabled())
-    for (const auto& png : th::write_previews(out_path, session.get("object"), session.get("probe"),
-                                              session.get("positions_px")))
-      fmt::print("wrote {}\n", png);
+    for (const auto& png : write_run_previews(session, out_path)) fmt::print("wrote {}\n", png);
 }
 
 int cmd_reconstruct(const std::string& config_path, int64_t iterations, int64_t stop_after,
