@@ -26,6 +26,7 @@
 #include "tycho/host/log.hpp"
 #include "tycho/host/prepared.hpp"
 #include "tycho/host/preprocess.hpp"
+#include "tycho/host/progress.hpp"
 #include "tycho/host/result_record.hpp"
 #include "tycho/host/run_plan.hpp"
 
@@ -293,6 +294,11 @@ void restore_optimizer(const resume_data& r, const char* which, const component_
     DLTensor t = const_cast<owned_array&>(a).view();
     check_status(vt->set_state(opt, i, &t, steps), "optimizer set_state");
   }
+}
+
+// Seconds since t0, to the millisecond (for log lines).
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::round(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3) / 1e3;
 }
 
 // The mean of the patterns held, (N0, N1) in the targets' order; non-finite pixels count 0.
@@ -585,10 +591,17 @@ session::session(config_document config, registry& reg, const std::string& resum
     s.data = prepared_dataset(*prepared, s.config, reg, replicated ? 0 : s.par->rank(), replicated ? 1 : world,
                               sum_across_ranks, s.preprocess_json);
   } else {
+    auto t0 = std::chrono::steady_clock::now();
     s.data = read_dataset(source, &data_cfg, replicated ? 0 : s.par->rank(), replicated ? 1 : world);
+    log_info("session", cat("read ", s.data.patterns, " patterns (", std::llround(double(s.data.targets.size()) * 4 / (1 << 20)),
+                            " MiB as float32) in ", seconds_since(t0), " s"));
+    t0 = std::chrono::steady_clock::now();
+    report_stage("preprocessing", 0, 1);
     mask_bad_pixels(s.data, s.config.table_at("preprocess"), s.config.origin(), *s.par);  // NaN, saturated
     refuse_moving_masked_pixels(s.data, read_preprocess_settings(s.config.table_at("preprocess"), s.config.origin()));
     s.preprocess_json = preprocess_dataset(s.data, s.config, sum_across_ranks).to_json();
+    report_stage("preprocessing", 1, 1);
+    log_info("session", cat("preprocessed in ", seconds_since(t0), " s"));
   }
   if (world > 1) {
     // The intensity scale is the mean over the whole scan, so that every rank's model and the
