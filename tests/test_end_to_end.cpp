@@ -103,7 +103,7 @@ class EndToEnd : public ::testing::Test {
 
     // The summary after the files: iterations, time, final loss, where the result and sheet went.
     EXPECT_NE(r.out.find("done: 100 iterations in "), std::string::npos) << r.out;
-    EXPECT_NE(r.out.find("; result in " + result + ", previews in " + (tmp_ / "result.sheet.png").string() + "\n"),
+    EXPECT_NE(r.out.find("; result in " + result + ", previews in " + std::string(tmp_ / "result.sheet.png") + "\n"),
               std::string::npos)
         << r.out;
 

@@ -7,16 +7,20 @@
 
 #include <complex>
 
+#include "evaluate_geometry.hpp"
+#include "truth_file.hpp"
+#include "tycho/host/log.hpp"
 #include "tycho/host/result_record.hpp"
 
 namespace tycho::host {
 
 namespace {
-double scalar(const owned_array& a, const std::string& path) {
-  if (a.count() < 1) fail(TYCHO_ERR_BAD_DATA, "'", path, "': array '", a.name, "' is empty");
-  if (a.dtype.code == kDLFloat && a.dtype.bits == 64) return a.as<double>()[0];
-  if (a.dtype.code == kDLFloat && a.dtype.bits == 32) return a.as<float>()[0];
-  fail(TYCHO_ERR_BAD_DATA, "'", path, "': array '", a.name, "' must be float64 or float32");
+// A warning per way the result's scan differs from the truth's (evaluate_geometry.hpp).
+void warn_geometry_mismatches(const nlohmann::json& manifest, const owned_array& positions, const truth_file& truth) {
+  const result_geometry r = read_result_geometry(manifest, positions.as<double>(), positions.shape[0]);
+  for (const auto& w : {scan_origin_mismatch(r, truth), scan_step_mismatch(r, truth), scan_shape_mismatch(r, truth),
+                        field_of_view_mismatch(r, truth)})
+    if (w) log_warning("evaluate", *w);
 }
 void expect(const owned_array& a, const std::string& path, uint8_t code, uint8_t bits, size_t ndim) {
   if (a.dtype.code != code || a.dtype.bits != bits || a.shape.size() != ndim)
@@ -29,7 +33,8 @@ void expect(const owned_array& a, const std::string& path, uint8_t code, uint8_t
 std::string evaluate_result(const registry& reg, const std::string& result_path,
                             const std::string& truth_path, double sigma_A, double fov_fraction) {
   auto result = load_record(format_for_path(reg, result_path), result_path);
-  auto truth = load_record(format_for_path(reg, truth_path), truth_path);
+  // Only the members the metric uses are read: others (metadata strings, ...) are ignored.
+  const truth_file truth = read_truth_file(truth_path);
   if (result.manifest_json.empty())
     fail(TYCHO_ERR_BAD_DATA, "'", result_path, "' has no manifest.json: not a tycho result");
   auto manifest = nlohmann::json::parse(result.manifest_json);
@@ -37,15 +42,15 @@ std::string evaluate_result(const registry& reg, const std::string& result_path,
 
   const owned_array& object = result.array("object", result_path);
   const owned_array& positions = result.array("positions_px", result_path);
-  const owned_array& phase = truth.array("phase", truth_path);
-  const owned_array& origin = truth.array("scan_origin_A", truth_path);
   // complex64, or complex128 from a float64 run.
   const bool object64 = object.dtype.code == kDLComplex && object.dtype.bits == 128;
   expect(object, result_path, kDLComplex, object64 ? 128 : 64, 3);
   expect(positions, result_path, kDLFloat, 64, 2);
-  expect(phase, truth_path, kDLFloat, 32, 2);
-  if (origin.count() != 2 || origin.dtype.bits != 64)
-    fail(TYCHO_ERR_BAD_DATA, "'", truth_path, "': scan_origin_A must hold 2 float64 values");
+  warn_geometry_mismatches(manifest, positions, truth);
+  // The metric reads float32 phases: a float64 truth is converted.
+  std::vector<float> phase(std::size_t(truth.phase.count()));
+  for (std::size_t k = 0; k < phase.size(); ++k)
+    phase[k] = truth.phase.dtype.bits == 64 ? float(truth.phase.as<double>()[k]) : truth.phase.as<float>()[k];
 
   accuracy_input in;
   if (object64)
@@ -57,12 +62,12 @@ std::string evaluate_result(const registry& reg, const std::string& result_path,
   in.object_pixel_A = pixel;
   in.positions_px = positions.as<double>();
   in.n_positions = positions.shape[0];
-  in.truth_phase = phase.as<float>();
-  in.truth_shape[0] = phase.shape[0];
-  in.truth_shape[1] = phase.shape[1];
-  in.truth_pixel_A = scalar(truth.array("pixel_size_A", truth_path), truth_path);
-  in.scan_origin_A[0] = origin.as<double>()[0];
-  in.scan_origin_A[1] = origin.as<double>()[1];
+  in.truth_phase = phase.data();
+  in.truth_shape[0] = truth.phase.shape[0];
+  in.truth_shape[1] = truth.phase.shape[1];
+  in.truth_pixel_A = truth.pixel_size_A;
+  in.scan_origin_A[0] = truth.scan_origin_A[0];
+  in.scan_origin_A[1] = truth.scan_origin_A[1];
   in.sigma_A = sigma_A;
   in.fov_fraction = fov_fraction;
   accuracy_result r = evaluate_accuracy(in);
