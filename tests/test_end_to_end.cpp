@@ -102,6 +102,12 @@ class EndToEnd : public ::testing::Test {
       EXPECT_NE(r.out.find("wrote " + p + "\n"), std::string::npos) << r.out;
     }
 
+    // The summary after the files: iterations, time, final loss, where the result and sheet went.
+    EXPECT_NE(r.out.find("done: 100 iterations in "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("; result in " + result + ", previews in " + std::string(tmp_ / "result.sheet.png") + "\n"),
+              std::string::npos)
+        << r.out;
+
     // One progress line per iteration: 1..100 of 100, finite positive losses.
     auto lines = progress_lines(r);
     EXPECT_EQ(lines.size(), 100u) << r.out;

@@ -271,6 +271,10 @@ TEST(PlanCommand, TooLittleMemoryNamesTheTermAndTheRemedies) {
   EXPECT_NE(r.out.find("more devices"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("binning the detector by"), std::string::npos) << r.out;
   EXPECT_LT(r.out.find("more devices"), r.out.find("binning the detector")) << r.out;
+  // By a factor [preprocess] binning accepts: 9 would fit by size but does not divide 96.
+  EXPECT_NE(r.out.find("binning the detector by 12 (window 8 x 8) would fit"), std::string::npos) << r.out;
+  auto binned = run_command({tycho::test::tycho_exe(), "plan", example_config(), "--set", "preprocess.binning=12"});
+  EXPECT_TRUE(binned.exited_with(0)) << binned.describe();
 }
 
 TEST(PlanCommand, CudaModelWithGivenDeviceMemory) {

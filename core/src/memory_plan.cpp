@@ -228,9 +228,11 @@ memory_plan plan_memory(const memory_problem& p, uint64_t capacity) {
     return plan;
   }
 
-  // Detector binning by b.
+  // Detector binning by b: only a factor that divides both window sides, which is what
+  // [preprocess] binning accepts (96 x 96 can bin by 8 or 12, never by 9).
   const int64_t max_bin = std::min(p.window[0], p.window[1]);
-  plan.binning_to_fit = smallest_fitting(2, max_bin, [&](int64_t b) { return fits(binned(p, b)); });
+  for (int64_t b = 2; b <= max_bin && plan.binning_to_fit == 0; ++b)
+    if (p.window[0] % b == 0 && p.window[1] % b == 0 && fits(binned(p, b))) plan.binning_to_fit = b;
 
   if (plan.devices_to_fit > 0) {
     memory_problem q = p;

@@ -12,6 +12,7 @@
 
 #include "tycho/host/log.hpp"
 #include "tycho/host/run_plan.hpp"
+#include "tycho/host/progress.hpp"
 
 namespace tycho::host {
 
@@ -87,6 +88,7 @@ dataset read_dataset(const component_ref& source, const tycho_config* data_table
          " of memory (check the file's shape; run `tycho plan` for the remedies: more ranks, binning)");
   d.targets.resize(std::size_t(d.patterns * m));
   const int64_t chunk = std::max<int64_t>(1, (int64_t(64) << 20) / (m * 4));  // ~64 MiB reads
+  report_stage("reading", 0, d.patterns);  // the `tycho` command's progress bar
   for (int64_t first = 0; first < d.patterns; first += chunk) {
     int64_t count = std::min(chunk, d.patterns - first);
     int64_t shape[3] = {count, d.n0, d.n1};
@@ -97,6 +99,7 @@ dataset read_dataset(const component_ref& source, const tycho_config* data_table
     t.dtype = {kDLFloat, 32, 1};
     t.shape = shape;
     check_status(vt->read(src, d.first + first, count, &t), "source read");
+    report_stage("reading", first + count, d.patterns);
   }
 
   // Negative values mean a wrong dark (or background) subtraction: refused, not masked.

@@ -27,6 +27,7 @@
 #include "tycho/host/log.hpp"
 #include "tycho/host/prepared.hpp"
 #include "tycho/host/preprocess.hpp"
+#include "tycho/host/progress.hpp"
 #include "tycho/host/result_record.hpp"
 #include "tycho/host/run_plan.hpp"
 
@@ -298,6 +299,23 @@ void restore_optimizer(const resume_data& r, const char* which, const component_
   }
 }
 
+// Seconds since t0, to the millisecond (for log lines).
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::round(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3) / 1e3;
+}
+
+// The mean of the patterns held, (N0, N1) in the targets' order; non-finite pixels count 0.
+std::vector<double> mean_pattern(const dataset& d) {
+  const std::size_t n = std::size_t(d.n0 * d.n1);
+  std::vector<double> mean(n, 0.0);
+  if (d.patterns <= 0 || d.targets.size() < n * std::size_t(d.patterns)) return mean;
+  for (int64_t p = 0; p < d.patterns; ++p)
+    for (std::size_t k = 0; k < n; ++k)
+      if (const float v = d.targets[std::size_t(p) * n + k]; std::isfinite(v)) mean[k] += v;
+  for (double& v : mean) v /= double(d.patterns);
+  return mean;
+}
+
 }  // namespace
 
 std::string precision_of(DLDataType dtype) {
@@ -493,6 +511,7 @@ struct session::state {
   std::vector<double> all_positions_px;  // (P, 2): every rank's, whichever patterns this one holds
   std::string parallel_json;             // the ranks' reports, for the manifest
   std::string preprocess_json;           // what the preprocessing stage did, for the manifest
+  std::vector<double> measured_mean;     // (N0, N1) FFT order: this rank's mean pattern, for the previews
 
   ~state() {
     if (object_opt) object_opt_ref->as<tycho_optimizer_vtable>()->destroy(object_opt);
@@ -582,10 +601,17 @@ session::session(config_document config, registry& reg, const std::string& resum
     s.data = prepared_dataset(*prepared, s.config, reg, replicated ? 0 : s.par->rank(), replicated ? 1 : world,
                               sum_across_ranks, s.preprocess_json);
   } else {
+    auto t0 = std::chrono::steady_clock::now();
     s.data = read_dataset(source, &data_cfg, replicated ? 0 : s.par->rank(), replicated ? 1 : world);
+    log_info("session", cat("read ", s.data.patterns, " patterns (", std::llround(double(s.data.targets.size()) * 4 / (1 << 20)),
+                            " MiB as float32) in ", seconds_since(t0), " s"));
+    t0 = std::chrono::steady_clock::now();
+    report_stage("preprocessing", 0, 1);
     mask_bad_pixels(s.data, s.config.table_at("preprocess"), s.config.origin(), *s.par);  // NaN, saturated
     refuse_moving_masked_pixels(s.data, read_preprocess_settings(s.config.table_at("preprocess"), s.config.origin()));
     s.preprocess_json = preprocess_dataset(s.data, s.config, sum_across_ranks).to_json();
+    report_stage("preprocessing", 1, 1);
+    log_info("session", cat("preprocessed in ", seconds_since(t0), " s"));
   }
   if (world > 1) {
     // The intensity scale is the mean over the whole scan, so that every rank's model and the
@@ -598,6 +624,7 @@ session::session(config_document config, registry& reg, const std::string& resum
   }
   // Before any geometry: the window (and so dx, positions, object, probe) is the padded one.
   s.padding = apply_detector_padding(s.data, s.config.table_at("preprocess"), s.config.origin());
+  s.measured_mean = mean_pattern(s.data);
   const auto& info = s.data.info;
 
   // ---- optics and geometry (config overrides the file)
@@ -908,6 +935,8 @@ int64_t session::configured_iterations() const { return s_->iterations; }
 std::string session::precision() const { return precision_of(s_->engine_tensor(TYCHO_TENSOR_OBJECT).dtype); }
 int64_t session::iterations_done() const { return s_->drv->iterations_done(); }
 const std::vector<double>& session::loss_history() const { return s_->loss_history; }
+const std::vector<double>& session::measured_mean_pattern() const { return s_->measured_mean; }
+const std::vector<uint8_t>& session::detector_mask() const { return s_->padding.mask; }
 double session::object_pixel_A(int axis) const { return s_->geometry.pixel_A[axis]; }
 parallel_context& session::parallel() const { return *s_->par; }
 

@@ -8,14 +8,19 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <optional>
+
+#include <unistd.h>
 
 #include "tycho/host/evaluate.hpp"
 #include "tycho/host/log.hpp"
 #include "tycho/host/prepared.hpp"
 #include "tycho/host/previews.hpp"
+#include "tycho/host/progress.hpp"
 #include "tycho/host/registry.hpp"
 #include "tycho/host/run_plan.hpp"
 #include "tycho/host/session.hpp"
@@ -42,6 +47,21 @@ void check_output_path(const std::string& out_path, const char* example_name) {
                                                         out_dir.string(), out_path));
 }
 
+// The previews of a finished run (tycho/host/previews.hpp), captioned from its manifest.
+std::vector<std::string> write_run_previews(const th::session& session, const std::string& out_path) {
+  th::preview_inputs in;
+  in.object = session.get("object");
+  in.probe = session.get("probe");
+  in.positions_px = session.get("positions_px");
+  in.loss_history = session.loss_history();
+  in.pixel_A = session.object_pixel_A(0);
+  in.measured_mean = session.measured_mean_pattern();
+  in.mask = session.detector_mask();
+  in.title = std::filesystem::path(out_path).filename().string();
+  in.caption = th::preview_caption(session.manifest_json());
+  return th::write_previews(out_path, in);
+}
+
 // How many iterations an invocation runs, and over how many the learning-rate schedules are laid
 // out (the run's total, [reconstruct] iterations):
 //   fresh run:  --iterations N sets the total to N and runs N; --stop-after M runs only M of the
@@ -51,7 +71,7 @@ void check_output_path(const std::string& out_path, const char* example_name) {
 //               total, the schedules stay at their final value.
 // Runs the iterations this invocation asks for and, on rank 0, saves the result and previews.
 void run_and_save(th::session& session, int64_t iterations, int64_t stop_after, const std::string& from,
-                  const std::string& out_path, bool quiet) {
+                  const std::string& out_path, th::progress_display& display) {
   const int64_t done = session.iterations_done();
   int64_t n = 0;
   if (from.empty()) {
@@ -63,20 +83,22 @@ void run_and_save(th::session& session, int64_t iterations, int64_t stop_after, 
                          fmt::format("'{}' already ran {} of its {} iterations: give --iterations N to run N more",
                                      from, done, session.configured_iterations()));
   }
+  const auto t0 = std::chrono::steady_clock::now();
   session.run(n, [&](const tycho_progress& p) {
-    if (!quiet)
-      fmt::print("iteration {:>4}/{}  loss {:.6e}  {:.3f} s/it\n", p.iteration, p.iterations_total,
-                 p.loss, p.seconds);
-    std::fflush(stdout);
+    display.iteration(p, done);
     return true;
   });
+  display.end_iterations();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!session.parallel().is_root()) return;
   session.save(out_path, TYCHO_SAVE_OVERWRITE);
   fmt::print("wrote {}\n", out_path);
+  std::string sheet;
   if (session.previews_enabled())
-    for (const auto& png : th::write_previews(out_path, session.get("object"), session.get("probe"),
-                                              session.get("positions_px")))
-      fmt::print("wrote {}\n", png);
+    for (const auto& png : write_run_previews(session, out_path)) fmt::print("wrote {}\n", sheet = png);
+  std::fflush(stdout);
+  const auto& history = session.loss_history();
+  display.summary(n, seconds, history.empty() ? NAN : history.back(), out_path, sheet);
 }
 
 int cmd_reconstruct(const std::string& config_path, int64_t iterations, int64_t stop_after,
@@ -113,19 +135,27 @@ int cmd_reconstruct(const std::string& config_path, int64_t iterations, int64_t 
   // writes, so only rank 0's folder matters).
   if (g_launch.rank == 0) check_output_path(out_path, "result.zip");
   const tycho::launch_environment& launch = g_launch;
-  // Several GPUs in one process: one thread per device, each a rank.
+  // Several GPUs in one process: one thread per device, each a rank; rank 0 prints plain lines.
   if (const auto local_devices = th::local_rank_devices(doc, reg, launch); !local_devices.empty()) {
     th::run_local_ranks(doc, reg, local_devices, [&](th::parallel_context& ctx) {
       th::session session(doc.clone(), reg, from_arg, &ctx);
-      run_and_save(session, iterations, stop_after, from, out_path, quiet || !ctx.is_root());
+      th::progress_display display(th::progress_display::choose(quiet || !ctx.is_root(), true, STDOUT_FILENO),
+                                   stdout);
+      run_and_save(session, iterations, stop_after, from, out_path, display);
     });
     return 0;
   }
-  // Under torchrun / srun / mpirun: this rank joins the others; only rank 0 prints progress and
-  // writes files.
+  // Under torchrun / srun / mpirun: this rank joins the others; only rank 0 prints progress
+  // (plain lines) and writes files. One process alone on a terminal: progress bars.
+  th::progress_display display(
+      th::progress_display::choose(quiet || launch.rank != 0, launch.multi_process(), STDOUT_FILENO), stdout);
+  th::set_stage_watcher([&display](const std::string& stage, int64_t done, int64_t total) {
+    display.stage(stage, done, total);
+  });
   g_parallel = th::parallel_context::create(doc, reg, launch);
   th::session session(std::move(doc), reg, from_arg, g_parallel.get());
-  run_and_save(session, iterations, stop_after, from, out_path, quiet || !g_parallel->is_root());
+  run_and_save(session, iterations, stop_after, from, out_path, display);
+  th::set_stage_watcher(nullptr);
   return 0;
 }
 
@@ -140,11 +170,20 @@ int cmd_plan(const std::string& config_path, const std::vector<std::string>& set
 
 // `tycho preprocess`: the preprocessing stage, saved as a prepared file.
 int cmd_preprocess(const std::string& config_path, const std::string& output, const std::vector<std::string>& sets,
-                   bool save_raw_data) {
+                   bool save_raw_data, bool quiet) {
   check_output_path(output, "prepared.zip");
   auto doc = tycho::config_document::load_file(config_path);
   for (const auto& s : sets) doc.set_from_text(s);
-  return th::preprocess_command(std::move(doc), th::registry::global(), output, save_raw_data, std::cout);
+  // Reading and preprocessing as bars on a terminal (nothing more otherwise: the log has the times).
+  th::progress_display display(th::progress_display::choose(quiet || g_launch.rank != 0, g_launch.multi_process(),
+                                                            STDOUT_FILENO),
+                               stdout);
+  th::set_stage_watcher([&display](const std::string& stage, int64_t done, int64_t total) {
+    display.stage(stage, done, total);
+  });
+  const int code = th::preprocess_command(std::move(doc), th::registry::global(), output, save_raw_data, std::cout);
+  th::set_stage_watcher(nullptr);
+  return code;
 }
 
 int cmd_plugins() {
@@ -264,7 +303,7 @@ int main(int argc, char** argv) {
     }
     if (pl->parsed()) return cmd_plugins();
     if (plan->parsed()) return cmd_plan(plan_config, plan_sets, plan_options);
-    if (pre->parsed()) return cmd_preprocess(pre_config, pre_output, pre_sets, save_raw_data);
+    if (pre->parsed()) return cmd_preprocess(pre_config, pre_output, pre_sets, save_raw_data, quiet);
   } catch (const tycho::error& e) {
     fmt::print(stderr, "tycho: error: {}{}\n", rank_prefix(), e.what());
     stop_other_ranks(2);

@@ -83,7 +83,7 @@ struct memory_plan {
 
   // The remedies' numbers (0: that remedy alone does not make it fit or does not apply).
   int64_t devices_to_fit = 0;      // the fewest devices that fit
-  int64_t binning_to_fit = 0;      // the smallest detector binning factor that fits
+  int64_t binning_to_fit = 0;      // the smallest detector binning factor that fits and divides both window sides
   int64_t batch_to_fit = 0;        // the largest global batch that fits (cuda)
   int64_t threads_to_fit = 0;      // the most cpu engine threads that fit (cpu)
   std::vector<std::string> remedies;  // in order; empty when it fits as requested

@@ -65,6 +65,11 @@ class session {
   static std::string configured_output_path(const config_document& config);
   bool previews_enabled() const;
   const std::vector<double>& loss_history() const;
+  // The mean of the measured patterns this rank holds, after preprocessing and padding: (N0, N1)
+  // FFT natural order like the targets, non-finite (bad) pixels as 0 (for the previews).
+  const std::vector<double>& measured_mean_pattern() const;
+  // The detector mask the loss uses, (N0, N1) FFT natural order, 1 = used; empty: every pixel.
+  const std::vector<uint8_t>& detector_mask() const;
   double object_pixel_A(int axis) const;
   parallel_context& parallel() const;  // rank, world size; only rank 0 writes files
 

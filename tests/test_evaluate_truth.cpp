@@ -1,0 +1,127 @@
+// `tycho evaluate` and its truth file: members it does not use (a string array, an object
+// array) are ignored; a truth whose scan differs from the result's gives warnings naming the
+// difference, and still the figures; a truth without a required member is refused, listing
+// what it has.
+#include <gtest/gtest.h>
+#include <zip.h>
+
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "run_command.hpp"
+#include "test_paths.hpp"
+
+namespace fs = std::filesystem;
+using tycho::test::run_command;
+using tycho::test::tycho_exe;
+
+namespace {
+// A .npy of `descr` and `shape_text` ("(2,)") holding `data`.
+std::string npy(const std::string& descr, const std::string& shape_text, const std::string& data) {
+  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape_text + ", }";
+  const std::size_t total = 10 + dict.size() + 1;
+  dict += std::string((64 - total % 64) % 64, ' ') + "\n";
+  std::string out = "\x93NUMPY";
+  out += '\x01';
+  out += '\x00';
+  out += char(dict.size() & 0xff);
+  out += char(dict.size() >> 8);
+  return out + dict + data;
+}
+
+template <class T>
+std::string bytes_of(std::initializer_list<T> v) {
+  std::string s(v.size() * sizeof(T), '\0');
+  std::memcpy(s.data(), std::data(v), s.size());
+  return s;
+}
+
+// A copy of the shipped truth with members replaced or added (name without ".npy"), or only
+// the given members when `fresh`.
+void write_truth(const fs::path& out, const std::vector<std::pair<std::string, std::string>>& members, bool fresh = false) {
+  if (!fresh) fs::copy_file(tycho::test::example_data("mos2_ground_truth.npz"), out, fs::copy_options::overwrite_existing);
+  int err = 0;
+  zip_t* z = zip_open(out.c_str(), fresh ? ZIP_CREATE | ZIP_TRUNCATE : 0, &err);
+  ASSERT_NE(z, nullptr) << out;
+  static std::vector<std::string> keep;  // libzip reads the buffers at zip_close
+  for (const auto& [name, content] : members) {
+    keep.push_back(content);
+    zip_source_t* src = zip_source_buffer(z, keep.back().data(), keep.back().size(), 0);
+    ASSERT_GE(zip_file_add(z, (name + ".npy").c_str(), src, ZIP_FL_OVERWRITE), 0) << zip_strerror(z);
+  }
+  ASSERT_EQ(zip_close(z), 0);
+}
+
+class EvaluateTruth : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("tycho_evaluate_truth_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    // One iteration is enough: the figures are compared between truth files, not to a bound.
+    auto r = run_command({tycho_exe(), "reconstruct", tycho::test::source_dir() + "/examples/mos2.toml", "-q",
+                          "--iterations", "1", "-o", (dir_ / "r.zip").string(), "--set", "output.previews=false"});
+    ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+
+  static tycho::test::command_result evaluate(const fs::path& truth) {
+    return run_command({tycho_exe(), "evaluate", (dir_ / "r.zip").string(), "--truth", truth.string()});
+  }
+  static fs::path dir_;
+};
+fs::path EvaluateTruth::dir_;
+}  // namespace
+
+TEST_F(EvaluateTruth, MembersItDoesNotUseAreIgnored) {
+  const fs::path plain = tycho::test::example_data("mos2_ground_truth.npz"), extra = dir_ / "extra.npz";
+  write_truth(extra, {{"description", npy("<U4", "(1,)", bytes_of<char32_t>({U'M', U'o', U'S', U'2'}))},
+                      {"meta", npy("|O", "(1,)", "\x80\x02N.")}});
+  auto a = evaluate(plain), b = evaluate(extra);
+  ASSERT_TRUE(a.exited_with(0)) << a.describe();
+  ASSERT_TRUE(b.exited_with(0)) << b.describe();
+  const auto ja = nlohmann::json::parse(a.out), jb = nlohmann::json::parse(b.out);
+  EXPECT_EQ(ja.at("pearson"), jb.at("pearson"));
+  EXPECT_EQ(ja.at("rms_rad"), jb.at("rms_rad"));
+  EXPECT_EQ(b.err.find("warning"), std::string::npos) << b.err;  // the shipped truth matches the example's scan
+}
+
+TEST_F(EvaluateTruth, ScanMismatchWarnsAndStillScores) {
+  const fs::path off = dir_ / "off.npz";
+  write_truth(off, {{"scan_origin_A", npy("<f8", "(2,)", bytes_of<double>({18.0, 19.0}))},
+                    {"scan_shape", npy("<i8", "(2,)", bytes_of<int64_t>({30, 24}))},
+                    {"scan_step_A", npy("<f8", "()", bytes_of<double>({0.6}))}});
+  auto r = evaluate(off);
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_NO_THROW((void)nlohmann::json::parse(r.out).at("pearson").get<double>()) << r.out;
+  for (const char* w :
+       {"[tycho warning] evaluate: the result was laid out with scan_origin_A = [17, 19] Å, the truth has [18, 19] Å: "
+        "the comparison aligns on the truth's origin and searches ±12 px around it\n",
+        "[tycho warning] evaluate: the result's scan step is 0.5 Å, the truth's 0.6 Å: the positions do not match the "
+        "truth's scan\n",
+        "[tycho warning] evaluate: the result's scan is 32 x 24 positions, the truth's 30 x 24: only the overlap of the "
+        "two scans is meaningful\n"})
+    EXPECT_NE(r.err.find(w), std::string::npos) << w << "\n" << r.err;
+}
+
+TEST_F(EvaluateTruth, LargerFieldOfViewThanTheCellWarns) {
+  // A 64 x 64 cell of 0.1736 Å (11.1 Å) against the 32 x 24 scan of 0.5 Å steps (15.5 x 11.5 Å).
+  const fs::path small = dir_ / "small.npz";
+  write_truth(small, {{"phase", npy("<f4", "(64, 64)", std::string(64 * 64 * 4, '\0'))}});
+  auto r = evaluate(small);
+  EXPECT_NE(r.err.find("evaluate: the scanned field of view (15.5 x 11.5 Å) is larger than the truth's cell (11.11 x "
+                       "11.11 Å): the truth is repeated periodically to cover it"),
+            std::string::npos)
+      << r.describe();
+}
+
+TEST_F(EvaluateTruth, MissingMemberIsRefusedListingWhatIsThere) {
+  const fs::path bare = dir_ / "bare.npz";
+  write_truth(bare, {{"pixel_size_A", npy("<f8", "()", bytes_of<double>({0.1736}))}}, /*fresh=*/true);
+  auto r = evaluate(bare);
+  EXPECT_TRUE(r.exited_with(2)) << r.describe();
+  EXPECT_NE(r.err.find("truth file '" + bare.string() +
+                       "' has no array 'phase' (it has pixel_size_A.npy); expected phase, pixel_size_A and scan_origin_A"),
+            std::string::npos)
+      << r.err;
+}
