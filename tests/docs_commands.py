@@ -33,9 +33,6 @@ from pathlib import Path
 
 # (page, text the block starts with) -> why it cannot run here.
 SKIP = {
-    ("docs/embedding.md", "import ctypes"): "libtycho loaded by python3 finds no plugins (unknown engine 'cpu'): "
-                                            "plugin discovery from a host program is the py-julia branch's "
-                                            "C API work; run again once it is merged",
     ("docs/plugin-guide.md", ""): "its walk-through is built and run by the out-of-tree plugin test "
                                   "(sdk-install); fragments of headers and CMake signatures do not run",
 }
