@@ -5,6 +5,7 @@
 #   P/lib/libtycho.so*                        the embedding C API
 #   P/lib/tycho/plugins/libtycho_plugin_*.so  the built-in plugins (found from bin/ and lib/)
 #   P/include/tycho/*.h, tycho/sdk.hpp, tycho/sdk/*.hpp   the ABI and the SDK
+#   P/lib/libtycho_sdk_hdf5.a                 the SDK's HDF5 helpers (tycho::sdk_hdf5)
 #   P/lib/cmake/tycho/                        tychoConfig.cmake, version, targets, TychoPlugin.cmake
 #   P/lib/pkgconfig/tycho.pc
 include(CMakePackageConfigHelpers)
@@ -12,9 +13,11 @@ set(TYCHO_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/tycho)
 
 set_target_properties(tycho_abi PROPERTIES EXPORT_NAME abi)
 set_target_properties(tycho_sdk PROPERTIES EXPORT_NAME sdk)
+set_target_properties(tycho_sdk_hdf5 PROPERTIES EXPORT_NAME sdk_hdf5)
 set_target_properties(tycho_shared PROPERTIES EXPORT_NAME tycho)
 set_target_properties(tycho PROPERTIES EXPORT_NAME cli)
 install(TARGETS tycho_abi tycho_sdk EXPORT tychoTargets)
+install(TARGETS tycho_sdk_hdf5 EXPORT tychoTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS tycho_shared EXPORT tychoTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS tycho EXPORT tychoTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(EXPORT tychoTargets NAMESPACE tycho:: DESTINATION ${TYCHO_CMAKE_INSTALL_DIR})

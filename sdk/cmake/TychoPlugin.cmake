@@ -12,6 +12,14 @@
 #   installing project's prefix): installed into tycho's own prefix, the plugin sits beside the
 #   built-ins, where the installed tycho finds it without any environment variable.
 #   NO_INSTALL leaves the install rule out.
+#
+# tycho_add_cuda_objects(<target> <files.cu...>)
+#
+# A plugin's CUDA files as an object library, to pass in tycho_add_plugin's LIBRARIES (with
+# CUDA::cudart): hidden visibility like the rest of the plugin, the SDK's headers, line
+# information for profilers, and none of the host compiler's warning flags (nvcc does not take
+# them). Needs the CUDA language enabled (enable_language(CUDA)); finds the CUDA toolkit if the
+# project has not. TYCHO_CUDA_PTXAS_VERBOSE=ON prints every kernel's registers and spills.
 include_guard(GLOBAL)
 include(GNUInstallDirs)
 
@@ -46,4 +54,20 @@ function(tycho_add_plugin name)
   if(NOT ARG_NO_INSTALL)
     install(TARGETS ${target} LIBRARY DESTINATION "${TYCHO_PLUGIN_INSTALL_DIR}")
   endif()
+endfunction()
+
+function(tycho_add_cuda_objects target)
+  get_property(languages GLOBAL PROPERTY ENABLED_LANGUAGES)
+  if(NOT "CUDA" IN_LIST languages)
+    message(FATAL_ERROR "tycho_add_cuda_objects(${target}): the CUDA language is not enabled; call "
+      "enable_language(CUDA) (or project(... LANGUAGES CXX CUDA)) first")
+  endif()
+  if(NOT TARGET CUDA::cudart)
+    find_package(CUDAToolkit REQUIRED)
+  endif()
+  add_library(${target} OBJECT ${ARGN})
+  target_link_libraries(${target} PRIVATE tycho::sdk CUDA::cudart)
+  set_target_properties(${target} PROPERTIES CUDA_VISIBILITY_PRESET hidden POSITION_INDEPENDENT_CODE ON)
+  target_compile_options(${target} PRIVATE -lineinfo -Xcompiler=-Wall,-fvisibility-inlines-hidden
+    $<$<BOOL:${TYCHO_CUDA_PTXAS_VERBOSE}>:-Xptxas=-v>)
 endfunction()
