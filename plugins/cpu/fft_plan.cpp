@@ -1,14 +1,17 @@
 #include "fft_plan.hpp"
 
-#include <mutex>
 #include <new>
 
 namespace tycho::cpu {
 namespace {
-std::mutex& planner_mutex() {
-  static std::mutex m;
-  return m;
-}
+// FFTW's own planner lock (fftw3f_threads, fftw3_threads) serialises every plan made or
+// destroyed in the process, by any plugin; installed when this library is loaded, before it
+// makes a plan.
+[[maybe_unused]] const bool k_planner_thread_safe = [] {
+  fftwf_make_planner_thread_safe();
+  fftw_make_planner_thread_safe();
+  return true;
+}();
 
 // The two FFTW interfaces behind one set of names.
 void* fft_malloc(float*, std::size_t bytes) { return fftwf_malloc(bytes); }
@@ -55,7 +58,6 @@ fft_plan_2d<Real>::fft_plan_2d(int64_t n0, int64_t n1, bool measure) {
   auto in = make_fft_buffer<Real>(n0 * n1), out = make_fft_buffer<Real>(n0 * n1);
   // Out-of-place transforms may destroy their input: callers only pass scratch buffers.
   unsigned flags = (measure ? FFTW_MEASURE : FFTW_ESTIMATE) | FFTW_DESTROY_INPUT;
-  std::lock_guard lock(planner_mutex());
   Real* tag = nullptr;
   forward_ = plan_2d(tag, int(n0), int(n1), in.get(), out.get(), FFTW_FORWARD, flags);
   backward_ = plan_2d(tag, int(n0), int(n1), in.get(), out.get(), FFTW_BACKWARD, flags);
@@ -64,7 +66,6 @@ fft_plan_2d<Real>::fft_plan_2d(int64_t n0, int64_t n1, bool measure) {
 
 template <class Real>
 fft_plan_2d<Real>::~fft_plan_2d() {
-  std::lock_guard lock(planner_mutex());
   if (forward_) destroy_plan(forward_);
   if (backward_) destroy_plan(backward_);
 }
