@@ -7,6 +7,7 @@
 #include <tycho/core/error.hpp>
 #include <tycho/core/launch.hpp>
 #include <tycho/core/sharding.hpp>
+#include <tycho/host/parallel.hpp>
 #include <tycho/host/result_record.hpp>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +16,8 @@
 #include <chrono>
 #include <fstream>
 #include <cmath>
+#include <filesystem>
+#include <optional>
 #include <complex>
 #include <map>
 #include <numeric>
@@ -445,6 +448,23 @@ TEST(ParallelConfig, ParallelValuesAreCheckedInEveryRun) {
     EXPECT_TRUE(r.exited_with(2)) << r.describe();
     EXPECT_NE(r.err.find(expected), std::string::npos) << set << "\n" << r.describe();
   }
+}
+
+// [parallel] rendezvous_file is a path every rank sees: a relative one is taken from the config
+// file's folder, an absolute one as written (it once came back as the config's folder itself).
+TEST(ParallelConfig, TheRendezvousFileIsResolvedAgainstTheConfigFolder) {
+  tycho::test::temp_folder tmp;
+  const auto write_config = [&](const std::string& name, const std::string& value) {
+    std::ofstream(tmp / name) << "[parallel]\nrendezvous_file = \"" << value << "\"\n";
+    return tycho::config_document::load_file(tmp / name);
+  };
+  const std::string folder = std::filesystem::absolute(tmp.path()).lexically_normal().string();
+  EXPECT_EQ(tycho::host::rendezvous_file(write_config("relative.toml", "meet/rendezvous")),
+            folder + "/meet/rendezvous");
+  EXPECT_EQ(tycho::host::rendezvous_file(write_config("absolute.toml", "/shared/job42/rendezvous")),
+            "/shared/job42/rendezvous");
+  std::ofstream(tmp / "none.toml") << "[parallel]\n";
+  EXPECT_EQ(tycho::host::rendezvous_file(tycho::config_document::load_file(tmp / "none.toml")), std::nullopt);
 }
 
 TEST(ParallelConfig, TychoRunByNameFindsItsPlugins) {

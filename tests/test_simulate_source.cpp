@@ -6,10 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <tycho/core/config.hpp>
-#include <tycho/core/fft_reference.hpp>
 #include <tycho/core/geometry.hpp>
 #include <tycho/core/last_error.hpp>
-#include <tycho/core/optics.hpp>
+#include <tycho/host/optics.hpp>
 #include <tycho/host/registry.hpp>
 #include <tycho/host/result_record.hpp>
 

@@ -143,6 +143,12 @@ std::string config_document::to_toml() const {
   return os.str();
 }
 
+std::string resolve_path(const std::string& base_dir, const std::string& path) {
+  std::filesystem::path p(path);
+  if (p.is_absolute() || base_dir.empty()) return p.string();
+  return (std::filesystem::path(base_dir) / p).lexically_normal().string();
+}
+
 std::size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
   for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;

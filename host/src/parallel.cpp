@@ -277,14 +277,19 @@ void make_rendezvous(const config_document& doc, const registry& reg, const laun
     p.bootstrap = p.channel->bootstrap();
   } else if (how == "file") {
     if (!file) fail(TYCHO_ERR_INVALID_ARGUMENT, "[parallel] rendezvous = \"file\" needs [parallel] rendezvous_file");
-    p.channel = std::make_unique<file_channel>(launch.rank, launch.world_size, resolve_path(*file, doc.base_dir()),
-                                               timeout_s);
+    p.channel = std::make_unique<file_channel>(launch.rank, launch.world_size, *rendezvous_file(doc), timeout_s);
     p.bootstrap = p.channel->bootstrap();
   } else {
     fail(TYCHO_ERR_INVALID_ARGUMENT, "[parallel] rendezvous must be \"auto\", \"mpi\", \"tcp\" or \"file\", got \"", how, "\"");
   }
 }
 }  // namespace
+
+std::optional<std::string> rendezvous_file(const config_document& doc) {
+  const auto file = read_key<std::string>(doc.table_at("parallel"), "rendezvous_file", "parallel");
+  if (!file) return std::nullopt;
+  return resolve_path(doc.base_dir(), *file);
+}
 
 parallel_context::parallel_context() : p_(std::make_unique<impl>()) {}
 parallel_context::~parallel_context() = default;

@@ -1,6 +1,6 @@
 #include "preview_model.hpp"
 
-#include <tycho/core/fft_reference.hpp>
+#include <tycho/host/optics.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -31,7 +31,7 @@ std::vector<double> modelled_mean_pattern(const std::vector<cf>& object, int64_t
         for (int64_t c = 0; c < n1; ++c)
           field[std::size_t(r * n1 + c)] = std::complex<double>(
               probe[std::size_t((m * n0 + r) * n1 + c)] * projected[std::size_t((i0 + r) * w + j0 + c)]);
-      const auto spectrum = dft2_reference(field, n0, n1, /*inverse=*/false);
+      const auto spectrum = dft2(field, n0, n1, /*inverse=*/false);
       for (int64_t k = 0; k < n0 * n1; ++k) mean[std::size_t(k)] += std::norm(spectrum[std::size_t(k)]);
     }
     ++counted;

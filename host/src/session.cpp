@@ -3,7 +3,7 @@
 #include <tycho/core/driver.hpp>
 #include <tycho/core/error.hpp>
 #include <tycho/core/geometry.hpp>
-#include <tycho/core/optics.hpp>
+#include <tycho/host/optics.hpp>
 
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>

@@ -1,7 +1,10 @@
-// SHA-256 (FIPS 180-4) of a byte stream and of a file, for the checksum a prepared file records
-// of its source. Self-contained (no crypto library in the dependency set); the digest is the
-// standard one: `sha256sum FILE` and Python's hashlib.sha256 print the same hex text.
+// SHA-256 of a byte stream and of a file, for the checksum a prepared file records of its
+// source. Computed by Nettle (libnettle, Debian's nettle-dev), so the digest is the standard
+// one: `sha256sum FILE` and Python's hashlib.sha256 print the same hex text.
+// Not thread-safe per object; separate objects may be used on separate threads.
 #pragma once
+
+#include <nettle/sha2.h>
 
 #include <array>
 #include <cstddef>
@@ -18,11 +21,7 @@ class sha256 {
   std::string hex_digest();          // lower-case hex of digest()
 
  private:
-  void block(const uint8_t* p);
-  std::array<uint32_t, 8> h_;
-  std::array<uint8_t, 64> buffer_{};
-  std::size_t buffered_ = 0;
-  uint64_t length_ = 0;  // bytes
+  sha256_ctx ctx_;
 };
 
 // The SHA-256 of a file's bytes, hex; throws TYCHO_ERR_IO when it cannot be read.

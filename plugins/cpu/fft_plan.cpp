@@ -16,6 +16,17 @@
 
 namespace tycho::cpu {
 namespace {
+// FFTW's own planner lock (fftw3f_threads, fftw3_threads) serialises every plan made or
+// destroyed in the process, by any plugin; installed when this library is loaded, before it
+// makes a plan.
+[[maybe_unused]] const bool k_planner_thread_safe = [] {
+  fftwf_make_planner_thread_safe();
+  fftw_make_planner_thread_safe();
+  return true;
+}();
+
+// Wisdom import and export are not covered by FFTW's planner hook: this plugin's wisdom sessions
+// (and the plans made from them) take this lock as well.
 std::mutex& planner_mutex() {
   static std::mutex m;
   return m;
@@ -193,7 +204,6 @@ fft_plan_2d<Real>::fft_plan_2d(int64_t n0, int64_t n1, bool measure) {
 
 template <class Real>
 fft_plan_2d<Real>::~fft_plan_2d() {
-  std::lock_guard lock(planner_mutex());
   if (forward_) destroy_plan(forward_);
   if (backward_) destroy_plan(backward_);
 }

@@ -1,6 +1,7 @@
 // A 2-D FFTW plan pair for one window shape and one precision (float: FFTW's single-precision
 // fftwf_ interface; double: its fftw_ interface), made once (the FFTW planner is not
-// thread-safe, so planning takes a process-wide lock) and executed out of place from many
+// thread-safe: FFTW's own planner lock, fftw(f)_make_planner_thread_safe, serialises planning
+// process-wide) and executed out of place from many
 // threads on buffers from make_fft_buffer (FFTW's SIMD alignment). Out of place because
 // FFTW_ESTIMATE picks a buffered algorithm for in-place 2-D transforms that copies and
 // allocates per call.

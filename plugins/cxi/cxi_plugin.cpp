@@ -10,7 +10,7 @@
 #include <cstring>
 #include <memory>
 
-#include "h5_handle.hpp"
+#include <tycho/sdk/hdf5/h5_handle.hpp>
 #include "pattern_reader.hpp"
 #include "source_state.hpp"
 

@@ -20,7 +20,7 @@
 #include <cmath>
 #include <optional>
 
-#include "h5_read.hpp"
+#include <tycho/sdk/hdf5/h5_read.hpp>
 #include "source_common.hpp"
 #include "source_state.hpp"
 

@@ -4,7 +4,7 @@
 #include <tycho/sdk.hpp>
 #include <tycho/sdk/source.hpp>
 
-#include "h5_read.hpp"
+#include <tycho/sdk/hdf5/h5_read.hpp>
 #include "source_common.hpp"
 #include "source_state.hpp"
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 
-#include "h5_read.hpp"
+#include <tycho/sdk/hdf5/h5_read.hpp>
 
 namespace tycho::cxi {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "h5_handle.hpp"
+#include <tycho/sdk/hdf5/h5_handle.hpp>
 
 namespace tycho::cxi {
 

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <limits>
 
-#include "h5_read.hpp"
+#include <tycho/sdk/hdf5/h5_read.hpp>
 
 namespace tycho::cxi {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "h5_handle.hpp"
+#include <tycho/sdk/hdf5/h5_handle.hpp>
 #include "pattern_reader.hpp"
 
 // Members are destroyed in reverse order: the dataset before the file.

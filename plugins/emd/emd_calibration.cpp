@@ -6,10 +6,10 @@
 #include <limits>
 #include <optional>
 
-#include "h5_read.hpp"
+#include <tycho/sdk/hdf5/h5_read.hpp>
 
 namespace tycho::emd {
-using namespace tycho::h5;  // the shared HDF5 helpers (plugins/hdf5_support)
+using namespace tycho::h5;  // the SDK's HDF5 helpers (tycho/sdk/hdf5)
 
 namespace {
 

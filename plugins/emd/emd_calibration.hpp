@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "h5_handle.hpp"
+#include <tycho/sdk/hdf5/h5_handle.hpp>
 
 namespace tycho::emd {
 

@@ -13,7 +13,7 @@
 
 #include "emd_calibration.hpp"
 #include "emd_locate.hpp"
-#include "h5_read.hpp"
+#include <tycho/sdk/hdf5/h5_read.hpp>
 
 using tycho::sdk::fail;
 namespace emd = tycho::emd;

@@ -22,12 +22,13 @@ namespace {
 
 constexpr double k_pi = 3.14159265358979323846;
 
-// The FFTW planner is not thread-safe: plans are made and destroyed under this lock (the
-// transforms themselves run from many threads through the new-array execute functions).
-std::mutex& planner_mutex() {
-  static std::mutex m;
-  return m;
-}
+// The FFTW planner is not thread-safe: FFTW's own lock (fftw3f_threads) serialises every plan
+// made or destroyed in the process, by any plugin; installed when this library is loaded, before
+// it makes a plan. The transforms run from many threads through the new-array execute functions.
+[[maybe_unused]] const bool k_planner_thread_safe = [] {
+  fftwf_make_planner_thread_safe();
+  return true;
+}();
 
 fft_buffer make_buffer(int64_t n) {
   auto* p = static_cast<cfloat*>(fftwf_malloc(sizeof(cfloat) * std::size_t(n)));
@@ -134,10 +135,9 @@ simulator::simulator(settings s) : s_(std::move(s)) {
          " Å); at most 5e8 pixels are supported");
   make_object();
 
-  // FFTW plans once, under the planner lock; then F[P] / M.
+  // FFTW plans once; then F[P] / M.
   auto a = make_buffer(m), b = make_buffer(m);
   {
-    std::lock_guard lock(planner_mutex());
     auto* i = reinterpret_cast<fftwf_complex*>(a.get());
     auto* o = reinterpret_cast<fftwf_complex*>(b.get());
     const unsigned flags = FFTW_ESTIMATE | FFTW_DESTROY_INPUT;
@@ -145,7 +145,6 @@ simulator::simulator(settings s) : s_(std::move(s)) {
     backward_ = fftwf_plan_dft_2d(int(n0_), int(n1_), i, o, FFTW_BACKWARD, flags);
   }
   if (forward_ == nullptr || backward_ == nullptr) {
-    std::lock_guard lock(planner_mutex());
     if (forward_) fftwf_destroy_plan(forward_);
     if (backward_) fftwf_destroy_plan(backward_);
     fail(TYCHO_ERR_INTERNAL, "simulate: FFTW could not plan a ", n0_, " x ", n1_, " transform");
@@ -159,7 +158,6 @@ simulator::simulator(settings s) : s_(std::move(s)) {
 }
 
 simulator::~simulator() {
-  std::lock_guard lock(planner_mutex());
   if (forward_) fftwf_destroy_plan(forward_);
   if (backward_) fftwf_destroy_plan(backward_);
 }

@@ -3,6 +3,7 @@
 // numpy.savez_compressed write as well as what save writes.
 #include <tycho/sdk.hpp>
 #include <tycho/sdk/checked.hpp>
+#include <tycho/sdk/npy.hpp>
 
 #include <filesystem>
 #include <limits>
@@ -11,7 +12,6 @@
 #include <string_view>
 #include <vector>
 
-#include "npy.hpp"
 #include "zip_io.hpp"
 
 namespace tycho::zip_plugin {
@@ -111,7 +111,7 @@ loaded_array read_array(zip_t* za, const zip_stat_t& st, std::string name, const
   check_declared_size(st, where);
   member_ptr f = open_member(za, st.index, where);
   const auto read = [&](void* dst, std::size_t n) { read_exact(f.get(), dst, n, where); };
-  npy_array_header h = read_npy_header(read, st.size, where);
+  sdk::npy::stored_header h = sdk::npy::read_stored_header(read, st.size, where);
 
   loaded_array a{std::move(name), std::move(h.shape), h.dtype, allocate(h.data_bytes)};
   if (h.fortran_order && a.shape.size() > 1) {
@@ -119,7 +119,7 @@ loaded_array read_array(zip_t* za, const zip_stat_t& st, std::string name, const
     // memory; records are C order, so such an array is reordered once here.
     buffer staging = allocate(h.data_bytes);
     read_exact(f.get(), staging.get(), h.data_bytes, where);
-    fortran_to_c_order(staging.get(), a.data.get(), a.shape, a.dtype.bits / 8u);
+    sdk::npy::fortran_to_c_order(staging.get(), a.data.get(), a.shape, a.dtype.bits / 8u);
   } else {
     read_exact(f.get(), a.data.get(), h.data_bytes, where);
   }

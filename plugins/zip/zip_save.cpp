@@ -6,19 +6,24 @@
 #include <unistd.h>
 
 #include <tycho/sdk.hpp>
+#include <tycho/sdk/npy.hpp>
 
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <vector>
 
-#include "npy.hpp"
 #include "zip_io.hpp"
 
 namespace tycho::zip_plugin {
+
+// The SDK's .npy codec writes and reads the bytes as they are in memory.
+static_assert(std::endian::native == std::endian::little, "the .npy codec assumes a little-endian host");
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -57,14 +62,14 @@ std::vector<std::string> npy_headers(const tycho_record& rec, const std::string&
     for (int k = 0; k < t.ndim; ++k)
       if (t.shape[k] < 0)
         fail(TYCHO_ERR_INVALID_ARGUMENT, where, ": negative extent in shape ", sdk::shape_string(t));
-    if (!npy_descr(t.dtype))
-      fail(TYCHO_ERR_UNSUPPORTED, where, ": dtype ", npy_dtype_name(t.dtype),
-           " has no .npy equivalent here, expected ", npy_supported_dtypes());
+    if (!sdk::npy::descr_of(t.dtype))
+      fail(TYCHO_ERR_UNSUPPORTED, where, ": dtype ", sdk::npy::dtype_text(t.dtype),
+           " has no .npy equivalent here, expected ", sdk::npy::stored_dtypes());
     if (!sdk::is_contiguous(t))
       fail(TYCHO_ERR_INVALID_ARGUMENT, where, ": the tensor is not C-contiguous");
     if (t.data == nullptr && byte_count(t) > 0)
       fail(TYCHO_ERR_INVALID_ARGUMENT, where, ": the tensor has no data");
-    headers.push_back(npy_header(t.dtype, t.shape, t.ndim));
+    headers.push_back(sdk::npy::write_header(t.dtype, t.shape, t.ndim));
   }
   return headers;
 }

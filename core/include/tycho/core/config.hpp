@@ -2,7 +2,6 @@
 // (the opaque `tycho_config` of the ABI), and the key check with nearest-name suggestions.
 #pragma once
 
-#include <tycho/sdk/source.hpp>
 #include <tycho/tycho_host_api.h>
 
 #include <memory>
@@ -54,9 +53,10 @@ class config_document {
   std::string base_dir_;
 };
 
-// Resolves `path` against `base_dir` unless it is absolute (the SDK's rule, so the runtime and
-// every plugin resolve config paths alike).
-using sdk::resolve_path;
+// Resolves `path` against `base_dir` unless it is absolute or base_dir is empty; lexically
+// normalised. The same rule as the SDK's tycho::sdk::resolve_path, so the runtime and every
+// plugin resolve config paths alike (a test compares the two).
+std::string resolve_path(const std::string& base_dir, const std::string& path);
 
 // Levenshtein distance, for "did you mean" suggestions.
 std::size_t edit_distance(const std::string& a, const std::string& b);

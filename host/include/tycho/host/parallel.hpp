@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -130,6 +131,10 @@ void run_local_ranks(const config_document& doc, const registry& reg, const std:
 
 // Calls every loaded reducer component's shutdown (tycho_shutdown()).
 void shutdown_reducers(const registry& reg);
+
+// [parallel] rendezvous_file resolved against the config file's folder (an absolute path as it
+// is); nullopt when the key is absent.
+std::optional<std::string> rendezvous_file(const config_document& doc);
 
 // [reconstruct] devices: the device numbers listed (default [0]).
 std::vector<int64_t> configured_devices(const config_document& doc);

@@ -6,7 +6,7 @@
 #include <tycho/core/config.hpp>
 #include <tycho/core/geometry.hpp>
 #include <tycho/core/memory_plan.hpp>
-#include <tycho/core/optics.hpp>
+#include <tycho/host/optics.hpp>
 #include <tycho/tycho_components.h>
 
 #include <cstdint>

@@ -1,6 +1,7 @@
-// Header-only reader for NumPy .npy preambles (magic, version, length, header dict), shared by
-// the plugins that read .npy data (the `npy` source, simulate's object_phase_npy, the `zip`
-// format's members).
+// The one NumPy .npy codec of tycho, header-only: the reader of .npy preambles (magic, version,
+// length, header dict) that the plugins reading .npy data share (the `npy` source, simulate's
+// object_phase_npy), and the codec of stored arrays (write_header, read_stored_header,
+// fortran_to_c_order) that the `zip` format writes and reads its members with.
 // Versions 1.0, 2.0 and 3.0 (they differ only in the width of the length field). The array's
 // raw bytes follow the preamble; this header parses the dict and describes the array, the
 // caller decides which dtypes, orders and shapes it accepts.
@@ -138,11 +139,11 @@ class dict_parser {
   bool bool_literal() {
     skip_space();
     const std::string_view rest = s_.substr(pos_);
-    if (rest.starts_with("True")) {
+    if (rest.substr(0, 4) == "True") {  // C++17: no starts_with
       pos_ += 4;
       return true;
     }
-    if (rest.starts_with("False")) {
+    if (rest.substr(0, 5) == "False") {
       pos_ += 5;
       return false;
     }
@@ -276,6 +277,156 @@ inline float half_to_float(uint16_t h) {
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
+}
+
+// ---------------------------------------------------------------- the codec of stored arrays
+// What the `zip` format (and any plugin that stores arrays as .npy) writes and reads back: the
+// numeric dtypes of dtype_of_code plus bool, little-endian, C order on write. The bytes are
+// written and read as they lie in memory, so these functions need a little-endian host.
+
+// DLPack v0.6 (the ABI's version) has no boolean type code. numpy's '|b1' maps to code 6,
+// which is kDLBool from DLPack 0.8 on, so bool arrays keep their dtype through a round trip
+// and read naturally once the ABI moves to a newer dlpack.h. Each element is one byte, 0 or 1.
+inline constexpr uint8_t bool_code = 6;
+
+// The descr code (without byte order) of a dtype the codec stores; nullopt for anything else
+// (bfloat16, vector lanes, odd widths).
+inline std::optional<std::string> stored_code(DLDataType dtype) {
+  if (dtype.code == bool_code && dtype.bits == 8 && dtype.lanes == 1) return std::string("b1");
+  for (const char* code : {"f2", "f4", "f8", "c8", "c16", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8"}) {
+    const DLDataType t = *dtype_of_code(code);
+    if (t.code == dtype.code && t.bits == dtype.bits && t.lanes == dtype.lanes) return std::string(code);
+  }
+  return std::nullopt;
+}
+
+// '<f4', '|u1', ... for a dtype the codec stores; nullopt for anything else.
+inline std::optional<std::string> descr_of(DLDataType dtype) {
+  const auto code = stored_code(dtype);
+  if (!code) return std::nullopt;
+  return std::string(dtype.bits == 8 ? "|" : "<") + *code;
+}
+
+// "float32", "bool", "uint8x4": for messages.
+inline std::string dtype_text(DLDataType dtype) {
+  if (dtype.code == bool_code && dtype.bits == 8) return dtype.lanes == 1 ? "bool" : cat("boolx", dtype.lanes);
+  const char* base = dtype.code == kDLFloat     ? "float"
+                     : dtype.code == kDLInt     ? "int"
+                     : dtype.code == kDLUInt    ? "uint"
+                     : dtype.code == kDLComplex ? "complex"
+                     : dtype.code == kDLBfloat  ? "bfloat"
+                                                : "?";
+  std::string s = cat(base, int(dtype.bits));
+  if (dtype.lanes != 1) s += cat("x", dtype.lanes);
+  return s;
+}
+
+// The dtypes descr_of accepts, for "expected ..." messages.
+inline const char* stored_dtypes() {
+  return "float16/32/64 ('<f2', '<f4', '<f8'), complex64/128 ('<c8', '<c16'), "
+         "int8/16/32/64 ('|i1', '<i2', '<i4', '<i8'), uint8/16/32/64 ('|u1', '<u2', '<u4', "
+         "'<u8') or bool ('|b1')";
+}
+
+namespace detail {
+// Preamble = magic + 2 version bytes + length field + dict + spaces + '\n', to a multiple of 64.
+inline std::string wrap_preamble(const std::string& dict, int major) {
+  constexpr std::size_t magic_bytes = 6, align = 64;
+  const std::size_t length_field = major == 1 ? 2 : 4;
+  const std::size_t fixed = magic_bytes + 2 + length_field;
+  const std::size_t total = (fixed + dict.size() + 1 + align - 1) / align * align;
+  const std::size_t header_len = total - fixed;
+  std::string out("\x93NUMPY", magic_bytes);
+  out += char(major);
+  out += char(0);
+  for (std::size_t i = 0; i < length_field; ++i) out += char((header_len >> (8 * i)) & 0xff);
+  out += dict;
+  out.append(total - out.size() - 1, ' ');
+  out += '\n';
+  return out;
+}
+}  // namespace detail
+
+// The complete preamble for a C-order array of `dtype` and `shape`: version 1.0, or 2.0 when the
+// dict does not fit a 16-bit length. Padded with spaces and ended by '\n' to a multiple of 64
+// bytes, as numpy writes it, so the array data that follows is 64-byte aligned. Throws
+// TYCHO_ERR_UNSUPPORTED for a dtype descr_of does not take.
+inline std::string write_header(DLDataType dtype, const int64_t* shape, int ndim) {
+  const auto descr = descr_of(dtype);
+  if (!descr) fail(TYCHO_ERR_UNSUPPORTED, "no .npy dtype for ", dtype_text(dtype));
+  const std::string dict = cat("{'descr': '", *descr, "', 'fortran_order': False, 'shape': ",
+                               shape_text(std::vector<int64_t>(shape, shape + ndim)), ", }");
+  std::string out = detail::wrap_preamble(dict, 1);
+  if (out.size() - 10 > 0xffff) out = detail::wrap_preamble(dict, 2);  // too long for 16 bits
+  return out;
+}
+
+// A stored array's preamble, read back with the codec's rules.
+struct stored_header {
+  DLDataType dtype{};
+  std::vector<int64_t> shape;
+  bool fortran_order = false;
+  uint64_t header_bytes = 0;  // preamble size: the array data starts here
+  uint64_t data_bytes = 0;    // element count × element size
+};
+
+// Reads a preamble through `read` and applies the codec's rules: a dtype descr_of takes (bool
+// included), little-endian data, and data that fills the `member_bytes` exactly (so a bogus
+// length or shape is refused before anything is allocated). Errors are TYCHO_ERR_BAD_DATA and
+// start with `where` (the member and the file).
+inline stored_header read_stored_header(const std::function<void(void*, std::size_t)>& read,
+                                        uint64_t member_bytes, const std::string& where) {
+  const header p = read_preamble(read, member_bytes, where);
+  char order = '=';
+  const std::string_view code = descr_code(p.descr, &order);
+  const std::optional<DLDataType> dtype =
+      code == "b1" ? std::optional<DLDataType>(DLDataType{bool_code, 8, 1}) : dtype_of_code(code);
+  if (!dtype)
+    fail(TYCHO_ERR_BAD_DATA, where, ": unsupported .npy dtype '", p.descr, "', expected one of ", stored_dtypes());
+  if (order == '>' && dtype->bits > 8)
+    fail(TYCHO_ERR_BAD_DATA, where, ": big-endian .npy dtype '", p.descr, "', expected little-endian ('<')");
+  stored_header h;
+  h.dtype = *dtype;
+  h.shape = p.shape;
+  h.fortran_order = p.fortran_order;
+  h.header_bytes = p.header_bytes;
+  h.data_bytes = array_bytes(h.shape, h.dtype.bits / 8u, where);
+  if (member_bytes - h.header_bytes != h.data_bytes)
+    fail(TYCHO_ERR_BAD_DATA, where, ": holds ", member_bytes - h.header_bytes, " bytes of array data, expected ",
+         h.data_bytes, " for shape ", shape_text(h.shape), " of ", dtype_text(h.dtype));
+  return h;
+}
+
+// Copies a Fortran-order array into C order (same shape, `element_bytes` per element).
+inline void fortran_to_c_order(const void* src, void* dst, const std::vector<int64_t>& shape,
+                               std::size_t element_bytes) {
+  const std::size_t ndim = shape.size();
+  for (int64_t d : shape)
+    if (d == 0) return;
+  // Element (i0, ..., in-1) sits at Σ ik·stride[k] in Fortran order, stride[k] = Π_{j<k} dj.
+  std::vector<uint64_t> stride(ndim, 1);
+  for (std::size_t k = 1; k < ndim; ++k) stride[k] = stride[k - 1] * uint64_t(shape[k - 1]);
+  const auto* in = static_cast<const unsigned char*>(src);
+  auto* out = static_cast<unsigned char*>(dst);
+  std::vector<int64_t> index(ndim, 0);
+  uint64_t offset = 0;  // Fortran element offset of `index`
+  // Walks the output in C order (last index fastest), keeping `offset` in step.
+  for (;;) {
+    std::memcpy(out, in + offset * element_bytes, element_bytes);
+    out += element_bytes;
+    std::size_t k = ndim;
+    while (k > 0) {
+      --k;
+      if (++index[k] < shape[k]) {
+        offset += stride[k];
+        break;
+      }
+      offset -= stride[k] * uint64_t(shape[k] - 1);
+      index[k] = 0;
+      if (k == 0) return;
+    }
+    if (ndim == 0) return;
+  }
 }
 
 }  // namespace tycho::sdk::npy

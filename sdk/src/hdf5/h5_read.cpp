@@ -1,4 +1,4 @@
-#include "h5_read.hpp"
+#include <tycho/sdk/hdf5/h5_read.hpp>
 
 #include <tycho/sdk/error.hpp>
 
