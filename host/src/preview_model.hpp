@@ -11,7 +11,7 @@ namespace tycho::host {
 // |DFT[P_m · O_patch]|², (N0, N1) in FFT natural order like the measured targets. The object is
 // the product of its slices' transmissions, the patch's corner floor(position − N/2) (the cpu
 // engine's), without its sub-pixel shift: a picture of the fit for the eye, not the engine's
-// loss (tycho::dft2_reference, unitary). object: (slices, H, W); probe: (modes, N0, N1); positions_px: (P, 2), probe centres in
+// loss (tycho::dft2 on FFTW, unitary). object: (slices, H, W); probe: (modes, N0, N1); positions_px: (P, 2), probe centres in
 // object pixels. Positions whose patch leaves the object are skipped; none left: all zeros.
 std::vector<double> modelled_mean_pattern(const std::vector<std::complex<float>>& object, int64_t slices, int64_t h,
                                           int64_t w, const std::vector<std::complex<float>>& probe, int64_t modes,
