@@ -33,13 +33,12 @@ tycho_status step(tycho_optimizer* opt, DLTensor* param, const DLTensor*, const 
   return guarded([&] {
     auto* o = reinterpret_cast<nan_after*>(opt);
     if (++o->steps != o->nan_at_step) return;
-    // One element in the middle (inside the scanned area) is enough: it spreads through every
-    // later model and gradient.
-    const int64_t middle = element_count(*param) / 2;
+    // Every element, as a diverged update leaves it.
+    const int64_t reals = 2 * element_count(*param);
     if (param->dtype.bits == 128) {
-      static_cast<double*>(param->data)[2 * middle] = std::numeric_limits<double>::quiet_NaN();
+      for (int64_t k = 0; k < reals; ++k) static_cast<double*>(param->data)[k] = std::numeric_limits<double>::quiet_NaN();
     } else {
-      static_cast<float*>(param->data)[2 * middle] = std::numeric_limits<float>::quiet_NaN();
+      for (int64_t k = 0; k < reals; ++k) static_cast<float*>(param->data)[k] = std::numeric_limits<float>::quiet_NaN();
     }
   });
 }
