@@ -324,7 +324,7 @@ TEST_F(UnderMpirun, ReplicatedDataSplitsEachBatchEvenly) {
   auto r3 = mpirun(3, args(two, 5, {"--set", "parallel.sharding=\"replicated\"", "--set", "reconstruct.batch_size=100"}));
   ASSERT_TRUE(r3.exited_with(0)) << r3.describe();
   EXPECT_NE(r3.err.find("batch_size = 100 is not a multiple of the 3 ranks"), std::string::npos) << r3.err;
-  auto r1b = mpirun(1, args(one, 5, {"--set", "reconstruct.batch_size=100"}));
+  auto r1b = mpirun(1, args(one, 5, {"--set", "reconstruct.batch_size=100", "--overwrite"}));  // replaces r1's
   ASSERT_TRUE(r1b.exited_with(0)) << r1b.describe();
   const auto a = tycho::test::load_result(one), b = tycho::test::load_result(two);
   const auto& la = a.array("loss_history", one);
@@ -439,7 +439,7 @@ TEST(ParallelConfig, ParallelValuesAreCheckedInEveryRun) {
   for (const auto& [set, expected] : std::vector<std::pair<std::string, std::string>>{
            {"parallel.rendezvous=\"tcpp\"", "[parallel] rendezvous must be"},
            {"parallel.rendezvous_port=99999", "[parallel] rendezvous_port must be in 1..65535"},
-           {"parallel.timeout_s=inf", "[parallel] timeout_s must be a number of seconds from 1"},
+           {"parallel.timeout_s=inf", "config key 'timeout_s' in [parallel] must be a finite number, got inf"},
            {"parallel.timeout_s=0.001", "[parallel] timeout_s must be a number of seconds from 1"},
            {"parallel.on_error=\"ignore\"", "[parallel] on_error must be"},
            {"parallel.reducer=\"mip\"", "did you mean \"mpi\""}}) {

@@ -30,3 +30,7 @@ tycho_add_test_plugin(tycho_test_plugin_no_entry tycho_plugin_no_entry
   ${CMAKE_CURRENT_SOURCE_DIR}/plugins/no_entry_plugin.cpp)
 
 target_compile_definitions(tycho_tests PRIVATE TYCHO_TEST_PLUGIN_DIR="${TYCHO_TEST_PLUGIN_DIR}")
+
+# An optimizer that writes NaN into its parameter at a chosen step (tests/test_non_finite.cpp).
+tycho_add_test_plugin(tycho_test_plugin_nan_optimizer tycho_plugin_test_nan_optimizer
+  ${CMAKE_CURRENT_SOURCE_DIR}/plugins/nan_optimizer_plugin.cpp)

@@ -499,11 +499,12 @@ TEST_F(PreprocessRuns, SourceChecksumIsChecked) {
   {
     std::ofstream(tmp_ / "counts.h5", std::ios::binary | std::ios::app) << "x";
   }
-  auto changed = reconstruct({"--from", tmp_ / "p.zip", "-o", tmp_ / "r.zip"});
+  // (r2.zip: r.zip exists, and an existing result is refused before the source is checked)
+  auto changed = reconstruct({"--from", tmp_ / "p.zip", "-o", tmp_ / "r2.zip"});
   EXPECT_TRUE(changed.exited_with(2)) << changed.describe();
   EXPECT_NE(changed.err.find("has changed since it was prepared"), std::string::npos) << changed.err;
   fs::remove(tmp_ / "counts.h5");
-  auto gone = reconstruct({cfg, "--from", tmp_ / "p.zip", "-o", tmp_ / "r.zip"});
+  auto gone = reconstruct({cfg, "--from", tmp_ / "p.zip", "-o", tmp_ / "r2.zip"});
   EXPECT_TRUE(gone.exited_with(2)) << gone.describe();
   EXPECT_NE(gone.err.find("does not embed its patterns, and its source"), std::string::npos) << gone.err;
   EXPECT_NE(gone.err.find("is gone"), std::string::npos) << gone.err;

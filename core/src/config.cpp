@@ -3,9 +3,11 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "tycho/core/error.hpp"
@@ -226,7 +228,16 @@ tycho_status config_get_string(const tycho_config* cfg, const char* key, const c
 tycho_status config_get_double(const tycho_config* cfg, const char* key, double* out) {
   auto n = lookup(cfg, key);
   if (!n) return TYCHO_ERR_NOT_FOUND;
-  if (auto v = n.value<double>(); v && (n.is_floating_point() || n.is_integer())) {
+  // (value<double>() declines a non-finite float: read the float itself, to name the value.)
+  std::optional<double> v;
+  if (n.is_floating_point()) v = n.as_floating_point()->get();
+  else if (n.is_integer()) v = n.value<double>();
+  if (v) {
+    // TOML spells nan and inf; no setting means them, and either would reach the arithmetic of
+    // a run silently (a NaN object saved with exit status 0).
+    if (!std::isfinite(*v))
+      return set_last_error(TYCHO_ERR_INVALID_ARGUMENT,
+                            cat("config key '", key, "' in ", cfg->name, " must be a finite number, got ", *v));
     *out = *v;
     return TYCHO_OK;
   }

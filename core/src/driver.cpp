@@ -62,6 +62,9 @@ double driver::run_iteration() {
   double loss = 0;
   void* stream = engine_.vtable->stream ? engine_.vtable->stream(engine_.instance) : nullptr;
   for (int64_t start = 0; start < n_patterns_; start += options_.batch_size) {
+    if (start > 0 && stop_ && stop_())
+      fail(TYCHO_ERR_CANCELLED, "stopped on request during iteration ", epoch, " (", start, " of ", n_patterns_,
+           " patterns done)");
     const int64_t count = std::min(options_.batch_size, n_patterns_ - start);
     const int64_t* indices = order.data() + start;
     int64_t n = count;

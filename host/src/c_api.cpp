@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <new>
 
@@ -33,6 +34,9 @@ tycho_status guarded(F&& f) noexcept {
     return tycho::set_last_error(e.status, e.what());
   } catch (const std::bad_alloc&) {
     return tycho::set_last_error(TYCHO_ERR_OUT_OF_MEMORY, "out of host memory");
+  } catch (const std::filesystem::filesystem_error& e) {  // its own text names no file: say which
+    return tycho::set_last_error(TYCHO_ERR_IO, tycho::cat("cannot access '", e.path1().string(), "': ",
+                                                          e.code().message()));
   } catch (const std::exception& e) {
     return tycho::set_last_error(TYCHO_ERR_INTERNAL, e.what());
   } catch (...) {

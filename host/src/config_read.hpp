@@ -5,6 +5,7 @@
 
 #include <toml++/toml.h>
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -16,7 +17,14 @@ std::optional<T> read_key(const toml::table& t, const char* key, const std::stri
   auto node = t[key];
   if (!node) return std::nullopt;
   if constexpr (std::is_same_v<T, double>) {
-    if (node.is_integer() || node.is_floating_point()) return node.template value<double>();
+    if (node.is_integer() || node.is_floating_point()) {
+      // TOML spells nan and inf; no setting means them (they would reach a run's arithmetic).
+      // (value<double>() declines a non-finite float: read the float itself, to name the value.)
+      const double v = node.is_floating_point() ? node.as_floating_point()->get() : *node.template value<double>();
+      if (!std::isfinite(v))
+        fail(TYCHO_ERR_INVALID_ARGUMENT, "config key '", key, "' in [", where, "] must be a finite number, got ", v);
+      return v;
+    }
     fail(TYCHO_ERR_INVALID_ARGUMENT, "config key '", key, "' in [", where, "] must be a number");
   } else if constexpr (std::is_same_v<T, int64_t>) {
     if (node.is_integer()) return node.template value<int64_t>();

@@ -1,6 +1,7 @@
 #include "tycho/host/prepared.hpp"
 
 #include "bad_pixels.hpp"
+#include "finite_values.hpp"
 
 #include <tycho/core/error.hpp>
 #include <tycho/core/launch.hpp>
@@ -22,6 +23,7 @@
 #include "tycho/host/log.hpp"
 #include "tycho/host/result_record.hpp"
 #include "tycho/host/run_plan.hpp"
+#include "tycho/host/stop_signals.hpp"
 
 namespace tycho::host {
 
@@ -226,6 +228,7 @@ dataset prepared_dataset(const prepared_file& p, const config_document& merged, 
     const int64_t n = d.n0 * d.n1;
     d.targets.resize(std::size_t(d.patterns * n));
     const float* all = a.as<float>();
+    require_valid_patterns(all + d.first * n, d.patterns, d.n0, d.n1, d.first, p.path, "patterns");
     for (int64_t l = 0; l < d.patterns; ++l)
       ifftshift_pattern(all + (d.first + l) * n, d.targets.data() + l * n, d.n0, d.n1);
     recompute_totals(d);
@@ -237,7 +240,7 @@ dataset prepared_dataset(const prepared_file& p, const config_document& merged, 
 }
 
 int preprocess_command(config_document doc, const registry& reg, const std::string& output, bool save_raw_data,
-                       std::ostream& out) {
+                       std::ostream& out, tycho_save_mode mode) {
   if (detect_launch(process_environment()).multi_process())
     fail(TYCHO_ERR_INVALID_ARGUMENT, "tycho preprocess runs as one process (it reads every pattern and writes one ",
          "file): start it without mpirun, srun or torchrun");
@@ -328,7 +331,10 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
   for (const auto& [role, c] : {std::pair<const char*, const component_ref*>{"source", &source}, {"format", &format}})
     used.push_back({role, kind_name(c->kind), c->name, c->version, c->plugin_path});
   j["provenance"] = nlohmann::ordered_json::parse(provenance_json(used));
-  save_record(format, arrays, j.dump(2), output, TYCHO_SAVE_OVERWRITE);
+  {
+    const defer_stop_signals finish_the_save_first;
+    save_record(format, arrays, j.dump(2), output, mode);
+  }
   log_info("preprocess", cat("prepared ", rx, " x ", ry, " patterns of ", d.n0, " x ", d.n1, " px",
                              settings.save_raw_data ? " (embedded)" : cat(" (not embedded: the file records '",
                                                                            source_file, "', SHA-256 ", checksum, ")")));

@@ -23,6 +23,7 @@
 #include "manifest_checks.hpp"
 #include "tycho/host/dataset.hpp"
 #include "bad_pixels.hpp"
+#include "finite_values.hpp"
 #include "detector_padding.hpp"
 #include "tycho/host/log.hpp"
 #include "tycho/host/prepared.hpp"
@@ -56,7 +57,7 @@ const std::vector<std::string> k_reconstruct_keys = {
 const std::vector<std::string> k_parameter_keys = {"optimizer", "first_iteration", "schedule",
                                                    "final_learning_rate_fraction"};
 const std::vector<std::string> k_object_keys = {"amplitude_max"};
-const std::vector<std::string> k_output_keys = {"path", "previews", "format"};
+const std::vector<std::string> k_output_keys = {"path", "previews", "format", "overwrite", "checkpoint_every"};
 
 std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
   base.insert(base.end(), more.begin(), more.end());
@@ -240,6 +241,9 @@ resume_data load_resume(const std::string& path, const registry& reg, std::optio
     fail(TYCHO_ERR_BAD_DATA, "'", path, "' is not a tycho result: its manifest is incomplete (", e.what(), ")");
   }
   if (r.done < 0 || r.total < 0) fail(TYCHO_ERR_BAD_DATA, "'", path, "': negative iteration counts in its manifest");
+  // A NaN in the object, the probe or the optimizer's moments would spread through every
+  // iteration of the resumed run.
+  for (const auto& a : r.record.arrays) require_finite(a, path, "resumed with --from");
   const owned_array& history = r.record.array("loss_history", path);
   if (history.dtype.code != kDLFloat || history.dtype.bits != 64 || history.count() != r.done)
     fail(TYCHO_ERR_BAD_DATA, "'", path, "': loss_history ", shape_text(history.shape), " does not hold the ",
@@ -513,6 +517,19 @@ struct session::state {
   std::string preprocess_json;           // what the preprocessing stage did, for the manifest
   std::vector<double> measured_mean;     // (N0, N1) FFT order: this rank's mean pattern, for the previews
 
+  // The state after the last iteration whose loss and arrays were all finite (issue 12): what
+  // get() and save() give after a run stopped mid-way (a non-finite value, a signal), when the
+  // engine's own state may be half an iteration on, or NaN.
+  struct kept_state {
+    owned_array object, probe;
+    std::vector<owned_array> optimizer_arrays;  // "optimizer.<parameter>.<array>"
+    int64_t object_steps = 0, probe_steps = 0;
+    int64_t iterations = 0;
+  } kept;
+  bool stopped = false;     // a run stopped mid-way: the kept state is the session's state
+  std::string stop_reason;  // why, for a later run()
+  std::function<bool()> stop_check;  // set_stop_check
+
   ~state() {
     if (object_opt) object_opt_ref->as<tycho_optimizer_vtable>()->destroy(object_opt);
     if (probe_opt) probe_opt_ref->as<tycho_optimizer_vtable>()->destroy(probe_opt);
@@ -525,6 +542,53 @@ struct session::state {
     check_status(engine_ref->as<tycho_engine_vtable>()->get_tensor(engine, id, &t),
                  "engine get_tensor");
     return t;
+  }
+
+  // The optimizers' state arrays ("optimizer.<parameter>.<array>"), host copies.
+  std::vector<owned_array> optimizer_arrays() const {
+    std::vector<owned_array> arrays;
+    for (const auto& [which, ref, opt] : {std::tuple{"object", object_opt_ref, object_opt},
+                                          std::tuple{"probe", probe_opt_ref, probe_opt}}) {
+      const auto* vt = ref->as<tycho_optimizer_vtable>();
+      if (!has_state_functions(vt)) continue;
+      for (int64_t i = 0, n = vt->state_count(opt); i < n; ++i) {
+        const char* name = nullptr;
+        DLTensor view{};
+        check_status(vt->state_array(opt, i, &name, &view), "optimizer state_array");
+        arrays.push_back(owned_array::copy_of(cat("optimizer.", which, ".", name ? name : ""), view));
+      }
+    }
+    return arrays;
+  }
+  int64_t optimizer_steps(const component_ref* ref, tycho_optimizer* opt) const {
+    const auto* vt = ref->as<tycho_optimizer_vtable>();
+    return has_state_functions(vt) ? vt->step_count(opt) : 0;
+  }
+  kept_state capture() const {
+    kept_state k;
+    k.object = read_engine_tensor("object", TYCHO_TENSOR_OBJECT);
+    k.probe = read_engine_tensor("probe", TYCHO_TENSOR_PROBE);
+    k.optimizer_arrays = optimizer_arrays();
+    k.object_steps = optimizer_steps(object_opt_ref, object_opt);
+    k.probe_steps = optimizer_steps(probe_opt_ref, probe_opt);
+    k.iterations = drv->iterations_done();
+    return k;
+  }
+  // The first array of `k` holding a NaN or an infinity, "" if none.
+  static std::string non_finite_array(const kept_state& k) {
+    if (count_non_finite(k.object).count) return "object";
+    if (count_non_finite(k.probe).count) return "probe";
+    for (const auto& a : k.optimizer_arrays)
+      if (count_non_finite(a).count) return a.name;
+    return "";
+  }
+  // The run stops here: the session's state becomes the kept one, its history ends there.
+  void stop_at_kept(std::string why) {
+    stopped = true;
+    stop_reason = std::move(why);
+    loss_history.resize(std::size_t(kept.iterations));
+    seconds_history.resize(std::size_t(kept.iterations));
+    drv->set_iterations_done(kept.iterations);
   }
 
   // A host copy of an engine tensor, wherever the engine keeps it.
@@ -622,6 +686,7 @@ session::session(config_document config, registry& reg, const std::string& resum
     if (!(s.data.mean_total_intensity > 0))
       fail(TYCHO_ERR_BAD_DATA, "data '", s.data.description, "' holds no intensity (all patterns are zero)");
   }
+  check_intensity_scale(s.data);  // data a float32 run can compute with (e.g. not scaled to 1e-40)
   // Before any geometry: the window (and so dx, positions, object, probe) is the padded one.
   s.padding = apply_detector_padding(s.data, s.config.table_at("preprocess"), s.config.origin());
   s.measured_mean = mean_pattern(s.data);
@@ -812,12 +877,44 @@ session::session(config_document config, registry& reg, const std::string& resum
                           ", batch ", dopt.batch_size, ", ", precision, " on ", device_text, ", targets ",
                           s.targets_dtype,
                           world > 1 ? cat(", ", world, " ranks (", s.par->reducer_name(), ")") : std::string()));
+  // The state the first iteration starts from: what a run that stops in it keeps.
+  s.kept = s.capture();
+  if (const std::string bad = state::non_finite_array(s.kept); !bad.empty())
+    fail(TYCHO_ERR_BAD_DATA, "the initial ", bad, " holds non-finite values: check [optics] (C10 = ", s.optics.C10_A,
+         " Å, semiangle ", s.optics.semiangle_mrad, " mrad, energy ", s.optics.energy_eV, " eV)");
 }
 
 session::~session() = default;
 
+namespace {
+// "[reconstruct.object] learning_rate = 0.005, [reconstruct.probe] learning_rate = (the default)"
+std::string learning_rates_text(const config_document& doc) {
+  std::string text;
+  for (const char* which : {"object", "probe"}) {
+    const std::string table = cat("reconstruct.", which);
+    const auto lr = read_key<double>(doc.table_at(table), "learning_rate", table);
+    text += cat(text.empty() ? "" : ", ", "[", table, "] learning_rate = ",
+                lr ? cat(*lr) : std::string("(the optimizer's default)"));
+  }
+  return text;
+}
+}  // namespace
+
+void session::set_stop_check(std::function<bool()> stop) {
+  s_->stop_check = std::move(stop);
+  // One rank stops between mini-batches (the kept state is the last complete iteration's);
+  // several ranks agree at the end of each iteration instead (run()), so that none waits for the
+  // others in a collective.
+  s_->drv->set_stop_check(s_->par->world_size() == 1 ? s_->stop_check : std::function<bool()>());
+}
+
+bool session::stopped() const { return s_->stopped; }
+
 bool session::run(int64_t iterations, const progress_callback& progress) {
   state& s = *s_;
+  if (s.stopped)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "this session stopped after iteration ", s.kept.iterations, " (", s.stop_reason,
+         "): start a new one from its saved result");
   int64_t n = iterations > 0 ? iterations : s.iterations;
   // Every rank must run as many iterations, or one waits forever for the others' sums.
   s.par->require_same(std::to_string(n), "the number of iterations to run (--iterations, --stop-after)");
@@ -825,10 +922,48 @@ bool session::run(int64_t iterations, const progress_callback& progress) {
   // included): iteration k of this call reports (done + k) / (done + n), so a second run call
   // continues 4/6, 5/6, 6/6 after a first one of 3.
   const int64_t last = s.drv->iterations_done() + n;
+  const bool several = s.par->world_size() > 1;
+  auto stop_requested = [&] {
+    if (!s.stop_check) return false;
+    const bool mine = s.stop_check();
+    return several ? s.par->sum(mine ? 1.0 : 0.0) > 0 : mine;  // every rank stops at the same iteration
+  };
+  auto interrupted = [&](const std::string& when) {
+    s.stop_at_kept(cat("interrupted ", when));
+    fail(TYCHO_ERR_CANCELLED, "interrupted ", when, ": the state after iteration ", s.kept.iterations,
+         " is kept");
+  };
   for (int64_t i = 0; i < n; ++i) {
+    if (stop_requested()) interrupted(cat("after iteration ", s.drv->iterations_done()));
+    const int64_t iteration = s.drv->iterations_done() + 1;
     auto t0 = std::chrono::steady_clock::now();
-    double loss = s.drv->run_iteration();
+    double loss = 0;
+    try {
+      loss = s.drv->run_iteration();
+    } catch (const error& e) {
+      if (e.status == TYCHO_ERR_CANCELLED && s.stop_check) interrupted(cat("during iteration ", iteration));
+      throw;
+    }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // A non-finite loss, or NaN left in the state, would only spread: stop with the last state
+    // that had neither.
+    if (!std::isfinite(loss)) {
+      s.stop_at_kept(cat("the loss of iteration ", iteration, " is ", loss));
+      fail(TYCHO_ERR_BAD_DATA, "the loss of iteration ", iteration, " is ", loss,
+           ": the run diverged and stopped, keeping the state after iteration ", s.kept.iterations,
+           " (the last with finite values). Likely cause: a learning rate too large for this data (",
+           learning_rates_text(s.config), "); or [optics] values far from the data's (C10 = ", s.optics.C10_A,
+           " Å, semiangle ", s.optics.semiangle_mrad, " mrad)");
+    }
+    state::kept_state now = s.capture();
+    if (const std::string bad = state::non_finite_array(now); !bad.empty()) {
+      s.stop_at_kept(cat("iteration ", iteration, " left non-finite values in the ", bad));
+      fail(TYCHO_ERR_BAD_DATA, "iteration ", iteration, " left non-finite values in the ", bad,
+           " (its loss was ", loss, "): the run diverged and stopped, keeping the state after iteration ",
+           s.kept.iterations, " (the last with finite values). Likely cause: a learning rate too large for this "
+           "data (", learning_rates_text(s.config), ")");
+    }
+    s.kept = std::move(now);
     s.loss_history.push_back(loss);
     s.seconds_history.push_back(secs);
     if (progress) {
@@ -864,8 +999,8 @@ void session::check_replicas() const {
 
 owned_array session::get(const std::string& name) const {
   const state& s = *s_;
-  if (name == "object") return s.read_engine_tensor(name, TYCHO_TENSOR_OBJECT);
-  if (name == "probe") return s.read_engine_tensor(name, TYCHO_TENSOR_PROBE);
+  if (name == "object") return s.stopped ? s.kept.object : s.read_engine_tensor(name, TYCHO_TENSOR_OBJECT);
+  if (name == "probe") return s.stopped ? s.kept.probe : s.read_engine_tensor(name, TYCHO_TENSOR_PROBE);
   // Every pattern's position: a rank's engine holds only those of its share.
   auto all_positions = [&](const std::string& n) {
     if (s.par->world_size() == 1) return s.read_engine_tensor(n, TYCHO_TENSOR_POSITIONS);
@@ -881,6 +1016,9 @@ owned_array session::get(const std::string& name) const {
   if (name == "loss_history")
     return owned_array::from_vector(name, k_float64, {int64_t(s.loss_history.size())}, s.loss_history);
   if (name == "mask") return result_mask(s.padding);
+  if (name.rfind("optimizer.", 0) == 0 && s.stopped)  // a run stopped mid-way: its last finite state
+    for (const auto& a : s.kept.optimizer_arrays)
+      if (a.name == name) return a;
   if (name.rfind("optimizer.", 0) == 0)
     for (const auto& state_name : optimizer_state_names())
       if (state_name == name) return optimizer_state(name);
@@ -987,7 +1125,8 @@ std::string session::manifest_json() const {
     optimizer_state_record o;
     o.parameter = which;
     o.optimizer = ref->name;
-    o.steps = vt->step_count(opt);
+    o.steps = !s.stopped ? vt->step_count(opt) : std::string(which) == "object" ? s.kept.object_steps
+                                                                                 : s.kept.probe_steps;
     o.array_description = cat("the shape and dtype of ", which);
     for (int64_t i = 0, n = vt->state_count(opt); i < n; ++i) {
       const char* name = nullptr;
@@ -1009,11 +1148,21 @@ std::string session::manifest_json() const {
   return to_json(m);
 }
 
+uint64_t session::result_bytes() const {
+  const state& s = *s_;
+  uint64_t bytes = s.kept.object.bytes.size() + s.kept.probe.bytes.size();
+  for (const auto& a : s.kept.optimizer_arrays) bytes += a.bytes.size();
+  bytes += uint64_t(s.data.all_patterns) * 2 * 2 * sizeof(double);  // positions_px and positions_A
+  bytes += uint64_t(s.data.n0) * uint64_t(s.data.n1);                // mask
+  bytes += uint64_t(s.iterations + 1) * 3 * sizeof(double);         // loss and seconds, binary and JSON
+  return bytes + (uint64_t(64) << 10);                              // manifest and zip headers
+}
+
 void session::save(const std::string& path, tycho_save_mode mode) const {
   // Every array get() knows: the result, the optimizers' state (for `tycho reconstruct --from`,
   // optimizer.<parameter>.<array>) and the mask of what the loss left out, centred.
   std::vector<owned_array> arrays;
-  for (const auto& name : array_names()) arrays.push_back(get(name));
+  for (const auto& name : array_names()) arrays.push_back(get(name));  // the kept state after a stop
   save_record(*s_->format_ref, arrays, manifest_json(), path, mode);
 }
 

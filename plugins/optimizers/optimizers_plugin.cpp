@@ -79,11 +79,25 @@ int64_t real_count(const DLTensor* t, const char* name) {
        ", expected float32, complex64, float64 or complex128");
 }
 
-double positive(const config_view& cfg, const char* key, double fallback) {
+// A setting in [lo, hi] (or (lo, hi] when lo is excluded, [lo, hi) when hi is): a value outside
+// makes the steps overflow or divide by zero, and the run would save NaN (issue 12).
+struct range {
+  double lo, hi;
+  bool lo_open, hi_open;
+  bool holds(double v) const { return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi); }
+};
+double in_range(const config_view& cfg, const char* key, double fallback, range r, const char* why) {
   double v = cfg.get_double(key).value_or(fallback);
-  if (!(v >= 0)) fail(TYCHO_ERR_INVALID_ARGUMENT, "config key '", key, "' must be >= 0, got ", v);
+  if (!r.holds(v))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key '", key, "' in ", cfg.table_name(), " must be in ",
+         r.lo_open ? "(" : "[", r.lo, ", ", r.hi, r.hi_open ? ")" : "]", ", got ", v, " (", why, ")");
   return v;
 }
+// The largest learning rate taken: the object's values are of order 1, so a step of 1000 already
+// destroys it; larger values overflow float32.
+constexpr double k_max_learning_rate = 1e3;
+constexpr range k_learning_rate{0, k_max_learning_rate, false, false};  // 0 holds the parameter
+constexpr range k_decay{0, 1, false, true};
 
 #ifdef TYCHO_HAVE_CUDA
 void device_step(instance<adam_state>& in, float* p, const float* g, int64_t n, float grad_scale,
@@ -220,12 +234,11 @@ tycho_status adam_create(const tycho_config* cfg, const DLTensor* param, tycho_o
     auto in = std::make_unique<instance<adam_state>>();
     remember_param(*in, param);
     adam_state* s = &in->state;
-    s->learning_rate = positive(c, "learning_rate", s->learning_rate);
-    s->beta1 = positive(c, "beta1", s->beta1);
-    s->beta2 = positive(c, "beta2", s->beta2);
-    s->epsilon = positive(c, "epsilon", s->epsilon);
-    if (s->beta1 >= 1 || s->beta2 >= 1)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "adam: beta1 and beta2 must be < 1");
+    s->learning_rate = in_range(c, "learning_rate", s->learning_rate, k_learning_rate, "the step size");
+    s->beta1 = in_range(c, "beta1", s->beta1, k_decay, "the decay of the mean gradient");
+    s->beta2 = in_range(c, "beta2", s->beta2, k_decay, "the decay of the mean squared gradient");
+    // epsilon = 0 divides 0 by 0 wherever a gradient element stays 0 (padding, masked pixels).
+    s->epsilon = in_range(c, "epsilon", s->epsilon, range{0, 1, true, false}, "added to the root mean square");
     *out = reinterpret_cast<tycho_optimizer*>(in.release());
   });
 }
@@ -242,8 +255,8 @@ tycho_status sgd_create(const tycho_config* cfg, const DLTensor* param, tycho_op
     auto in = std::make_unique<instance<sgd_state>>();
     remember_param(*in, param);
     sgd_state* s = &in->state;
-    s->learning_rate = positive(c, "learning_rate", s->learning_rate);
-    s->momentum = positive(c, "momentum", s->momentum);
+    s->learning_rate = in_range(c, "learning_rate", s->learning_rate, k_learning_rate, "the step size");
+    s->momentum = in_range(c, "momentum", s->momentum, k_decay, "the decay of the velocity");
     *out = reinterpret_cast<tycho_optimizer*>(in.release());
   });
 }

@@ -182,6 +182,11 @@ void save_record(const tycho_record* rec, const char* path_c, tycho_save_mode mo
 
   std::error_code ec;
   if (mode == TYCHO_SAVE_NEW && fs::exists(fs::symlink_status(path, ec))) already_exists(path);
+  // Renaming over a folder, a symbolic link, a FIFO or a device would replace it (a link's
+  // target would not be written): only a regular file is ever replaced.
+  if (const fs::file_status st = fs::symlink_status(path, ec); !ec && fs::exists(st) && !fs::is_regular_file(st))
+    fail(TYCHO_ERR_IO, "cannot save ", path, ": it exists and is not a regular file (a folder, symbolic link, FIFO "
+         "or device), which saving would replace");
   const fs::path folder = fs::path(path).parent_path();
   if (!folder.empty() && !fs::is_directory(folder, ec))
     fail(TYCHO_ERR_NOT_FOUND, "cannot save ", path, ": folder ", folder.string(), " does not exist");

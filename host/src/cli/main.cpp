@@ -8,22 +8,28 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <new>
 #include <optional>
+#include <system_error>
 
 #include <unistd.h>
 
 #include "tycho/host/evaluate.hpp"
 #include "tycho/host/log.hpp"
+#include "tycho/host/output_file.hpp"
 #include "tycho/host/prepared.hpp"
 #include "tycho/host/previews.hpp"
 #include "tycho/host/progress.hpp"
 #include "tycho/host/registry.hpp"
 #include "tycho/host/run_plan.hpp"
 #include "tycho/host/session.hpp"
+#include "tycho/host/stop_signals.hpp"
 
 namespace th = tycho::host;
 
@@ -35,16 +41,31 @@ std::unique_ptr<th::parallel_context> g_parallel;
 // already say which rank they come from.
 tycho::launch_environment g_launch;
 
-// Fail now, not after an hour of work, if the output cannot be written there.
-void check_output_path(const std::string& out_path, const char* example_name) {
-  if (std::filesystem::is_directory(out_path))
-    throw tycho::error(TYCHO_ERR_INVALID_ARGUMENT,
-                       fmt::format("output '{}' is a folder; give a file name, e.g. '{}/{}'", out_path, out_path,
-                                   example_name));
-  auto out_dir = std::filesystem::absolute(out_path).parent_path();
-  if (!std::filesystem::is_directory(out_dir))
-    throw tycho::error(TYCHO_ERR_NOT_FOUND, fmt::format("output folder '{}' (for '{}') does not exist",
-                                                        out_dir.string(), out_path));
+std::string rank_prefix();
+
+// Writes to stdout or stderr that never throw: a closed stdout (`tycho ... | head -1`, SIGPIPE
+// ignored) must cost the run nothing. After the first failed write to stdout, progress stops.
+bool g_stdout_open = true;
+template <class... Args>
+void say(fmt::format_string<Args...> format, Args&&... args) {
+  if (!g_stdout_open) return;
+  const std::string text = fmt::format(format, std::forward<Args>(args)...);
+  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
+    g_stdout_open = false;
+    std::clearerr(stdout);
+  }
+}
+template <class... Args>
+void say_err(fmt::format_string<Args...> format, Args&&... args) {
+  const std::string text = fmt::format(format, std::forward<Args>(args)...);
+  if (std::fwrite(text.data(), 1, text.size(), stderr) != text.size()) std::clearerr(stderr);
+}
+
+// What the command gives back when a run stopped mid-way: 2 after a non-finite value, 128 + the
+// signal's number after SIGINT or SIGTERM (as a shell reports a process ended by it).
+int stopped_exit_code(const tycho::error& e) {
+  const int sig = th::stop_signal();
+  return e.status == TYCHO_ERR_CANCELLED && sig != 0 ? 128 + sig : 2;
 }
 
 // The previews of a finished run (tycho/host/previews.hpp), captioned from its manifest.
@@ -69,9 +90,14 @@ std::vector<std::string> write_run_previews(const th::session& session, const st
 //   --from R:   the total is R's (recorded as history.schedule_iterations); --iterations N (or
 //               --stop-after N) runs N more; neither runs what is left of the total. Past the
 //               total, the schedules stay at their final value.
-// Runs the iterations this invocation asks for and, on rank 0, saves the result and previews.
-void run_and_save(th::session& session, int64_t iterations, int64_t stop_after, const std::string& from,
-                  const std::string& out_path, th::progress_display& display) {
+// Runs the iterations this invocation asks for and, on rank 0, saves the result and previews:
+//   - every [output] checkpoint_every iterations the result so far is saved to the output path
+//     (atomically; resumable with --from);
+//   - a non-finite value or SIGINT/SIGTERM stops the run: the state of the last complete,
+//     finite iteration is saved there, and the exit status is non-zero (stopped_exit_code).
+// Progress goes to `display` (bars on a terminal, plain lines otherwise). Returns the exit status.
+int run_and_save(th::session& session, int64_t iterations, int64_t stop_after, const std::string& from,
+                 const std::string& out_path, th::progress_display& display, bool overwrite, int64_t checkpoint_every) {
   const int64_t done = session.iterations_done();
   int64_t n = 0;
   if (from.empty()) {
@@ -84,26 +110,66 @@ void run_and_save(th::session& session, int64_t iterations, int64_t stop_after, 
                                      from, done, session.configured_iterations()));
   }
   const auto t0 = std::chrono::steady_clock::now();
-  session.run(n, [&](const tycho_progress& p) {
-    display.iteration(p, done);
-    return true;
-  });
+  const bool root = session.parallel().is_root();
+  // Room for the result (its temporary copy is written before the rename), before the first
+  // iteration rather than after the last.
+  if (root) th::check_free_space(out_path, session.result_bytes() + (uint64_t(1) << 20), "result");
+  // From here a signal stops the run at the next mini-batch and keeps the last complete iteration.
+  th::defer_stop_signals defer;
+  session.set_stop_check([] { return th::stop_signal() != 0; });
+  // A result that exists was refused up front unless overwriting was asked for; once this run has
+  // written a checkpoint there, the file is its own.
+  bool own_file = false;
+  auto save = [&](const char* what) {
+    session.save(out_path, overwrite || own_file ? TYCHO_SAVE_OVERWRITE : TYCHO_SAVE_NEW);
+    own_file = true;
+    say("wrote {}{}\n", out_path, what);
+  };
+  try {
+    session.run(n, [&](const tycho_progress& p) {
+      display.iteration(p, done);
+      if (root && checkpoint_every > 0 && p.iteration % checkpoint_every == 0 && p.iteration < done + n)
+        save(fmt::format(" (checkpoint after iteration {})", p.iteration).c_str());
+      return true;
+    });
+  } catch (const tycho::error& e) {
+    display.end_iterations();
+    if (!session.stopped()) throw;
+    const int code = stopped_exit_code(e);
+    if (!root) return code;  // rank 0 saves and reports; stopping the ranks would cut its save short
+    save(fmt::format(" (the state after iteration {} of {})", session.iterations_done(),
+                     session.configured_iterations()).c_str());
+    if (code == 2) {
+      say_err("tycho: error: {}{}; saved that state to '{}'\n", rank_prefix(), e.what(), out_path);
+    } else {
+      say_err("tycho: interrupted by {} during iteration {}: saved the state after iteration {} to '{}'; continue "
+              "with: tycho reconstruct CONFIG --from {} -o NEW.zip\n",
+              th::stop_signal_name(th::stop_signal()), session.iterations_done() + 1, session.iterations_done(),
+              out_path, out_path);
+    }
+    return code;
+  }
   display.end_iterations();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!session.parallel().is_root()) return;
-  session.save(out_path, TYCHO_SAVE_OVERWRITE);
-  fmt::print("wrote {}\n", out_path);
+  if (!root) return 0;
+  save("");
   std::string sheet;
   if (session.previews_enabled())
-    for (const auto& png : write_run_previews(session, out_path)) fmt::print("wrote {}\n", sheet = png);
-  std::fflush(stdout);
+    for (const auto& png : write_run_previews(session, out_path)) say("wrote {}\n", sheet = png);
   const auto& history = session.loss_history();
   display.summary(n, seconds, history.empty() ? NAN : history.back(), out_path, sheet);
+  if (const int sig = th::stop_signal(); sig != 0) {
+    say_err("tycho: interrupted by {} after the last iteration: the result '{}' is complete\n",
+            th::stop_signal_name(sig), out_path);
+    return 128 + sig;
+  }
+  return 0;
 }
 
 int cmd_reconstruct(const std::string& config_path, int64_t iterations, int64_t stop_after,
                     const std::string& from_arg, const std::string& output,
-                    const std::vector<std::string>& sets, const std::vector<int64_t>& devices, bool quiet) {
+                    const std::vector<std::string>& sets, const std::vector<int64_t>& devices, bool quiet,
+                    bool overwrite_flag) {
   auto& reg = th::registry::global();
   // --from a prepared file (`tycho preprocess`) starts a fresh run from its data; without CONFIG
   // the prepared file's own config is the run's.
@@ -115,11 +181,18 @@ int cmd_reconstruct(const std::string& config_path, int64_t iterations, int64_t 
                                         : fmt::format("'{}' is not a prepared file: give the CONFIG file of the run "
                                                       "it continues", from_arg));
   auto doc = config_path.empty() ? th::prepared_config(*prepared) : tycho::config_document::load_file(config_path);
+  std::optional<tycho::config_document> prepared_doc;
+  if (prepared && !config_path.empty()) prepared_doc = th::prepared_config(*prepared);
   // The session gets the path (and loads the prepared file itself); `from` is the result that a
   // resumed run continues: empty for a prepared file, whose run is a fresh one.
   const std::string from = prepared ? std::string() : from_arg;
   prepared.reset();
   for (const auto& s : sets) doc.set_from_text(s);
+  // The files this run reads, which its output must never replace: the config, the --from file,
+  // the data (named in [data], of the config after --set and of a prepared file).
+  const std::vector<std::string> inputs =
+      th::run_input_files({&doc, prepared_doc ? &*prepared_doc : nullptr}, {config_path, from_arg});
+  prepared_doc.reset();
   if (!devices.empty()) {
     std::string list;
     for (int64_t d : devices) list += (list.empty() ? "" : ", ") + std::to_string(d);
@@ -131,19 +204,24 @@ int cmd_reconstruct(const std::string& config_path, int64_t iterations, int64_t 
     throw tycho::error(TYCHO_ERR_INVALID_ARGUMENT,
                        "with --from, --iterations and --stop-after both mean \"run N more\": give one");
   std::string out_path = output.empty() ? th::session::configured_output_path(doc) : output;
-  // Fail now, not after an hour of iterations, if the result cannot be written there (only rank 0
-  // writes, so only rank 0's folder matters).
-  if (g_launch.rank == 0) check_output_path(out_path, "result.zip");
+  const bool overwrite = overwrite_flag || th::configured_overwrite(doc);
+  const int64_t checkpoint_every =
+      th::configured_checkpoint_every(doc);
+  // Fail now, not after an hour of iterations, if the result cannot be written there or would
+  // destroy a file (only rank 0 writes, so only rank 0's folder matters).
+  if (g_launch.rank == 0) th::check_output_file(out_path, inputs, overwrite, "result", "result.zip");
   const tycho::launch_environment& launch = g_launch;
   // Several GPUs in one process: one thread per device, each a rank; rank 0 prints plain lines.
   if (const auto local_devices = th::local_rank_devices(doc, reg, launch); !local_devices.empty()) {
+    int code = 0;
     th::run_local_ranks(doc, reg, local_devices, [&](th::parallel_context& ctx) {
       th::session session(doc.clone(), reg, from_arg, &ctx);
       th::progress_display display(th::progress_display::choose(quiet || !ctx.is_root(), true, STDOUT_FILENO),
                                    stdout);
-      run_and_save(session, iterations, stop_after, from, out_path, display);
+      const int c = run_and_save(session, iterations, stop_after, from, out_path, display, overwrite, checkpoint_every);
+      if (ctx.is_root()) code = c;
     });
-    return 0;
+    return code;
   }
   // Under torchrun / srun / mpirun: this rank joins the others; only rank 0 prints progress
   // (plain lines) and writes files. One process alone on a terminal: progress bars.
@@ -154,9 +232,9 @@ int cmd_reconstruct(const std::string& config_path, int64_t iterations, int64_t 
   });
   g_parallel = th::parallel_context::create(doc, reg, launch);
   th::session session(std::move(doc), reg, from_arg, g_parallel.get());
-  run_and_save(session, iterations, stop_after, from, out_path, display);
+  const int code = run_and_save(session, iterations, stop_after, from, out_path, display, overwrite, checkpoint_every);
   th::set_stage_watcher(nullptr);
-  return 0;
+  return code;
 }
 
 // The memory plan of a run, from the config and the data's header only (no pattern is read).
@@ -170,10 +248,12 @@ int cmd_plan(const std::string& config_path, const std::vector<std::string>& set
 
 // `tycho preprocess`: the preprocessing stage, saved as a prepared file.
 int cmd_preprocess(const std::string& config_path, const std::string& output, const std::vector<std::string>& sets,
-                   bool save_raw_data, bool quiet) {
-  check_output_path(output, "prepared.zip");
+                   bool save_raw_data, bool quiet, bool overwrite_flag) {
   auto doc = tycho::config_document::load_file(config_path);
   for (const auto& s : sets) doc.set_from_text(s);
+  const bool overwrite = overwrite_flag || th::configured_overwrite(doc);
+  th::check_output_file(output, th::run_input_files({&doc}, {config_path}), overwrite, "prepared file",
+                        "prepared.zip");
   // Reading and preprocessing as bars on a terminal (nothing more otherwise: the log has the times).
   th::progress_display display(th::progress_display::choose(quiet || g_launch.rank != 0, g_launch.multi_process(),
                                                             STDOUT_FILENO),
@@ -181,8 +261,14 @@ int cmd_preprocess(const std::string& config_path, const std::string& output, co
   th::set_stage_watcher([&display](const std::string& stage, int64_t done, int64_t total) {
     display.stage(stage, done, total);
   });
-  const int code = th::preprocess_command(std::move(doc), th::registry::global(), output, save_raw_data, std::cout);
+  const int code = th::preprocess_command(std::move(doc), th::registry::global(), output, save_raw_data, std::cout,
+                                          overwrite ? TYCHO_SAVE_OVERWRITE : TYCHO_SAVE_NEW);
   th::set_stage_watcher(nullptr);
+  if (const int sig = th::stop_signal(); sig != 0) {
+    say_err("tycho: interrupted by {} while saving: the prepared file '{}' is complete\n", th::stop_signal_name(sig),
+            output);
+    return 128 + sig;
+  }
   return code;
 }
 
@@ -221,9 +307,55 @@ void stop_other_ranks(int code) {
   if (g_parallel) g_parallel->abort(code);
 }
 
+// Command-line numbers, parsed whole with a range: a 20-digit count or "nan" is refused with
+// the option's name and the range, never an uncaught std::out_of_range.
+CLI::Validator whole_number_in(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& v) -> std::string {
+        int64_t x = 0;
+        const char* end = v.data() + v.size();
+        const auto [ptr, ec] = std::from_chars(v.data(), end, x);
+        if (ec == std::errc() && ptr == end && x >= lo && x <= hi) return {};
+        return fmt::format("expected a whole number from {} to {}, got '{}'", lo, hi, v);
+      },
+      fmt::format("INT in [{}, {}]", lo, hi));
+}
+CLI::Validator number_in(double lo, double hi, bool lo_open) {
+  return CLI::Validator(
+      [lo, hi, lo_open](std::string& v) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const double x = std::strtod(v.c_str(), &end);
+        if (!v.empty() && end == v.c_str() + v.size() && errno == 0 && std::isfinite(x) &&
+            (lo_open ? x > lo : x >= lo) && x <= hi)
+          return {};
+        return fmt::format("expected a number in {}{}, {}], got '{}'", lo_open ? "(" : "[", lo, hi, v);
+      },
+      fmt::format("NUMBER in {}{}, {}]", lo_open ? "(" : "[", lo, hi));
+}
+constexpr int64_t k_max_iterations = 1000000000;  // 1e9: far beyond any run, far below overflow
+
+// The text of an exception that is not a tycho::error, naming what it can: the standard
+// library's own texts ("filesystem error: ...", "std::bad_alloc") say neither which file nor what
+// was expected.
+std::string describe(const std::exception& e) {
+  if (const auto* f = dynamic_cast<const std::filesystem::filesystem_error*>(&e)) {
+    std::string paths = f->path1().empty() ? "" : fmt::format(" '{}'", f->path1().string());
+    if (!f->path2().empty()) paths += fmt::format(" and '{}'", f->path2().string());
+    return fmt::format("cannot access{}: {}", paths, f->code().message());
+  }
+  if (dynamic_cast<const std::bad_alloc*>(&e))
+    return "out of host memory (a larger machine, fewer patterns per rank, or a smaller batch_size; tycho plan "
+           "shows what a run needs)";
+  if (const auto* s = dynamic_cast<const std::system_error*>(&e))
+    return fmt::format("a system call failed: {} ({})", s->code().message(), s->what());
+  return e.what();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  th::install_stop_signal_handlers();
   CLI::App app{"tycho: ptychographic reconstruction at scale"};
   app.set_version_flag("--version", fmt::format("tycho {} (ABI {}.{})", TYCHO_VERSION_STRING,
                                                 TYCHO_ABI_VERSION_MAJOR, TYCHO_ABI_VERSION_MINOR));
@@ -234,24 +366,25 @@ int main(int argc, char** argv) {
   int64_t iterations = 0, stop_after = 0;
   std::string from;
   std::vector<std::string> sets;
-  bool quiet = false;
+  bool quiet = false, overwrite = false;
   std::vector<int64_t> devices;
   rec->add_option("config", config_path, "TOML configuration file (optional with --from a prepared file)");
   rec->add_option("--devices", devices, "GPUs to run on (sets [reconstruct] devices): one per rank under a launcher")
       ->delimiter(',')
-      ->check(CLI::NonNegativeNumber);
-  const CLI::Validator positive(
-      [](std::string& v) { return std::stoll(v) > 0 ? std::string() : "must be a positive integer"; }, "POSITIVE");
+      ->check(whole_number_in(0, 65535));
   rec->add_option("--iterations", iterations,
                   "iterations to run (default: [reconstruct] iterations); with --from: iterations to run more")
-      ->check(positive);
+      ->check(whole_number_in(1, k_max_iterations));
   rec->add_option("--stop-after", stop_after,
                   "run only this many iterations now; the learning-rate schedules keep the run's total length")
-      ->check(positive);
+      ->check(whole_number_in(1, k_max_iterations));
   rec->add_option("--from", from, "continue the run saved in this result file (object, probe, optimizer state, "
                                   "iteration count, loss history), or start a fresh run from a prepared file "
                                   "(tycho preprocess)");
-  rec->add_option("--output,-o", output, "result file (default: [output] path)");
+  rec->add_option("--output,-o", output, "result file (default: [output] path); never one of the run's inputs");
+  rec->add_flag("--overwrite", overwrite,
+                "replace the result file if it exists (sets [output] overwrite = true); without it an existing "
+                "file is refused");
   rec->add_option("--set", sets, "override a config value: --set reconstruct.batch_size=64")
       ->allow_extra_args(false);  // one value per --set, so a config path after it stays positional
   rec->add_flag("--quiet,-q", quiet, "no progress lines");
@@ -261,8 +394,9 @@ int main(int argc, char** argv) {
   double sigma_A = 2.0, fov = 0.8;
   ev->add_option("result", result_path, "result file written by tycho reconstruct")->required();
   ev->add_option("--truth", truth_path, ".npz with phase, pixel_size_A, scan_origin_A")->required();
-  ev->add_option("--sigma-A", sigma_A, "σ of the local-phase Gaussian, Å (default 2)");
-  ev->add_option("--fov-fraction", fov, "inner fraction of the scanned field of view (default 0.8)");
+  ev->add_option("--sigma-A", sigma_A, "σ of the local-phase Gaussian, Å (default 2)")->check(number_in(0, 1e6, true));
+  ev->add_option("--fov-fraction", fov, "inner fraction of the scanned field of view (default 0.8)")
+      ->check(number_in(0, 1, true));
 
   auto* plan = app.add_subcommand("plan", "memory per device of every term of a run, without reading the data");
   std::string plan_config;
@@ -270,10 +404,10 @@ int main(int argc, char** argv) {
   th::plan_options plan_options;
   plan->add_option("config", plan_config, "TOML configuration file")->required();
   plan->add_option("--devices", plan_options.devices, "devices sharing the patterns (default: [reconstruct] devices)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number_in(1, 1000000));
   plan->add_option("--device-memory", plan_options.memory_GiB,
                    "memory per device in GiB (default: the CUDA device's, or this machine's for the cpu engine)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(number_in(0, 1e9, false));
   plan->add_option("--set", plan_sets, "override a config value: --set reconstruct.batch_size=64")
       ->allow_extra_args(false);
 
@@ -288,28 +422,56 @@ int main(int argc, char** argv) {
   pre->add_flag("--save-raw-data", save_raw_data,
                 "embed the preprocessed patterns (sets [preprocess] save_raw_data = true): the file is then "
                 "self-contained");
+  pre->add_flag("--overwrite", overwrite, "replace the prepared file if it exists (else an existing file is refused)");
   pre->add_flag("--quiet,-q", quiet, "only warnings and errors");
 
   auto* pl = app.add_subcommand("plugins", "list plugin folders, plugins, components, refusals");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    say_err("tycho: error: {}\n(tycho {} --help lists the options)\n", e.what(),
+            app.get_subcommands().empty() ? std::string() : app.get_subcommands().front()->get_name());
+    return 2;
+  }
   if (quiet) th::set_log_level(TYCHO_LOG_WARNING);
   try {
     if (rec->parsed()) g_launch = tycho::detect_launch(tycho::process_environment());
-    if (rec->parsed()) return cmd_reconstruct(config_path, iterations, stop_after, from, output, sets, devices, quiet);
+    if (rec->parsed())
+      return cmd_reconstruct(config_path, iterations, stop_after, from, output, sets, devices, quiet, overwrite);
     if (ev->parsed()) {
-      fmt::print("{}\n", th::evaluate_result(th::registry::global(), result_path, truth_path, sigma_A, fov));
+      say("{}\n", th::evaluate_result(th::registry::global(), result_path, truth_path, sigma_A, fov));
       return 0;
     }
     if (pl->parsed()) return cmd_plugins();
     if (plan->parsed()) return cmd_plan(plan_config, plan_sets, plan_options);
-    if (pre->parsed()) return cmd_preprocess(pre_config, pre_output, pre_sets, save_raw_data, quiet);
+    if (pre->parsed()) return cmd_preprocess(pre_config, pre_output, pre_sets, save_raw_data, quiet, overwrite);
   } catch (const tycho::error& e) {
-    fmt::print(stderr, "tycho: error: {}{}\n", rank_prefix(), e.what());
+    say_err("tycho: error: {}{}\n", rank_prefix(), e.what());
+    stop_other_ranks(2);
+    return 2;
+  } catch (const std::bad_alloc& e) {
+    say_err("tycho: error: {}{}\n", rank_prefix(), describe(e));
+    stop_other_ranks(2);
+    return 2;
+  } catch (const std::filesystem::filesystem_error& e) {
+    say_err("tycho: error: {}{}\n", rank_prefix(), describe(e));
+    stop_other_ranks(2);
+    return 2;
+  } catch (const std::system_error& e) {
+    // stdout closed by its reader (`tycho plugins | head -1`, SIGPIPE ignored): what was asked
+    // for has been read; nothing else is lost.
+    if (e.code() == std::errc::broken_pipe) return 0;
+    say_err("tycho: error: {}{}\n", rank_prefix(), describe(e));
     stop_other_ranks(2);
     return 2;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "tycho: internal error: {}{}\n", rank_prefix(), e.what());
+    say_err("tycho: internal error: {}{}\n", rank_prefix(), describe(e));
+    stop_other_ranks(3);
+    return 3;
+  } catch (...) {
+    say_err("tycho: internal error: {}an exception of unknown type\n", rank_prefix());
     stop_other_ranks(3);
     return 3;
   }

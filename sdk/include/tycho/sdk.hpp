@@ -101,8 +101,12 @@ class config_view {
  private:
   bool check(tycho_status s, const char* key, const char* expected) const {
     if (cfg_ == nullptr || s == TYCHO_ERR_NOT_FOUND) return false;
-    // The host's message names the table too; keep it.
-    if (s != TYCHO_OK) fail(s, "config key '", key, "' in ", table_name(), " must be ", expected);
+    // The host's message names the table and says what is wrong (e.g. a non-finite number); keep it.
+    if (s != TYCHO_OK) {
+      const char* why = host()->last_error ? host()->last_error() : nullptr;
+      if (why != nullptr && *why != '\0') fail(s, why);
+      fail(s, "config key '", key, "' in ", table_name(), " must be ", expected);
+    }
     return true;
   }
   const tycho_config* cfg_;

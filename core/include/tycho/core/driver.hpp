@@ -7,6 +7,7 @@
 #include "tycho/core/sharding.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,11 @@ class driver {
   // Resuming a saved run: the next iteration is n + 1, with that epoch's permutation and
   // schedule factor, exactly as in a run that never stopped.
   void set_iterations_done(int64_t n) { iterations_done_ = n; }
+  // Polled before every mini-batch but the first of an iteration; when it returns true,
+  // run_iteration throws tycho::error(TYCHO_ERR_CANCELLED) and the iteration is incomplete
+  // (the caller keeps its own copy of the last complete state). One rank only: several ranks
+  // would stop in different batches and wait for each other.
+  void set_stop_check(std::function<bool()> stop) { stop_ = std::move(stop); }
 
  private:
   void apply_object_constraints();
@@ -91,6 +97,7 @@ class driver {
   rank_collectives* collectives_;
   std::vector<int64_t> local_indices_;
   int64_t iterations_done_ = 0;
+  std::function<bool()> stop_;
 };
 
 }  // namespace tycho

@@ -67,8 +67,9 @@ dataset prepared_dataset(const prepared_file& p, const config_document& merged, 
 
 // `tycho preprocess CONFIG -o OUTPUT`: writes the prepared file (atomically, through the format
 // whose extension matches OUTPUT, else zip; the command has checked that OUTPUT's folder exists); `save_raw_data` (or [preprocess] save_raw_data)
-// embeds the patterns. Prints "wrote OUTPUT" to `out`; returns 0.
+// embeds the patterns. `mode`: TYCHO_SAVE_NEW refuses an OUTPUT that exists by then. SIGINT and
+// SIGTERM wait for the save to finish (stop_signals.hpp). Prints "wrote OUTPUT" to `out`; returns 0.
 int preprocess_command(config_document doc, const registry& reg, const std::string& output, bool save_raw_data,
-                       std::ostream& out);
+                       std::ostream& out, tycho_save_mode mode = TYCHO_SAVE_OVERWRITE);
 
 }  // namespace tycho::host

@@ -43,7 +43,19 @@ class session {
 
   // Runs `iterations` more iterations (0: the configured number). Returns false if the
   // callback stopped it. With several ranks every rank calls it, with the same count.
+  // Stops mid-way, throwing tycho::error, when:
+  //   - an iteration's loss, or a value it left in the object, probe or optimizer state, is
+  //     not finite (TYCHO_ERR_BAD_DATA, naming the iteration and the likely cause);
+  //   - the stop check returns true (TYCHO_ERR_CANCELLED): one rank stops between mini-batches,
+  //     several ranks at the end of the iteration in which any of them saw it.
+  // Then stopped() is true and get(), save() and manifest_json() give the state after the last
+  // complete iteration whose values were all finite (resumable with --from); run() refuses.
   bool run(int64_t iterations, const progress_callback& progress);
+  // `stop` is polled between mini-batches (one rank) or once per iteration (several ranks,
+  // where every rank must set one): e.g. a flag set by a SIGINT handler. Not thread-safe:
+  // set it before run().
+  void set_stop_check(std::function<bool()> stop);
+  bool stopped() const;
   // Several ranks: warns if a rank's object is not bitwise rank 0's (run() calls it at its end).
   void check_replicas() const;
 
@@ -57,6 +69,9 @@ class session {
   // The result as a record (arrays + manifest) saved through the configured format.
   void save(const std::string& path, tycho_save_mode mode) const;
   std::string manifest_json() const;
+  // About how many bytes save() writes (the arrays; the manifest is small): for checking the
+  // output folder's free space before the first iteration.
+  uint64_t result_bytes() const;
 
   int64_t configured_iterations() const;  // the schedules' total
   std::string precision() const;          // "float32" or "float64": of the engine's object tensor
