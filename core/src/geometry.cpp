@@ -1,7 +1,6 @@
 #include "tycho/core/geometry.hpp"
 
 #include <tycho/core/error.hpp>
-#include <tycho/sdk/checked.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -28,11 +27,13 @@ int64_t object_side(double extent_px, const scan_geometry& g, int a, const char*
 
 object_layout layout_object(const scan_geometry& g) {
   object_layout out;
-  const auto checked_p = sdk::checked_mul(g.scan_shape[0], g.scan_shape[1]);
-  if (!checked_p || *checked_p < 1 || !sdk::checked_mul(*checked_p, 16))
+  // Overflow-safe (core depends on the ABI only, so not through tycho/sdk/checked.hpp): the
+  // positions' bytes, 16 per position, must fit int64.
+  int64_t p = 0, bytes = 0;
+  if (g.scan_shape[0] < 1 || g.scan_shape[1] < 1 || __builtin_mul_overflow(g.scan_shape[0], g.scan_shape[1], &p) ||
+      __builtin_mul_overflow(p, int64_t(16), &bytes))
     fail(TYCHO_ERR_INVALID_ARGUMENT, "layout_object: a scan of ", g.scan_shape[0], " x ", g.scan_shape[1],
          " positions, expected at least one and at most 2^59");
-  const int64_t p = *checked_p;
   out.positions_px.resize(std::size_t(2 * p));
   double extent[2], first[2];
   for (int a = 0; a < 2; ++a) {
