@@ -351,6 +351,37 @@ TEST(PlanCommand, SessionRefusesARunThatCannotFit) {
   EXPECT_TRUE(tmp.entries().empty()) << r.describe();
 }
 
+// A third-party engine (tests/plugins/planned_engine_plugin.cpp) that the host knows only by
+// what it reports: `tycho plan` prints its terms as reported, passes it the optimizers' state
+// arrays (SGD 1, Adam 2: 3·1000 B), and shrinks the batch with it because it says its terms
+// grow with the batch. Figures: M = 96·96 = 9216, P = 768; targets 768·M·4 = 28311552 B,
+// batch buffers b·M·8, so 0.03 GiB (32212254 B) leaves room for b = 52.
+TEST(PlanCommand, ThirdPartyEngineReportsItsTerms) {
+  const std::vector<std::string> env = {std::string("TYCHO_PLUGIN_PATH=") + TYCHO_TEST_PLUGIN_DIR};
+  const std::vector<std::string> base = {tycho::test::tycho_exe(), "plan", example_config(), "--set",
+                                         "reconstruct.engine=\"thirdparty_planned\"", "--set",
+                                         "reconstruct.object.optimizer=\"sgd\""};
+  auto args = base;
+  args.insert(args.end(), {"--device-memory", "141"});
+  auto r = run_command(args, env);
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_NE(r.out.find("engine   thirdparty_planned (thirdparty_planned model, 1 device(s), batch 128 global)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(row_bytes(r.out, "targets"), 768ull * 9216 * 4) << r.out;
+  EXPECT_EQ(row_bytes(r.out, "batch buffers"), 128ull * 9216 * 8) << r.out;
+  EXPECT_EQ(row_bytes(r.out, "optimizer state"), 3000ull) << r.out;
+  EXPECT_EQ(row_bytes(r.out, "total"), 768ull * 9216 * 4 + 128ull * 9216 * 8 + 3000) << r.out;
+  EXPECT_NE(r.out.find("fits: "), std::string::npos) << r.out;
+
+  args = base;
+  args.insert(args.end(), {"--device-memory", "0.03"});
+  auto small = run_command(args, env);
+  ASSERT_TRUE(small.exited_with(0)) << small.describe();
+  EXPECT_NE(small.out.find("fits with batch_size = 52, shrunk from 128"), std::string::npos) << small.out;
+  EXPECT_EQ(row_bytes(small.out, "batch buffers"), 52ull * 9216 * 8) << small.out;
+}
+
 // ---- the cpu model against reality
 
 // Peak RSS in KiB of a command, from GNU time's %M (the child's ru_maxrss), or -1.

@@ -26,6 +26,10 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string test_plugin_dir() { return TYCHO_TEST_PLUGIN_DIR; }
+// "1.1": this host's ABI, as the messages write it.
+std::string host_abi() {
+  return std::to_string(TYCHO_ABI_VERSION_MAJOR) + "." + std::to_string(TYCHO_ABI_VERSION_MINOR);
+}
 std::string test_plugin(const std::string& stem) {
   return test_plugin_dir() + "/libtycho_plugin_" + stem + ".so";
 }
@@ -66,7 +70,7 @@ static_assert(sizeof(tycho_session_options) == 40);
 static_assert(TYCHO_ABI_VERSION == ((TYCHO_ABI_VERSION_MAJOR << 16) | TYCHO_ABI_VERSION_MINOR));
 static_assert(TYCHO_ABI_MAJOR_OF((2u << 16) | 7u) == 2 && TYCHO_ABI_MINOR_OF((2u << 16) | 7u) == 7);
 
-// ABI 1.0 on LP64 (Linux x86-64 / aarch64): the whole layout of the structs a plugin and the
+// ABI 1.1 on LP64 (Linux x86-64 / aarch64): the whole layout of the structs a plugin and the
 // host exchange. Appending is allowed within a major version (then update the sizes here and
 // bump the minor); moving a field is not.
 #if UINTPTR_MAX == 0xffffffffffffffffu
@@ -75,7 +79,9 @@ static_assert(offsetof(tycho_plugin_descriptor, version) == 16);
 static_assert(offsetof(tycho_plugin_descriptor, init) == 24);
 static_assert(offsetof(tycho_plugin_descriptor, n_components) == 32);
 static_assert(offsetof(tycho_plugin_descriptor, components) == 40);
-static_assert(sizeof(tycho_plugin_descriptor) == 48);
+static_assert(offsetof(tycho_plugin_descriptor, abi_version_required) == 48);  // 1.1
+static_assert(offsetof(tycho_plugin_descriptor, dlpack_version) == 52);        // 1.1
+static_assert(sizeof(tycho_plugin_descriptor) == 56);
 
 static_assert(offsetof(tycho_component, kind) == 8);
 static_assert(offsetof(tycho_component, name) == 16);
@@ -84,7 +90,9 @@ static_assert(offsetof(tycho_component, description) == 32);
 static_assert(offsetof(tycho_component, devices) == 40);
 static_assert(offsetof(tycho_component, config_keys) == 48);
 static_assert(offsetof(tycho_component, vtable) == 56);
-static_assert(sizeof(tycho_component) == 64);
+static_assert(offsetof(tycho_component, flags) == 64);     // 1.1
+static_assert(offsetof(tycho_component, settings) == 72);  // 1.1
+static_assert(sizeof(tycho_component) == 80);
 
 static_assert(offsetof(tycho_host_api, log) == 8);
 static_assert(offsetof(tycho_host_api, set_error) == 16);
@@ -118,7 +126,8 @@ static_assert(offsetof(tycho_engine_vtable, destroy) == 32);
 static_assert(offsetof(tycho_engine_vtable, read_tensor) == 40);
 static_assert(offsetof(tycho_engine_vtable, stream) == 48);
 static_assert(offsetof(tycho_engine_vtable, collect_loss) == 56);
-static_assert(sizeof(tycho_engine_vtable) == 64);
+static_assert(offsetof(tycho_engine_vtable, plan_memory) == 64);  // 1.1
+static_assert(sizeof(tycho_engine_vtable) == 72);
 
 static_assert(offsetof(tycho_optimizer_vtable, create) == 8);
 static_assert(offsetof(tycho_optimizer_vtable, step) == 16);
@@ -127,7 +136,8 @@ static_assert(offsetof(tycho_optimizer_vtable, state_count) == 32);
 static_assert(offsetof(tycho_optimizer_vtable, state_array) == 40);
 static_assert(offsetof(tycho_optimizer_vtable, set_state) == 48);
 static_assert(offsetof(tycho_optimizer_vtable, step_count) == 56);
-static_assert(sizeof(tycho_optimizer_vtable) == 64);
+static_assert(offsetof(tycho_optimizer_vtable, state_arrays) == 64);  // 1.1
+static_assert(sizeof(tycho_optimizer_vtable) == 72);
 
 static_assert(offsetof(tycho_reducer_vtable, create) == 8);
 static_assert(offsetof(tycho_reducer_vtable, rank) == 16);
@@ -147,7 +157,8 @@ static_assert(offsetof(tycho_reducer_setup, local_rank) == 24);
 static_assert(offsetof(tycho_reducer_setup, device) == 28);
 static_assert(offsetof(tycho_reducer_setup, bootstrap) == 40);
 static_assert(offsetof(tycho_reducer_setup, communicator) == 56);
-static_assert(sizeof(tycho_reducer_setup) == 64);
+static_assert(offsetof(tycho_reducer_setup, bootstrap_ref) == 64);  // 1.1
+static_assert(sizeof(tycho_reducer_setup) == 72);
 static_assert(sizeof(tycho_bootstrap) == 16);
 
 static_assert(offsetof(tycho_format_vtable, extension) == 8);
@@ -189,10 +200,10 @@ TEST(PluginAbi, LayoutIsStable) {
   EXPECT_EQ(int(TYCHO_ERR_ABI_MISMATCH), 5);
   EXPECT_EQ(int(TYCHO_ERR_NOT_FOUND), 2);
   EXPECT_EQ(std::string(TYCHO_PLUGIN_ENTRY_SYMBOL), "tycho_plugin_entry");
-  EXPECT_EQ(TYCHO_ABI_VERSION, (1u << 16) | 0u);
+  EXPECT_EQ(TYCHO_ABI_VERSION, (1u << 16) | 1u);
 #if UINTPTR_MAX == 0xffffffffffffffffu
-  EXPECT_EQ(sizeof(tycho_plugin_descriptor), 48u);
-  EXPECT_EQ(sizeof(tycho_component), 64u);
+  EXPECT_EQ(sizeof(tycho_plugin_descriptor), 56u);
+  EXPECT_EQ(sizeof(tycho_component), 80u);
   EXPECT_EQ(sizeof(tycho_host_api), 96u);
   EXPECT_EQ(offsetof(tycho_component, vtable), 56u);
   EXPECT_EQ(offsetof(tycho_plugin_descriptor, components), 40u);
@@ -301,7 +312,7 @@ TEST(PluginAbi, RefusesOtherMajorVersion) {
   EXPECT_FALSE(r->loaded);
   EXPECT_EQ(r->path, path);
   EXPECT_EQ(r->abi_version, (2u << 16) | 0u);
-  EXPECT_NE(r->refusal.find("built for tycho ABI 2.0, this host has ABI 1.0"), std::string::npos)
+  EXPECT_NE(r->refusal.find("built for tycho ABI 2.0, this host has ABI " + host_abi()), std::string::npos)
       << r->refusal;
   EXPECT_NE(r->refusal.find("major versions differ"), std::string::npos) << r->refusal;
   EXPECT_TRUE(r->components.empty());
@@ -323,10 +334,49 @@ TEST(PluginAbi, RefusesNewerMinorVersion) {
   ASSERT_NE(r, nullptr);
   EXPECT_FALSE(r->loaded);
   EXPECT_EQ(r->abi_version, (1u << 16) | 99u);
-  EXPECT_NE(r->refusal.find("built for tycho ABI 1.99, this host has ABI 1.0"), std::string::npos)
+  EXPECT_NE(r->refusal.find("built for tycho ABI 1.99, this host has ABI " + host_abi()), std::string::npos)
       << r->refusal;
   EXPECT_NE(r->refusal.find("newer than the host"), std::string::npos) << r->refusal;
   EXPECT_TRUE(reg.components().empty());
+}
+
+// Version negotiation: a plugin built against a newer minor (1.99) that requires only what this
+// host has (abi_version_required = 1.1) is loaded, its engine registered.
+TEST(PluginAbi, AcceptsNewerMinorThatRequiresNoMoreThanTheHost) {
+  const std::string path = test_plugin("abi_newer_minor_ok");
+  ASSERT_TRUE(fs::exists(path)) << path << " not built (tests/test_plugins.cmake)";
+  tycho::host::registry reg;
+  EXPECT_TRUE(reg.load_file(path));
+  const auto* r = report_for(reg, path);
+  ASSERT_NE(r, nullptr);
+  EXPECT_TRUE(r->loaded) << r->refusal;
+  EXPECT_EQ(r->abi_version, (1u << 16) | 99u);
+  EXPECT_NO_THROW(reg.find(TYCHO_COMPONENT_ENGINE, "abi_minor99_ok_engine"));
+}
+
+TEST(PluginAbi, NewerMinorRefusalNamesTheRequiredMinor) {
+  tycho::host::registry reg;
+  EXPECT_FALSE(reg.load_file(test_plugin("abi_newer_minor")));
+  ASSERT_EQ(reg.reports().size(), 1u);
+  EXPECT_NE(reg.reports()[0].refusal.find("the plugin is newer than the host and requires ABI 1.99: update tycho"),
+            std::string::npos)
+      << reg.reports()[0].refusal;
+}
+
+// The DLPack header a plugin was built with is checked at load: 0.5 (50) is refused.
+TEST(PluginAbi, RefusesAnotherDlpackLayout) {
+  const std::string path = test_plugin("abi_old_dlpack");
+  ASSERT_TRUE(fs::exists(path)) << path << " not built (tests/test_plugins.cmake)";
+  tycho::host::registry reg;
+  EXPECT_FALSE(reg.load_file(path));
+  const auto* r = report_for(reg, path);
+  ASSERT_NE(r, nullptr);
+  EXPECT_NE(r->refusal.find("built with dlpack.h version 50, this host accepts 60 (0.6) up to but not including 200"),
+            std::string::npos)
+      << r->refusal;
+  EXPECT_TRUE(reg.components().empty());
+  // The built-in plugins record the header they were built with.
+  static_assert(TYCHO_DLPACK_VERSION >= 60);
 }
 
 TEST(PluginAbi, RefusesLibraryWithoutEntrySymbol) {
@@ -379,7 +429,7 @@ TEST(PluginAbi, CliListsRefusals) {
                                     {"TYCHO_PLUGIN_PATH=" + test_plugin_dir()});
   ASSERT_TRUE(r.exited_with(0)) << r.describe();
   // The header, the folders searched (the test folder first), the built-ins and their components.
-  EXPECT_NE(r.out.find("(ABI 1.0)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(ABI " + host_abi() + ")"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("  " + test_plugin_dir() + "\n"), std::string::npos) << r.out;
   for (const char* line : {"source     emd", "engine     cpu", "loss       amplitude",
                            "optimizer  adam", "optimizer  sgd", "format     zip"})
@@ -398,7 +448,7 @@ TEST(PluginAbi, CliListsRefusals) {
     if (line.rfind("REFUSED ", 0) != 0 || line.find(major2) == std::string::npos) continue;
     ++refused_major2;
     EXPECT_EQ(line.rfind("REFUSED " + major2 + ": ", 0), 0u) << line;
-    EXPECT_NE(line.find("built for tycho ABI 2.0, this host has ABI 1.0"), std::string::npos) << line;
+    EXPECT_NE(line.find("built for tycho ABI 2.0, this host has ABI " + host_abi()), std::string::npos) << line;
   }
   EXPECT_EQ(refused_major2, 1) << r.out;
   // The other refusals of the folder are listed too; the refused engine is not.

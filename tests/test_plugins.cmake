@@ -26,8 +26,26 @@ target_compile_definitions(tycho_test_plugin_abi_newer_minor PRIVATE
   "TEST_PLUGIN_ABI_VERSION=((1u << 16) | 99u)" TEST_PLUGIN_NAME="abi_newer_minor"
   TEST_PLUGIN_ENGINE="abi_minor99_engine")
 
+# Built against "ABI 1.99" but requiring only 1.1: the host loads it (version negotiation).
+tycho_add_test_plugin(tycho_test_plugin_abi_newer_minor_ok tycho_plugin_abi_newer_minor_ok
+  ${CMAKE_CURRENT_SOURCE_DIR}/plugins/abi_version_plugin.cpp)
+target_compile_definitions(tycho_test_plugin_abi_newer_minor_ok PRIVATE
+  "TEST_PLUGIN_ABI_VERSION=((1u << 16) | 99u)" "TEST_PLUGIN_ABI_REQUIRED=((1u << 16) | 1u)"
+  TEST_PLUGIN_ACCEPTABLE TEST_PLUGIN_NAME="abi_newer_minor_ok" TEST_PLUGIN_ENGINE="abi_minor99_ok_engine")
+
+# Claims dlpack.h 0.5 (DLPACK_VERSION 50): refused at load.
+tycho_add_test_plugin(tycho_test_plugin_abi_old_dlpack tycho_plugin_abi_old_dlpack
+  ${CMAKE_CURRENT_SOURCE_DIR}/plugins/abi_version_plugin.cpp)
+target_compile_definitions(tycho_test_plugin_abi_old_dlpack PRIVATE
+  "TEST_PLUGIN_ABI_VERSION=((1u << 16) | 1u)" TEST_PLUGIN_DLPACK=50u
+  TEST_PLUGIN_NAME="abi_old_dlpack" TEST_PLUGIN_ENGINE="old_dlpack_engine")
+
 tycho_add_test_plugin(tycho_test_plugin_no_entry tycho_plugin_no_entry
   ${CMAKE_CURRENT_SOURCE_DIR}/plugins/no_entry_plugin.cpp)
+
+# A third-party engine that only describes its memory (plan_memory): `tycho plan` with it.
+tycho_add_test_plugin(tycho_test_plugin_planned_engine tycho_plugin_planned_engine
+  ${CMAKE_CURRENT_SOURCE_DIR}/plugins/planned_engine_plugin.cpp)
 
 target_compile_definitions(tycho_tests PRIVATE TYCHO_TEST_PLUGIN_DIR="${TYCHO_TEST_PLUGIN_DIR}")
 

@@ -17,6 +17,26 @@
 #include <dlpack/dlpack.h>
 
 #include "tycho_host_api.h"
+
+/* The DLPack header the ABI was compiled against, as one number: 60 for dlpack.h 0.6 (its
+ * DLPACK_VERSION), 100 for 1.0 (DLPACK_MAJOR_VERSION.DLPACK_MINOR_VERSION). DLTensor and
+ * DLManagedTensor, the only DLPack types that cross the ABI, have one layout from 0.6 on; an
+ * older header (kDLGPU, no byte_offset guarantees) is refused at compile time here, and a
+ * plugin records its header's version (tycho_plugin_descriptor::dlpack_version, ABI 1.1) for
+ * the host to check at load. */
+#if defined(DLPACK_MAJOR_VERSION)
+#define TYCHO_DLPACK_VERSION (DLPACK_MAJOR_VERSION * 100 + DLPACK_MINOR_VERSION * 10)
+#elif defined(DLPACK_VERSION)
+#define TYCHO_DLPACK_VERSION DLPACK_VERSION
+#else
+#error "tycho: dlpack.h defines no version: tycho needs DLPack 0.6 or newer (libdlpack-dev)"
+#endif
+#if TYCHO_DLPACK_VERSION < 60 || TYCHO_DLPACK_VERSION >= 200
+#error "tycho: needs dlpack.h 0.6 to 1.x (DLTensor with kDLCUDA and byte_offset)"
+#endif
+/* The DLPack versions a host accepts from a plugin: same DLTensor layout. */
+#define TYCHO_DLPACK_VERSION_MIN 60
+#define TYCHO_DLPACK_VERSION_END 200
 #include "tycho_status.h"
 
 #ifdef __cplusplus
@@ -61,7 +81,7 @@ typedef struct tycho_source_vtable {
    * a host float32 tensor of shape (count, Qx, Qy), C-contiguous, as stored (still centred). */
   tycho_status (*read)(tycho_source* src, int64_t first, int64_t count, DLTensor* dst);
   void (*close)(tycho_source* src);
-  /* ---- appended: positions listed by the data set (CXI translations, a positions dataset).
+  /* ---- appended (in ABI 1.0, before its release): positions listed by the data set (CXI translations, a positions dataset).
    * Fills `dst`, a host float64 tensor (P, 2), C-contiguous, P = scan_shape[0] * scan_shape[1],
    * with each pattern's probe position in Å, in scan order: column 0 along the Rx axis (object
    * axis 0), column 1 along Ry (object axis 1), measured from any fixed origin (only differences
@@ -98,11 +118,65 @@ typedef struct tycho_loss_vtable {
   void (*destroy)(tycho_loss* loss);
 } tycho_loss_vtable;
 
-/* A loss instance bound to its vtable, as handed to an engine. */
+/* A loss instance bound to its vtable, as handed to an engine. Frozen at its ABI 1.0 layout:
+ * it is embedded by value in tycho_engine_setup, so it can never grow. What a later minor adds
+ * to the binding goes into tycho_loss_ref (sized, passed by pointer). */
 typedef struct tycho_loss_binding {
   const tycho_loss_vtable* vtable;
   tycho_loss* instance;
 } tycho_loss_binding;
+
+/* ---- added in ABI 1.1: the same binding with a size, reached through a pointer
+ * (tycho_engine_setup::loss_ref) so it can grow: append-only, read struct_size first. */
+typedef struct tycho_loss_ref {
+  uint32_t struct_size;
+  const tycho_loss_vtable* vtable;
+  tycho_loss* instance;
+} tycho_loss_ref;
+
+/* ---------------------------------------------------------------- memory planning */
+
+/* ---- added in ABI 1.1. The memory problem of a run, as the host (`tycho plan`, the session's
+ * check before anything is allocated) hands it to an engine's plan_memory. Counts in elements,
+ * sizes in bytes. Append-only: read struct_size before a field a later minor adds. */
+typedef struct tycho_memory_problem {
+  uint32_t struct_size;
+  int64_t patterns;                /* P, all devices together */
+  int64_t window[2];               /* (N0, N1), the engine's window after any detector padding */
+  int64_t target_bytes;            /* bytes per target pixel as the host hands them (4: float32) */
+  int64_t object_shape[2];         /* (H, W) object pixels */
+  int64_t slices;                  /* S */
+  int64_t probe_modes;             /* K */
+  int64_t batch_size;              /* B, global (split over the devices) */
+  int64_t devices;                 /* W: devices (or processes) sharing the patterns */
+  int64_t threads;                 /* [reconstruct] threads when given (> 0), else the host's default */
+  int64_t complex_bytes;           /* 8: complex64, 16: complex128 ([reconstruct] precision) */
+  int64_t object_optimizer_arrays; /* state arrays per object element (the optimizer's state_arrays) */
+  int64_t probe_optimizer_arrays;  /* the same for the probe */
+} tycho_memory_problem;
+
+/* One term of a memory report: bytes per device and how they were counted. */
+#define TYCHO_MEMORY_TERM_NAME_MAX 32
+#define TYCHO_MEMORY_TERM_FORMULA_MAX 224
+typedef struct tycho_memory_term {
+  char name[TYCHO_MEMORY_TERM_NAME_MAX];       /* "targets", "object", ...; NUL-terminated */
+  uint64_t bytes;                              /* per device */
+  char formula[TYCHO_MEMORY_TERM_FORMULA_MAX]; /* "768 patterns · 96·96 px · 4 B"; NUL-terminated */
+} tycho_memory_term;
+
+/* Bits of tycho_memory_report::flags: how the planner may look for a run that fits. */
+#define TYCHO_MEMORY_ON_DEVICE 1u     /* the terms live in device memory (compared with the device's;
+                                       * the host keeps a staging copy of the targets) */
+#define TYCHO_MEMORY_BATCH_SCALES 2u  /* the terms grow with the per-device batch (a smaller batch fits) */
+#define TYCHO_MEMORY_THREADS_SCALE 4u /* the terms grow with the threads (fewer threads fit) */
+
+#define TYCHO_MEMORY_TERMS_MAX 16
+typedef struct tycho_memory_report {
+  uint32_t struct_size;  /* set by the host */
+  uint32_t flags;        /* TYCHO_MEMORY_* */
+  int64_t n_terms;       /* 0 < n_terms <= TYCHO_MEMORY_TERMS_MAX, without a total (the host sums) */
+  tycho_memory_term terms[TYCHO_MEMORY_TERMS_MAX];
+} tycho_memory_report;
 
 /* ---------------------------------------------------------------- engine */
 
@@ -128,9 +202,12 @@ typedef struct tycho_engine_setup {
    * hands complex64 on a fresh run and the saved arrays' dtype on a resumed one. */
   const DLTensor* object_init;    /* (slices, H, W) */
   const DLTensor* probe_init;     /* (modes, N0, N1), centred in its window */
-  tycho_loss_binding loss;
+  tycho_loss_binding loss;        /* frozen 1.0 layout; the same as *loss_ref */
   int32_t num_threads;            /* 0: all hardware threads */
   DLDevice device;
+  /* ---- appended in ABI 1.1 */
+  const tycho_loss_ref* loss_ref; /* the loss binding with a size (the same vtable and instance
+                                   * as `loss`), valid as long as the setup */
 } tycho_engine_setup;
 
 /* Tensors an engine exposes as views on its own memory (valid until the next call). Object,
@@ -169,6 +246,15 @@ typedef struct tycho_engine_vtable {
    * then leaves its loss_sum untouched), so the driver synchronises once per iteration, not
    * per batch. NULL for host engines, whose compute_batch adds to loss_sum directly. */
   tycho_status (*collect_loss)(tycho_engine* eng, double* loss_sum);
+  /* ---- appended in ABI 1.1: the engine describes its memory, so the host plans any engine
+   * (`tycho plan`, the session's check) without knowing it by name. Fills `out` (the host has
+   * set out->struct_size) with the bytes per device this engine would allocate for `problem`,
+   * term by term, from the shapes alone: nothing is allocated, no device is touched. `cfg` is
+   * the [reconstruct] table. Pure and thread-safe: the planner calls it many times (with more
+   * devices, a smaller batch, fewer threads, a binned detector) to find what would fit.
+   * NULL (or a vtable of ABI 1.0): the engine cannot be planned and `tycho plan` says so. */
+  tycho_status (*plan_memory)(const tycho_config* cfg, const tycho_memory_problem* problem,
+                              tycho_memory_report* out);
 } tycho_engine_vtable;
 
 /* ---------------------------------------------------------------- optimizer */
@@ -194,7 +280,7 @@ typedef struct tycho_optimizer_vtable {
   tycho_status (*step)(tycho_optimizer* opt, DLTensor* param, const DLTensor* grad,
                        const tycho_step_info* info, void* stream);
   void (*destroy)(tycho_optimizer* opt);
-  /* ---- appended: the optimizer's state, so that a saved run resumes bit for bit
+  /* ---- appended (in ABI 1.0, before its release): the optimizer's state, so that a saved run resumes bit for bit
    * (`tycho reconstruct --from`). A host reads these only when struct_size covers them; an
    * optimizer without state may leave them NULL (it then resumes as created).
    * The state is `state_count` arrays (Adam: "m", "v"; SGD: "velocity"), each with the shape
@@ -213,6 +299,11 @@ typedef struct tycho_optimizer_vtable {
    * before later work on any stream. */
   tycho_status (*set_state)(tycho_optimizer* opt, int64_t i, const DLTensor* host_values, int64_t steps);
   int64_t (*step_count)(tycho_optimizer* opt);
+  /* ---- appended in ABI 1.1: the arrays of state the optimizer keeps per element of a
+   * parameter (Adam 2: m and v; SGD 1: the velocity), for the parameter's table `cfg`, before
+   * any optimizer exists: what the memory planner counts. Thread-safe, no side effects.
+   * NULL (or a vtable of ABI 1.0): counted as 2. */
+  int64_t (*state_arrays)(const tycho_config* cfg);
 } tycho_optimizer_vtable;
 
 /* ---------------------------------------------------------------- reducer */
@@ -225,10 +316,21 @@ typedef struct tycho_reducer tycho_reducer;
  * memory between the threads of one process. `broadcast` blocks until every rank has called it
  * with the same `bytes`; on return every rank's `data` holds the root's bytes. It fails (never
  * hangs) after the run's timeout. */
+/* Frozen at its ABI 1.0 layout (embedded by value in tycho_reducer_setup, so it can never
+ * grow); what a later minor adds goes into tycho_bootstrap_ref. `broadcast` is called by one
+ * thread per rank at a time; it is safe to call from any thread. */
 typedef struct tycho_bootstrap {
   void* context;
   tycho_status (*broadcast)(void* context, void* data, size_t bytes, int32_t root);
 } tycho_bootstrap;
+
+/* ---- added in ABI 1.1: the same channel with a size, reached through a pointer
+ * (tycho_reducer_setup::bootstrap_ref) so it can grow: append-only, read struct_size first. */
+typedef struct tycho_bootstrap_ref {
+  uint32_t struct_size;
+  void* context;
+  tycho_status (*broadcast)(void* context, void* data, size_t bytes, int32_t root);
+} tycho_bootstrap_ref;
 
 /* What the host hands a reducer's create. Append-only. */
 typedef struct tycho_reducer_setup {
@@ -238,10 +340,13 @@ typedef struct tycho_reducer_setup {
   int32_t world_size;           /*   -1 when unknown: a reducer that finds them itself (MPI) */
   int32_t local_rank;           /* rank among the ranks on this node, -1 when unknown */
   DLDevice device;              /* where the tensors to reduce live: the engine's device */
-  tycho_bootstrap bootstrap;    /* broadcast NULL when there is none */
+  tycho_bootstrap bootstrap;    /* broadcast NULL when there is none; frozen 1.0 layout */
   /* Bring your own communicator: an MPI_Comm* for "mpi", an ncclComm_t* for "nccl", made by the
    * caller, who keeps it (destroy does not free it). NULL: the reducer makes and frees its own. */
   void* communicator;
+  /* ---- appended in ABI 1.1 */
+  const tycho_bootstrap_ref* bootstrap_ref; /* `bootstrap` with a size (the same context and
+                                             * function); valid during create */
 } tycho_reducer_setup;
 
 /* Collectives across the ranks of a data-parallel run (one rank per engine). Every rank calls

@@ -2,19 +2,32 @@
  *
  * Rules (as for NCCL's net plugins and Vulkan's loader):
  *  - A MAJOR change breaks binary compatibility: the host refuses plugins of any other major.
- *  - A MINOR change only appends fields to structs or functions to vtables. The host accepts a
- *    plugin whose minor is <= its own and checks `struct_size` before reading appended fields;
- *    it refuses a plugin built against a newer minor than the host knows.
+ *  - A MINOR change only appends fields to structs or functions to vtables; every appended
+ *    block carries a comment naming the minor that added it ("appended in ABI 1.1"). The host
+ *    accepts a plugin whose minor is <= its own and checks `struct_size` before reading
+ *    appended fields. A plugin built against a newer minor is accepted when the minor it
+ *    requires (tycho_plugin_descriptor::abi_version_required, from ABI 1.1) is <= the host's,
+ *    and refused otherwise.
  */
 #ifndef TYCHO_VERSION_H
 #define TYCHO_VERSION_H
 
 #define TYCHO_ABI_VERSION_MAJOR 1
-#define TYCHO_ABI_VERSION_MINOR 0
+#define TYCHO_ABI_VERSION_MINOR 1
 /* Packed as (major << 16) | minor, the form every descriptor carries. */
 #define TYCHO_ABI_VERSION ((TYCHO_ABI_VERSION_MAJOR << 16) | TYCHO_ABI_VERSION_MINOR)
 #define TYCHO_ABI_MAJOR_OF(v) ((unsigned)(v) >> 16)
 #define TYCHO_ABI_MINOR_OF(v) ((unsigned)(v) & 0xffffu)
+
+/* History of the minors:
+ *   1.0  the first ABI.
+ *   1.1  plugins state the minor they require and their DLPack version (descriptor);
+ *        sized, growable tycho_loss_ref and tycho_bootstrap_ref beside the frozen by-value
+ *        tycho_loss_binding and tycho_bootstrap; engines describe their memory
+ *        (tycho_engine_vtable::plan_memory), optimizers their state
+ *        (tycho_optimizer_vtable::state_arrays), components may be plan-only
+ *        (tycho_component::flags) and declare their keys' types, defaults and docs
+ *        (tycho_component::settings, tycho_setting). */
 
 /* Release version of the tycho runtime (not the ABI). */
 #define TYCHO_VERSION_STRING "0.1.0"

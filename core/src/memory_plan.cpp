@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 
 namespace tycho {
@@ -95,8 +96,25 @@ const char* memory_model_name(memory_model m) {
     case memory_model::cpu: return "cpu";
     case memory_model::cuda: return "cuda";
     case memory_model::host_staging: return "host";
+    case memory_model::reported: return "reported";
   }
   return "?";
+}
+
+bool memory_on_device(const memory_problem& p) {
+  return p.model == memory_model::cuda || (p.model == memory_model::reported && p.reporter && p.reporter->on_device);
+}
+bool memory_scales_with_batch(const memory_problem& p) {
+  return p.model == memory_model::cuda ||
+         (p.model == memory_model::reported && p.reporter && p.reporter->batch_scales);
+}
+bool memory_scales_with_threads(const memory_problem& p) {
+  return p.model == memory_model::cpu ||
+         (p.model == memory_model::reported && p.reporter && p.reporter->threads_scale);
+}
+std::string memory_plan_name(const memory_problem& p) {
+  if (p.model == memory_model::reported && p.reporter) return p.reporter->name;
+  return memory_model_name(p.model);
 }
 
 const memory_term& memory_plan::term(const std::string& name) const {
@@ -107,6 +125,16 @@ const memory_term& memory_plan::term(const std::string& name) const {
 
 std::vector<memory_term> memory_terms(const memory_problem& p) {
   check(p);
+  if (p.model == memory_model::reported) {
+    if (!p.reporter || !p.reporter->terms)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "memory plan: the reported model has no engine to report");
+    std::vector<memory_term> t = p.reporter->terms(p);
+    if (t.empty()) fail(TYCHO_ERR_BAD_DATA, "memory plan: engine '", p.reporter->name, "' reported no terms");
+    uint64_t total = 0;
+    for (const auto& x : t) total = add(total, x.bytes);
+    t.push_back({"total", total, ""});
+    return t;
+  }
   const uint64_t c = u(p.complex_bytes), real = c / 2;
   const uint64_t n0 = u(p.window[0]), n1 = u(p.window[1]), m = mul(n0, n1);
   const uint64_t k = u(p.probe_modes), s = u(p.slices);
@@ -191,7 +219,8 @@ memory_plan plan_memory(const memory_problem& p, uint64_t capacity) {
     return plan;
   }
 
-  const bool cuda = p.model == memory_model::cuda, cpu = p.model == memory_model::cpu;
+  const bool cuda = memory_scales_with_batch(p), cpu = memory_scales_with_threads(p);
+  const bool on_device = memory_on_device(p);
   // The batch (cuda): transients and FFT workspace grow with the per-device batch.
   if (cuda) {
     const int64_t per_device = largest_fitting(ceil_div(p.batch_size, p.devices), [&](int64_t b) {
@@ -239,7 +268,7 @@ memory_plan plan_memory(const memory_problem& p, uint64_t capacity) {
     q.devices = plan.devices_to_fit;
     plan.remedies.push_back(cat("more devices: ", plan.devices_to_fit, " would fit (",
                                 human_bytes(memory_total(q)), " per device)",
-                                cpu ? ", as processes with their own memory (MPI ranks on other nodes)" : ""));
+                                on_device ? "" : ", as processes with their own memory (MPI ranks on other nodes)"));
   } else if (p.model == memory_model::host_staging) {
     plan.remedies.push_back("more devices would not help: the host reads every pattern");
   } else {
@@ -249,7 +278,7 @@ memory_plan plan_memory(const memory_problem& p, uint64_t capacity) {
                                 " each (every device holds the object, probe, gradients, optimizer state",
                                 cpu ? " and the threads' buffers" : "", " in full)"));
   }
-  if (cuda) {
+  if (on_device) {
     const uint64_t without = plan.total - plan.term("targets").bytes;
     plan.remedies.push_back(cat("host-resident targets (target_residency = \"host\", streamed per batch) would "
                                 "free the targets' ", human_bytes(plan.term("targets").bytes), " per device",
@@ -274,7 +303,8 @@ memory_plan plan_memory(const memory_problem& p, uint64_t capacity) {
       q.threads = plan.threads_to_fit;
       plan.remedies.push_back(cat("fewer engine threads: [reconstruct] threads = ", plan.threads_to_fit,
                                   " would fit (", human_bytes(memory_total(q)),
-                                  "; the batch size does not change the cpu engine's memory)"));
+                                  "; the batch size does not change the ", memory_plan_name(p),
+                                  " engine's memory)"));
     } else {
       memory_problem q = p;
       q.threads = 1;
@@ -283,6 +313,84 @@ memory_plan plan_memory(const memory_problem& p, uint64_t capacity) {
     }
   }
   return plan;
+}
+
+tycho_memory_problem to_abi(const memory_problem& p) {
+  tycho_memory_problem a{};
+  a.struct_size = sizeof a;
+  a.patterns = p.patterns;
+  a.window[0] = p.window[0];
+  a.window[1] = p.window[1];
+  a.target_bytes = p.target_bytes;
+  a.object_shape[0] = p.object_shape[0];
+  a.object_shape[1] = p.object_shape[1];
+  a.slices = p.slices;
+  a.probe_modes = p.probe_modes;
+  a.batch_size = p.batch_size;
+  a.devices = p.devices;
+  a.threads = p.threads;
+  a.complex_bytes = p.complex_bytes;
+  a.object_optimizer_arrays = p.object_optimizer_arrays;
+  a.probe_optimizer_arrays = p.probe_optimizer_arrays;
+  return a;
+}
+
+memory_problem from_abi(const tycho_memory_problem& a, memory_model model) {
+  if (a.struct_size < sizeof(tycho_memory_problem))
+    fail(TYCHO_ERR_ABI_MISMATCH, "memory plan: the problem struct is ", a.struct_size, " bytes, expected ",
+         sizeof(tycho_memory_problem));
+  memory_problem p;
+  p.model = model;
+  p.patterns = a.patterns;
+  p.window[0] = a.window[0];
+  p.window[1] = a.window[1];
+  p.target_bytes = a.target_bytes;
+  p.object_shape[0] = a.object_shape[0];
+  p.object_shape[1] = a.object_shape[1];
+  p.slices = a.slices;
+  p.probe_modes = a.probe_modes;
+  p.batch_size = a.batch_size;
+  p.devices = a.devices;
+  p.threads = a.threads;
+  p.complex_bytes = a.complex_bytes;
+  p.object_optimizer_arrays = a.object_optimizer_arrays;
+  p.probe_optimizer_arrays = a.probe_optimizer_arrays;
+  return p;
+}
+
+void to_abi(const std::vector<memory_term>& terms, uint32_t flags, tycho_memory_report* out) {
+  if (out == nullptr || out->struct_size < sizeof(tycho_memory_report))
+    fail(TYCHO_ERR_ABI_MISMATCH, "memory plan: the report struct is too small");
+  if (terms.size() > TYCHO_MEMORY_TERMS_MAX)
+    fail(TYCHO_ERR_INTERNAL, "memory plan: ", terms.size(), " terms, the ABI carries ", TYCHO_MEMORY_TERMS_MAX);
+  out->flags = flags;
+  out->n_terms = int64_t(terms.size());
+  for (std::size_t i = 0; i < terms.size(); ++i) {
+    tycho_memory_term& t = out->terms[i];
+    std::snprintf(t.name, sizeof t.name, "%s", terms[i].name.c_str());
+    std::snprintf(t.formula, sizeof t.formula, "%s", terms[i].formula.c_str());
+    t.bytes = terms[i].bytes;
+  }
+}
+
+std::vector<memory_term> from_abi(const tycho_memory_report& r, const std::string& engine) {
+  if (r.n_terms < 1 || r.n_terms > TYCHO_MEMORY_TERMS_MAX)
+    fail(TYCHO_ERR_BAD_DATA, "memory plan: engine '", engine, "' reported ", r.n_terms, " terms, expected 1 to ",
+         TYCHO_MEMORY_TERMS_MAX);
+  std::vector<memory_term> terms;
+  for (int64_t i = 0; i < r.n_terms; ++i) {
+    const tycho_memory_term& t = r.terms[i];
+    // Bounded reads: a plugin that forgot the terminator gets its text cut, not a crash.
+    terms.push_back({std::string(t.name, strnlen(t.name, sizeof t.name)), t.bytes,
+                     std::string(t.formula, strnlen(t.formula, sizeof t.formula))});
+    if (terms.back().name.empty()) fail(TYCHO_ERR_BAD_DATA, "memory plan: engine '", engine, "' reported a term without a name");
+  }
+  return terms;
+}
+
+uint32_t memory_flags(const memory_problem& p) {
+  return (memory_on_device(p) ? TYCHO_MEMORY_ON_DEVICE : 0u) | (memory_scales_with_batch(p) ? TYCHO_MEMORY_BATCH_SCALES : 0u) |
+         (memory_scales_with_threads(p) ? TYCHO_MEMORY_THREADS_SCALE : 0u);
 }
 
 std::string human_bytes(uint64_t bytes) {
@@ -300,8 +408,8 @@ std::string human_bytes(uint64_t bytes) {
 }
 
 std::string memory_plan_summary(const memory_plan& plan) {
-  std::string where = plan.problem.model == memory_model::cuda ? "per device" : "";
-  std::string s = cat("the ", memory_model_name(plan.problem.model), " plan needs ", human_bytes(plan.total),
+  std::string where = memory_on_device(plan.problem) ? "per device" : "";
+  std::string s = cat("the ", memory_plan_name(plan.problem), " plan needs ", human_bytes(plan.total),
                       where.empty() ? "" : " ", where);
   if (plan.capacity == 0) return s + " (memory not known: not compared)";
   s += cat(", ", human_bytes(plan.capacity), " available: ");
@@ -331,7 +439,7 @@ std::string memory_plan_table(const memory_plan& plan) {
   out += line;
   if (plan.capacity > 0) {
     std::snprintf(line, sizeof line, "%-16s %18llu %12s  (%.1f %% used)\n",
-                  plan.problem.model == memory_model::cuda ? "device memory" : "host memory", (unsigned long long)plan.capacity,
+                  memory_on_device(plan.problem) ? "device memory" : "host memory", (unsigned long long)plan.capacity,
                   human_bytes(plan.capacity).c_str(), 100.0 * double(plan.total) / double(plan.capacity));
     out += line;
   }

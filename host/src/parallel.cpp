@@ -18,14 +18,45 @@
 #include "bootstrap_channels.hpp"
 #include "config_read.hpp"
 #include "tycho/host/log.hpp"
+#include "config_defaults.hpp"
+#include "settings_read.hpp"
 
 namespace tycho::host {
 
 namespace {
 bool runs_on_host(const component_ref& engine) { return (engine.devices & TYCHO_DEVICE_BIT(kDLCPU)) != 0; }
 
+// The installed reducers that sum tensors of `type` (their tycho_component::devices), in load
+// order: how a reducer is chosen, by what it can do rather than by its name.
+std::vector<std::string> reducers_for(const registry& reg, DLDeviceType type) {
+  std::vector<std::string> out;
+  for (const auto& c : reg.components())
+    if (c.kind == TYCHO_COMPONENT_REDUCER && (c.devices & TYCHO_DEVICE_BIT(type)) != 0) out.push_back(c.name);
+  return out;
+}
+
+std::string memory_kind(DLDeviceType type) { return type == kDLCPU ? "host memory" : "GPU memory"; }
+
+std::string listed(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "\"" : ", \"") + n + "\"";
+  return s.empty() ? "none" : s;
+}
+
+// [parallel] reducer = "auto": the first installed reducer that sums tensors where the engine
+// keeps them; an error naming what is installed when none does.
+std::string reducer_for_device(const registry& reg, DLDeviceType type, const std::string& engine,
+                               const std::string& why) {
+  const auto fit = reducers_for(reg, type);
+  if (fit.empty())
+    fail(TYCHO_ERR_NOT_FOUND, why, " needs a reducer that sums tensors in ", memory_kind(type), " (engine \"", engine,
+         "\"), but no installed reducer does (installed reducers: ", listed(reg.names(TYCHO_COMPONENT_REDUCER)),
+         "; `tycho plugins` lists them, docs/scaling.md says which build options provide them)");
+  return fit.front();
+}
+
 std::string engine_name_of(const config_document& doc) {
-  return read_key<std::string>(doc.table_at("reconstruct"), "engine", "reconstruct").value_or("cpu");
+  return *setting_value<std::string>(doc.table_at("reconstruct"), "reconstruct", "engine");
 }
 }  // namespace
 
@@ -50,8 +81,8 @@ DLDevice rank_device(const config_document& doc, const component_ref& engine, co
   if (runs_on_host(engine)) {
     if (has_devices)
       fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] devices asks for GPUs but engine = \"", engine.name,
-           "\" computes on the host; use engine = \"cuda\" for GPUs, or remove devices (a CPU run uses [reconstruct] "
-           "threads)");
+           "\" computes on the host; use an engine that computes on GPUs (`tycho plugins` lists each engine's "
+           "devices), or remove devices (a CPU run uses [reconstruct] threads)");
     return DLDevice{kDLCPU, 0};
   }
   if (!launch.multi_process()) return DLDevice{kDLCUDA, int32_t(ids.front())};
@@ -82,7 +113,8 @@ struct parallel_context::impl {
   tycho_reducer* red = nullptr;
   bool host_reducer = true;  // its tensors live in host memory: it also carries host messages
   tycho_bootstrap bootstrap{};
-  // What backs `bootstrap` for a GPU reducer: a channel of its own, or an mpi reducer on the host.
+  tycho_bootstrap_ref bootstrap_ref{};  // the same, sized (tycho_reducer_setup::bootstrap_ref)
+  // What backs `bootstrap` for a GPU reducer: a channel of its own, or a host reducer.
   std::unique_ptr<bootstrap_channel> channel;
   const tycho_reducer_vtable* host_vt = nullptr;
   tycho_reducer* host_red = nullptr;
@@ -189,7 +221,7 @@ struct parallel_context::impl {
     }
   }
 
-  // The bootstrap over an mpi reducer's host broadcast (mpirun launching a GPU run).
+  // The bootstrap over a host reducer's broadcast (mpirun launching a GPU run).
   static tycho_status mpi_broadcast(void* context, void* data, size_t bytes, int32_t root) {
     auto* self = static_cast<impl*>(context);
     int64_t shape[1] = {int64_t(bytes)};
@@ -209,12 +241,14 @@ tycho_reducer_setup reducer_setup(parallel_context::impl& p, const config_docume
   setup.rank = setup.world_size = setup.local_rank = -1;
   setup.device = device;
   setup.bootstrap = p.bootstrap;
+  p.bootstrap_ref = tycho_bootstrap_ref{sizeof(tycho_bootstrap_ref), p.bootstrap.context, p.bootstrap.broadcast};
+  setup.bootstrap_ref = &p.bootstrap_ref;
   return setup;
 }
 
 // [parallel] timeout_s: finite, at least a second (the watchdog looks twice a second).
 double read_timeout(const toml::table& par_t) {
-  const double t = read_key<double>(par_t, "timeout_s", "parallel").value_or(600.0);
+  const double t = *setting_value<double>(par_t, "parallel", "timeout_s");
   if (!(t >= 1.0 && t < 1e9))
     fail(TYCHO_ERR_INVALID_ARGUMENT, "[parallel] timeout_s must be a number of seconds from 1 to 1e9, got ", t,
          " (a run must never wait forever)");
@@ -223,27 +257,30 @@ double read_timeout(const toml::table& par_t) {
 
 // The rendezvous keys are checked in every run, not only in the GPU runs that use them.
 void check_rendezvous_keys(const toml::table& par_t) {
-  const std::string how = read_key<std::string>(par_t, "rendezvous", "parallel").value_or("auto");
-  if (how != "auto" && how != "mpi" && how != "tcp" && how != "file")
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "[parallel] rendezvous must be \"auto\", \"mpi\", \"tcp\" or \"file\", got \"", how, "\"");
+  const std::string how = *setting_value<std::string>(par_t, "parallel", "rendezvous");
+  if (how != "auto" && how != defaults::rendezvous_host_reducer && how != "tcp" && how != "file")
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[parallel] rendezvous must be \"auto\", \"", defaults::rendezvous_host_reducer,
+         "\", \"tcp\" or \"file\", got \"", how, "\"");
   if (auto port = read_key<int64_t>(par_t, "rendezvous_port", "parallel"); port && (*port <= 0 || *port > 65535))
     fail(TYCHO_ERR_INVALID_ARGUMENT, "[parallel] rendezvous_port must be in 1..65535, got ", *port);
   read_key<std::string>(par_t, "rendezvous_file", "parallel");
 }
 
 // How the ranks of a GPU run meet before NCCL has a communicator ([parallel] rendezvous):
-// "mpi" (under mpirun, through an mpi reducer on the host), "tcp" (rank 0 listens on
+// defaults::rendezvous_host_reducer (under mpirun, through a reducer of host memory), "tcp" (rank 0 listens on
 // MASTER_ADDR:rendezvous_port), "file" (a path every rank sees); "auto" takes the first of
 // these the launch allows.
 void make_rendezvous(const config_document& doc, const registry& reg, const launch_environment& launch,
                      double timeout_s, parallel_context::impl& p) {
   const toml::table& par_t = doc.table_at("parallel");
-  std::string how = read_key<std::string>(par_t, "rendezvous", "parallel").value_or("auto");
-  const auto reducers = reg.names(TYCHO_COMPONENT_REDUCER);
-  const bool have_mpi = std::find(reducers.begin(), reducers.end(), "mpi") != reducers.end();
+  std::string how = *setting_value<std::string>(par_t, "parallel", "rendezvous");
+  // Under mpirun a host reducer (one that sums host memory) carries the bootstrap bytes.
+  const auto host_reducers = reducers_for(reg, kDLCPU);
+  const bool have_host_reducer = !host_reducers.empty();
+  const std::string through_host_reducer = defaults::rendezvous_host_reducer;
   const auto file = read_key<std::string>(par_t, "rendezvous_file", "parallel");
   if (how == "auto") {
-    if (launch.launcher == "mpirun" && have_mpi) how = "mpi";
+    if (launch.launcher == "mpirun" && have_host_reducer) how = through_host_reducer;
     else if (!launch.master_addr.empty() && !launch.master_port.empty()) how = "tcp";
     else if (file) how = "file";
     else
@@ -251,15 +288,17 @@ void make_rendezvous(const config_document& doc, const registry& reg, const laun
            ") needs a rendezvous for NCCL: launch with mpirun, or set MASTER_ADDR and MASTER_PORT (torchrun sets ",
            "them; in a SLURM batch script export them), or set [parallel] rendezvous_file to a path every rank sees");
   }
-  if (how == "mpi") {
-    if (!have_mpi) fail(TYCHO_ERR_NOT_FOUND, "[parallel] rendezvous = \"mpi\": the mpi reducer is not installed");
-    const component_ref& ref = reg.find(TYCHO_COMPONENT_REDUCER, "mpi");
+  if (how == through_host_reducer) {
+    if (!have_host_reducer)
+      fail(TYCHO_ERR_NOT_FOUND, "[parallel] rendezvous = \"", how, "\": no installed reducer sums host memory (installed: ",
+           listed(reg.names(TYCHO_COMPONENT_REDUCER)), ")");
+    const component_ref& ref = reg.find(TYCHO_COMPONENT_REDUCER, host_reducers.front());
     tycho_reducer_setup setup = reducer_setup(p, doc, DLDevice{kDLCPU, 0});
     setup.rank = launch.rank;
     setup.world_size = launch.world_size;
     setup.local_rank = launch.local_rank;
     p.host_vt = ref.as<tycho_reducer_vtable>();
-    check_status(p.host_vt->create(&setup, &p.host_red), "rendezvous through the mpi reducer");
+    check_status(p.host_vt->create(&setup, &p.host_red), cat("rendezvous through the ", ref.name, " reducer"));
     p.bootstrap = tycho_bootstrap{&p, &parallel_context::impl::mpi_broadcast};
   } else if (how == "tcp") {
     if (launch.master_addr.empty() || launch.master_port.empty())
@@ -280,7 +319,8 @@ void make_rendezvous(const config_document& doc, const registry& reg, const laun
     p.channel = std::make_unique<file_channel>(launch.rank, launch.world_size, *rendezvous_file(doc), timeout_s);
     p.bootstrap = p.channel->bootstrap();
   } else {
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "[parallel] rendezvous must be \"auto\", \"mpi\", \"tcp\" or \"file\", got \"", how, "\"");
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[parallel] rendezvous must be \"auto\", \"", defaults::rendezvous_host_reducer,
+         "\", \"tcp\" or \"file\", got \"", how, "\"");
   }
 }
 }  // namespace
@@ -296,9 +336,9 @@ parallel_context::~parallel_context() = default;
 
 void parallel_context::read_settings(const toml::table& par_t) {
   timeout_s_ = p_->timeout_s = read_timeout(par_t);
-  sharding_ = shard::parse(read_key<std::string>(par_t, "sharding", "parallel").value_or("patterns"),
+  sharding_ = shard::parse(*setting_value<std::string>(par_t, "parallel", "sharding"),
                            "[parallel] sharding");
-  const std::string on_error = read_key<std::string>(par_t, "on_error", "parallel").value_or("abort");
+  const std::string on_error = *setting_value<std::string>(par_t, "parallel", "on_error");
   if (on_error != "abort" && on_error != "return")
     fail(TYCHO_ERR_INVALID_ARGUMENT, "[parallel] on_error must be \"abort\" or \"return\", got \"", on_error, "\"");
   abort_on_error_ = on_error == "abort";
@@ -319,14 +359,18 @@ std::unique_ptr<parallel_context> parallel_context::create(const config_document
          " devices: one session runs on one device; `tycho reconstruct` runs one thread per device, or launch one "
          "rank per device (mpirun -np ", devices.size(), ", srun, torchrun)");
 
-  std::string reducer = read_key<std::string>(par_t, "reducer", "parallel").value_or("auto");
+  std::string reducer = *setting_value<std::string>(par_t, "parallel", "reducer");
   const bool multi = launch.multi_process() || communicator != nullptr;
-  if (reducer == "auto") reducer = !multi ? "none" : runs_on_host(engine) ? "mpi" : "nccl";
+  if (reducer == "auto")
+    reducer = !multi ? "none"
+                     : reducer_for_device(reg, ctx->device_.device_type, engine.name,
+                                          cat("a run of ", launch.world_size, " ranks (", launch.launcher.empty() ? std::string("the caller") : launch.launcher, ")"));
   if (reducer == "none") {
     if (launch.multi_process())
       fail(TYCHO_ERR_INVALID_ARGUMENT, launch.launcher, " started ", launch.world_size,
            " ranks but [parallel] reducer = \"none\": every rank would run the whole reconstruction alone; "
-           "set reducer = \"auto\" (or \"mpi\" / \"nccl\"), or start one process");
+           "set reducer = \"auto\" (or one of the installed reducers: ", listed(reg.names(TYCHO_COMPONENT_REDUCER)),
+           "), or start one process");
     return ctx;
   }
   const auto reducers = reg.names(TYCHO_COMPONENT_REDUCER);
@@ -338,9 +382,6 @@ std::unique_ptr<parallel_context> parallel_context::create(const config_document
     fail(TYCHO_ERR_NOT_FOUND, "[parallel] reducer \"", reducer, "\" is needed for this run (", launch.world_size,
          " ranks from ", launch.launcher.empty() ? std::string("the caller") : launch.launcher, ", engine \"",
          engine.name, "\") but is not installed",
-         reducer == "mpi"    ? " (tycho was built without MPI: apt install libopenmpi-dev, then rebuild)"
-         : reducer == "nccl" ? " (tycho was built without NCCL or CUDA)"
-                             : "",
          reducers.empty() ? std::string("; no reducer is installed")
                           : cat("; installed reducers: ", [&] {
                               std::string s;
@@ -351,7 +392,8 @@ std::unique_ptr<parallel_context> parallel_context::create(const config_document
   const bool host_tensors = ctx->device_.device_type == kDLCPU;
   if ((ref.devices & TYCHO_DEVICE_BIT(ctx->device_.device_type)) == 0)
     fail(TYCHO_ERR_UNSUPPORTED, "[parallel] reducer \"", reducer, "\" cannot sum tensors of engine \"", engine.name,
-         "\" (", host_tensors ? "host memory" : "GPU memory", ")", host_tensors ? "; use reducer = \"mpi\"" : "; use reducer = \"nccl\"");
+         "\" (", memory_kind(ctx->device_.device_type), "); reducers that can: ",
+         listed(reducers_for(reg, ctx->device_.device_type)), " (or reducer = \"auto\")");
 
   auto& p = *ctx->p_;
   if (!host_tensors && launch.multi_process() && communicator == nullptr)
@@ -402,12 +444,13 @@ std::unique_ptr<parallel_context> parallel_context::create_local(const config_do
   if (device.device_type == kDLCPU) {
     ctx->reducer_name_ = "channel";  // host tensors: summed through the channel itself
   } else {
-    std::string reducer = read_key<std::string>(par_t, "reducer", "parallel").value_or("auto");
-    if (reducer == "auto") reducer = "nccl";
+    std::string reducer = *setting_value<std::string>(par_t, "parallel", "reducer");
+    const std::string why = cat("[reconstruct] devices asks for ", world_size, " GPUs in one process, which");
+    if (reducer == "auto") reducer = reducer_for_device(reg, device.device_type, engine_name_of(doc), why);
     const auto reducers = reg.names(TYCHO_COMPONENT_REDUCER);
     if (std::find(reducers.begin(), reducers.end(), reducer) == reducers.end())
-      fail(TYCHO_ERR_NOT_FOUND, "[reconstruct] devices asks for ", world_size, " GPUs in one process, which needs the \"",
-           reducer, "\" reducer, but it is not installed (tycho was built without NCCL)");
+      fail(TYCHO_ERR_NOT_FOUND, why, " needs the \"", reducer, "\" reducer, but it is not installed (installed reducers: ",
+           listed(reducers), ")");
     tycho_reducer_setup setup = reducer_setup(p, doc, device);
     setup.rank = rank;
     setup.world_size = world_size;

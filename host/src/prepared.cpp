@@ -23,6 +23,7 @@
 #include "tycho/host/log.hpp"
 #include "tycho/host/result_record.hpp"
 #include "tycho/host/run_plan.hpp"
+#include "settings_read.hpp"
 #include "tycho/host/stop_signals.hpp"
 
 namespace tycho::host {
@@ -204,7 +205,7 @@ dataset prepared_dataset(const prepared_file& p, const config_document& merged, 
       }
       const toml::table& data_t = merged.table_at("data");
       const component_ref& src =
-          reg.find(TYCHO_COMPONENT_SOURCE, read_key<std::string>(data_t, "source", "data").value_or("emd"));
+          reg.find(TYCHO_COMPONENT_SOURCE, *setting_value<std::string>(data_t, "data", "source"));
       tycho_config data_cfg{&data_t, "[data]", merged.base_dir()};
       dataset d = read_dataset(src, &data_cfg, part, parts);
       refuse_bad_pixels(d, merged);
@@ -252,7 +253,7 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
   preview_run(doc, reg);
   const preprocess_settings settings = read_preprocess_settings(doc.table_at("preprocess"), doc.origin());
   const toml::table& data_t = doc.table_at("data");
-  const std::string source_name = read_key<std::string>(data_t, "source", "data").value_or("emd");
+  const std::string source_name = *setting_value<std::string>(data_t, "data", "source");
   const component_ref& source = reg.find(TYCHO_COMPONENT_SOURCE, source_name);
   tycho_config data_cfg{&data_t, "[data]", doc.base_dir()};
   dataset d = read_dataset(source, &data_cfg);

@@ -13,6 +13,7 @@
 #include "config_read.hpp"
 #include "detector_padding.hpp"
 #include "tycho/host/log.hpp"
+#include "settings_read.hpp"
 
 namespace tycho::host {
 
@@ -117,7 +118,7 @@ preprocess_settings read_preprocess_settings(const toml::table& pre, const std::
       fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": [preprocess] com_fit = \"", *fit,
            "\": must be \"none\", \"constant\" or \"plane\"");
   }
-  s.recentre = read_key<bool>(pre, "recentre", where).value_or(false);
+  s.recentre = *setting_value<bool>(pre, where, "recentre");
   if (s.recentre && s.com_fit == com_fit_kind::none)
     fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": [preprocess] recentre = true shifts the patterns by the fitted ",
          "centre of mass: set com_fit = \"constant\" or \"plane\" (recentring on each pattern's own centre of mass ",
@@ -147,7 +148,7 @@ preprocess_settings read_preprocess_settings(const toml::table& pre, const std::
   } else if (s.rotation_auto) {
     s.transpose_auto = true;
   }
-  s.binning = read_key<int64_t>(pre, "binning", where).value_or(1);
+  s.binning = *setting_value<int64_t>(pre, where, "binning");
   if (s.binning < 1) fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": [preprocess] binning must be >= 1, got ", s.binning);
   if (auto node = pre["crop_detector"]) {
     const toml::array* arr = node.as_array();
@@ -157,8 +158,8 @@ preprocess_settings read_preprocess_settings(const toml::table& pre, const std::
            ": [preprocess] crop_detector must be two positive integers [N0, N1], the cropped detector in pixels");
     s.crop = {*(*arr)[0].value<int64_t>(), *(*arr)[1].value<int64_t>()};
   }
-  s.normalise = read_key<bool>(pre, "normalise", where).value_or(false);
-  s.save_raw_data = read_key<bool>(pre, "save_raw_data", where).value_or(false);
+  s.normalise = *setting_value<bool>(pre, where, "normalise");
+  s.save_raw_data = *setting_value<bool>(pre, where, "save_raw_data");
   if (!s.rotation_auto && !quarter_turns(s.rotation_deg))
     fail(TYCHO_ERR_UNSUPPORTED, origin, ": [preprocess] scan_rotation_deg = ", s.rotation_deg,
          ": this version applies scan rotations that are multiples of 90° only (an exact reordering of the ",

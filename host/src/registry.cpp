@@ -162,11 +162,30 @@ bool registry::load_file(const std::string& path) {
   if (major != TYCHO_ABI_VERSION_MAJOR)
     return refuse(cat(versions, " (major versions differ: rebuild the plugin against tycho ",
                       TYCHO_ABI_VERSION_MAJOR, ".x)"));
-  if (minor > TYCHO_ABI_VERSION_MINOR)
-    return refuse(cat(versions, " (the plugin is newer than the host: update tycho)"));
   if (d->struct_size < k_descriptor_size_1_0)
     return refuse(cat("its descriptor is ", d->struct_size, " bytes, expected at least ",
                       k_descriptor_size_1_0));
+  // ABI 1.1: the minor the plugin requires, and its DLPack header. A descriptor of 1.0 has
+  // neither (its struct_size ends before them).
+  auto has = [&](std::size_t offset, std::size_t size) { return d->struct_size >= offset + size; };
+  const uint32_t required =
+      has(offsetof(tycho_plugin_descriptor, abi_version_required), sizeof(uint32_t)) && d->abi_version_required != 0
+          ? d->abi_version_required
+          : d->abi_version;
+  if (minor > TYCHO_ABI_VERSION_MINOR) {
+    if (TYCHO_ABI_MAJOR_OF(required) != TYCHO_ABI_VERSION_MAJOR || TYCHO_ABI_MINOR_OF(required) > TYCHO_ABI_VERSION_MINOR)
+      return refuse(cat(versions, " (the plugin is newer than the host and requires ABI ", TYCHO_ABI_MAJOR_OF(required),
+                        ".", TYCHO_ABI_MINOR_OF(required), ": update tycho)"));
+    log(TYCHO_LOG_DEBUG, "plugins",
+        cat("'", path, "': ", versions, "; it requires ABI ", TYCHO_ABI_MAJOR_OF(required), ".",
+            TYCHO_ABI_MINOR_OF(required), ", so it is loaded and only the fields of ABI ", TYCHO_ABI_VERSION_MAJOR, ".",
+            TYCHO_ABI_VERSION_MINOR, " are read"));
+  }
+  if (has(offsetof(tycho_plugin_descriptor, dlpack_version), sizeof(uint32_t)) && d->dlpack_version != 0 &&
+      (d->dlpack_version < TYCHO_DLPACK_VERSION_MIN || d->dlpack_version >= TYCHO_DLPACK_VERSION_END))
+    return refuse(cat("built with dlpack.h version ", d->dlpack_version, ", this host accepts ",
+                      TYCHO_DLPACK_VERSION_MIN, " (0.6) up to but not including ", TYCHO_DLPACK_VERSION_END,
+                      " (another DLTensor layout): rebuild the plugin against DLPack 0.6 to 1.x"));
   report.name = d->name ? d->name : "";
   report.version = d->version ? d->version : "";
   if (d->init != nullptr) {
@@ -203,6 +222,22 @@ bool registry::load_file(const std::string& path) {
     ref.devices = c.devices;
     for (const char* const* k = c.config_keys; k && *k; ++k) ref.config_keys.emplace_back(*k);
     ref.vtable = c.vtable;
+    if (c.struct_size >= offsetof(tycho_component, flags) + sizeof(c.flags)) ref.flags = c.flags;
+    if (c.struct_size >= offsetof(tycho_component, settings) + sizeof(c.settings)) {
+      try {
+        ref.settings = read_settings(c.settings, cat(kind_name(ref.kind), " '", cname, "'"));
+      } catch (const error& e) {
+        return refuse(e.what());
+      }
+      for (const auto& decl : ref.settings)
+        if (std::find(ref.config_keys.begin(), ref.config_keys.end(), decl.key) == ref.config_keys.end())
+          ref.config_keys.push_back(decl.key);
+    }
+    if (ref.flags & TYCHO_COMPONENT_PLAN_ONLY) {
+      report.components.push_back(cat(kind_name(ref.kind), " ", ref.name, " ", ref.version, " (plan only)"));
+      plan_only_.push_back(std::move(ref));
+      continue;
+    }
     bool clash = false;
     for (const auto& existing : components_)
       if (existing.kind == ref.kind && existing.name == ref.name) {
@@ -238,6 +273,13 @@ const component_ref& registry::find(tycho_component_kind kind, const std::string
                              "; set TYCHO_PLUGIN_PATH to the folder of libtycho_plugin_*.so, see `tycho plugins`)")
                        : cat(" (available: ", list, ")");
   fail(TYCHO_ERR_NOT_FOUND, msg);
+}
+
+const component_ref* registry::find_description(tycho_component_kind kind, const std::string& name) const {
+  for (const auto* list : {&components_, &plan_only_})
+    for (const auto& c : *list)
+      if (c.kind == kind && c.name == name) return &c;
+  return nullptr;
 }
 
 std::vector<std::string> registry::names(tycho_component_kind kind) const {

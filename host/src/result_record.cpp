@@ -1,4 +1,5 @@
 #include "tycho/host/result_record.hpp"
+#include "config_defaults.hpp"
 
 #include <tycho/core/driver.hpp>
 #include <tycho/core/error.hpp>
@@ -119,7 +120,7 @@ const component_ref& format_for_path(const registry& reg, const std::string& pat
   std::string ext = std::filesystem::path(path).extension().string();
   for (const auto& c : reg.components())
     if (c.kind == TYCHO_COMPONENT_FORMAT && ext == c.as<tycho_format_vtable>()->extension) return c;
-  return reg.find(TYCHO_COMPONENT_FORMAT, "zip");
+  return reg.find(TYCHO_COMPONENT_FORMAT, defaults::format);
 }
 
 }  // namespace tycho::host

@@ -67,10 +67,11 @@ uint64_t cuda_device_memory_bytes(int ordinal) {
 
 void check_host_memory(const memory_problem& problem, const std::string& hint) {
   memory_problem host = problem;
-  if (host.model == memory_model::cuda) host.model = memory_model::host_staging;
+  // A device engine's terms are in device memory; the host holds the staging copy.
+  if (memory_on_device(host)) host.model = memory_model::host_staging;
   const memory_plan plan = plan_memory(host, physical_memory_bytes());
   if (!plan.fits) fail(TYCHO_ERR_OUT_OF_MEMORY, memory_plan_summary(plan), "; ", hint);
-  log_info("session", cat("memory plan (", memory_model_name(host.model), "): ", human_bytes(plan.total), " of ",
+  log_info("session", cat("memory plan (", memory_plan_name(host), "): ", human_bytes(plan.total), " of ",
                           human_bytes(plan.capacity), " (largest term: ", plan.largest_term, ")"));
 }
 
@@ -79,7 +80,7 @@ int run_plan_command(const config_document& doc, const registry& reg, const plan
   run_preview r = preview_run(doc, reg);
   memory_problem& p = r.problem;
   if (options.devices > 0) p.devices = options.devices;
-  const bool device_model = p.model == memory_model::cuda;
+  const bool device_model = memory_on_device(p);
 
   out << "plan for " << doc.origin() << "\n";
   out << "data     " << r.description << ": scan " << r.info.scan_shape[0] << " x " << r.info.scan_shape[1] << " ("
@@ -88,8 +89,8 @@ int run_plan_command(const config_document& doc, const registry& reg, const plan
   out << "object   " << p.slices << " x " << p.object_shape[0] << " x " << p.object_shape[1] << " px of "
       << r.geometry.geometry.pixel_A[0] << " Å; probe " << p.probe_modes << " mode(s) of " << p.window[0] << " x "
       << p.window[1] << "\n";
-  out << "engine   " << r.engine_name << " (" << memory_model_name(p.model) << " model";
-  if (p.model == memory_model::cpu) out << ", " << p.threads << " threads";
+  out << "engine   " << r.engine_name << " (" << memory_plan_name(p) << " model";
+  if (memory_scales_with_threads(p)) out << ", " << p.threads << " threads";
   if (device_model) out << ", " << p.devices << " device(s), batch " << p.batch_size << " global";
   out << ")";
   if (!r.engine_available)

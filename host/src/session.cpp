@@ -1,6 +1,7 @@
 #include "tycho/host/session.hpp"
 
 #include <tycho/core/driver.hpp>
+#include <tycho/core/device_label.hpp>
 #include <tycho/core/error.hpp>
 #include <tycho/core/geometry.hpp>
 #include <tycho/host/optics.hpp>
@@ -31,6 +32,8 @@
 #include "tycho/host/progress.hpp"
 #include "tycho/host/result_record.hpp"
 #include "tycho/host/run_plan.hpp"
+#include "tycho/host/settings.hpp"
+#include "settings_read.hpp"
 
 namespace tycho::host {
 
@@ -40,24 +43,17 @@ using cfloat = std::complex<float>;
 constexpr DLDataType k_complex64{kDLComplex, 64, 1};
 constexpr DLDataType k_float64{kDLFloat, 64, 1};
 
-// Keys the runtime itself reads in each table; components add their own.
+// Keys the runtime itself reads in each table (declared in host_settings.cpp); components add
+// their own.
 const std::vector<std::string> k_top_tables = {"data", "optics", "preprocess", "reconstruct",
                                                "output", "parallel"};
-const std::vector<std::string> k_parallel_keys = {"reducer", "sharding", "timeout_s", "rendezvous",
-                                                   "rendezvous_file", "rendezvous_port", "on_error"};
-const std::vector<std::string> k_data_keys = {"source", "scan_step_A", "detector_pixel_invA"};
-const std::vector<std::string> k_optics_keys = {"energy_eV", "semiangle_mrad", "C10_A",
-                                                "defocus_A"};
-const std::vector<std::string> k_preprocess_keys = {"object_padding_px", "scan_origin_A", "pad_detector",
-                                                     "pad_detector_to", "saturation_value", "max_masked_fraction",
-                                                     "integer_targets"};
-const std::vector<std::string> k_reconstruct_keys = {
-    "engine", "iterations", "batch_size", "loss", "seed", "precision", "probe_modes", "slices",
-    "object", "probe", "devices"};
-const std::vector<std::string> k_parameter_keys = {"optimizer", "first_iteration", "schedule",
-                                                   "final_learning_rate_fraction"};
-const std::vector<std::string> k_object_keys = {"amplitude_max"};
-const std::vector<std::string> k_output_keys = {"path", "previews", "format", "overwrite", "checkpoint_every"};
+std::vector<std::string> host_keys(const std::string& table) { return setting_keys(host_settings(table)); }
+// [reconstruct]'s keys and its sub-tables, in the order messages list them.
+std::vector<std::string> reconstruct_keys() {
+  std::vector<std::string> keys = host_keys("reconstruct");
+  keys.insert(keys.end() - 1, {"object", "probe"});  // before "devices"
+  return keys;
+}
 
 std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
   base.insert(base.end(), more.begin(), more.end());
@@ -92,11 +88,11 @@ parameter_settings read_parameter_settings(const config_document& doc, const cha
   std::string table_name = cat("reconstruct.", which);
   const toml::table& t = doc.table_at(table_name);
   parameter_settings p;
-  p.first_iteration = read_key<int64_t>(t, "first_iteration", table_name).value_or(1);
+  p.first_iteration = *setting_value<int64_t>(t, table_name, "first_iteration");
   p.schedule.kind = learning_rate_schedule::parse(
-      read_key<std::string>(t, "schedule", table_name).value_or("constant"),
+      *setting_value<std::string>(t, table_name, "schedule"),
       cat("[", table_name, "] schedule"));
-  p.schedule.final_fraction = read_key<double>(t, "final_learning_rate_fraction", table_name).value_or(0.1);
+  p.schedule.final_fraction = *setting_value<double>(t, table_name, "final_learning_rate_fraction");
   if (!(p.schedule.final_fraction > 0 && p.schedule.final_fraction <= 1))
     fail(TYCHO_ERR_INVALID_ARGUMENT, "[", table_name, "] final_learning_rate_fraction must be in (0, 1], got ",
          p.schedule.final_fraction);
@@ -107,23 +103,23 @@ parameter_settings read_parameter_settings(const config_document& doc, const cha
 reconstruct_settings read_reconstruct_settings(const config_document& doc) {
   const toml::table& rec_t = doc.table_at("reconstruct");
   reconstruct_settings r;
-  r.iterations = read_key<int64_t>(rec_t, "iterations", "reconstruct").value_or(100);
+  r.iterations = *setting_value<int64_t>(rec_t, "reconstruct", "iterations");
   if (r.iterations < 0) fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] iterations must be >= 0, got ", r.iterations);
-  int64_t modes = read_key<int64_t>(rec_t, "probe_modes", "reconstruct").value_or(1);
-  int64_t slices = read_key<int64_t>(rec_t, "slices", "reconstruct").value_or(1);
-  std::string precision = read_key<std::string>(rec_t, "precision", "reconstruct").value_or("float32");
+  int64_t modes = *setting_value<int64_t>(rec_t, "reconstruct", "probe_modes");
+  int64_t slices = *setting_value<int64_t>(rec_t, "reconstruct", "slices");
+  std::string precision = *setting_value<std::string>(rec_t, "reconstruct", "precision");
   if (precision != "float32" && precision != "float64")
     fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] precision = \"", precision, "\": must be \"float32\" or \"float64\"");
   r.float64 = precision == "float64";
   if (modes != 1 || slices != 1)
     fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] probe_modes = ", modes, ", slices = ", slices,
          ": this version reconstructs one probe mode and one slice");
-  r.driver.batch_size = read_key<int64_t>(rec_t, "batch_size", "reconstruct").value_or(128);
+  r.driver.batch_size = *setting_value<int64_t>(rec_t, "reconstruct", "batch_size");
   if (r.driver.batch_size <= 0)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] batch_size must be > 0, got ", r.driver.batch_size);
-  r.driver.seed = uint64_t(read_key<int64_t>(rec_t, "seed", "reconstruct").value_or(0));
+  r.driver.seed = uint64_t(*setting_value<int64_t>(rec_t, "reconstruct", "seed"));
   r.driver.object.amplitude_max =
-      read_key<double>(doc.table_at("reconstruct.object"), "amplitude_max", "reconstruct.object").value_or(0.0);
+      *setting_value<double>(doc.table_at("reconstruct.object"), "reconstruct.object", "amplitude_max");
   r.object = read_parameter_settings(doc, "object", r.iterations);
   r.probe = read_parameter_settings(doc, "probe", r.iterations);
   const toml::table& optics_t = doc.table_at("optics");
@@ -134,47 +130,55 @@ reconstruct_settings read_reconstruct_settings(const config_document& doc) {
 
 // Checks every table's keys and that every named component exists, before any data is read:
 // a typo must not cost the minutes it takes to load a large scan.
-// `tycho plan` (engine_may_be_absent) accepts an engine that is not loaded here when the planner
-// has a model for it ("cuda"); that engine's own keys cannot be checked then.
+// `tycho plan` (engine_may_be_absent) accepts an engine that cannot run here when a plan-only
+// component describes it (TYCHO_COMPONENT_PLAN_ONLY); its keys are those it declares.
 void validate_config(const config_document& doc, const registry& reg, bool engine_may_be_absent = false) {
   const std::string& origin = doc.origin();
   check_keys(doc.root(), "top level", k_top_tables, origin);
   const toml::table& data_t = doc.table_at("data");
   const auto& source = reg.find(TYCHO_COMPONENT_SOURCE,
-                                read_key<std::string>(data_t, "source", "data").value_or("emd"));
-  check_keys(data_t, "data", with(k_data_keys, source.config_keys), origin);
-  check_keys(doc.table_at("optics"), "optics", k_optics_keys, origin);
-  check_keys(doc.table_at("preprocess"), "preprocess", with(k_preprocess_keys, preprocess_stage_keys()), origin);
+                                *setting_value<std::string>(data_t, "data", "source"));
+  check_keys(data_t, "data", with(host_keys("data"), source.config_keys), origin);
+  check_setting_values(data_t, "data", source.settings, cat("source '", source.name, "'"));
+  check_keys(doc.table_at("optics"), "optics", host_keys("optics"), origin);
+  check_keys(doc.table_at("preprocess"), "preprocess", host_keys("preprocess"), origin);
   const toml::table& rec_t = doc.table_at("reconstruct");
-  const std::string engine_name = read_key<std::string>(rec_t, "engine", "reconstruct").value_or("cpu");
+  const std::string engine_name = *setting_value<std::string>(rec_t, "reconstruct", "engine");
   std::vector<std::string> engine_keys;
   const auto engines = reg.names(TYCHO_COMPONENT_ENGINE);
-  if (engine_may_be_absent && engine_name == "cuda" &&
+  const component_ref* described = reg.find_description(TYCHO_COMPONENT_ENGINE, engine_name);
+  if (engine_may_be_absent && described != nullptr &&
       std::find(engines.begin(), engines.end(), engine_name) == engines.end()) {
-    for (auto&& [key, value] : rec_t) engine_keys.emplace_back(key.str());
+    engine_keys = described->config_keys;  // a plan-only engine: its keys, as it declares them
   } else {
     engine_keys = reg.find(TYCHO_COMPONENT_ENGINE, engine_name).config_keys;
   }
   const auto& loss = reg.find(TYCHO_COMPONENT_LOSS,
-                              read_key<std::string>(rec_t, "loss", "reconstruct").value_or("amplitude"));
-  check_keys(rec_t, "reconstruct", with(with(k_reconstruct_keys, engine_keys), loss.config_keys), origin);
+                              *setting_value<std::string>(rec_t, "reconstruct", "loss"));
+  check_keys(rec_t, "reconstruct",
+             with(with(reconstruct_keys(), engine_keys), loss.config_keys), origin);
+  if (described != nullptr)
+    check_setting_values(rec_t, "reconstruct", described->settings, cat("engine '", described->name, "'"));
+  check_setting_values(rec_t, "reconstruct", loss.settings, cat("loss '", loss.name, "'"));
   for (const char* which : {"object", "probe"}) {
     std::string name = cat("reconstruct.", which);
     const toml::table& t = doc.table_at(name);
     const auto& opt = reg.find(TYCHO_COMPONENT_OPTIMIZER,
-                               read_key<std::string>(t, "optimizer", name).value_or("adam"));
-    auto allowed = with(k_parameter_keys, opt.config_keys);
-    if (std::string(which) == "object") allowed = with(allowed, k_object_keys);
-    check_keys(t, name, allowed, origin);
+                               *setting_value<std::string>(t, name, "optimizer"));
+    check_keys(t, name, with(host_keys(name), opt.config_keys), origin);
+    check_setting_values(t, name, opt.settings, cat("optimizer '", opt.name, "'"));
   }
   const toml::table& par_t = doc.table_at("parallel");
-  std::vector<std::string> parallel_keys = k_parallel_keys;
-  if (auto reducer = read_key<std::string>(par_t, "reducer", "parallel"); reducer && *reducer != "auto" && *reducer != "none")
-    parallel_keys = with(parallel_keys, reg.find(TYCHO_COMPONENT_REDUCER, *reducer).config_keys);
+  std::vector<std::string> parallel_keys = host_keys("parallel");
+  if (auto reducer = read_key<std::string>(par_t, "reducer", "parallel"); reducer && *reducer != "auto" && *reducer != "none") {
+    const component_ref& red = reg.find(TYCHO_COMPONENT_REDUCER, *reducer);
+    parallel_keys = with(parallel_keys, red.config_keys);
+    check_setting_values(par_t, "parallel", red.settings, cat("reducer '", red.name, "'"));
+  }
   check_keys(par_t, "parallel", parallel_keys, origin);
   const toml::table& out_t = doc.table_at("output");
-  check_keys(out_t, "output", k_output_keys, origin);
-  reg.find(TYCHO_COMPONENT_FORMAT, read_key<std::string>(out_t, "format", "output").value_or("zip"));
+  check_keys(out_t, "output", host_keys("output"), origin);
+  reg.find(TYCHO_COMPONENT_FORMAT, *setting_value<std::string>(out_t, "output", "format"));
 }
 
 // Whether an optimizer component has the state functions appended to its vtable (an older
@@ -389,7 +393,7 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
   r.geometry.pixel_A[1] = r.sampling.dx_A(1);
   r.geometry.window[0] = n0;
   r.geometry.window[1] = n1;
-  r.geometry.padding_px = read_key<int64_t>(pre_t, "object_padding_px", "preprocess").value_or(16);
+  r.geometry.padding_px = *setting_value<int64_t>(pre_t, "preprocess", "object_padding_px");
   if (r.geometry.padding_px < 0) fail(TYCHO_ERR_INVALID_ARGUMENT, "[preprocess] object_padding_px must be >= 0");
   if (auto origin_node = pre_t["scan_origin_A"]) {
     const toml::array* arr = origin_node.as_array();
@@ -409,36 +413,81 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
   return r;
 }
 
-memory_problem run_memory_problem(const config_document& doc, const tycho_dataset_info& info,
+namespace {
+// The reported model of an engine: its plan_memory (ABI 1.1) over the [reconstruct] table.
+std::shared_ptr<const memory_reporter> engine_memory_reporter(const component_ref& engine, const config_document& doc) {
+  const auto* vt = engine.as<tycho_engine_vtable>();
+  if (vt->struct_size < offsetof(tycho_engine_vtable, plan_memory) + sizeof(vt->plan_memory) ||
+      vt->plan_memory == nullptr)
+    fail(TYCHO_ERR_UNSUPPORTED, "engine '", engine.name, "' (", engine.plugin_path,
+         ") does not describe its memory (tycho_engine_vtable::plan_memory, ABI 1.1), so its run cannot be planned");
+  auto cfg = std::make_shared<tycho_config>(tycho_config{&doc.table_at("reconstruct"), "[reconstruct]", doc.base_dir()});
+  auto r = std::make_shared<memory_reporter>();
+  r->name = engine.name;
+  auto report = [vt, cfg, name = engine.name](const memory_problem& p) {
+    const tycho_memory_problem problem = to_abi(p);
+    auto out = std::make_unique<tycho_memory_report>();
+    *out = tycho_memory_report{};
+    out->struct_size = sizeof(tycho_memory_report);
+    check_status(vt->plan_memory(cfg.get(), &problem, out.get()), cat("engine '", name, "' plan_memory"));
+    return out;
+  };
+  // The flags come with every report; ask once for the problem's shape of search.
+  r->terms = [report, name = engine.name](const memory_problem& p) { return from_abi(*report(p), name); };
+  memory_problem probe;
+  probe.patterns = probe.window[0] = probe.window[1] = probe.object_shape[0] = probe.object_shape[1] = 1;
+  const uint32_t flags = report(probe)->flags;
+  r->on_device = (flags & TYCHO_MEMORY_ON_DEVICE) != 0;
+  r->batch_scales = (flags & TYCHO_MEMORY_BATCH_SCALES) != 0;
+  r->threads_scale = (flags & TYCHO_MEMORY_THREADS_SCALE) != 0;
+  return r;
+}
+
+// State arrays per element of a parameter (the optimizer's state_arrays, ABI 1.1); an
+// optimizer that does not say is counted with two (as many as Adam keeps).
+int64_t optimizer_state_arrays(const config_document& doc, const registry& reg, const char* which) {
+  const std::string table = cat("reconstruct.", which);
+  const component_ref& opt =
+      reg.find(TYCHO_COMPONENT_OPTIMIZER, *setting_value<std::string>(doc.table_at(table), table, "optimizer"));
+  const auto* vt = opt.as<tycho_optimizer_vtable>();
+  if (vt->struct_size < offsetof(tycho_optimizer_vtable, state_arrays) + sizeof(vt->state_arrays) ||
+      vt->state_arrays == nullptr)
+    return 2;
+  const tycho_config cfg{&doc.table_at(table), cat("[", table, "]"), doc.base_dir()};
+  const int64_t n = vt->state_arrays(&cfg);
+  if (n < 0 || n > 64)
+    fail(TYCHO_ERR_BAD_DATA, "optimizer '", opt.name, "' says it keeps ", n, " state arrays per element (0 to 64 expected)");
+  return n;
+}
+}  // namespace
+
+memory_problem run_memory_problem(const config_document& doc, const registry& reg, const tycho_dataset_info& info,
                                   int64_t n0, int64_t n1, const object_layout& layout) {
   const reconstruct_settings settings = read_reconstruct_settings(doc);
   const toml::table& rec_t = doc.table_at("reconstruct");
-  const std::string engine = read_key<std::string>(rec_t, "engine", "reconstruct").value_or("cpu");
+  const std::string engine = *setting_value<std::string>(rec_t, "reconstruct", "engine");
+  const component_ref* described = reg.find_description(TYCHO_COMPONENT_ENGINE, engine);
+  if (described == nullptr) reg.find(TYCHO_COMPONENT_ENGINE, engine);  // throws: unknown engine
   memory_problem p;
-  p.model = engine == "cpu" ? memory_model::cpu : engine == "cuda" ? memory_model::cuda : memory_model::host_staging;
+  p.model = memory_model::reported;
+  p.reporter = engine_memory_reporter(*described, doc);
   p.patterns = info.scan_shape[0] * info.scan_shape[1];
   p.window[0] = n0;
   p.window[1] = n1;
-  p.target_bytes = 4;  // float32: what the host hands every engine, and what the cuda engine keeps
+  p.target_bytes = 4;  // float32: what the host hands every engine
   p.complex_bytes = settings.float64 ? 16 : 8;  // complex128 or complex64
   p.object_shape[0] = layout.shape[0];
   p.object_shape[1] = layout.shape[1];
-  p.slices = read_key<int64_t>(rec_t, "slices", "reconstruct").value_or(1);
-  p.probe_modes = read_key<int64_t>(rec_t, "probe_modes", "reconstruct").value_or(1);
+  p.slices = *setting_value<int64_t>(rec_t, "reconstruct", "slices");
+  p.probe_modes = *setting_value<int64_t>(rec_t, "reconstruct", "probe_modes");
   p.batch_size = settings.driver.batch_size;
   if (const toml::array* devices = rec_t["devices"].as_array(); devices && !devices->empty())
     p.devices = int64_t(devices->size());
   int64_t threads = 0;
-  if (engine == "cpu" && rec_t["threads"].is_integer()) threads = *rec_t["threads"].value<int64_t>();
+  if (rec_t["threads"].is_integer()) threads = *rec_t["threads"].value<int64_t>();
   p.threads = threads > 0 ? threads : default_engine_threads();
-  auto state_arrays = [&](const char* which) -> int64_t {
-    std::string table = cat("reconstruct.", which);
-    std::string name = read_key<std::string>(doc.table_at(table), "optimizer", table).value_or("adam");
-    return name == "sgd" ? 1 : 2;  // Adam: m and v; SGD: the velocity; others: as many as Adam
-  };
-  p.object_optimizer_arrays = state_arrays("object");
-  p.probe_optimizer_arrays = state_arrays("probe");
-  if (p.model == memory_model::cuda) p.reserve_bytes = uint64_t(512) << 20;
+  p.object_optimizer_arrays = optimizer_state_arrays(doc, reg, "object");
+  p.probe_optimizer_arrays = optimizer_state_arrays(doc, reg, "probe");
   return p;
 }
 
@@ -448,7 +497,7 @@ run_preview preview_run(const config_document& doc, const registry& reg) {
   run_preview r;
   const toml::table& data_t = doc.table_at("data");
   const component_ref& source =
-      reg.find(TYCHO_COMPONENT_SOURCE, read_key<std::string>(data_t, "source", "data").value_or("emd"));
+      reg.find(TYCHO_COMPONENT_SOURCE, *setting_value<std::string>(data_t, "data", "source"));
   tycho_config data_cfg{&data_t, "[data]", doc.base_dir()};
   {
     const auto* vt = source.as<tycho_source_vtable>();
@@ -475,8 +524,8 @@ run_preview preview_run(const config_document& doc, const registry& reg) {
   r.window[0] = window[0];
   r.window[1] = window[1];
   r.geometry = resolve_run_geometry(doc, r.info, r.description, window[0], window[1], r.positions_A);
-  r.problem = run_memory_problem(doc, r.info, window[0], window[1], r.geometry.layout);
-  r.engine_name = read_key<std::string>(doc.table_at("reconstruct"), "engine", "reconstruct").value_or("cpu");
+  r.problem = run_memory_problem(doc, reg, r.info, window[0], window[1], r.geometry.layout);
+  r.engine_name = *setting_value<std::string>(doc.table_at("reconstruct"), "reconstruct", "engine");
   const auto engines = reg.names(TYCHO_COMPONENT_ENGINE);
   r.engine_available = std::find(engines.begin(), engines.end(), r.engine_name) != engines.end();
   return r;
@@ -652,7 +701,7 @@ session::session(config_document config, registry& reg, const std::string& resum
 
   // ---- data
   const toml::table& data_t = s.config.table_at("data");
-  std::string source_name = read_key<std::string>(data_t, "source", "data").value_or("emd");
+  std::string source_name = *setting_value<std::string>(data_t, "data", "source");
   const component_ref& source = reg.find(TYCHO_COMPONENT_SOURCE, source_name);
   tycho_config data_cfg{&data_t, "[data]", s.config.base_dir()};
   // Each rank reads its block of the patterns (all of them when sharding = "replicated").
@@ -704,7 +753,7 @@ session::session(config_document config, registry& reg, const std::string& resum
   }
   // ---- memory: the planner's count for this engine against this machine's memory, before
   // anything that size is allocated (a wrong scan step or pixel size makes a huge object)
-  memory_problem need = run_memory_problem(s.config, info, s.data.n0, s.data.n1, s.layout);
+  memory_problem need = run_memory_problem(s.config, *s.reg, info, s.data.n0, s.data.n1, s.layout);
   need.patterns = s.data.patterns;  // this rank's share
   check_host_memory(need,
                     cat("the object is ", s.layout.shape[0], " x ", s.layout.shape[1], " px: check [data] scan_step_A (",
@@ -723,8 +772,8 @@ session::session(config_document config, registry& reg, const std::string& resum
 
   // ---- reconstruct: loss, engine, optimizers
   const toml::table& rec_t = s.config.table_at("reconstruct");
-  std::string engine_name = read_key<std::string>(rec_t, "engine", "reconstruct").value_or("cpu");
-  std::string loss_name = read_key<std::string>(rec_t, "loss", "reconstruct").value_or("amplitude");
+  std::string engine_name = *setting_value<std::string>(rec_t, "reconstruct", "engine");
+  std::string loss_name = *setting_value<std::string>(rec_t, "reconstruct", "loss");
   s.engine_ref = &reg.find(TYCHO_COMPONENT_ENGINE, engine_name);
   s.loss_ref = &reg.find(TYCHO_COMPONENT_LOSS, loss_name);
   s.reconstruct_cfg = tycho_config{&rec_t, "[reconstruct]", s.config.base_dir()};
@@ -786,6 +835,8 @@ session::session(config_document config, registry& reg, const std::string& resum
   setup.object_init = &object_t;
   setup.probe_init = &probe_t;
   setup.loss = tycho_loss_binding{s.loss_ref->as<tycho_loss_vtable>(), s.loss};
+  const tycho_loss_ref loss_ref{sizeof(tycho_loss_ref), setup.loss.vtable, setup.loss.instance};
+  setup.loss_ref = &loss_ref;
   setup.device = s.par->device();
   check_status(s.engine_ref->as<tycho_engine_vtable>()->create(&setup, &s.engine), "engine create");
   // An engine that does not read [reconstruct] precision must not run a float64 config in float32.
@@ -798,7 +849,7 @@ session::session(config_document config, registry& reg, const std::string& resum
                             tycho_optimizer*& opt, tycho_tensor_id param, tycho_tensor_id grad) {
     std::string table_name = cat("reconstruct.", which);
     const toml::table& t = s.config.table_at(table_name);
-    std::string name = read_key<std::string>(t, "optimizer", table_name).value_or("adam");
+    std::string name = *setting_value<std::string>(t, table_name, "optimizer");
     ref = &reg.find(TYCHO_COMPONENT_OPTIMIZER, name);
     cfg = tycho_config{&t, cat("[", table_name, "]"), s.config.base_dir()};
     DLTensor p = s.engine_tensor(param);
@@ -838,14 +889,13 @@ session::session(config_document config, registry& reg, const std::string& resum
 
   // ---- output
   const toml::table& out_t = s.config.table_at("output");
-  std::string format = read_key<std::string>(out_t, "format", "output").value_or("zip");
+  std::string format = *setting_value<std::string>(out_t, "output", "format");
   s.format_ref = &reg.find(TYCHO_COMPONENT_FORMAT, format);
 
   // ---- what every rank runs: its device, the precision its engine holds, its patterns
   const DLTensor object_view = s.engine_tensor(TYCHO_TENSOR_OBJECT);
   const std::string precision = precision_of(object_view.dtype);
-  const std::string device_text =
-      setup.device.device_type == kDLCUDA ? cat("cuda:", setup.device.device_id) : std::string("cpu");
+  const std::string device_text = device_label(setup.device);
   if (world > 1) {
     char host[256] = "";
     gethostname(host, sizeof host - 1);
@@ -1084,11 +1134,11 @@ std::string session::configured_output_path(const config_document& config) {
   const toml::table& out_t = config.table_at("output");
   // Relative to the current folder (where the user runs tycho), unlike input paths, which
   // resolve against the config file's folder so a config travels with its data.
-  return read_key<std::string>(out_t, "path", "output").value_or("tycho-result.zip");
+  return *setting_value<std::string>(out_t, "output", "path");
 }
 
 bool session::previews_enabled() const {
-  return read_key<bool>(s_->config.table_at("output"), "previews", "output").value_or(true);
+  return *setting_value<bool>(s_->config.table_at("output"), "output", "previews");
 }
 
 std::string session::manifest_json() const {

@@ -1,4 +1,5 @@
 // The `cpu` engine component behind the ABI's engine vtable.
+#include <tycho/core/memory_plan.hpp>
 #include <tycho/sdk.hpp>
 
 #include <cstring>
@@ -65,14 +66,36 @@ tycho_status read_tensor(tycho_engine* eng, tycho_tensor_id id, void* dst, size_
 
 void* no_stream(tycho_engine*) { return nullptr; }
 
+// The cpu model of tycho/core/memory_plan.hpp: what cpu_engine.cpp allocates, per thread.
+tycho_status plan_memory(const tycho_config*, const tycho_memory_problem* problem, tycho_memory_report* out) {
+  return guarded([&] {
+    if (problem == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: no memory problem");
+    const tycho::memory_problem p = tycho::from_abi(*problem, tycho::memory_model::cpu);
+    std::vector<tycho::memory_term> terms = tycho::memory_terms(p);
+    terms.pop_back();  // the total: the host sums
+    tycho::to_abi(terms, tycho::memory_flags(p), out);
+  });
+}
+
 const tycho_engine_vtable k_vtable = {sizeof(tycho_engine_vtable), TYCHO_ABI_VERSION, &create,
                                       &compute_batch, &get_tensor, &destroy, &read_tensor,
-                                      &no_stream, nullptr};
+                                      &no_stream, nullptr, &plan_memory};
 const char* const k_keys[] = {"threads", "fft_planning", "shift_groups", nullptr};
+const char* const k_planning[] = {"estimate", "measure", nullptr};
+const tycho_setting k_settings[] = {
+    setting("threads", TYCHO_SETTING_INTEGER, "0", "OpenMP threads for a batch; 0: all (OMP_NUM_THREADS applies)")
+        .at_least(0),
+    setting("fft_planning", TYCHO_SETTING_STRING, "\"measure\"",
+            "FFTW planning: measure (plans from the per-machine wisdom file: fast and reproducible) or estimate")
+        .one_of(k_planning),
+    setting("shift_groups", TYCHO_SETTING_BOOL, "true",
+            "sub-pixel probe shifts per row-offset group (3 transforms per position) instead of per position (4)"),
+    end_of_settings()};
 const tycho_component k_components[] = {
-    component(TYCHO_COMPONENT_ENGINE, "cpu", "1.0.0",
-              "single-slice gradient engine on the CPU (FFTW single or double precision, OpenMP)",
-              TYCHO_DEVICE_BIT(kDLCPU), k_keys, &k_vtable),
+    with_settings(component(TYCHO_COMPONENT_ENGINE, "cpu", "1.0.0",
+                            "single-slice gradient engine on the CPU (FFTW single or double precision, OpenMP)",
+                            TYCHO_DEVICE_BIT(kDLCPU), k_keys, &k_vtable),
+                  k_settings),
 };
 }  // namespace
 

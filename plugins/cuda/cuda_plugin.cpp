@@ -2,6 +2,7 @@
 // CUDA API (no device is needed to list plugins): the first CUDA call is in create.
 #include <tycho/sdk.hpp>
 
+#include "cuda_description.hpp"
 #include "cuda_engine.hpp"
 
 namespace {
@@ -50,13 +51,11 @@ tycho_status collect_loss(tycho_engine* eng, double* loss_sum) {
 
 const tycho_engine_vtable k_vtable = {sizeof(tycho_engine_vtable), TYCHO_ABI_VERSION, &create,
                                       &compute_batch, &get_tensor, &destroy, &read_tensor,
-                                      &stream, &collect_loss};
-// batch_size is a core key of [reconstruct]; the engine reads it to size its buffers and plans.
-const char* const k_keys[] = {"batch_size", "deterministic", "pool_release_threshold_bytes", nullptr};
+                                      &stream, &collect_loss, &tycho::cuda::plan_memory};
 const tycho_component k_components[] = {
-    component(TYCHO_COMPONENT_ENGINE, "cuda", "1.0.0",
-              "single-slice gradient engine on one NVIDIA GPU (cuFFT, batched kernels)",
-              TYCHO_DEVICE_BIT(kDLCUDA), k_keys, &k_vtable),
+    with_settings(component(TYCHO_COMPONENT_ENGINE, "cuda", "1.0.0", tycho::cuda::k_description,
+                            TYCHO_DEVICE_BIT(kDLCUDA), tycho::cuda::k_config_keys, &k_vtable),
+                  tycho::cuda::k_settings),
 };
 }  // namespace
 

@@ -266,23 +266,41 @@ tycho_status sgd_step(tycho_optimizer* o, DLTensor* p, const DLTensor* g,
 }
 void sgd_destroy(tycho_optimizer* o) { delete reinterpret_cast<instance<sgd_state>*>(o); }
 
+// State arrays per parameter element, for the memory planner: Adam m and v, SGD the velocity.
+int64_t adam_state_arrays(const tycho_config*) { return 2; }
+int64_t sgd_state_arrays(const tycho_config*) { return 1; }
+
 const tycho_optimizer_vtable k_adam = {sizeof(tycho_optimizer_vtable), TYCHO_ABI_VERSION,
                                        &adam_create, &adam_step, &adam_destroy,
                                        &state_count_impl<adam_state>, &state_array_impl<adam_state>,
-                                       &set_state_impl<adam_state>, &step_count_impl<adam_state>};
+                                       &set_state_impl<adam_state>, &step_count_impl<adam_state>,
+                                       &adam_state_arrays};
 const tycho_optimizer_vtable k_sgd = {sizeof(tycho_optimizer_vtable), TYCHO_ABI_VERSION,
                                       &sgd_create, &sgd_step, &sgd_destroy,
                                       &state_count_impl<sgd_state>, &state_array_impl<sgd_state>,
-                                      &set_state_impl<sgd_state>, &step_count_impl<sgd_state>};
+                                      &set_state_impl<sgd_state>, &step_count_impl<sgd_state>,
+                                      &sgd_state_arrays};
 const char* const k_adam_keys[] = {"learning_rate", "beta1", "beta2", "epsilon", nullptr};
 const char* const k_sgd_keys[] = {"learning_rate", "momentum", nullptr};
 
+// Typed declarations (ABI 1.1): the host checks types and ranges before any data is read.
+const tycho_setting k_adam_settings[] = {
+    setting("learning_rate", TYCHO_SETTING_NUMBER, "5e-3", "step size").at_least(0),
+    setting("beta1", TYCHO_SETTING_NUMBER, "0.9", "decay of the first-moment average").at_least(0).below(1),
+    setting("beta2", TYCHO_SETTING_NUMBER, "0.999", "decay of the second-moment average").at_least(0).below(1),
+    setting("epsilon", TYCHO_SETTING_NUMBER, "1e-8", "added to the root of the second moment").at_least(0),
+    end_of_settings()};
+const tycho_setting k_sgd_settings[] = {
+    setting("learning_rate", TYCHO_SETTING_NUMBER, "1e-2", "step size").at_least(0),
+    setting("momentum", TYCHO_SETTING_NUMBER, "0", "heavy-ball momentum").at_least(0),
+    end_of_settings()};
+
 constexpr uint32_t k_devices = TYCHO_DEVICE_BIT(kDLCPU) | (k_cuda ? TYCHO_DEVICE_BIT(kDLCUDA) : 0u);
 const tycho_component k_components[] = {
-    component(TYCHO_COMPONENT_OPTIMIZER, "adam", "1.0.0", "Adam with bias correction",
-              k_devices, k_adam_keys, &k_adam),
-    component(TYCHO_COMPONENT_OPTIMIZER, "sgd", "1.0.0", "gradient descent with momentum",
-              k_devices, k_sgd_keys, &k_sgd),
+    with_settings(component(TYCHO_COMPONENT_OPTIMIZER, "adam", "1.0.0", "Adam with bias correction",
+                            k_devices, k_adam_keys, &k_adam), k_adam_settings),
+    with_settings(component(TYCHO_COMPONENT_OPTIMIZER, "sgd", "1.0.0", "gradient descent with momentum",
+                            k_devices, k_sgd_keys, &k_sgd), k_sgd_settings),
 };
 }  // namespace
 

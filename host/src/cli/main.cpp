@@ -285,9 +285,44 @@ int cmd_plugins() {
       for (const auto& c : reg.components())
         if (c.plugin_path == r.path)
           fmt::print("  {:<10} {:<12} {:<7} {}\n", th::kind_name(c.kind), c.name, c.version, c.description);
+      for (const auto& c : reg.plan_only())
+        if (c.plugin_path == r.path)
+          fmt::print("  {:<10} {:<12} {:<7} (plan only: `tycho plan` can size it, this build cannot run it) {}\n",
+                     th::kind_name(c.kind), c.name, c.version, c.description);
     } else {
       fmt::print("REFUSED {}: {}\n", r.path, r.refusal);
     }
+  }
+  return 0;
+}
+
+// `tycho plugins --keys NAME`: the typed declarations of every component named NAME (any kind,
+// plan-only ones too), or of the runtime's table NAME ("reconstruct", "[data]").
+int cmd_plugin_keys(const std::string& name) {
+  auto& reg = th::registry::global();
+  bool found = false;
+  for (const auto* list : {&reg.components(), &reg.plan_only()})
+    for (const auto& c : *list) {
+      if (c.name != name) continue;
+      found = true;
+      fmt::print("{} {} {} ({})\n", th::kind_name(c.kind), c.name, c.version, c.plugin_path);
+      if (c.settings.empty() && !c.config_keys.empty()) {
+        for (const auto& k : c.config_keys) fmt::print("  {}  (not declared: any type)\n", k);
+      } else {
+        fmt::print("{}", th::settings_text(c.settings));
+      }
+    }
+  std::string table = name;
+  if (table.size() > 2 && table.front() == '[' && table.back() == ']') table = table.substr(1, table.size() - 2);
+  for (const auto& t : th::host_setting_tables())
+    if (t == table) {
+      found = true;
+      fmt::print("[{}] (the runtime's keys; the chosen components add theirs)\n{}", t,
+                 th::settings_text(th::host_settings(t)));
+    }
+  if (!found) {
+    fmt::print(stderr, "tycho: error: no component or runtime table named '{}' (`tycho plugins` lists them)\n", name);
+    return 2;
   }
   return 0;
 }
@@ -426,6 +461,10 @@ int main(int argc, char** argv) {
   pre->add_flag("--quiet,-q", quiet, "only warnings and errors");
 
   auto* pl = app.add_subcommand("plugins", "list plugin folders, plugins, components, refusals");
+  std::string keys_of;
+  pl->add_option("--keys", keys_of,
+                 "print the config keys of component NAME (or of a runtime table, e.g. reconstruct): type, "
+                 "default, range, doc");
 
   try {
     app.parse(argc, argv);
@@ -444,7 +483,7 @@ int main(int argc, char** argv) {
       say("{}\n", th::evaluate_result(th::registry::global(), result_path, truth_path, sigma_A, fov));
       return 0;
     }
-    if (pl->parsed()) return cmd_plugins();
+    if (pl->parsed()) return keys_of.empty() ? cmd_plugins() : cmd_plugin_keys(keys_of);
     if (plan->parsed()) return cmd_plan(plan_config, plan_sets, plan_options);
     if (pre->parsed()) return cmd_preprocess(pre_config, pre_output, pre_sets, save_raw_data, quiet, overwrite);
   } catch (const tycho::error& e) {

@@ -208,10 +208,56 @@ inline tycho_component component(tycho_component_kind kind, const char* name,
                                  const char* version, const char* description, uint32_t devices,
                                  const char* const* config_keys, const void* vtable) {
   return tycho_component{sizeof(tycho_component), TYCHO_ABI_VERSION, kind, name, version,
-                         description, devices, config_keys, vtable};
+                         description, devices, config_keys, vtable, 0, nullptr};
+}
+
+// Typed key declarations (ABI 1.1), for a static array ended by end_of_settings():
+//   const tycho_setting k_settings[] = {
+//       setting("threads", TYCHO_SETTING_INTEGER, "0", "OpenMP threads; 0: all").at_least(0),
+//       setting("fft_planning", TYCHO_SETTING_STRING, "\"estimate\"", "FFTW planning").one_of(k_planning),
+//       end_of_settings()};
+//   component(...).with_settings(k_settings) is spelled with_settings(component(...), k_settings).
+struct setting : tycho_setting {
+  constexpr setting(const char* key_, tycho_setting_type type_, const char* default_text_, const char* doc_,
+                    const char* unit_ = nullptr)
+      : tycho_setting{sizeof(tycho_setting), key_, type_, default_text_, 0u, 0.0, 0.0, nullptr, unit_, doc_} {}
+  constexpr setting at_least(double v) const { return bound(TYCHO_SETTING_HAS_MIN, v, max); }
+  constexpr setting above(double v) const { return bound(TYCHO_SETTING_HAS_MIN | TYCHO_SETTING_MIN_EXCLUSIVE, v, max); }
+  constexpr setting at_most(double v) const { return bound(TYCHO_SETTING_HAS_MAX, min, v); }
+  constexpr setting below(double v) const { return bound(TYCHO_SETTING_HAS_MAX | TYCHO_SETTING_MAX_EXCLUSIVE, min, v); }
+  constexpr setting one_of(const char* const* values) const {
+    setting s = *this;
+    s.allowed = values;
+    return s;
+  }
+
+ private:
+  constexpr setting bound(uint32_t bits, double lo, double hi) const {
+    setting s = *this;
+    s.bounds |= bits;
+    s.min = lo;
+    s.max = hi;
+    return s;
+  }
+};
+constexpr tycho_setting end_of_settings() {
+  return tycho_setting{sizeof(tycho_setting), nullptr, TYCHO_SETTING_STRING, nullptr, 0u, 0.0, 0.0, nullptr, nullptr, nullptr};
+}
+// The component with its typed key declarations (settings must outlive the plugin's use: static).
+inline tycho_component with_settings(tycho_component c, const tycho_setting* settings) {
+  c.settings = settings;
+  return c;
 }
 
 }  // namespace tycho::sdk
+
+// The oldest host ABI the plugin works with (tycho_plugin_descriptor::abi_version_required):
+// by default the ABI it is built against. A plugin that uses nothing a later minor added may
+// define it lower before including this header, e.g. ((1u << 16) | 0u), to load into older hosts
+// of ABI 1.1 and later.
+#ifndef TYCHO_PLUGIN_ABI_REQUIRED
+#define TYCHO_PLUGIN_ABI_REQUIRED TYCHO_ABI_VERSION
+#endif
 
 // Defines the plugin's exported entry function over a static array of components.
 #define TYCHO_PLUGIN(plugin_name, plugin_version, components_array)                          \
@@ -223,6 +269,8 @@ inline tycho_component component(tycho_component_kind kind, const char* name,
         plugin_version,                                                                      \
         &tycho::sdk::init_host,                                                              \
         static_cast<int64_t>(sizeof(components_array) / sizeof(components_array[0])),        \
-        components_array};                                                                   \
+        components_array,                                                                    \
+        TYCHO_PLUGIN_ABI_REQUIRED,                                                           \
+        TYCHO_DLPACK_VERSION};                                                               \
     return &descriptor;                                                                      \
   }

@@ -32,18 +32,29 @@
 // The host_staging model is what the host process itself holds for a device engine: the
 // targets as float32 (every pattern is read before the upload), the initial object and probe,
 // the positions.
+//
+// The host does not choose among these by the engine's name: every engine describes its own
+// memory through tycho_engine_vtable::plan_memory (ABI 1.1), and the host plans the `reported`
+// model, whose terms come from that call. The built-in cpu and cuda engines report the cpu and
+// cuda models above (they link this file); a third-party engine reports its own terms.
 #pragma once
 
+#include <tycho/tycho_components.h>
+
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace tycho {
 
-enum class memory_model { cpu, cuda, host_staging };
+enum class memory_model { cpu, cuda, host_staging, reported };
 
-// "cpu", "cuda", "host" (host_staging).
+// "cpu", "cuda", "host" (host_staging), "reported".
 const char* memory_model_name(memory_model m);
+
+struct memory_reporter;  // below: what an engine reports (the reported model)
 
 struct memory_problem {
   memory_model model = memory_model::cpu;
@@ -62,12 +73,32 @@ struct memory_problem {
   int64_t fft_plans = 1;               // cuda: work areas alive at once (the plans share one)
   int64_t probe_gradient_slices = 8;   // cuda: partial sums of the probe gradient (G)
   uint64_t reserve_bytes = 0;          // cuda: fixed per-device allowance (context, allocator)
+  std::shared_ptr<const memory_reporter> reporter;  // reported: the engine's description
 };
+
+// What the planner may do with a problem, whatever its model: the terms are per device
+// (cuda, or a reporter on_device), shrink with the batch (cuda) or with the threads (cpu).
+bool memory_on_device(const memory_problem& p);
+bool memory_scales_with_batch(const memory_problem& p);
+bool memory_scales_with_threads(const memory_problem& p);
+// "cpu", "cuda", "host", or the reporting engine's name.
+std::string memory_plan_name(const memory_problem& p);
 
 struct memory_term {
   std::string name;     // "targets", "object", ...
   uint64_t bytes = 0;   // per device
   std::string formula;  // how it was counted, with the numbers
+};
+
+// The reported model: what an engine says about its memory (tycho_engine_vtable::plan_memory)
+// and how the planner may search for a run that fits.
+struct memory_reporter {
+  std::string name;            // the engine's name, for "the <name> plan needs ..."
+  bool on_device = false;      // terms live in device memory (per device; the host stages targets)
+  bool batch_scales = false;   // a smaller per-device batch needs less
+  bool threads_scale = false;  // fewer threads need less
+  // The terms (without a total) of a problem; throws tycho::error when the engine fails.
+  std::function<std::vector<memory_term>(const memory_problem&)> terms;
 };
 
 struct memory_plan {
@@ -107,6 +138,17 @@ std::string memory_plan_summary(const memory_plan& plan);
 
 // The table: one row per term (name, bytes, human units, formula), the total, the capacity.
 std::string memory_plan_table(const memory_plan& plan);
+
+// The ABI's form of a problem and of a report (tycho_engine_vtable::plan_memory), both ways:
+// the host hands a problem to an engine and reads its report; a built-in engine reads the
+// problem and reports one of the models above. to_abi of terms throws when there are more than
+// TYCHO_MEMORY_TERMS_MAX; names and formulas are cut to the ABI's fixed lengths.
+tycho_memory_problem to_abi(const memory_problem& p);
+memory_problem from_abi(const tycho_memory_problem& p, memory_model model);
+void to_abi(const std::vector<memory_term>& terms, uint32_t flags, tycho_memory_report* out);
+std::vector<memory_term> from_abi(const tycho_memory_report& report, const std::string& engine);
+// TYCHO_MEMORY_* flags of a problem's model (memory_on_device, ..._scales_with_...).
+uint32_t memory_flags(const memory_problem& p);
 
 // "1.50 GiB", "96.00 KiB", "512 B" (binary units).
 std::string human_bytes(uint64_t bytes);

@@ -36,7 +36,8 @@ class parallel_context final : public rank_collectives {
   parallel_context& operator=(const parallel_context&) = delete;
 
   // Reads [parallel] and [reconstruct] engine/devices, detects the launcher and makes the
-  // reducer ("auto": none for one rank, "mpi" for a host engine, "nccl" for a GPU engine).
+  // reducer ("auto": none for one rank, else the first installed reducer whose devices include
+  // the engine's device: tycho_component::devices says what each sums).
   // Several ranks without a reducer, a reducer that is not installed, or a CPU engine asked
   // for GPUs are errors that say why; nothing is silently reduced to one rank.
   // `communicator`: the caller's (MPI_Comm* or ncclComm_t*), adopted and not freed.

@@ -3,6 +3,8 @@
 
 #include <tycho/tycho_plugin.h>
 
+#include "tycho/host/settings.hpp"
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +26,10 @@ struct component_ref {
   uint32_t devices = 0;
   std::vector<std::string> config_keys;
   const void* vtable = nullptr;
+  uint32_t flags = 0;  // TYCHO_COMPONENT_* (ABI 1.1; 0 for a 1.0 component)
+  // Typed declarations of its keys (ABI 1.1; empty for a 1.0 component). config_keys holds
+  // their names too, besides any key listed without a declaration.
+  std::vector<setting_decl> settings;
 
   template <class VT>
   const VT* as() const {
@@ -64,6 +70,10 @@ class registry {
   const component_ref& find(tycho_component_kind kind, const std::string& name) const;
   std::vector<std::string> names(tycho_component_kind kind) const;
   const std::vector<component_ref>& components() const { return components_; }
+  // A component that can describe itself (an engine's plan_memory): a usable one, else a
+  // plan-only one (TYCHO_COMPONENT_PLAN_ONLY, never in components()); nullptr if neither.
+  const component_ref* find_description(tycho_component_kind kind, const std::string& name) const;
+  const std::vector<component_ref>& plan_only() const { return plan_only_; }
   const std::vector<plugin_report>& reports() const { return reports_; }
   // Every folder given to load_directories, in order (missing ones too).
   const std::vector<std::string>& searched_folders() const { return searched_; }
@@ -75,6 +85,7 @@ class registry {
   struct library;
   std::vector<std::unique_ptr<library>> libraries_;
   std::vector<component_ref> components_;
+  std::vector<component_ref> plan_only_;
   std::vector<plugin_report> reports_;
   std::vector<std::string> searched_;
 };

@@ -24,7 +24,7 @@ struct component_provenance {
 // for bit: its arrays are saved as "optimizer.<parameter>.<array>".
 struct optimizer_state_record {
   std::string parameter;              // "object" or "probe"
-  std::string optimizer;              // component name, e.g. "adam"
+  std::string optimizer;              // the optimizer component's name
   int64_t steps = 0;                  // steps taken
   std::vector<std::string> arrays;    // e.g. {"m", "v"}
   std::string array_description;      // shape and dtype, for the manifest's "arrays"
@@ -73,7 +73,7 @@ struct loaded_record {
 };
 loaded_record load_record(const component_ref& format, const std::string& path);
 
-// The format component whose extension matches `path` (".zip" → zip), else "zip".
+// The format component whose extension matches `path`, else the default format.
 const component_ref& format_for_path(const registry& reg, const std::string& path);
 
 }  // namespace tycho::host

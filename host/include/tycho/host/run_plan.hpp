@@ -36,11 +36,13 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
                                   const std::string& description, int64_t n0, int64_t n1,
                                   const std::vector<double>& positions_A = {});
 
-// The memory problem of a run: the engine named in [reconstruct] chooses the model ("cpu" →
-// cpu, "cuda" → cuda, any other → host_staging), batch, modes, slices, optimizers (Adam 2 state
-// arrays, SGD 1, others counted as 2), cpu threads ([reconstruct] threads, else the OpenMP
-// default), devices ([reconstruct] devices, a list), the targets' stored type. (session.cpp)
-memory_problem run_memory_problem(const config_document& doc, const tycho_dataset_info& info,
+// The memory problem of a run: the engine named in [reconstruct] reports its own terms (the
+// reported model: tycho_engine_vtable::plan_memory; a plan-only engine will do), the
+// optimizers their state arrays (tycho_optimizer_vtable::state_arrays; 2 when they do not say);
+// batch, modes, slices, threads ([reconstruct] threads, else the OpenMP default), devices
+// ([reconstruct] devices, a list). Throws naming the engine when it cannot describe itself.
+// (session.cpp)
+memory_problem run_memory_problem(const config_document& doc, const registry& reg, const tycho_dataset_info& info,
                                   int64_t n0, int64_t n1, const object_layout& layout);
 
 // What `tycho plan` shows: everything resolved as reconstruct resolves it (config checks,
@@ -55,8 +57,9 @@ struct run_preview {
   run_geometry geometry;
   memory_problem problem;
 };
-// (Defined in session.cpp.) An engine that is not loaded is accepted only when the planner has
-// a model for it ("cuda"); its own config keys then cannot be checked.
+// (Defined in session.cpp.) An engine that cannot run here is accepted when a plan-only
+// component describes it (TYCHO_COMPONENT_PLAN_ONLY: a GPU engine in a build without its
+// toolkit); its config keys are checked against that description.
 run_preview preview_run(const config_document& doc, const registry& reg);
 
 // This machine's physical memory, bytes.

@@ -1,0 +1,220 @@
+// Typed settings (tycho/host/settings.hpp, tycho_component::settings of ABI 1.1): a third-party
+// component's declared key refuses a value of another type naming the declared type, a value
+// out of range or not allowed; `tycho plugins --keys` prints types, defaults and docs; and
+// docs/config-reference.md agrees with the declarations of the runtime's tables and of the
+// built-in components it documents (every declared key has a row with the type and default,
+// every row names a declared key).
+#include <gtest/gtest.h>
+
+#include <tycho/host/registry.hpp>
+#include <tycho/host/settings.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "built_in_plugins.hpp"
+#include "run_command.hpp"
+#include "test_paths.hpp"
+
+using tycho::test::run_command;
+
+namespace {
+
+std::string example_config() { return tycho::test::source_dir() + "/examples/mos2.toml"; }
+const std::vector<std::string> k_env = {std::string("TYCHO_PLUGIN_PATH=") + TYCHO_TEST_PLUGIN_DIR};
+
+// `tycho plan` with the test plugin's engine and one --set.
+tycho::test::command_result plan_with(const std::string& set) {
+  return run_command({tycho::test::tycho_exe(), "plan", example_config(), "--device-memory", "141", "--set",
+                      "reconstruct.engine=\"thirdparty_planned\"", "--set", set},
+                     k_env);
+}
+
+TEST(Settings, ThirdPartyKeyOfAnotherTypeIsRefusedNamingTheDeclaredType) {
+  auto r = plan_with("reconstruct.widgets=\"three\"");
+  ASSERT_TRUE(r.exited_with(2)) << r.describe();
+  EXPECT_NE(r.err.find("config key 'widgets' in [reconstruct] must be an integer (declared by engine "
+                       "'thirdparty_planned'), got a string"),
+            std::string::npos)
+      << r.err;
+  auto f = plan_with("reconstruct.widgets=2.5");
+  ASSERT_TRUE(f.exited_with(2)) << f.describe();
+  EXPECT_NE(f.err.find("config key 'widgets' in [reconstruct] must be an integer (declared by engine "
+                       "'thirdparty_planned'), got a float"),
+            std::string::npos)
+      << f.err;
+}
+
+TEST(Settings, ThirdPartyRangeAndAllowedValuesAreChecked) {
+  auto low = plan_with("reconstruct.widgets=0");
+  ASSERT_TRUE(low.exited_with(2)) << low.describe();
+  EXPECT_NE(low.err.find("config key 'widgets' in [reconstruct] must be >= 1 (declared by engine "
+                         "'thirdparty_planned'), got 0"),
+            std::string::npos)
+      << low.err;
+  auto mode = plan_with("reconstruct.mode=\"slow\"");
+  ASSERT_TRUE(mode.exited_with(2)) << mode.describe();
+  EXPECT_NE(mode.err.find("config key 'mode' in [reconstruct] must be \"fast\" or \"careful\" (declared by engine "
+                          "'thirdparty_planned'), got \"slow\""),
+            std::string::npos)
+      << mode.err;
+  // Good values pass: the plan is made.
+  auto ok = plan_with("reconstruct.widgets=7");
+  EXPECT_TRUE(ok.exited_with(0)) << ok.describe();
+}
+
+TEST(Settings, BuiltInKeysAreCheckedTheSameWay) {
+  auto r = run_command({tycho::test::tycho_exe(), "plan", example_config(), "--set", "reconstruct.threads=\"two\""});
+  ASSERT_TRUE(r.exited_with(2)) << r.describe();
+  EXPECT_NE(r.err.find("config key 'threads' in [reconstruct] must be an integer (declared by engine 'cpu'), got a "
+                       "string"),
+            std::string::npos)
+      << r.err;
+  auto b = run_command({tycho::test::tycho_exe(), "plan", example_config(), "--set",
+                        "reconstruct.object.beta1=1.5"});
+  ASSERT_TRUE(b.exited_with(2)) << b.describe();
+  EXPECT_NE(b.err.find("config key 'beta1' in [reconstruct.object] must be >= 0 and < 1 (declared by optimizer "
+                       "'adam'), got 1.5"),
+            std::string::npos)
+      << b.err;
+}
+
+TEST(Settings, PluginsKeysPrintsTypesDefaultsAndDocs) {
+  auto cpu = run_command({tycho::test::tycho_exe(), "plugins", "--keys", "cpu"});
+  ASSERT_TRUE(cpu.exited_with(0)) << cpu.describe();
+  EXPECT_NE(cpu.out.find("engine cpu "), std::string::npos) << cpu.out;
+  EXPECT_NE(cpu.out.find("  threads       integer; default 0; >= 0\n      OpenMP threads for a batch"),
+            std::string::npos)
+      << cpu.out;
+  EXPECT_NE(cpu.out.find("  fft_planning  string; default \"estimate\"; one of \"estimate\" or \"measure\"\n"),
+            std::string::npos)
+      << cpu.out;
+  auto third = run_command({tycho::test::tycho_exe(), "plugins", "--keys", "thirdparty_planned"}, k_env);
+  ASSERT_TRUE(third.exited_with(0)) << third.describe();
+  EXPECT_NE(third.out.find("  widgets  integer; default 3; >= 1\n      how many widgets the engine would use\n"),
+            std::string::npos)
+      << third.out;
+  auto table = run_command({tycho::test::tycho_exe(), "plugins", "--keys", "[parallel]"});
+  ASSERT_TRUE(table.exited_with(0)) << table.describe();
+  EXPECT_NE(table.out.find("  timeout_s        number, s; default 600; >= 1 and <= 1000000000\n"), std::string::npos)
+      << table.out;
+  auto none = run_command({tycho::test::tycho_exe(), "plugins", "--keys", "nonesuch"});
+  EXPECT_TRUE(none.exited_with(2)) << none.describe();
+  EXPECT_NE(none.err.find("no component or runtime table named 'nonesuch'"), std::string::npos) << none.err;
+}
+
+// ---- docs/config-reference.md against the declarations
+
+struct doc_row {
+  std::string type, default_text;
+};
+// Section title (a "## " or "### " heading) → the rows of its tables, by key.
+std::map<std::string, std::map<std::string, doc_row>> doc_sections() {
+  std::ifstream in(tycho::test::source_dir() + "/docs/config-reference.md");
+  std::map<std::string, std::map<std::string, doc_row>> out;
+  std::string section, line;
+  const std::regex row(R"(^\| `([A-Za-z0-9_]+)` \| ([^|]*) \| ((?:[^|\\]|\\.)*) \|)");
+  while (std::getline(in, line)) {
+    if (line.rfind("## ", 0) == 0 || line.rfind("### ", 0) == 0) {
+      section = line.substr(line.find(' ') + 1);
+      continue;
+    }
+    std::smatch m;
+    if (std::regex_search(line, m, row)) out[section][m[1]] = {m[2], m[3]};
+  }
+  return out;
+}
+
+// "### `engine = "cpu"`": how the reference titles a component's keys.
+std::string cat_title(const std::string& kind, const std::string& name) {
+  const std::string key = kind == "source" ? "source" : kind;
+  return "`" + key + " = \"" + name + "\"`";
+}
+
+std::string without_backticks(std::string s) {
+  s.erase(std::remove(s.begin(), s.end(), '`'), s.end());
+  return s;
+}
+
+// The doc's type column starts with the declared type ("boolean" for bool, "array" for lists).
+bool type_matches(const std::string& doc_type, tycho_setting_type type) {
+  switch (type) {
+    case TYCHO_SETTING_STRING: return doc_type.rfind("string", 0) == 0;
+    case TYCHO_SETTING_INTEGER: return doc_type.rfind("integer", 0) == 0;
+    case TYCHO_SETTING_NUMBER: return doc_type.rfind("number", 0) == 0;
+    case TYCHO_SETTING_BOOL: return doc_type.rfind("bool", 0) == 0;
+    case TYCHO_SETTING_INTEGER_LIST:
+    case TYCHO_SETTING_NUMBER_LIST:
+    case TYCHO_SETTING_STRING_LIST: return doc_type.rfind("array", 0) == 0;
+    case TYCHO_SETTING_MIXED: return true;
+  }
+  return false;
+}
+
+void expect_documented(const std::map<std::string, doc_row>& rows, const std::vector<tycho::host::setting_decl>& decls,
+                       const std::string& where) {
+  std::set<std::string> declared;
+  for (const auto& d : decls) {
+    declared.insert(d.key);
+    auto it = rows.find(d.key);
+    if (it == rows.end()) {
+      ADD_FAILURE() << where << ": declared key '" << d.key << "' has no row in docs/config-reference.md";
+      continue;
+    }
+    EXPECT_TRUE(type_matches(it->second.type, d.type))
+        << where << " " << d.key << ": declared " << tycho::host::setting_type_name(d.type) << ", documented '"
+        << it->second.type << "'";
+    if (d.default_text)
+      EXPECT_EQ(without_backticks(it->second.default_text).rfind(*d.default_text, 0), 0u)
+          << where << " " << d.key << ": declared default " << *d.default_text << ", documented '"
+          << it->second.default_text << "'";
+  }
+  for (const auto& [key, row] : rows)
+    EXPECT_TRUE(declared.count(key)) << where << ": documented key '" << key << "' is not declared";
+}
+
+TEST(Settings, ConfigReferenceAgreesWithTheRuntimesDeclarations) {
+  const auto sections = doc_sections();
+  std::size_t checked = 0;
+  for (const auto& table : tycho::host::host_setting_tables()) {
+    // "[reconstruct.object]" and "[reconstruct.probe]" share one section (the object has one key more).
+    const std::string title = table.rfind("reconstruct.", 0) == 0
+                                  ? "`[reconstruct.object]` and `[reconstruct.probe]`"
+                                  : "`[" + table + "]`";
+    auto it = sections.find(title);
+    ASSERT_NE(it, sections.end()) << "no section " << title;
+    auto rows = it->second;
+    if (table == "reconstruct.probe") rows.erase("amplitude_max");  // object only, says the doc
+    expect_documented(rows, tycho::host::host_settings(table), title);
+    checked += tycho::host::host_settings(table).size();
+  }
+  EXPECT_GE(checked, 40u);
+}
+
+TEST(Settings, ConfigReferenceAgreesWithTheBuiltInComponentsDeclarations) {
+  const auto sections = doc_sections();
+  const auto& reg = tycho::test::plugins();
+  int checked = 0;
+  for (const auto& c : reg.components()) {
+    if (c.settings.empty()) continue;
+    const std::string kind = tycho::host::kind_name(c.kind);
+    const std::string title = cat_title(kind, c.name);
+    auto it = sections.find(title);
+    if (it == sections.end()) {
+      ADD_FAILURE() << kind << " '" << c.name << "' declares keys but docs/config-reference.md has no section "
+                    << title;
+      continue;
+    }
+    expect_documented(it->second, c.settings, title);
+    ++checked;
+  }
+  EXPECT_GE(checked, 3) << "cpu, adam and sgd at least";
+}
+
+}  // namespace
