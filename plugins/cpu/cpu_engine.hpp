@@ -46,7 +46,7 @@ struct engine_options {
   int threads = 0;          // 0: all OpenMP threads
   bool measure_fft = false; // FFTW_MEASURE instead of FFTW_ESTIMATE
   bool double_precision = false;  // [reconstruct] precision = "float64"
-  bool shift_groups = true;       // false: the reference path, four 2-D transforms per position
+  bool shift_groups = false;      // false (default): four 2-D transforms per position; true: shift groups
 };
 
 // What the vtable calls, whatever the engine's real type.

@@ -30,7 +30,7 @@ tycho_status create(const tycho_engine_setup* setup, tycho_engine** out) {
            planning, "\"");
     options.measure_fft = planning == "measure";
     // false: the reference path (four 2-D transforms per position), to compare against.
-    options.shift_groups = cfg.get_bool("shift_groups").value_or(true);
+    options.shift_groups = cfg.get_bool("shift_groups").value_or(false);
     // The host has checked the value; a third-party host might not have.
     std::string precision = cfg.get_string("precision").value_or("float32");
     if (precision != "float32" && precision != "float64")
