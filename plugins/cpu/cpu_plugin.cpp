@@ -88,8 +88,8 @@ const tycho_setting k_settings[] = {
     setting("fft_planning", TYCHO_SETTING_STRING, "\"measure\"",
             "FFTW planning: measure (plans from the per-machine wisdom file: fast and reproducible) or estimate")
         .one_of(k_planning),
-    setting("shift_groups", TYCHO_SETTING_BOOL, "true",
-            "sub-pixel probe shifts per row-offset group (3 transforms per position) instead of per position (4)"),
+    setting("shift_groups", TYCHO_SETTING_BOOL, "false",
+            "true: sub-pixel probe shifts per row-offset group (3 transforms per position); false: per position (4)"),
     end_of_settings()};
 const tycho_component k_components[] = {
     with_settings(component(TYCHO_COMPONENT_ENGINE, "cpu", "1.0.0",
