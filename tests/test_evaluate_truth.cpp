@@ -89,17 +89,19 @@ TEST_F(EvaluateTruth, MembersItDoesNotUseAreIgnored) {
 TEST_F(EvaluateTruth, ScanMismatchWarnsAndStillScores) {
   const fs::path off = dir_ / "off.npz";
   write_truth(off, {{"scan_origin_A", npy("<f8", "(2,)", bytes_of<double>({18.0, 19.0}))},
-                    {"scan_shape", npy("<i8", "(2,)", bytes_of<int64_t>({30, 24}))},
-                    {"scan_step_A", npy("<f8", "()", bytes_of<double>({0.6}))}});
+                    {"scan_shape", npy("<i8", "(2,)", bytes_of<int64_t>({30, 22}))},
+                    {"scan_step_A", npy("<f8", "()", bytes_of<double>({0.52}))}});
+  // Within the result's scan (30 x 22 steps of 0.52 Å span less than 32 x 24 of 0.5 Å): warned
+  // about, and scored; a truth scan the result does not cover is refused (test_hostile_results).
   auto r = evaluate(off);
   ASSERT_TRUE(r.exited_with(0)) << r.describe();
   EXPECT_NO_THROW((void)nlohmann::json::parse(r.out).at("pearson").get<double>()) << r.out;
   for (const char* w :
        {"[tycho warning] evaluate: the result was laid out with scan_origin_A = [17, 19] Å, the truth has [18, 19] Å: "
         "the comparison aligns on the truth's origin and searches ±12 px around it\n",
-        "[tycho warning] evaluate: the result's scan step is 0.5 Å, the truth's 0.6 Å: the positions do not match the "
+        "[tycho warning] evaluate: the result's scan step is 0.5 Å, the truth's 0.52 Å: the positions do not match the "
         "truth's scan\n",
-        "[tycho warning] evaluate: the result's scan is 32 x 24 positions, the truth's 30 x 24: only the overlap of the "
+        "[tycho warning] evaluate: the result's scan is 32 x 24 positions, the truth's 30 x 22: only the overlap of the "
         "two scans is meaningful\n"})
     EXPECT_NE(r.err.find(w), std::string::npos) << w << "\n" << r.err;
 }
