@@ -42,6 +42,8 @@ SKIP_LINES = {
     "scripts/install-deps": "installs Debian packages (root, network)",
     "scripts/build": "rebuilds the tree this test runs in",
     "scripts/test": "runs the whole suite, this test included",
+    "scripts/fuzz-short": "builds an instrumented tree with clang (minutes): run by hand, see docs/hostile-input.md",
+    "scripts/sanitize-tests": "builds an instrumented tree with clang (minutes): run by hand",
     "mpirun -np 2 build/bin/tycho reconstruct examples/mos2.toml":
         "Open MPI refuses root without --allow-run-as-root (CI runs as root); test_parallel runs 2 ranks",
 }
@@ -137,6 +139,10 @@ def main():
     env = dict(os.environ)
     env["PATH"] = f"{build / 'bin'}:/usr/bin:{env.get('PATH', '')}"
     env.pop("TYCHO_PLUGIN_PATH", None)
+    # The README's Python lines as after `pip install ./python`: the package from the checkout,
+    # libtycho from this build.
+    env["PYTHONPATH"] = f"{source / 'python'}:{env.get('PYTHONPATH', '')}"
+    env["TYCHO_LIBRARY"] = str(build / "lib" / "libtycho.so")
     failures, ran, skipped = [], 0, 0
     done = {}  # command -> output: a command repeated on several pages runs once
     for page in pages(source, only):

@@ -99,14 +99,14 @@ TEST(CheckedSizes, ProductsThatOverflowAreRefused) {
   try {
     tycho::sdk::array_bytes_or_fail(dims, 4, 4, "'f.h5:/a'");
     ADD_FAILURE() << "no error";
-  } catch (const tycho::error& e) {
+  } catch (const tycho::sdk::error& e) {
     EXPECT_EQ(std::string(e.what()),
               "'f.h5:/a' has shape (65536, 65536, 65536, 65536), whose size in bytes (4 per element) exceeds 2^63: "
               "the file's shape is corrupt or crafted");
     EXPECT_EQ(e.status, TYCHO_ERR_BAD_DATA);
   }
   const int64_t negative[2] = {3, -9};
-  EXPECT_THROW(tycho::sdk::array_bytes_or_fail(negative, 2, 4, "x"), tycho::error);
+  EXPECT_THROW(tycho::sdk::array_bytes_or_fail(negative, 2, 4, "x"), tycho::sdk::error);
   EXPECT_EQ(tycho::sdk::array_bytes_or_fail(dims, 2, 4, "x"), int64_t(1) << 34);
 }
 
