@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "config_defaults.hpp"
 #include "tycho/host/previews.hpp"
 
 namespace tycho::host {
@@ -40,7 +41,7 @@ std::string pair_text(const json& a, const char* sep, const std::string& unit, b
 // "adam, learning rate 0.005, cosine" from [reconstruct.<which>] of the resolved config.
 std::string optimizer_text(const toml::table& config, const char* which) {
   const auto t = config["reconstruct"][which];
-  std::string s = t["optimizer"].value_or(std::string("adam"));
+  std::string s = t["optimizer"].value_or(std::string(defaults::optimizer));
   if (auto lr = t["learning_rate"].value<double>()) s += ", learning rate " + g(*lr);
   if (auto sch = t["schedule"].value<std::string>()) s += ", " + *sch;
   return s;
@@ -71,8 +72,8 @@ std::vector<std::string> preview_caption(const std::string& manifest_json) {
     try {
       const toml::table config = toml::parse(m["config_toml"].get<std::string>());
       const auto rec = config["reconstruct"];
-      lines.push_back("reconstruction: " + rec["engine"].value_or(std::string("cpu")) + " engine, " +
-                      rec["loss"].value_or(std::string("amplitude")) + " loss, batch " +
+      lines.push_back("reconstruction: " + rec["engine"].value_or(std::string(defaults::engine)) + " engine, " +
+                      rec["loss"].value_or(std::string(defaults::loss)) + " loss, batch " +
                       std::to_string(rec["batch_size"].value_or(int64_t(0))) + ", " +
                       rec["precision"].value_or(std::string("float32")) + "; object: " +
                       optimizer_text(config, "object") + "; probe: " + optimizer_text(config, "probe"));
