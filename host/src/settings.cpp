@@ -72,6 +72,14 @@ std::string range_text(const setting_decl& d) {
   return lo.empty() ? hi : hi.empty() ? lo : lo + " and " + hi;
 }
 
+// Both bounds also as an interval ("in [0, 1000]", "in (0, 1]"), as the runtime's own range
+// messages write them; empty with one bound or none.
+std::string interval_text(const setting_decl& d) {
+  if (!(d.bounds & TYCHO_SETTING_HAS_MIN) || !(d.bounds & TYCHO_SETTING_HAS_MAX)) return "";
+  return cat(", i.e. in ", d.bounds & TYCHO_SETTING_MIN_EXCLUSIVE ? "(" : "[", number_text(d.min), ", ",
+             number_text(d.max), d.bounds & TYCHO_SETTING_MAX_EXCLUSIVE ? ")" : "]");
+}
+
 bool in_range(const setting_decl& d, double v) {
   if (d.bounds & TYCHO_SETTING_HAS_MIN) {
     if (d.bounds & TYCHO_SETTING_MIN_EXCLUSIVE ? !(v > d.min) : !(v >= d.min)) return false;
@@ -148,8 +156,12 @@ void check_setting_values(const toml::table& t, const std::string& where, const 
     }
     if ((d.type == TYCHO_SETTING_INTEGER || d.type == TYCHO_SETTING_NUMBER) && d.bounds != 0) {
       const double v = *n->value<double>();
+      if (!std::isfinite(v))
+        fail(TYCHO_ERR_INVALID_ARGUMENT, head, "a finite number, ", range_text(d), " (declared by ", owner, "), got ",
+             number_text(v));
       if (!in_range(d, v))
-        fail(TYCHO_ERR_INVALID_ARGUMENT, head, range_text(d), " (declared by ", owner, "), got ", number_text(v));
+        fail(TYCHO_ERR_INVALID_ARGUMENT, head, range_text(d), interval_text(d), " (declared by ", owner, "), got ",
+             number_text(v));
     }
   }
 }

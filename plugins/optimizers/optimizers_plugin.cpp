@@ -285,13 +285,13 @@ const char* const k_sgd_keys[] = {"learning_rate", "momentum", nullptr};
 
 // Typed declarations (ABI 1.1): the host checks types and ranges before any data is read.
 const tycho_setting k_adam_settings[] = {
-    setting("learning_rate", TYCHO_SETTING_NUMBER, "5e-3", "step size").at_least(0),
+    setting("learning_rate", TYCHO_SETTING_NUMBER, "5e-3", "step size").at_least(0).at_most(k_max_learning_rate),
     setting("beta1", TYCHO_SETTING_NUMBER, "0.9", "decay of the first-moment average").at_least(0).below(1),
     setting("beta2", TYCHO_SETTING_NUMBER, "0.999", "decay of the second-moment average").at_least(0).below(1),
-    setting("epsilon", TYCHO_SETTING_NUMBER, "1e-8", "added to the root of the second moment").at_least(0),
+    setting("epsilon", TYCHO_SETTING_NUMBER, "1e-8", "added to the root of the second moment").above(0).at_most(1),
     end_of_settings()};
 const tycho_setting k_sgd_settings[] = {
-    setting("learning_rate", TYCHO_SETTING_NUMBER, "1e-2", "step size").at_least(0),
+    setting("learning_rate", TYCHO_SETTING_NUMBER, "1e-2", "step size").at_least(0).at_most(k_max_learning_rate),
     setting("momentum", TYCHO_SETTING_NUMBER, "0", "heavy-ball momentum").at_least(0),
     end_of_settings()};
 

@@ -8,7 +8,7 @@ function tycho_octave_test(repo, cli, out_dir)
   config = fullfile(repo, 'examples', 'mos2.toml');
   cli_zip = fullfile(out_dir, 'octave-cli-result.zip');
   if ~exist(out_dir, 'dir'), mkdir(out_dir); end
-  status = system(sprintf('"%s" reconstruct "%s" --set reconstruct.iterations=3 --set output.previews=false -q -o "%s"', ...
+  status = system(sprintf('"%s" reconstruct "%s" --set reconstruct.iterations=3 --set output.previews=false -q --overwrite -o "%s"', ...
                           cli, config, cli_zip));
   assert(status == 0, 'the tycho command failed');
 

@@ -56,7 +56,7 @@ fn three_iterations_equal_the_command_line_result_bit_for_bit() {
     let cli = std::env::var_os("TYCHO_CLI").map(PathBuf::from).unwrap_or_else(|| repo().join("build/bin/tycho"));
     let status = Command::new(&cli)
         .arg("reconstruct").arg(&config)
-        .args(["--set", "reconstruct.iterations=3", "--set", "output.previews=false", "-q", "-o"])
+        .args(["--set", "reconstruct.iterations=3", "--set", "output.previews=false", "-q", "--overwrite", "-o"])
         .arg(&cli_result)
         .status()
         .unwrap_or_else(|e| panic!("running {}: {e}", cli.display()));
