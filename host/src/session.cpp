@@ -593,20 +593,30 @@ struct session::state {
     return t;
   }
 
-  // The optimizers' state arrays ("optimizer.<parameter>.<array>"), host copies.
-  std::vector<owned_array> optimizer_arrays() const {
-    std::vector<owned_array> arrays;
+  // Calls f(name, view) for every state array of the optimizers that keep one, name =
+  // "optimizer.<parameter>.<array>", view = the optimizer's own array (no copy); f returns true
+  // to stop. The one walk behind the result's names, get() and the kept state.
+  template <class F>
+  void for_each_optimizer_array(F&& f) const {
     for (const auto& [which, ref, opt] : {std::tuple{"object", object_opt_ref, object_opt},
                                           std::tuple{"probe", probe_opt_ref, probe_opt}}) {
-      const auto* vt = ref->as<tycho_optimizer_vtable>();
+      const auto* vt = ref->template as<tycho_optimizer_vtable>();
       if (!has_state_functions(vt)) continue;
       for (int64_t i = 0, n = vt->state_count(opt); i < n; ++i) {
         const char* name = nullptr;
         DLTensor view{};
         check_status(vt->state_array(opt, i, &name, &view), "optimizer state_array");
-        arrays.push_back(owned_array::copy_of(cat("optimizer.", which, ".", name ? name : ""), view));
+        if (f(cat("optimizer.", which, ".", name ? name : ""), view)) return;
       }
     }
+  }
+  // The optimizers' state arrays, host copies.
+  std::vector<owned_array> optimizer_arrays() const {
+    std::vector<owned_array> arrays;
+    for_each_optimizer_array([&](const std::string& name, const DLTensor& view) {
+      arrays.push_back(owned_array::copy_of(name, view));
+      return false;
+    });
     return arrays;
   }
   int64_t optimizer_steps(const component_ref* ref, tycho_optimizer* opt) const {
@@ -1087,35 +1097,21 @@ std::vector<std::string> session::array_names() const {
 
 // "optimizer.<object|probe>.<array>" for every state array of the optimizers that keep one.
 std::vector<std::string> session::optimizer_state_names() const {
-  const state& s = *s_;
   std::vector<std::string> names;
-  for (const auto& [which, ref, opt] : {std::tuple{"object", s.object_opt_ref, s.object_opt},
-                                        std::tuple{"probe", s.probe_opt_ref, s.probe_opt}}) {
-    const auto* vt = ref->as<tycho_optimizer_vtable>();
-    if (!has_state_functions(vt)) continue;
-    for (int64_t i = 0, n = vt->state_count(opt); i < n; ++i) {
-      const char* array = nullptr;
-      check_status(vt->state_array(opt, i, &array, nullptr), "optimizer state_array");
-      names.push_back(cat("optimizer.", which, ".", array ? array : ""));
-    }
-  }
+  s_->for_each_optimizer_array([&](const std::string& name, const DLTensor&) {
+    names.push_back(name);
+    return false;
+  });
   return names;
 }
 
 owned_array session::optimizer_state(const std::string& full_name) const {
-  const state& s = *s_;
-  for (const auto& [which, ref, opt] : {std::tuple{"object", s.object_opt_ref, s.object_opt},
-                                        std::tuple{"probe", s.probe_opt_ref, s.probe_opt}}) {
-    const auto* vt = ref->as<tycho_optimizer_vtable>();
-    if (!has_state_functions(vt)) continue;
-    for (int64_t i = 0, n = vt->state_count(opt); i < n; ++i) {
-      const char* array = nullptr;
-      DLTensor view{};
-      check_status(vt->state_array(opt, i, &array, &view), "optimizer state_array");
-      std::string name = cat("optimizer.", which, ".", array ? array : "");
-      if (name == full_name) return owned_array::copy_of(name, view);
-    }
-  }
+  std::optional<owned_array> found;
+  s_->for_each_optimizer_array([&](const std::string& name, const DLTensor& view) {
+    if (name == full_name) found = owned_array::copy_of(name, view);
+    return found.has_value();
+  });
+  if (found) return std::move(*found);
   fail(TYCHO_ERR_NOT_FOUND, "no optimizer state array '", full_name, "'");
 }
 
