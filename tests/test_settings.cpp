@@ -184,13 +184,15 @@ TEST(Settings, ConfigReferenceAgreesWithTheRuntimesDeclarations) {
   std::size_t checked = 0;
   for (const auto& table : tycho::host::host_setting_tables()) {
     // "[reconstruct.object]" and "[reconstruct.probe]" share one section (the object has one key more).
-    const std::string title = table.rfind("reconstruct.", 0) == 0
+    const std::string title = table == "reconstruct.object" || table == "reconstruct.probe"
                                   ? "`[reconstruct.object]` and `[reconstruct.probe]`"
                                   : "`[" + table + "]`";
     auto it = sections.find(title);
     ASSERT_NE(it, sections.end()) << "no section " << title;
     auto rows = it->second;
     if (table == "reconstruct.probe") rows.erase("amplitude_max");  // object only, says the doc
+    if (table == "reconstruct.object")  // probe only, says the doc
+      for (const char* key : {"mode_power", "orthogonalize_modes"}) rows.erase(key);
     expect_documented(rows, tycho::host::host_settings(table), title);
     checked += tycho::host::host_settings(table).size();
   }

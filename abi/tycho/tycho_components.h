@@ -208,6 +208,20 @@ typedef struct tycho_engine_setup {
   /* ---- appended in ABI 1.1 */
   const tycho_loss_ref* loss_ref; /* the loss binding with a size (the same vtable and instance
                                    * as `loss`), valid as long as the setup */
+  /* ---- appended in ABI 1.2: multislice and position correction. An engine reads these only
+   * when struct_size covers them (a 1.1 host: one slice, no position gradient). */
+  /* Slices S = object_init->shape[0] > 1: the Fresnel propagator over one slice,
+   * H(k) = exp(−i π λ Δz |k|²) (docs/conventions.md; k in Å⁻¹ on the window's frequencies),
+   * (N0, N1) complex128 in FFT natural order, computed by the host from the optics. The exit
+   * wave of slice s is propagated to slice s + 1 as F⁻¹[H · F[ψ_s · O_s]] (F unitary).
+   * NULL when S = 1. An engine that cannot propagate refuses S > 1 at create. */
+  const DLTensor* slice_propagator;
+  double slice_thickness_A;       /* Δz between consecutive slices, Å (0 when S = 1) */
+  /* 1: every compute_batch also writes dL/dr_j, the derivative of pattern j's loss by its
+   * probe centre r_j (object pixels, both axes), into TYCHO_TENSOR_POSITIONS_GRAD for each
+   * pattern j of the batch (entries of other patterns are left as they were). 0: it need not.
+   * An engine that cannot refuses 1 at create. */
+  int32_t position_gradient;
 } tycho_engine_setup;
 
 /* Tensors an engine exposes as views on its own memory (valid until the next call). Object,
@@ -219,7 +233,11 @@ typedef enum tycho_tensor_id {
   TYCHO_TENSOR_PROBE = 1,         /* (modes, N0, N1), the object's dtype */
   TYCHO_TENSOR_OBJECT_GRAD = 2,   /* ∂L/∂O* summed over the last batch, same shape */
   TYCHO_TENSOR_PROBE_GRAD = 3,    /* ∂L/∂P* summed over the last batch, same shape */
-  TYCHO_TENSOR_POSITIONS = 4      /* (P, 2) float64, probe centres in object pixels */
+  TYCHO_TENSOR_POSITIONS = 4,     /* (P, 2) float64, probe centres in object pixels; a host
+                                   * engine's view is writable: the host moves the positions
+                                   * between batches (position correction) */
+  /* ---- appended in ABI 1.2 */
+  TYCHO_TENSOR_POSITIONS_GRAD = 5 /* (P, 2) float64, dL/dr per pattern (setup position_gradient) */
 } tycho_tensor_id;
 
 typedef struct tycho_engine_vtable {

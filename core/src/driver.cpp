@@ -7,6 +7,7 @@
 #include "tycho/core/error.hpp"
 #include "tycho/core/geometry.hpp"
 #include "tycho/core/last_error.hpp"
+#include "tycho/core/multislice.hpp"
 
 namespace tycho {
 
@@ -54,6 +55,9 @@ driver::driver(engine_binding engine, std::vector<optimizer_binding> optimizers,
   if (options_.batch_size <= 0)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] batch_size must be > 0, got ",
          options_.batch_size);
+  if (options_.positions.enabled && share_.world_size > 1)
+    fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct.positions] correct = true: position correction runs on one rank in this ",
+         "version (this run has ", share_.world_size, ")");
 }
 
 double driver::run_iteration() {
@@ -84,14 +88,87 @@ double driver::run_iteration() {
       tycho_step_info info{sizeof(tycho_step_info), 1.0 / double(count),
                            opt.schedule.factor(epoch), epoch};
       check_status(opt.vtable->step(opt.instance, &param, &grad, &info, stream), "optimizer step");
+      if (opt.parameter == TYCHO_TENSOR_PROBE) apply_probe_constraints();
     }
     apply_object_constraints();
   }
+  if (options_.positions.enabled && epoch >= options_.positions.first_iteration) correct_positions(epoch);
   if (engine_.vtable->collect_loss != nullptr)
     check_status(engine_.vtable->collect_loss(engine_.instance, &loss), "engine collect_loss");
   if (collectives_ != nullptr) loss = collectives_->sum(loss);
   ++iterations_done_;
   return loss / double(n_patterns_);
+}
+
+namespace {
+DLTensor host_tensor(const engine_binding& e, tycho_tensor_id id, const char* what) {
+  DLTensor t{};
+  check_status(e.vtable->get_tensor(e.instance, id, &t), "engine get_tensor");
+  if (t.device.device_type != kDLCPU)
+    fail(TYCHO_ERR_UNSUPPORTED, what, ": the engine keeps its tensors on a device; this version applies it to a host engine's only");
+  return t;
+}
+int64_t element_count(const DLTensor& t) {
+  int64_t n = 1;
+  for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
+  return n;
+}
+template <class T>
+T* data_of(const DLTensor& t) {
+  return reinterpret_cast<T*>(static_cast<char*>(t.data) + t.byte_offset);
+}
+bool is_complex(const DLTensor& t, int bits) { return t.dtype.code == kDLComplex && t.dtype.bits == bits; }
+}  // namespace
+
+void driver::apply_probe_constraints() {
+  if (!options_.orthogonalize_probe_modes) return;
+  DLTensor probe{};
+  check_status(engine_.vtable->get_tensor(engine_.instance, TYCHO_TENSOR_PROBE, &probe), "engine get_tensor");
+  if (probe.ndim != 3 || probe.shape[0] <= 1) return;
+  probe = host_tensor(engine_, TYCHO_TENSOR_PROBE, "probe mode orthogonalisation");
+  const int64_t modes = probe.shape[0], n = probe.shape[1] * probe.shape[2];
+  if (is_complex(probe, 128))
+    orthogonalize_probe_modes(data_of<std::complex<double>>(probe), modes, n);
+  else if (is_complex(probe, 64))
+    orthogonalize_probe_modes(data_of<std::complex<float>>(probe), modes, n);
+  else
+    fail(TYCHO_ERR_UNSUPPORTED, "probe mode orthogonalisation: the probe must be complex64 or complex128");
+}
+
+void driver::correct_positions(int64_t epoch) {
+  const char* what = "position correction";
+  DLTensor pos = host_tensor(engine_, TYCHO_TENSOR_POSITIONS, what);
+  DLTensor grad = host_tensor(engine_, TYCHO_TENSOR_POSITIONS_GRAD, what);
+  DLTensor probe = host_tensor(engine_, TYCHO_TENSOR_PROBE, what);
+  DLTensor obj = host_tensor(engine_, TYCHO_TENSOR_OBJECT, what);
+  if (element_count(pos) != element_count(grad) || pos.ndim != 2 || pos.shape[1] != 2 || probe.ndim != 3 ||
+      obj.ndim != 3)
+    fail(TYCHO_ERR_INTERNAL, "position correction: the engine's positions, their gradient, probe or object have ",
+         "unexpected shapes");
+  // The scanned part of the object: the windows' bounding box.
+  const double* r = data_of<const double>(pos);
+  int64_t lo[2] = {obj.shape[1], obj.shape[2]}, hi[2] = {0, 0};
+  for (int64_t j = 0; j < pos.shape[0]; ++j)
+    for (int a = 0; a < 2; ++a) {
+      const int64_t top = int64_t(std::floor(r[2 * j + a] - double(probe.shape[1 + a] / 2)));
+      lo[a] = std::min(lo[a], top);
+      hi[a] = std::max(hi[a], top + probe.shape[1 + a]);
+    }
+  double h[2];
+  if (is_complex(probe, 128))
+    position_curvature(data_of<std::complex<double>>(probe), probe.shape[0], probe.shape[1], probe.shape[2],
+                       data_of<std::complex<double>>(obj), obj.shape[0], obj.shape[1], obj.shape[2], lo, hi, h);
+  else
+    position_curvature(data_of<std::complex<float>>(probe), probe.shape[0], probe.shape[1], probe.shape[2],
+                       data_of<std::complex<float>>(obj), obj.shape[0], obj.shape[1], obj.shape[2], lo, hi, h);
+  position_step_options o = options_.positions.step;
+  o.rate *= options_.positions.schedule.factor(epoch);
+  // A window of N pixels centred at c spans [c − N/2, c − N/2 + N): it must stay in the object.
+  for (int a = 0; a < 2; ++a) {
+    o.lo[a] = double(probe.shape[1 + a] / 2);
+    o.hi[a] = double(obj.shape[1 + a] - probe.shape[1 + a] + probe.shape[1 + a] / 2) - 1e-6;
+  }
+  last_position_step_px_ = step_positions(data_of<double>(pos), data_of<const double>(grad), pos.shape[0], h, o);
 }
 
 void driver::apply_object_constraints() {

@@ -164,14 +164,18 @@ std::vector<memory_term> memory_terms(const memory_problem& p) {
   }
   if (p.model == memory_model::cpu) {
     // Per thread (cpu_engine.cpp, thread_scratch): 6 FFT buffers (4, plus the shift group's two),
-    // intensity and dL/dI, a whole
-    // object-gradient copy, the probe-spectrum accumulator, the two phase ramps.
-    const uint64_t per_thread = add(add(mul(6 * c, m), mul(2 * real, m)),
+    // with several slices or modes also the wave entering each slice of each mode and each
+    // mode's far field (K·(S+1)), intensity and dL/dI, a whole object-gradient copy (all
+    // slices), the probe-spectrum accumulator (all modes), the two phase ramps.
+    const uint64_t buffers = add(6, s > 1 || k > 1 ? mul(k, s + 1) : 0);
+    const uint64_t per_thread = add(add(mul(mul(buffers, c), m), mul(2 * real, m)),
                                     add(add(mul(obj, c), mul(probe, c)), mul(add(n0, n1), c)));
     t.push_back({"transients", mul(u(p.threads), per_thread),
-                 cat(p.threads, " threads · (6·", M, "·", c, " + 2·", M, "·", real, " + ", O, "·", c, " + ", KM, "·",
-                     c, " + (", n0, "+", n1, ")·", c, ") B")});
-    t.push_back({"FFT workspace", mul({2, m, c}), cat("2 · ", M, " · ", c, " B (the batch's probe transform)")});
+                 cat(p.threads, " threads · (", buffers, "·", M, "·", c, " + 2·", M, "·", real, " + ", O, "·", c, " + ",
+                     KM, "·", c, " + (", n0, "+", n1, ")·", c, ") B")});
+    const uint64_t workspace = k > 1 ? k + 2 : 2;  // the probe spectra, the transform's input (and output)
+    t.push_back({"FFT workspace", mul(workspace, mul(m, c)),
+                 cat(workspace, " · ", M, " · ", c, " B (the batch's probe spectra and transforms)")});
   } else if (p.model == memory_model::cuda) {
     // Per pattern of the batch (plugins/cuda/cuda_engine.cu): K·(S+1) complex buffers (the
     // shifted probes; one wave per slice, transformed and back-propagated in place), 3 float32

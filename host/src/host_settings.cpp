@@ -99,14 +99,31 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         decl("loss", S, quoted(defaults::loss), "", "the loss component"),
         decl("seed", I, "0", "", "seeds the per-iteration permutation of the patterns"),
         one_of(decl("precision", S, "\"float32\"", "", "what the engine computes in"), {"float32", "float64"}),
-        at_least(decl("probe_modes", I, "1", "", "probe modes (only 1 now)"), 1),
-        at_least(decl("slices", I, "1", "", "object slices (only 1 now)"), 1),
+        at_least(decl("probe_modes", I, "1", "", "probe modes (mixed state); at most the window's pixels"), 1),
+        at_least(decl("slices", I, "1", "", "object slices (multislice); > 1 needs slice_thickness_A"), 1),
+        at_least(decl("slice_thickness_A", N, none, "Å", "distance between consecutive slices (needed when slices > 1)"), 0, true),
         decl("devices", IL, "[0]", "", "GPUs for an engine that runs on one, each >= 0"),
     };
     m["reconstruct.object"] = parameter_keys();
     m["reconstruct.object"].push_back(
         at_least(decl("amplitude_max", N, "0", "", "after each step clip |O| to at most this, if > 0 (0: off)"), 0));
     m["reconstruct.probe"] = parameter_keys();
+    m["reconstruct.probe"].push_back(at_most(
+        at_least(decl("mode_power", N, "0.1", "", "share of the power the initial modes beyond the first carry together"), 0),
+        1, true));
+    m["reconstruct.probe"].push_back(
+        decl("orthogonalize_modes", B, "true", "", "keep several modes orthonormal, in decreasing power, after each step"));
+    m["reconstruct.positions"] = {
+        decl("correct", B, "false", "", "position correction: move each probe position by its gradient once per iteration"),
+        at_least(decl("first_iteration", I, "1", "", "the positions stay fixed before this iteration"), 1),
+        at_least(decl("learning_rate", N, "1", "", "fraction of the Gauss–Newton step (the probe's curvature sets the scale)"), 0, true),
+        at_least(decl("max_step_A", N, "0.1", "Å", "largest move of a position per iteration and axis"), 0, true),
+        decl("remove_mean_shift", B, "true", "", "remove the mean move of all positions at each step, so the object cannot drift"),
+        one_of(decl("schedule", S, "\"constant\"", "", "learning-rate schedule"), {"constant", "cosine", "exponential"}),
+        at_most(at_least(decl("final_learning_rate_fraction", N, "0.1", "", "the schedule's factor at the last iteration"),
+                         0, true),
+                1),
+    };
     m["parallel"] = {
         decl("reducer", S, "\"auto\"", "", "\"auto\": none for one rank, else the first reducer of the engine's device; \"none\"; or a reducer's name"),
         one_of(decl("sharding", S, "\"patterns\"", "", "how the patterns are split over the ranks"), {"patterns", "replicated"}),
@@ -134,7 +151,8 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
 
 const std::vector<std::string>& host_setting_tables() {
   static const std::vector<std::string> names = {"data", "optics", "preprocess", "reconstruct",
-                                                 "reconstruct.object", "reconstruct.probe", "parallel", "output"};
+                                                 "reconstruct.object", "reconstruct.probe", "reconstruct.positions",
+                                                 "parallel", "output"};
   return names;
 }
 

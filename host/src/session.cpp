@@ -4,6 +4,7 @@
 #include <tycho/core/device_label.hpp>
 #include <tycho/core/error.hpp>
 #include <tycho/core/geometry.hpp>
+#include <tycho/core/multislice.hpp>
 #include <tycho/host/optics.hpp>
 
 #include <nlohmann/json.hpp>
@@ -51,7 +52,7 @@ std::vector<std::string> host_keys(const std::string& table) { return setting_ke
 // [reconstruct]'s keys and its sub-tables, in the order messages list them.
 std::vector<std::string> reconstruct_keys() {
   std::vector<std::string> keys = host_keys("reconstruct");
-  keys.insert(keys.end() - 1, {"object", "probe"});  // before "devices"
+  keys.insert(keys.end() - 1, {"object", "probe", "positions"});  // before "devices"
   return keys;
 }
 
@@ -79,6 +80,10 @@ struct parameter_settings {
 struct reconstruct_settings {
   int64_t iterations = 100;
   bool float64 = false;  // [reconstruct] precision = "float64": complex128 object and probe
+  int64_t slices = 1, probe_modes = 1;
+  double slice_thickness_A = 0;  // > 0 when slices > 1
+  double mode_power = 0.1;       // [reconstruct.probe] mode_power
+  double max_position_step_A = 0.1;  // [reconstruct.positions] max_step_A (the driver's is in px)
   driver_options driver;
   parameter_settings object, probe;
 };
@@ -111,9 +116,50 @@ reconstruct_settings read_reconstruct_settings(const config_document& doc) {
   if (precision != "float32" && precision != "float64")
     fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] precision = \"", precision, "\": must be \"float32\" or \"float64\"");
   r.float64 = precision == "float64";
-  if (modes != 1 || slices != 1)
-    fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] probe_modes = ", modes, ", slices = ", slices,
-         ": this version reconstructs one probe mode and one slice");
+  if (modes < 1 || modes > 64)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] probe_modes = ", modes, ": must be in [1, 64]");
+  if (slices < 1 || slices > 4096)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] slices = ", slices, ": must be in [1, 4096]");
+  r.slices = slices;
+  r.probe_modes = modes;
+  if (auto dz = read_key<double>(rec_t, "slice_thickness_A", "reconstruct")) {
+    if (!(*dz > 0) || !std::isfinite(*dz) || *dz > 1e6)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] slice_thickness_A = ", *dz, ": must be a thickness in Å, > 0");
+    r.slice_thickness_A = *dz;
+  } else if (slices > 1) {
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] slices = ", slices,
+         " needs slice_thickness_A (Å between consecutive slices; e.g. the specimen's thickness / slices)");
+  }
+  {
+    const toml::table& probe_t = doc.table_at("reconstruct.probe");
+    r.mode_power = *setting_value<double>(probe_t, "reconstruct.probe", "mode_power");
+    if (!(r.mode_power >= 0 && r.mode_power < 1))
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct.probe] mode_power = ", r.mode_power, ": must be in [0, 1)");
+    r.driver.orthogonalize_probe_modes = *setting_value<bool>(probe_t, "reconstruct.probe", "orthogonalize_modes");
+  }
+  {
+    const char* table = "reconstruct.positions";
+    const toml::table& pos_t = doc.table_at(table);
+    position_correction& pc = r.driver.positions;
+    pc.enabled = *setting_value<bool>(pos_t, table, "correct");
+    pc.first_iteration = *setting_value<int64_t>(pos_t, table, "first_iteration");
+    if (pc.first_iteration < 1)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[", table, "] first_iteration must be >= 1, got ", pc.first_iteration);
+    pc.step.rate = *setting_value<double>(pos_t, table, "learning_rate");
+    if (!(pc.step.rate > 0) || !std::isfinite(pc.step.rate) || pc.step.rate > 1e3)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[", table, "] learning_rate = ", pc.step.rate, ": must be in (0, 1000]");
+    r.max_position_step_A = *setting_value<double>(pos_t, table, "max_step_A");
+    if (!(r.max_position_step_A > 0) || !std::isfinite(r.max_position_step_A))
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[", table, "] max_step_A = ", r.max_position_step_A, ": must be > 0 (Å)");
+    pc.step.remove_mean_shift = *setting_value<bool>(pos_t, table, "remove_mean_shift");
+    pc.schedule.kind = learning_rate_schedule::parse(*setting_value<std::string>(pos_t, table, "schedule"),
+                                                     cat("[", table, "] schedule"));
+    pc.schedule.final_fraction = *setting_value<double>(pos_t, table, "final_learning_rate_fraction");
+    if (!(pc.schedule.final_fraction > 0 && pc.schedule.final_fraction <= 1))
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[", table, "] final_learning_rate_fraction must be in (0, 1], got ",
+           pc.schedule.final_fraction);
+    pc.schedule.total_iterations = r.iterations;
+  }
   r.driver.batch_size = *setting_value<int64_t>(rec_t, "reconstruct", "batch_size");
   if (r.driver.batch_size <= 0)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] batch_size must be > 0, got ", r.driver.batch_size);
@@ -160,6 +206,7 @@ void validate_config(const config_document& doc, const registry& reg, bool engin
   if (described != nullptr)
     check_setting_values(rec_t, "reconstruct", described->settings, cat("engine '", described->name, "'"));
   check_setting_values(rec_t, "reconstruct", loss.settings, cat("loss '", loss.name, "'"));
+  check_keys(doc.table_at("reconstruct.positions"), "reconstruct.positions", host_keys("reconstruct.positions"), origin);
   for (const char* which : {"object", "probe"}) {
     std::string name = cat("reconstruct.", which);
     const toml::table& t = doc.table_at(name);
@@ -790,8 +837,21 @@ session::session(config_document config, registry& reg, const std::string& resum
   check_status(s.loss_ref->as<tycho_loss_vtable>()->create(&s.reconstruct_cfg, &s.loss), "loss create");
 
   std::vector<cfloat> object;
-  int64_t object_shape[3] = {1, s.layout.shape[0], s.layout.shape[1]};
-  int64_t probe_shape[3] = {1, s.data.n0, s.data.n1};
+  int64_t object_shape[3] = {settings.slices, s.layout.shape[0], s.layout.shape[1]};
+  int64_t probe_shape[3] = {settings.probe_modes, s.data.n0, s.data.n1};
+  if (settings.probe_modes > 1) {
+    // Mixed state: the optics' probe as mode 0, higher-order modes with mode_power of the power.
+    const std::vector<std::complex<double>> coherent(probe.begin(), probe.end());
+    const auto modes = initial_probe_modes(coherent, s.data.n0, s.data.n1, settings.probe_modes, settings.mode_power);
+    probe.assign(modes.begin(), modes.end());
+  }
+  // Multislice: the propagator over one slice, from the optics (tycho/core/multislice.hpp).
+  std::vector<std::complex<double>> propagator;
+  int64_t propagator_shape[2] = {s.data.n0, s.data.n1};
+  if (settings.slices > 1)
+    propagator = fresnel_propagator(s.data.n0, s.data.n1, s.sampling.dk_invA[0], s.sampling.dk_invA[1],
+                                    s.wavelength_A, settings.slice_thickness_A);
+  DLTensor propagator_t{propagator.data(), {kDLCPU, 0}, 2, {kDLComplex, 128, 1}, propagator_shape, nullptr, 0};
   int64_t target_shape[3] = {s.data.patterns, s.data.n0, s.data.n1};
   int64_t pos_shape[2] = {s.data.patterns, 2};  // the positions of the patterns this rank holds
   void* object_data = nullptr;
@@ -807,7 +867,7 @@ session::session(config_document config, registry& reg, const std::string& resum
     probe_data = const_cast<unsigned char*>(resume->record.array("probe", resume->path).bytes.data());
     positions_data = const_cast<unsigned char*>(resume->record.array("positions_px", resume->path).bytes.data());
   } else {
-    object.assign(static_cast<std::size_t>(s.layout.shape[0] * s.layout.shape[1]), cfloat(1.f, 0.f));
+    object.assign(static_cast<std::size_t>(settings.slices * s.layout.shape[0] * s.layout.shape[1]), cfloat(1.f, 0.f));
     object_data = object.data();
   }
   {
@@ -848,6 +908,9 @@ session::session(config_document config, registry& reg, const std::string& resum
   const tycho_loss_ref loss_ref{sizeof(tycho_loss_ref), setup.loss.vtable, setup.loss.instance};
   setup.loss_ref = &loss_ref;
   setup.device = s.par->device();
+  setup.slice_propagator = settings.slices > 1 ? &propagator_t : nullptr;
+  setup.slice_thickness_A = settings.slices > 1 ? settings.slice_thickness_A : 0.0;
+  setup.position_gradient = settings.driver.positions.enabled ? 1 : 0;
   check_status(s.engine_ref->as<tycho_engine_vtable>()->create(&setup, &s.engine), "engine create");
   // An engine that does not read [reconstruct] precision must not run a float64 config in float32.
   if (const std::string held = precision_of(s.engine_tensor(TYCHO_TENSOR_OBJECT).dtype);
@@ -874,7 +937,9 @@ session::session(config_document config, registry& reg, const std::string& resum
   opts.push_back(make_optimizer("probe", s.probe_cfg, s.probe_opt_ref, s.probe_opt,
                                 TYCHO_TENSOR_PROBE, TYCHO_TENSOR_PROBE_GRAD));
 
-  const driver_options& dopt = settings.driver;
+  driver_options dopt = settings.driver;
+  // The cap on a position's move per iteration, in the object's pixels.
+  dopt.positions.step.max_step_px = settings.max_position_step_A / std::max(s.geometry.pixel_A[0], s.geometry.pixel_A[1]);
   s.drv = std::make_unique<driver>(engine_binding{s.engine_ref->as<tycho_engine_vtable>(), s.engine},
                                    std::move(opts), s.data.all_patterns, dopt,
                                    shard::of(s.data.all_patterns, s.par->rank(), world, s.par->sharding()),

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 namespace tycho::cpu {
@@ -17,12 +18,15 @@ using namespace tycho::sdk;
 template <class Real>
 struct cpu_engine<Real>::thread_scratch {
   fft_buffer<Real> shifted_probe, wave, work, input;  // input: what each transform reads (and destroys)
+  // Multislice / mixed state: the wave entering each slice, per mode ((m, s) at m·S + s; only
+  // with S > 1 or M > 1), and each mode's far field.
+  std::vector<fft_buffer<Real>> slice_waves, far_fields;
   fft_buffer<Real> group_probe, group_grad;  // the current group's A and B (cpu_engine.hpp)
   double group_delta0 = 0;
   std::vector<Real> intensity, dloss;
   std::vector<float> measured;  // one pattern of integer counts, widened (exactly) for the loss
   std::vector<complex> ramp0, ramp1;
-  std::vector<complex> object_grad, probe_spectrum_grad;
+  std::vector<complex> object_grad, probe_spectrum_grad;  // (S, H, W), (M, N0, N1)
   int64_t row_min = 0, row_max = -1;  // rows of object_grad touched in this batch
   double loss = 0;
   tycho_status status = TYCHO_OK;
@@ -91,12 +95,31 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
   n1_ = setup.targets->shape[2];
   h_ = setup.object_init->shape[1];
   w_ = setup.object_init->shape[2];
-  if (setup.object_init->shape[0] != 1)
-    fail(TYCHO_ERR_UNSUPPORTED, "cpu engine: ", setup.object_init->shape[0],
-         " object slices requested; this engine is single-slice (slices = 1)");
-  if (setup.probe_init->shape[0] != 1)
-    fail(TYCHO_ERR_UNSUPPORTED, "cpu engine: ", setup.probe_init->shape[0],
-         " probe modes requested; this engine supports probe_modes = 1");
+  slices_ = setup.object_init->shape[0];
+  modes_ = setup.probe_init->shape[0];
+  if (slices_ < 1 || modes_ < 1 || modes_ > n0_ * n1_)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: object ", shape_string(*setup.object_init), " and probe ",
+         shape_string(*setup.probe_init), ": at least one slice and one mode, at most N0·N1 modes");
+  // Fields appended in ABI 1.2 (a 1.1 host's setup ends before them: one slice, no gradient).
+  const bool has_1_2 = setup.struct_size >= offsetof(tycho_engine_setup, position_gradient) + sizeof(int32_t);
+  const DLTensor* propagator = has_1_2 ? setup.slice_propagator : nullptr;
+  position_gradient_ = has_1_2 && setup.position_gradient != 0;
+  if (slices_ > 1) {
+    if (propagator == nullptr)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: ", slices_, " slices but no slice_propagator in the setup");
+    expect_tensor(propagator, "slice_propagator", dtype_complex128, 2);
+    if (propagator->shape[0] != n0_ || propagator->shape[1] != n1_)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: slice_propagator ", shape_string(*propagator),
+           " does not match the patterns ", shape_string(*setup.targets));
+    const auto* hk = data_of<const std::complex<double>>(*propagator);
+    propagator_.resize(std::size_t(n0_ * n1_));
+    const double inv_m = 1.0 / double(n0_ * n1_);
+    for (int64_t k = 0; k < n0_ * n1_; ++k) {
+      if (!std::isfinite(hk[k].real()) || !std::isfinite(hk[k].imag()))
+        fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: slice_propagator holds a non-finite value at ", k);
+      propagator_[std::size_t(k)] = complex(hk[k] * inv_m);
+    }
+  }
   if (setup.probe_init->shape[1] != n0_ || setup.probe_init->shape[2] != n1_)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: probe ", shape_string(*setup.probe_init),
          " does not match the patterns ", shape_string(*setup.targets));
@@ -131,13 +154,15 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
            positions_[2 * j], ", ", positions_[2 * j + 1], " px) does not lie inside the object (",
            h_, " x ", w_, " px)");
   }
-  assign_complex(object_, *setup.object_init, h_ * w_);
-  assign_complex(probe_, *setup.probe_init, n0_ * n1_);
+  assign_complex(object_, *setup.object_init, slices_ * h_ * w_);
+  assign_complex(probe_, *setup.probe_init, modes_ * n0_ * n1_);
+  position_grad_.assign(positions_.size(), 0.0);
   object_grad_.assign(object_.size(), complex(0));
   probe_grad_.assign(probe_.size(), complex(0));
 
   threads_ = options.threads > 0 ? options.threads : omp_get_max_threads();
-  shift_groups_ = options.shift_groups;
+  // The grouped shifts are written for one slice, one mode and no position gradient.
+  shift_groups_ = options.shift_groups && slices_ == 1 && modes_ == 1 && !position_gradient_;
   fft_ = std::make_unique<fft_plan_2d<Real>>(n0_, n1_, options.measure_fft);
   if (shift_groups_) {
     rows_ = std::make_unique<fft_plan_axis<Real>>(n0_, n1_, 1, options.measure_fft);
@@ -156,16 +181,21 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
     }
     s->intensity.resize(std::size_t(m));
     s->dloss.resize(std::size_t(m));
+    if (slices_ > 1 || modes_ > 1) {
+      for (int64_t k = 0; k < slices_ * modes_; ++k) s->slice_waves.push_back(make_fft_buffer<Real>(m));
+      for (int64_t k = 0; k < modes_; ++k) s->far_fields.push_back(make_fft_buffer<Real>(m));
+    }
     s->object_grad.assign(object_.size(), complex(0));
-    s->probe_spectrum_grad.assign(std::size_t(m), complex(0));
+    s->probe_spectrum_grad.assign(std::size_t(modes_ * m), complex(0));
     scratch_.push_back(std::move(s));
   }
   constexpr DLDataType c = complex_dtype<Real>();
-  views_[TYCHO_TENSOR_OBJECT] = tensor_view(object_.data(), c, {1, h_, w_});
-  views_[TYCHO_TENSOR_PROBE] = tensor_view(probe_.data(), c, {1, n0_, n1_});
-  views_[TYCHO_TENSOR_OBJECT_GRAD] = tensor_view(object_grad_.data(), c, {1, h_, w_});
-  views_[TYCHO_TENSOR_PROBE_GRAD] = tensor_view(probe_grad_.data(), c, {1, n0_, n1_});
+  views_[TYCHO_TENSOR_OBJECT] = tensor_view(object_.data(), c, {slices_, h_, w_});
+  views_[TYCHO_TENSOR_PROBE] = tensor_view(probe_.data(), c, {modes_, n0_, n1_});
+  views_[TYCHO_TENSOR_OBJECT_GRAD] = tensor_view(object_grad_.data(), c, {slices_, h_, w_});
+  views_[TYCHO_TENSOR_PROBE_GRAD] = tensor_view(probe_grad_.data(), c, {modes_, n0_, n1_});
   views_[TYCHO_TENSOR_POSITIONS] = tensor_view(positions_.data(), dtype_float64, {patterns_, 2});
+  views_[TYCHO_TENSOR_POSITIONS_GRAD] = tensor_view(position_grad_.data(), dtype_float64, {patterns_, 2});
 }
 
 template <class Real>
@@ -173,8 +203,10 @@ cpu_engine<Real>::~cpu_engine() = default;
 
 template <class Real>
 DLTensor* cpu_engine<Real>::tensor(tycho_tensor_id id) {
-  if (int(id) < 0 || int(id) > TYCHO_TENSOR_POSITIONS)
+  if (int(id) < 0 || int(id) > TYCHO_TENSOR_POSITIONS_GRAD)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: unknown tensor id ", int(id));
+  if (id == TYCHO_TENSOR_POSITIONS_GRAD && !position_gradient_)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: no position gradient: the setup did not ask for one");
   return views_[id].get();
 }
 
@@ -184,6 +216,11 @@ typename cpu_engine<Real>::batch_item cpu_engine<Real>::item(int64_t j) const {
   it.pattern = j;
   const double t0 = positions_[2 * j] - double(n0_ / 2);
   const double t1 = positions_[2 * j + 1] - double(n1_ / 2);
+  // The host moves positions between batches (position correction): a window outside the
+  // object would read and write past it.
+  if (!(t0 >= 0 && t1 >= 0 && t0 + double(n0_) <= double(h_) && t1 + double(n1_) <= double(w_)))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: the window of position ", j, " (centre ", positions_[2 * j], ", ",
+         positions_[2 * j + 1], " px) has left the object (", h_, " x ", w_, " px)");
   it.i0 = int64_t(std::floor(t0));
   it.j0 = int64_t(std::floor(t1));
   it.delta0 = t0 - double(it.i0);
@@ -198,20 +235,10 @@ typename cpu_engine<Real>::batch_item cpu_engine<Real>::item(int64_t j) const {
   return it;
 }
 
+// The loss of pattern j from s.intensity: adds to s.loss, dL/dI into s.dloss.
 template <class Real>
-void cpu_engine<Real>::model_and_object_gradient(const batch_item& it, thread_scratch& s, const complex* pj) {
+void cpu_engine<Real>::evaluate_loss(int64_t j, thread_scratch& s) {
   const int64_t m = n0_ * n1_;
-  const int64_t j = it.pattern;
-  complex* in = s.input.get();
-  // Exit wave and far field.
-  complex* wave = s.wave.get();
-  const complex* obj = object_.data() + it.i0 * w_ + it.j0;
-  for (int64_t a = 0; a < n0_; ++a) pointwise::multiply(pj + a * n1_, obj + a * w_, in + a * n1_, n1_);
-  fft_->forward(in, wave);  // unnormalised: Ψ = wave / √M
-  const Real inv_m = Real(1) / Real(m);
-  pointwise::intensity(wave, inv_m, s.intensity.data(), m);
-
-  // Loss and dL/dI through the loss component.
   // Model intensity and dL/dI in the engine's precision, the measured data float32.
   tensor_view model(s.intensity.data(), real_dtype<Real>(), {1, n0_, n1_});
   const float* measured_data = counts_ != nullptr ? nullptr : targets_ + j * m;
@@ -232,6 +259,22 @@ void cpu_engine<Real>::model_and_object_gradient(const batch_item& it, thread_sc
     const char* why = host() != nullptr ? host()->last_error() : nullptr;
     throw error(st, cat("loss component failed on pattern ", j, ": ", why != nullptr && *why ? why : "(no message)"));
   }
+}
+
+template <class Real>
+void cpu_engine<Real>::model_and_object_gradient(const batch_item& it, thread_scratch& s, const complex* pj) {
+  const int64_t m = n0_ * n1_;
+  const int64_t j = it.pattern;
+  complex* in = s.input.get();
+  // Exit wave and far field.
+  complex* wave = s.wave.get();
+  const complex* obj = object_.data() + it.i0 * w_ + it.j0;
+  for (int64_t a = 0; a < n0_; ++a) pointwise::multiply(pj + a * n1_, obj + a * w_, in + a * n1_, n1_);
+  fft_->forward(in, wave);  // unnormalised: Ψ = wave / √M
+  const Real inv_m = Real(1) / Real(m);
+  pointwise::intensity(wave, inv_m, s.intensity.data(), m);
+
+  evaluate_loss(j, s);
 
   // g = F⁻¹[dL/dI · Ψ]: with unnormalised transforms that is backward(dL/dI · wave) / M.
   pointwise::scale_by(wave, s.dloss.data(), inv_m, in, m);
@@ -249,24 +292,102 @@ template <class Real>
 void cpu_engine<Real>::process_pattern(const batch_item& it, thread_scratch& s, const complex* probe_spectrum) {
   fill_ramp(s.ramp0, n0_, it.delta0, -1.0);
   fill_ramp(s.ramp1, n1_, it.delta1, -1.0);
-
-  // Shifted probe P_j (probe_spectrum already carries the 1/M of the round trip).
-  complex* pj = s.shifted_probe.get();
   complex* in = s.input.get();
-  for (int64_t a = 0; a < n0_; ++a)
-    for (int64_t b = 0; b < n1_; ++b)
-      in[a * n1_ + b] = probe_spectrum[a * n1_ + b] * s.ramp0[std::size_t(a)] * s.ramp1[std::size_t(b)];
-  fft_->backward(in, pj);
-
-  model_and_object_gradient(it, s, pj);
-
-  // The probe gradient before the shift is undone (in Fourier space; one F⁻¹ per batch).
   complex* work = s.work.get();
-  fft_->forward(in, work);
-  complex* acc = s.probe_spectrum_grad.data();
-  for (int64_t a = 0; a < n0_; ++a)
-    for (int64_t b = 0; b < n1_; ++b)
-      acc[a * n1_ + b] += work[a * n1_ + b] * std::conj(s.ramp0[std::size_t(a)] * s.ramp1[std::size_t(b)]);
+  const int64_t m = n0_ * n1_;
+
+  // The shifted probe of mode k into `out` (probe_spectrum already carries the 1/M of the
+  // round trip).
+  auto shifted_probe = [&](int64_t k, complex* out) {
+    const complex* ps = probe_spectrum + k * m;
+    for (int64_t a = 0; a < n0_; ++a)
+      for (int64_t b = 0; b < n1_; ++b)
+        in[a * n1_ + b] = ps[a * n1_ + b] * s.ramp0[std::size_t(a)] * s.ramp1[std::size_t(b)];
+    fft_->backward(in, out);
+  };
+  // ∂L/∂P_kj* is in `in`: its spectrum, back-shifted, into mode k's accumulator, and the
+  // position gradient's share of mode k.
+  double grad0 = 0, grad1 = 0;
+  auto probe_gradient = [&](int64_t k) {
+    fft_->forward(in, work);
+    complex* acc = s.probe_spectrum_grad.data() + k * m;
+    for (int64_t a = 0; a < n0_; ++a)
+      for (int64_t b = 0; b < n1_; ++b)
+        acc[a * n1_ + b] += work[a * n1_ + b] * std::conj(s.ramp0[std::size_t(a)] * s.ramp1[std::size_t(b)]);
+    if (!position_gradient_) return;
+    // dL/dc_a = 2 Re Σ_k conj(W) · S · (−2πi f_a / N_a), S = F[P_kj] (unnormalised: the
+    // spectrum with its 1/M times the ramp), W = F[∂L/∂P*] unnormalised.
+    const complex* ps = probe_spectrum + k * m;
+    for (int64_t a = 0; a < n0_; ++a) {
+      const double f0 = double(frequency(a, n0_)) / double(n0_);
+      for (int64_t b = 0; b < n1_; ++b) {
+        const double f1 = double(frequency(b, n1_)) / double(n1_);
+        const std::complex<double> sk =
+            std::complex<double>(ps[a * n1_ + b] * s.ramp0[std::size_t(a)] * s.ramp1[std::size_t(b)]);
+        const std::complex<double> t = std::conj(std::complex<double>(work[a * n1_ + b])) * sk;
+        // 2 Re[t · (−2πi f)] = 4π f · Im t
+        grad0 += 4.0 * M_PI * f0 * t.imag();
+        grad1 += 4.0 * M_PI * f1 * t.imag();
+      }
+    }
+  };
+
+  if (slices_ == 1 && modes_ == 1) {
+    complex* pj = s.shifted_probe.get();
+    shifted_probe(0, pj);
+    model_and_object_gradient(it, s, pj);
+    probe_gradient(0);
+  } else {
+    // Forward: every mode through every slice, keeping the wave entering each slice.
+    const Real inv_m = Real(1) / Real(m);
+    for (int64_t k = 0; k < modes_; ++k) {
+      shifted_probe(k, s.slice_waves[std::size_t(k * slices_)].get());
+      for (int64_t sl = 0; sl < slices_; ++sl) {
+        const complex* psi = s.slice_waves[std::size_t(k * slices_ + sl)].get();
+        const complex* obj = object_.data() + sl * h_ * w_ + it.i0 * w_ + it.j0;
+        for (int64_t a = 0; a < n0_; ++a) pointwise::multiply(psi + a * n1_, obj + a * w_, in + a * n1_, n1_);
+        if (sl + 1 < slices_) {
+          fft_->forward(in, work);
+          pointwise::multiply(work, propagator_.data(), in, m);
+          fft_->backward(in, s.slice_waves[std::size_t(k * slices_ + sl + 1)].get());
+        } else {
+          fft_->forward(in, s.far_fields[std::size_t(k)].get());
+        }
+      }
+      const complex* far = s.far_fields[std::size_t(k)].get();
+      if (k == 0) {
+        pointwise::intensity(far, inv_m, s.intensity.data(), m);
+      } else {
+        for (int64_t q = 0; q < m; ++q) s.intensity[std::size_t(q)] += std::norm(far[q]) * inv_m;
+      }
+    }
+    evaluate_loss(it.pattern, s);
+    // Backward, mode by mode: g through the slices in reverse.
+    complex* g = s.wave.get();
+    for (int64_t k = 0; k < modes_; ++k) {
+      pointwise::scale_by(s.far_fields[std::size_t(k)].get(), s.dloss.data(), inv_m, in, m);
+      fft_->backward(in, g);
+      for (int64_t sl = slices_ - 1; sl >= 0; --sl) {
+        const complex* psi = s.slice_waves[std::size_t(k * slices_ + sl)].get();
+        const complex* obj = object_.data() + sl * h_ * w_ + it.i0 * w_ + it.j0;
+        complex* og = s.object_grad.data() + sl * h_ * w_ + it.i0 * w_ + it.j0;
+        for (int64_t a = 0; a < n0_; ++a)
+          pointwise::gradient_products(psi + a * n1_, obj + a * w_, g + a * n1_, og + a * w_, in + a * n1_, n1_);
+        if (sl > 0) {  // ∂L/∂ψ_s* (in `in`) back through the propagation: F⁻¹[conj(H)·F[·]]
+          fft_->forward(in, work);
+          for (int64_t q = 0; q < m; ++q) in[q] = work[q] * std::conj(propagator_[std::size_t(q)]);
+          fft_->backward(in, g);
+        }
+      }
+      probe_gradient(k);
+    }
+    s.row_min = std::min(s.row_min, it.i0);
+    s.row_max = std::max(s.row_max, it.i0 + n0_ - 1);
+  }
+  if (position_gradient_) {
+    position_grad_[std::size_t(2 * it.pattern)] = grad0;
+    position_grad_[std::size_t(2 * it.pattern + 1)] = grad1;
+  }
 }
 
 // A = F0⁻¹[r0 · F[P]/M]: the probe shifted along axis 0, still in Fourier space along axis 1.
@@ -335,12 +456,18 @@ double cpu_engine<Real>::compute_batch(const int64_t* indices, int64_t count) {
       fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: pattern index ", indices[i], " outside [0, ",
            patterns_, ")");
 
-  // F[P] / M, shared read-only by all threads.
-  auto probe_spectrum = make_fft_buffer<Real>(m), batch_input = make_fft_buffer<Real>(m);
-  std::copy(probe_.begin(), probe_.end(), batch_input.get());
-  fft_->forward(batch_input.get(), probe_spectrum.get());
+  // F[P_k] / M for every mode k, shared read-only by all threads.
+  auto probe_spectrum = make_fft_buffer<Real>(modes_ * m), batch_input = make_fft_buffer<Real>(m);
+  // Several modes: each mode's transform into an aligned buffer of its own (mode k's part of
+  // probe_spectrum is aligned only when M·(complex size) is a multiple of FFTW's alignment).
+  fft_buffer<Real> mode_output = modes_ > 1 ? make_fft_buffer<Real>(m) : fft_buffer<Real>();
   const Real inv_m = Real(1) / Real(m);
-  for (int64_t k = 0; k < m; ++k) probe_spectrum[k] *= inv_m;
+  for (int64_t k = 0; k < modes_; ++k) {
+    std::copy(probe_.begin() + k * m, probe_.begin() + (k + 1) * m, batch_input.get());
+    complex* out = modes_ > 1 ? mode_output.get() : probe_spectrum.get();
+    fft_->forward(batch_input.get(), out);
+    for (int64_t q = 0; q < m; ++q) probe_spectrum[k * m + q] = out[q] * inv_m;
+  }
 
   std::vector<batch_item> items(static_cast<std::size_t>(count));
   for (int64_t i = 0; i < count; ++i) items[std::size_t(i)] = item(indices[i]);
@@ -392,21 +519,29 @@ double cpu_engine<Real>::compute_batch(const int64_t* indices, int64_t count) {
   for (auto& s : scratch_) {
     if (s->status != TYCHO_OK) throw error(s->status, s->error);
     loss += s->loss;
-    if (s->row_max >= s->row_min) {
-      const int64_t first = s->row_min * w_, last = (s->row_max + 1) * w_;
-      for (int64_t k = first; k < last; ++k) {
-        object_grad_[std::size_t(k)] += s->object_grad[std::size_t(k)];
-        s->object_grad[std::size_t(k)] = complex(0);
+    if (s->row_max >= s->row_min)
+      for (int64_t sl = 0; sl < slices_; ++sl) {
+        const int64_t first = sl * h_ * w_ + s->row_min * w_, last = sl * h_ * w_ + (s->row_max + 1) * w_;
+        for (int64_t k = first; k < last; ++k) {
+          object_grad_[std::size_t(k)] += s->object_grad[std::size_t(k)];
+          s->object_grad[std::size_t(k)] = complex(0);
+        }
       }
-    }
-    for (int64_t k = 0; k < m; ++k) {
+    for (int64_t k = 0; k < modes_ * m; ++k) {
       probe_grad_[std::size_t(k)] += s->probe_spectrum_grad[std::size_t(k)];
       s->probe_spectrum_grad[std::size_t(k)] = complex(0);
     }
   }
-  // ∂L/∂P* = F⁻¹[Σ_j conj(ramp_j) F[...]]: one inverse transform per batch.
-  for (int64_t k = 0; k < m; ++k) batch_input[k] = probe_grad_[std::size_t(k)] * inv_m;
-  fft_->backward(batch_input.get(), probe_grad_.data());
+  // ∂L/∂P_k* = F⁻¹[Σ_j conj(ramp_j) F[...]]: one inverse transform per mode and batch.
+  for (int64_t k = 0; k < modes_; ++k) {
+    for (int64_t q = 0; q < m; ++q) batch_input[q] = probe_grad_[std::size_t(k * m + q)] * inv_m;
+    if (modes_ == 1) {
+      fft_->backward(batch_input.get(), probe_grad_.data());
+    } else {
+      fft_->backward(batch_input.get(), mode_output.get());
+      std::copy(mode_output.get(), mode_output.get() + m, probe_grad_.begin() + k * m);
+    }
+  }
   return loss;
 }
 

@@ -1,14 +1,21 @@
-// The CPU engine: single-slice, single-mode gradient model of one mini-batch (FFTW, OpenMP).
+// The CPU engine: the gradient model of one mini-batch (FFTW, OpenMP): S object slices
+// (multislice), M probe modes (mixed state), and optionally the gradient by each probe position.
 //
 // For pattern j with probe centre c_j (object pixels), window top-left t_j = c_j − N/2,
 // integer part i_j and fractional part δ_j (CONVENTIONS.md, "The math of one gradient step"):
-//   P_j = F⁻¹[ F[P] · exp(−2πi k·δ_j / N) ]     (sub-pixel shift of the probe)
-//   ψ_j = P_j · O[i_j : i_j + N],  Ψ_j = F ψ_j,  I_j = |Ψ_j|²        (F unitary)
-//   ∂L/∂Ψ_j* = (dL/dI)(I_j, D_j) · Ψ_j        (the loss component gives dL/dI)
-//   g_j = F⁻¹ ∂L/∂Ψ_j*;   ∂L/∂O* += conj(P_j) g_j on the patch;
-//   ∂L/∂P* += F⁻¹[ exp(+2πi k·δ_j / N) · F[conj(O_patch) g_j] ]
-// (Thibault & Guizar-Sicairos 2012; Odstrčil et al. 2018). Gradients are sums over the batch.
+//   P_mj = F⁻¹[ F[P_m] · exp(−2πi k·δ_j / N) ]     (sub-pixel shift of each probe mode)
+//   ψ_mj,0 = P_mj;  φ_s = ψ_s · O_s[i_j : i_j + N];  ψ_s+1 = F⁻¹[H · F φ_s]   (s < S − 1)
+//   Ψ_mj = F φ_S−1,  I_j = Σ_m |Ψ_mj|²        (F unitary; H the slice propagator, setup)
+//   ∂L/∂Ψ_mj* = (dL/dI)(I_j, D_j) · Ψ_mj       (the loss component gives dL/dI)
+//   g_S−1 = F⁻¹ ∂L/∂Ψ*;  ∂L/∂O_s* += conj(ψ_s) g_s;  ∂L/∂ψ_s* = conj(O_s) g_s;
+//   g_s−1 = F⁻¹[conj(H) · F ∂L/∂ψ_s*]  (the adjoint of the propagation)
+//   ∂L/∂P_m* += F⁻¹[ exp(+2πi k·δ_j / N) · F[∂L/∂ψ_0*] ]
+//   dL/dc_j,a = 2 Re Σ_k conj(F[∂L/∂ψ_0*](k)) · F[P_mj](k) · (−2πi f_a(k) / N_a)   (summed over m)
+// (Thibault & Guizar-Sicairos 2012; Odstrčil et al. 2018; Tsai et al. 2016 for the multislice
+// gradient; the position gradient is the derivative of the shifted probe, by Parseval in
+// Fourier space, so it costs no transform.) Gradients are sums over the batch.
 //
+// The single-slice, single-mode case has a faster path (options.shift_groups, opt-in):
 // Two transforms per position, not four. The shift ramp is separable, exp(−2πi k·δ / N) =
 // r0(δ0)[k0] · r1(δ1)[k1], so F⁻¹[F[P] · r0 ⊗ r1] = F1⁻¹[ r1 · F0⁻¹[r0 · F[P]] ] (F0, F1: 1-D
 // transforms along axis 0, 1). Positions sharing δ0 (a scan row; a raster with a rational step
@@ -47,6 +54,7 @@ struct engine_options {
   bool measure_fft = false; // FFTW_MEASURE instead of FFTW_ESTIMATE
   bool double_precision = false;  // [reconstruct] precision = "float64"
   bool shift_groups = false;      // false (default): four 2-D transforms per position; true: shift groups
+                                  // (one slice, one mode, no position gradient only)
 };
 
 // What the vtable calls, whatever the engine's real type.
@@ -80,28 +88,35 @@ class cpu_engine final : public engine_base {
   };
   batch_item item(int64_t j) const;
   // The reference path: the shifted probe and the probe gradient's back-shift as 2-D transforms.
+  // Any number of slices and modes; the position gradient when asked for.
   void process_pattern(const batch_item& it, thread_scratch& s, const complex* probe_spectrum);
   // The grouped path: a run of items sorted by delta0.
   void process_run(const batch_item* items, int64_t count, thread_scratch& s, const complex* probe_spectrum);
   void begin_group(double delta0, thread_scratch& s, const complex* probe_spectrum);
   void end_group(thread_scratch& s);
+  // The loss component on s.intensity (pattern j's model): s.loss, s.dloss.
+  void evaluate_loss(int64_t j, thread_scratch& s);
   // Exit wave, loss, g = ∂L/∂ψ*, the object gradient; leaves conj(O_patch)·g in s.input.
   void model_and_object_gradient(const batch_item& it, thread_scratch& s, const complex* pj);
 
   int64_t n0_, n1_, h_, w_, patterns_;
+  int64_t slices_ = 1, modes_ = 1;
   int threads_;
   bool shift_groups_;
+  bool position_gradient_ = false;
+  std::vector<complex> propagator_;  // H / (N0·N1): the slice propagator with the round trip's scale
   const float* targets_ = nullptr;            // float32 targets, or
   const uint16_t* counts_ = nullptr;          // integer counts, widened per pattern before the loss
   const uint8_t* mask_;
   double target_scale_;
   tycho_loss_binding loss_;
   std::vector<double> positions_;  // (P, 2) probe centres
+  std::vector<double> position_grad_;  // (P, 2) dL/dc, written for the patterns of each batch
   std::vector<complex> object_, probe_, object_grad_, probe_grad_;
   std::unique_ptr<fft_plan_2d<Real>> fft_;
   std::unique_ptr<fft_plan_axis<Real>> rows_, columns_;  // along axis 1, axis 0
   std::vector<std::unique_ptr<thread_scratch>> scratch_;
-  sdk::tensor_view views_[5];
+  sdk::tensor_view views_[6];
 };
 
 }  // namespace tycho::cpu

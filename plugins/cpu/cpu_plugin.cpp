@@ -2,6 +2,7 @@
 #include <tycho/core/memory_plan.hpp>
 #include <tycho/sdk.hpp>
 
+#include <cstddef>
 #include <cstring>
 
 #include "cpu_engine.hpp"
@@ -12,7 +13,8 @@ using tycho::cpu::engine_base;
 
 tycho_status create(const tycho_engine_setup* setup, tycho_engine** out) {
   return guarded([&] {
-    if (setup == nullptr || setup->struct_size < sizeof(tycho_engine_setup))
+    // A 1.1 host's setup ends at loss_ref: one slice, no position gradient (cpu_engine.cpp).
+    if (setup == nullptr || setup->struct_size < offsetof(tycho_engine_setup, slice_propagator))
       fail(TYCHO_ERR_ABI_MISMATCH, "cpu engine: engine setup struct is too small");
     if (setup->device.device_type != kDLCPU)
       fail(TYCHO_ERR_UNSUPPORTED, "cpu engine: runs on the CPU only, device type ",
@@ -93,7 +95,7 @@ const tycho_setting k_settings[] = {
     end_of_settings()};
 const tycho_component k_components[] = {
     with_settings(component(TYCHO_COMPONENT_ENGINE, "cpu", "1.0.0",
-                            "single-slice gradient engine on the CPU (FFTW single or double precision, OpenMP)",
+                            "multislice, mixed-state gradient engine on the CPU (FFTW single or double precision, OpenMP)",
                             TYCHO_DEVICE_BIT(kDLCPU), k_keys, &k_vtable),
                   k_settings),
 };

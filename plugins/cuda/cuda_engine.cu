@@ -7,6 +7,7 @@
 #include <cufft.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -381,10 +382,14 @@ struct cuda_engine::impl {
     w = setup.object_init->shape[2];
     if (setup.object_init->shape[0] != 1)
       fail(TYCHO_ERR_UNSUPPORTED, "cuda engine: ", setup.object_init->shape[0],
-           " object slices requested; this engine is single-slice (slices = 1)");
+           " object slices requested; this engine is single-slice (slices = 1): use engine = \"cpu\" for multislice");
     if (setup.probe_init->shape[0] != 1)
       fail(TYCHO_ERR_UNSUPPORTED, "cuda engine: ", setup.probe_init->shape[0],
-           " probe modes requested; this engine supports probe_modes = 1");
+           " probe modes requested; this engine supports probe_modes = 1: use engine = \"cpu\" for mixed states");
+    if (setup.struct_size >= offsetof(tycho_engine_setup, position_gradient) + sizeof(int32_t) &&
+        setup.position_gradient != 0)
+      fail(TYCHO_ERR_UNSUPPORTED, "cuda engine: position correction ([reconstruct.positions] correct = true) ",
+           "is not in this engine yet: use engine = \"cpu\"");
     if (setup.probe_init->shape[1] != n0 || setup.probe_init->shape[2] != n1)
       fail(TYCHO_ERR_INVALID_ARGUMENT, "cuda engine: probe ", shape_string(*setup.probe_init),
            " does not match the patterns ", shape_string(*setup.targets));

@@ -2,6 +2,8 @@
 // CUDA API (no device is needed to list plugins): the first CUDA call is in create.
 #include <tycho/sdk.hpp>
 
+#include <cstddef>
+
 #include "cuda_description.hpp"
 #include "cuda_engine.hpp"
 
@@ -13,7 +15,8 @@ cuda_engine* as_engine(tycho_engine* eng) { return reinterpret_cast<cuda_engine*
 
 tycho_status create(const tycho_engine_setup* setup, tycho_engine** out) {
   return guarded([&] {
-    if (setup == nullptr || setup->struct_size < sizeof(tycho_engine_setup))
+    // A 1.1 host's setup ends at loss_ref (one slice, no position gradient).
+    if (setup == nullptr || setup->struct_size < offsetof(tycho_engine_setup, slice_propagator))
       fail(TYCHO_ERR_ABI_MISMATCH, "cuda engine: engine setup struct is too small");
     if (out == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "cuda engine: no output handle");
     // Before any CUDA call: a float64 run is refused the same with or without a GPU.

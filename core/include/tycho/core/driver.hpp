@@ -4,6 +4,7 @@
 
 #include <tycho/tycho_components.h>
 
+#include "tycho/core/position_correction.hpp"
 #include "tycho/core/sharding.hpp"
 
 #include <cstdint>
@@ -58,10 +59,23 @@ class rank_collectives {
   virtual double sum(double local) = 0;
 };
 
+// [reconstruct.positions]: the positions move once per iteration from that iteration on
+// (tycho/core/position_correction.hpp). Needs a host engine created with position_gradient.
+struct position_correction {
+  bool enabled = false;
+  int64_t first_iteration = 1;
+  learning_rate_schedule schedule;  // its factor scales step.rate
+  position_step_options step;
+};
+
 struct driver_options {
   int64_t batch_size = 128;      // global mini-batch, positions
   uint64_t seed = 0;
   object_constraints object;
+  // Several probe modes: orthonormalised in power order after each probe step
+  // (orthogonalize_probe_modes, tycho/core/multislice.hpp).
+  bool orthogonalize_probe_modes = true;
+  position_correction positions;
 };
 
 class driver {
@@ -86,9 +100,13 @@ class driver {
   // (the caller keeps its own copy of the last complete state). One rank only: several ranks
   // would stop in different batches and wait for each other.
   void set_stop_check(std::function<bool()> stop) { stop_ = std::move(stop); }
+  // The rms step of the last position correction, px (0 when none ran).
+  double last_position_step_px() const { return last_position_step_px_; }
 
  private:
   void apply_object_constraints();
+  void apply_probe_constraints();
+  void correct_positions(int64_t epoch);
   engine_binding engine_;
   std::vector<optimizer_binding> optimizers_;
   int64_t n_patterns_;
@@ -97,6 +115,7 @@ class driver {
   rank_collectives* collectives_;
   std::vector<int64_t> local_indices_;
   int64_t iterations_done_ = 0;
+  double last_position_step_px_ = 0;
   std::function<bool()> stop_;
 };
 

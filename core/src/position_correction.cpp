@@ -1,0 +1,74 @@
+#include "tycho/core/position_correction.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "tycho/core/error.hpp"
+
+namespace tycho {
+
+template <class T>
+void position_curvature(const std::complex<T>* probe, int64_t modes, int64_t n0, int64_t n1,
+                        const std::complex<T>* object, int64_t slices, int64_t h, int64_t w, const int64_t box_lo[2],
+                        const int64_t box_hi[2], double curvature[2]) {
+  double power = 0;
+  for (int64_t k = 0; k < modes * n0 * n1; ++k) power += std::norm(std::complex<double>(probe[k]));
+  const int64_t r0 = std::max<int64_t>(box_lo[0], 1), r1 = std::min<int64_t>(box_hi[0], h - 1);
+  const int64_t c0 = std::max<int64_t>(box_lo[1], 1), c1 = std::min<int64_t>(box_hi[1], w - 1);
+  double sum[2] = {0, 0};
+  int64_t count = 0;
+  for (int64_t s = 0; s < slices; ++s) {
+    const std::complex<T>* o = object + s * h * w;
+    for (int64_t a = r0; a < r1; ++a)
+      for (int64_t b = c0; b < c1; ++b) {
+        const std::complex<double> d0 =
+            (std::complex<double>(o[(a + 1) * w + b]) - std::complex<double>(o[(a - 1) * w + b])) * 0.5;
+        const std::complex<double> d1 =
+            (std::complex<double>(o[a * w + b + 1]) - std::complex<double>(o[a * w + b - 1])) * 0.5;
+        sum[0] += std::norm(d0);
+        sum[1] += std::norm(d1);
+        if (s == 0) ++count;
+      }
+  }
+  for (int a = 0; a < 2; ++a) curvature[a] = count > 0 ? 2.0 * power * sum[a] / double(count) : 0.0;
+}
+
+double step_positions(double* positions, const double* gradient, int64_t count, const double h[2],
+                      const position_step_options& o) {
+  if (count <= 0) return 0;
+  if (!(h[0] > 0 && h[1] > 0 && std::isfinite(h[0]) && std::isfinite(h[1])))
+    fail(TYCHO_ERR_BAD_DATA, "position correction: the curvature (", h[0], ", ", h[1],
+         ") is not finite and positive: the object has no structure yet to locate the patterns by; ",
+         "start it later ([reconstruct.positions] first_iteration)");
+  double mean[2] = {0, 0};
+  std::vector<double> step(std::size_t(2 * count));
+  for (int64_t j = 0; j < count; ++j)
+    for (int a = 0; a < 2; ++a) {
+      const double g = gradient[2 * j + a];
+      if (!std::isfinite(g))
+        fail(TYCHO_ERR_BAD_DATA, "position correction: the gradient of position ", j, " is ", g);
+      const double d = std::clamp(-o.rate * g / h[a], -o.max_step_px, o.max_step_px);
+      step[std::size_t(2 * j + a)] = d;
+      mean[a] += d;
+    }
+  for (double& m : mean) m = o.remove_mean_shift ? m / double(count) : 0.0;
+  double sum2 = 0;
+  for (int64_t j = 0; j < count; ++j)
+    for (int a = 0; a < 2; ++a) {
+      double& r = positions[2 * j + a];
+      const double before = r;
+      r = std::clamp(r + step[std::size_t(2 * j + a)] - mean[a], o.lo[a], o.hi[a]);
+      sum2 += (r - before) * (r - before);
+    }
+  return std::sqrt(sum2 / double(count));
+}
+
+template void position_curvature<float>(const std::complex<float>*, int64_t, int64_t, int64_t,
+                                        const std::complex<float>*, int64_t, int64_t, int64_t, const int64_t[2],
+                                        const int64_t[2], double[2]);
+template void position_curvature<double>(const std::complex<double>*, int64_t, int64_t, int64_t,
+                                         const std::complex<double>*, int64_t, int64_t, int64_t, const int64_t[2],
+                                         const int64_t[2], double[2]);
+
+}  // namespace tycho

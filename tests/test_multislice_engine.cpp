@@ -1,0 +1,354 @@
+// The cpu engine's multislice, mixed-state and position-gradient model, called as the host calls
+// it: float64 gradients by the object (every slice), the probe (every mode) and the probe
+// positions against central differences of the loss; float32 against float64; and what core
+// computes for it (tycho/core/multislice.hpp, position_correction.hpp).
+#include <gtest/gtest.h>
+
+#include <tycho/core/config.hpp>
+#include <tycho/core/error.hpp>
+#include <tycho/core/last_error.hpp>
+#include <tycho/core/multislice.hpp>
+#include <tycho/core/position_correction.hpp>
+
+#include <dlpack/dlpack.h>
+
+#include <algorithm>
+#include <cmath>
+#include <complex>
+#include <iostream>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "built_in_plugins.hpp"
+
+namespace {
+
+using cd = std::complex<double>;
+
+// A small non-degenerate problem with S slices and M modes: weak-phase slices with noise, a
+// chirped Gaussian probe and higher modes, random counts, positions off the pixel grid.
+struct layered_problem {
+  static constexpr int64_t n0 = 20, n1 = 16, rx = 3, ry = 4, pad = 3;
+  int64_t slices, modes, h = 0, w = 0, patterns = rx * ry;
+  std::vector<float> targets;
+  std::vector<double> positions;
+  std::vector<cd> object, probe, propagator;
+  int64_t target_shape[3], position_shape[2], object_shape[3], probe_shape[3], propagator_shape[2] = {n0, n1};
+  DLTensor targets_t{}, positions_t{}, object_t{}, probe_t{}, propagator_t{};
+  layered_problem(int64_t s, int64_t m) : slices(s), modes(m) {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    h = 2 * pad + n0 + 3 * (rx - 1) + 2;
+    w = 2 * pad + n1 + 3 * (ry - 1) + 2;
+    for (int64_t i = 0; i < rx; ++i)
+      for (int64_t j = 0; j < ry; ++j) {
+        positions.push_back(double(pad + n0 / 2 + 3 * i) + 0.2 + 0.6 * u(rng));
+        positions.push_back(double(pad + n1 / 2 + 3 * j) + 0.2 + 0.6 * u(rng));
+      }
+    std::vector<cd> coherent;
+    for (int64_t a = 0; a < n0; ++a)
+      for (int64_t b = 0; b < n1; ++b) {
+        const double r2 = std::pow(double(a - n0 / 2) / n0, 2) + std::pow(double(b - n1 / 2) / n1, 2);
+        coherent.push_back(std::exp(-14.0 * r2) * std::polar(1.0, 7.0 * r2));
+      }
+    probe = tycho::initial_probe_modes(coherent, n0, n1, modes, 0.3);
+    for (int64_t k = 0; k < slices * h * w; ++k) object.push_back(std::polar(0.9 + 0.1 * u(rng), 0.6 * u(rng)));
+    for (int64_t k = 0; k < patterns * n0 * n1; ++k) targets.push_back(float(10.0 * u(rng)));
+    propagator = tycho::fresnel_propagator(n0, n1, 0.05, 0.06, 0.025, 12.0);
+    int64_t ts[3] = {patterns, n0, n1}, ps[2] = {patterns, 2}, os[3] = {slices, h, w}, pr[3] = {modes, n0, n1};
+    std::copy(ts, ts + 3, target_shape);
+    std::copy(ps, ps + 2, position_shape);
+    std::copy(os, os + 3, object_shape);
+    std::copy(pr, pr + 3, probe_shape);
+    targets_t = {targets.data(), {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, target_shape, nullptr, 0};
+    positions_t = {positions.data(), {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, position_shape, nullptr, 0};
+    object_t = {object.data(), {kDLCPU, 0}, 3, {kDLComplex, 128, 1}, object_shape, nullptr, 0};
+    probe_t = {probe.data(), {kDLCPU, 0}, 3, {kDLComplex, 128, 1}, probe_shape, nullptr, 0};
+    propagator_t = {propagator.data(), {kDLCPU, 0}, 2, {kDLComplex, 128, 1}, propagator_shape, nullptr, 0};
+  }
+};
+
+class engine_under_test {
+ public:
+  engine_under_test(const layered_problem& p, const std::string& precision, bool position_gradient = true)
+      : doc_(tycho::config_document::parse("[reconstruct]\nprecision = \"" + precision + "\"\nthreads = 2\n", "<test>",
+                                           "")),
+        cfg_{&doc_.table_at("reconstruct"), "[reconstruct]", ""} {
+    evt_ = tycho::test::plugins().find(TYCHO_COMPONENT_ENGINE, "cpu").as<tycho_engine_vtable>();
+    lvt_ = tycho::test::plugins().find(TYCHO_COMPONENT_LOSS, "amplitude").as<tycho_loss_vtable>();
+    EXPECT_EQ(lvt_->create(&cfg_, &loss_), TYCHO_OK);
+    tycho_engine_setup s{};
+    s.struct_size = sizeof(s);
+    s.config = &cfg_;
+    s.targets = &p.targets_t;
+    s.target_scale = 1.0 / (5.0 * double(p.n0 * p.n1));
+    s.positions_px = &p.positions_t;
+    s.object_init = &p.object_t;
+    s.probe_init = &p.probe_t;
+    s.loss = {lvt_, loss_};
+    s.device = {kDLCPU, 0};
+    s.slice_propagator = p.slices > 1 ? &p.propagator_t : nullptr;
+    s.slice_thickness_A = p.slices > 1 ? 12.0 : 0.0;
+    s.position_gradient = position_gradient ? 1 : 0;
+    status_ = evt_->create(&s, &eng_);
+  }
+  ~engine_under_test() {
+    if (eng_) evt_->destroy(eng_);
+    if (loss_) lvt_->destroy(loss_);
+  }
+  bool ok() const { return status_ == TYCHO_OK; }
+  double batch(const std::vector<int64_t>& idx) {
+    double loss = 0;
+    EXPECT_EQ(evt_->compute_batch(eng_, idx.data(), int64_t(idx.size()), &loss), TYCHO_OK) << tycho::last_error();
+    return loss;
+  }
+  DLTensor tensor(tycho_tensor_id id) {
+    DLTensor t{};
+    EXPECT_EQ(evt_->get_tensor(eng_, id, &t), TYCHO_OK);
+    return t;
+  }
+  tycho_status get_status(tycho_tensor_id id) {
+    DLTensor t{};
+    return evt_->get_tensor(eng_, id, &t);
+  }
+  std::vector<cd> values(tycho_tensor_id id) {
+    DLTensor t = tensor(id);
+    int64_t n = 1;
+    for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
+    std::vector<cd> v(static_cast<std::size_t>(n));
+    for (int64_t k = 0; k < n; ++k)
+      v[std::size_t(k)] = t.dtype.bits == 128 ? static_cast<cd*>(t.data)[k]
+                                              : cd(static_cast<std::complex<float>*>(t.data)[k]);
+    return v;
+  }
+
+ private:
+  tycho::config_document doc_;
+  tycho_config cfg_;
+  const tycho_engine_vtable* evt_ = nullptr;
+  const tycho_loss_vtable* lvt_ = nullptr;
+  tycho_loss* loss_ = nullptr;
+  tycho_engine* eng_ = nullptr;
+  tycho_status status_ = TYCHO_ERR_INTERNAL;
+};
+
+std::vector<int64_t> all_patterns(const layered_problem& p) {
+  std::vector<int64_t> idx(std::size_t(p.patterns));
+  std::iota(idx.begin(), idx.end(), 0);
+  return idx;
+}
+
+// Central differences of the float64 loss along a random direction of the object (all slices),
+// the probe (all modes): dL = 2 Re Σ conj(∂L/∂z*) δ; and along each position: dL/dr.
+void check_gradients(int64_t slices, int64_t modes) {
+  layered_problem p(slices, modes);
+  engine_under_test e(p, "float64");
+  ASSERT_TRUE(e.ok()) << tycho::last_error();
+  const auto idx = all_patterns(p);
+  std::mt19937 rng(5);
+  std::normal_distribution<double> g(0.0, 1.0);
+  for (auto [param, grad] : {std::pair{TYCHO_TENSOR_OBJECT, TYCHO_TENSOR_OBJECT_GRAD},
+                             std::pair{TYCHO_TENSOR_PROBE, TYCHO_TENSOR_PROBE_GRAD}}) {
+    e.batch(idx);
+    const auto gradient = e.values(grad);
+    DLTensor t = e.tensor(param);
+    ASSERT_EQ(t.shape[0], param == TYCHO_TENSOR_OBJECT ? slices : modes);
+    auto* z = static_cast<cd*>(t.data);
+    const std::size_t n = gradient.size();
+    std::vector<cd> delta(n), start(z, z + n);
+    double predicted = 0, scale = 0;
+    for (std::size_t k = 0; k < n; ++k) {
+      delta[k] = {g(rng), g(rng)};
+      predicted += 2 * std::real(std::conj(gradient[k]) * delta[k]);
+      scale = std::max(scale, std::abs(start[k]));
+    }
+    const double eps = 1e-6 * scale;
+    for (std::size_t k = 0; k < n; ++k) z[k] = start[k] + eps * delta[k];
+    const double plus = e.batch(idx);
+    for (std::size_t k = 0; k < n; ++k) z[k] = start[k] - eps * delta[k];
+    const double minus = e.batch(idx);
+    std::copy(start.begin(), start.end(), z);
+    const double measured = (plus - minus) / (2 * eps);
+    std::cout << "S " << slices << " M " << modes << (param == TYCHO_TENSOR_OBJECT ? " object" : " probe")
+              << ": predicted " << predicted << ", relative " << std::abs(measured / predicted - 1) << "\n";
+    EXPECT_NEAR(measured, predicted, 1e-6 * std::abs(predicted));
+  }
+  // Positions: each pattern's loss depends on its own position only, so the batch loss's
+  // derivative by r_j,a is pattern j's.
+  e.batch(idx);
+  DLTensor pg = e.tensor(TYCHO_TENSOR_POSITIONS_GRAD);
+  const std::vector<double> gradient(static_cast<double*>(pg.data), static_cast<double*>(pg.data) + 2 * p.patterns);
+  DLTensor pos = e.tensor(TYCHO_TENSOR_POSITIONS);
+  auto* r = static_cast<double*>(pos.data);
+  double worst = 0;
+  for (int64_t j = 0; j < p.patterns; j += 5)
+    for (int a = 0; a < 2; ++a) {
+      const double start = r[2 * j + a], eps = 1e-5;
+      r[2 * j + a] = start + eps;
+      const double plus = e.batch(idx);
+      r[2 * j + a] = start - eps;
+      const double minus = e.batch(idx);
+      r[2 * j + a] = start;
+      const double measured = (plus - minus) / (2 * eps), predicted = gradient[std::size_t(2 * j + a)];
+      worst = std::max(worst, std::abs(measured - predicted) / std::max(1e-12, std::abs(predicted)));
+      EXPECT_NEAR(measured, predicted, 1e-5 * std::abs(predicted) + 1e-12) << "position " << j << " axis " << a;
+    }
+  std::cout << "S " << slices << " M " << modes << " positions: worst relative " << worst << "\n";
+}
+
+TEST(MultisliceEngine, OneSliceOneModeGradientsMatchFiniteDifferences) { check_gradients(1, 1); }
+TEST(MultisliceEngine, SlicesGradientsMatchFiniteDifferences) { check_gradients(3, 1); }
+TEST(MultisliceEngine, ModesGradientsMatchFiniteDifferences) { check_gradients(1, 3); }
+TEST(MultisliceEngine, SlicesAndModesGradientsMatchFiniteDifferences) { check_gradients(3, 2); }
+
+// float32 against float64 from the same state, three slices and two modes (measured: loss
+// ≤ 1e-7, gradients ≤ 1e-6 relative 2-norm).
+TEST(MultisliceEngine, Float32MatchesFloat64) {
+  layered_problem p(3, 2);
+  engine_under_test f32(p, "float32"), f64(p, "float64");
+  ASSERT_TRUE(f32.ok() && f64.ok()) << tycho::last_error();
+  const auto idx = all_patterns(p);
+  const double l32 = f32.batch(idx), l64 = f64.batch(idx);
+  EXPECT_NEAR(l32, l64, 1e-5 * l64);
+  for (auto id : {TYCHO_TENSOR_OBJECT_GRAD, TYCHO_TENSOR_PROBE_GRAD}) {
+    const auto a = f32.values(id), b = f64.values(id);
+    double num = 0, den = 0;
+    for (std::size_t k = 0; k < a.size(); ++k) {
+      num += std::norm(a[k] - b[k]);
+      den += std::norm(b[k]);
+    }
+    EXPECT_LT(std::sqrt(num / den), 1e-4) << int(id);
+  }
+}
+
+// Zero-thickness slices are one slice: the product of the slices' transmissions, with an
+// identity propagator, gives the same loss as their product in one slice.
+TEST(MultisliceEngine, ZeroThicknessSlicesEqualTheirProduct) {
+  layered_problem p(2, 2), q(1, 2);
+  p.propagator.assign(p.propagator.size(), cd(1.0));
+  const int64_t hw = p.h * p.w;
+  for (int64_t k = 0; k < hw; ++k) q.object[std::size_t(k)] = p.object[std::size_t(k)] * p.object[std::size_t(hw + k)];
+  std::copy(p.targets.begin(), p.targets.end(), q.targets.begin());  // the same data
+  engine_under_test a(p, "float64", false), b(q, "float64", false);
+  ASSERT_TRUE(a.ok() && b.ok()) << tycho::last_error();
+  const auto idx = all_patterns(p);
+  const double la = a.batch(idx), lb = b.batch(idx);
+  EXPECT_NEAR(la, lb, 1e-12 * lb);
+}
+
+TEST(MultisliceEngine, PositionGradientOnlyWhenAskedFor) {
+  layered_problem p(1, 1);
+  engine_under_test e(p, "float32", false);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e.get_status(TYCHO_TENSOR_POSITIONS_GRAD), TYCHO_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tycho::last_error()).find("no position gradient"), std::string::npos) << tycho::last_error();
+  EXPECT_EQ(e.get_status(TYCHO_TENSOR_POSITIONS), TYCHO_OK);
+}
+
+// ---- core
+
+TEST(Multislice, PropagatorIsTheFresnelPhase) {
+  const int64_t n0 = 8, n1 = 6;
+  const auto h = tycho::fresnel_propagator(n0, n1, 0.1, 0.2, 0.025, 20.0);
+  ASSERT_EQ(h.size(), std::size_t(n0 * n1));
+  EXPECT_EQ(h[0], cd(1.0));
+  for (const cd& z : h) EXPECT_NEAR(std::abs(z), 1.0, 1e-15);
+  // index (1, 5): k = (0.1, −0.2) Å⁻¹ (5 − 6 = −1 along axis 1)
+  const double phase = -M_PI * 0.025 * 20.0 * (0.01 + 0.04);
+  EXPECT_NEAR(std::arg(h[1 * n1 + 5]), phase, 1e-14);
+  // thickness 0: the identity
+  for (const cd& z : tycho::fresnel_propagator(n0, n1, 0.1, 0.2, 0.025, 0.0)) EXPECT_EQ(z, cd(1.0));
+  EXPECT_THROW(tycho::fresnel_propagator(0, 4, 0.1, 0.1, 0.025, 1.0), tycho::error);
+  EXPECT_THROW(tycho::fresnel_propagator(4, 4, 0.1, 0.1, NAN, 1.0), tycho::error);
+}
+
+double power(const cd* p, int64_t n) {
+  double s = 0;
+  for (int64_t k = 0; k < n; ++k) s += std::norm(p[k]);
+  return s;
+}
+
+TEST(Multislice, InitialModesAreOrthogonalWithTheirShare) {
+  layered_problem base(1, 1);
+  const int64_t n0 = base.n0, n1 = base.n1, n = n0 * n1, modes = 5;
+  const auto p = tycho::initial_probe_modes(base.probe, n0, n1, modes, 0.2);
+  const double total = power(base.probe.data(), n);
+  EXPECT_NEAR(power(p.data(), n), 0.8 * total, 1e-12);
+  for (int64_t m = 1; m < modes; ++m) EXPECT_NEAR(power(p.data() + m * n, n), 0.05 * total, 1e-12) << m;
+  for (int64_t a = 0; a < modes; ++a)
+    for (int64_t b = a + 1; b < modes; ++b) {
+      cd dot = 0;
+      for (int64_t k = 0; k < n; ++k) dot += std::conj(p[std::size_t(a * n + k)]) * p[std::size_t(b * n + k)];
+      EXPECT_LT(std::abs(dot), 1e-12) << a << " " << b;
+    }
+  EXPECT_THROW(tycho::initial_probe_modes(base.probe, n0, n1, 0, 0.1), tycho::error);
+  EXPECT_THROW(tycho::initial_probe_modes(base.probe, n0, n1, n + 1, 0.1), tycho::error);
+}
+
+// Orthogonalisation mixes the modes unitarily: the mixed state Σ|P_m⟩⟨P_m| (so every model
+// intensity) is unchanged; the new modes are orthogonal, in decreasing power.
+TEST(Multislice, OrthogonalisationKeepsTheMixedState) {
+  const int64_t n = 40, modes = 4;
+  std::mt19937 rng(3);
+  std::normal_distribution<double> g(0.0, 1.0);
+  std::vector<cd> p(std::size_t(modes * n));
+  for (auto& z : p) z = {g(rng), g(rng)};
+  std::vector<cd> q = p;
+  tycho::orthogonalize_probe_modes(q.data(), modes, n);
+  auto density = [&](const std::vector<cd>& x, int64_t i, int64_t j) {
+    cd s = 0;
+    for (int64_t m = 0; m < modes; ++m) s += x[std::size_t(m * n + i)] * std::conj(x[std::size_t(m * n + j)]);
+    return s;
+  };
+  for (int64_t i = 0; i < n; i += 3)
+    for (int64_t j = 0; j < n; j += 7) EXPECT_LT(std::abs(density(p, i, j) - density(q, i, j)), 1e-10);
+  double previous = INFINITY;
+  for (int64_t a = 0; a < modes; ++a) {
+    const double pa = power(q.data() + a * n, n);
+    EXPECT_LE(pa, previous);
+    previous = pa;
+    for (int64_t b = a + 1; b < modes; ++b) {
+      cd dot = 0;
+      for (int64_t k = 0; k < n; ++k) dot += std::conj(q[std::size_t(a * n + k)]) * q[std::size_t(b * n + k)];
+      EXPECT_LT(std::abs(dot), 1e-9) << a << " " << b;
+    }
+  }
+}
+
+// The Gauss–Newton step of a position whose gradient is h·ε moves it by −rate·ε, the mean step
+// is removed, steps are capped and positions stay in their bounds.
+TEST(PositionCorrection, StepsAreCappedCentredAndBounded) {
+  const double h[2] = {2.0, 4.0};
+  std::vector<double> r = {10, 10, 20, 20, 30, 30};
+  const std::vector<double> g = {2.0 * 0.1, 4.0 * -0.2, 2.0 * 0.3, 0.0, 2.0 * 5.0, 4.0 * 0.1};
+  tycho::position_step_options o;
+  o.rate = 1.0;
+  o.max_step_px = 1.0;
+  o.remove_mean_shift = false;
+  o.lo[0] = o.lo[1] = 0;
+  o.hi[0] = o.hi[1] = 100;
+  tycho::step_positions(r.data(), g.data(), 3, h, o);
+  EXPECT_DOUBLE_EQ(r[0], 9.9);
+  EXPECT_DOUBLE_EQ(r[1], 10.2);
+  EXPECT_DOUBLE_EQ(r[2], 19.7);
+  EXPECT_DOUBLE_EQ(r[4], 29.0);  // capped at 1 px
+  EXPECT_DOUBLE_EQ(r[5], 29.9);
+  std::vector<double> c = {10, 10, 20, 20, 30, 30};
+  o.remove_mean_shift = true;
+  tycho::step_positions(c.data(), g.data(), 3, h, o);
+  const double mean0 = (c[0] + c[2] + c[4]) / 3, mean1 = (c[1] + c[3] + c[5]) / 3;
+  EXPECT_NEAR(mean0, 20.0, 1e-12);
+  EXPECT_NEAR(mean1, 20.0, 1e-12);
+  std::vector<double> edge = {0.5, 99.5};
+  const std::vector<double> push = {100.0, -100.0};
+  o.remove_mean_shift = false;
+  tycho::step_positions(edge.data(), push.data(), 1, h, o);
+  EXPECT_DOUBLE_EQ(edge[0], 0.0);
+  EXPECT_DOUBLE_EQ(edge[1], 100.0);
+  const std::vector<double> bad = {NAN, 0};
+  EXPECT_THROW(tycho::step_positions(edge.data(), bad.data(), 1, h, o), tycho::error);
+}
+
+}  // namespace
