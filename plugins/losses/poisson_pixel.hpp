@@ -20,11 +20,11 @@
 // The guard ε: without it dL/dI = ½ (1 − sD/I) is −∞ at I = 0 wherever a count was recorded.
 // With ε added to the model and the data (not the model alone), the minimum stays at I = sD
 // exactly, dL/dI is finite everywhere (−½ sD / ε at I = 0; 0 at I = 0 where D = 0), and so is
-// ∂L/∂Ψ* = (dL/dI) Ψ, at most ¼ sD / √ε in modulus. ε is relative to the data's scale: ε =
-// poisson_epsilon · Ī with Ī = 1 / (N0 N1) the mean pixel intensity in the model's units (the
-// engines scale the mean total intensity to 1), i.e. poisson_epsilon times the mean counts per
-// pixel, whatever the dose or detector size. Negative data (after a background subtraction) and
-// negative model values count as 0.
+// ∂L/∂Ψ* = (dL/dI) Ψ, below ¼ sD / √ε in modulus near I = 0. ε is relative to the data's
+// scale: ε = poisson_epsilon · Ī with Ī = 1 / (N0 N1) the mean pixel intensity in the model's
+// units (the engines scale the mean total intensity to 1), i.e. poisson_epsilon times the mean
+// counts per pixel, whatever the dose or detector size. Negative data (after a background
+// subtraction) and negative model values count as 0.
 #pragma once
 
 #include <cstdint>
