@@ -1,6 +1,6 @@
-// The device kernel of a per-pixel loss (intensity_loss.cu, poisson_loss.cu): dL/dI per pixel
-// and Σ L, reduced per block in float (as the host loop sums each pattern in float) and added to
-// the device accumulator in double. The same reduction as amplitude_loss.cu's kernel.
+// The device kernel of a per-pixel loss (amplitude_loss.cu, intensity_loss.cu, poisson_loss.cu):
+// dL/dI per pixel and Σ L, reduced per block in float (as the host loop sums each pattern in
+// float) and added to the device accumulator in double.
 #pragma once
 
 #include <tycho/sdk.hpp>
