@@ -209,12 +209,13 @@ struct synthetic_problem {
 // exactly as the driver does: compute_batch, then collect_loss where the engine has one.
 class engine_run {
  public:
-  engine_run(const std::string& engine, const synthetic_problem& p, const std::string& config_toml)
+  engine_run(const std::string& engine, const synthetic_problem& p, const std::string& config_toml,
+             const char* loss = "amplitude")
       : doc_(tycho::config_document::parse("[reconstruct]\n" + config_toml, "<test>", "")),
         cfg_{&doc_.table_at("reconstruct"), "[reconstruct]", ""} {
     const auto& e = plugins().find(TYCHO_COMPONENT_ENGINE, engine);
     evt_ = e.as<tycho_engine_vtable>();
-    lvt_ = plugins().find(TYCHO_COMPONENT_LOSS, "amplitude").as<tycho_loss_vtable>();
+    lvt_ = plugins().find(TYCHO_COMPONENT_LOSS, loss).as<tycho_loss_vtable>();
     EXPECT_EQ(lvt_->create(&cfg_, &loss_), TYCHO_OK) << tycho::last_error();
     tycho_engine_setup s{};
     s.struct_size = sizeof(s);
@@ -284,11 +285,11 @@ class engine_run {
 // losses and gradients. Batch sizes exercise the plans: B (16), the remainder of 40 (8), a
 // short batch of another size (5), one longer than B (37: passes of 16, 16, 5), all (40).
 void expect_same_gradients(const std::string& reference, const std::string& candidate, int64_t n0, int64_t n1,
-                           bool with_mask, bool deterministic) {
+                           bool with_mask, bool deterministic, const char* loss = "amplitude") {
   synthetic_problem p(n0, n1, 5, 8, with_mask, 1234u + uint32_t(n0 * 7 + n1));
   const std::string cfg = std::string("batch_size = 16\n") + (candidate == "cuda" ? (deterministic ? "deterministic = true\n" : "deterministic = false\n") : "");
-  engine_run ref(reference, p, "batch_size = 16\n");
-  engine_run cand(candidate, p, cfg);
+  engine_run ref(reference, p, "batch_size = 16\n", loss);
+  engine_run cand(candidate, p, cfg, loss);
   ASSERT_TRUE(ref.ok()) << ref.error();
   ASSERT_TRUE(cand.ok()) << cand.error();
   std::vector<int64_t> order(size_t(p.patterns));
@@ -297,6 +298,7 @@ void expect_same_gradients(const std::string& reference, const std::string& cand
   for (int64_t count : {16, 8, 5, 37, 40}) {
     SCOPED_TRACE(testing::Message() << candidate << " vs " << reference << ", window " << n0 << " x " << n1
                                     << (with_mask ? ", mask" : "") << (deterministic ? ", deterministic" : "")
+                                    << ", " << loss << " loss"
                                     << ", batch of " << count);
     std::vector<int64_t> idx(order.begin(), order.begin() + count);
     std::rotate(order.begin(), order.begin() + 3, order.end());
@@ -654,6 +656,17 @@ TEST(CudaEngine, GradientsMatchCpuOddNonSquareMasked) {
   expect_same_gradients("cpu", "cuda", 45, 38, true, false);
   expect_same_gradients("cpu", "cuda", 45, 38, true, true);
   expect_same_gradients("cpu", "cuda", 31, 47, false, true);
+}
+
+// The noise-model losses' kernels (intensity_loss.cu, poisson_loss.cu) inside the engine: one
+// batch's loss and gradients as the cpu engine's with the host loops, then 10 iterations.
+TEST(CudaEngine, NoiseLossesMatchCpu) {
+  REQUIRE_CUDA_DEVICE();
+  for (const char* loss : {"intensity", "poisson"}) {
+    expect_same_gradients("cpu", "cuda", 45, 38, true, true, loss);
+    tycho::test::temp_folder tmp;
+    expect_ten_iterations_match(example_config(), {"--set", std::string("reconstruct.loss=") + loss}, tmp);
+  }
 }
 
 TEST(CudaEngine, OptimizersMatchHost) {

@@ -3,15 +3,22 @@
 #include <tycho/sdk.hpp>
 #include <tycho/sdk/loss.hpp>
 
+#include <cmath>
+
 #include "amplitude_loss.hpp"
+#include "intensity_loss.hpp"
+#include "poisson_loss.hpp"
 #ifdef TYCHO_HAVE_CUDA
 #include "amplitude_loss_cuda.hpp"
+#include "intensity_loss_cuda.hpp"
+#include "poisson_loss_cuda.hpp"
 #endif
 
 namespace {
 using namespace tycho::sdk;
 
-// Built with CUDA: device tensors run the kernel of amplitude_loss.cu.
+// Built with CUDA: device tensors run the kernels of amplitude_loss.cu, intensity_loss.cu and
+// poisson_loss.cu.
 #ifdef TYCHO_HAVE_CUDA
 constexpr bool k_cuda = true;
 #else
@@ -47,12 +54,108 @@ struct amplitude {
   }
 };
 
+// Refuses float64 tensors on the device: the kernels compute in float32, as the cuda engine.
+[[maybe_unused]] void refuse_float64_on_device(const char* name, const loss_arguments& a) {
+  if (a.float64)
+    fail(TYCHO_ERR_UNSUPPORTED, name, " loss: the CUDA path computes in float32 only; model_intensity "
+         "and dloss_dintensity are float64");
+}
+
+// The intensity loss w Σ(I − sD)², w = N0 N1 / 4 (intensity_pixel.hpp); no settings.
+struct intensity {
+  explicit intensity(const config_view&) {}
+
+  template <class Real>
+  static tycho::losses::intensity_pixel<Real> pixel(const loss_arguments& a) {
+    return tycho::losses::intensity_pixel<Real>::for_patterns(a.measured_scale, a.pattern_pixels);
+  }
+
+  void evaluate(const loss_arguments& a) const {
+#ifdef TYCHO_HAVE_CUDA
+    if (a.device.device_type == kDLCUDA) {
+      refuse_float64_on_device("intensity", a);
+      tycho::losses::intensity_loss_cuda(pixel<float>(a), data_of<const float>(*a.model_intensity),
+                                         data_of<const float>(*a.measured), a.mask, a.pattern_pixels, a.count,
+                                         data_of<float>(*a.dloss_dintensity), a.loss_sum, a.stream,
+                                         a.device.device_id);
+      return;
+    }
+#endif
+    if (a.float64)
+      *a.loss_sum += tycho::losses::intensity_loss(pixel<double>(a), data_of<const double>(*a.model_intensity),
+                                                   data_of<const float>(*a.measured), a.mask, a.pattern_pixels,
+                                                   a.count, data_of<double>(*a.dloss_dintensity));
+    else
+      *a.loss_sum += tycho::losses::intensity_loss(pixel<float>(a), data_of<const float>(*a.model_intensity),
+                                                   data_of<const float>(*a.measured), a.mask, a.pattern_pixels,
+                                                   a.count, data_of<float>(*a.dloss_dintensity));
+  }
+};
+
+constexpr double k_poisson_epsilon_default = 1e-3;  // the declaration's default below, as a number
+
+// The Poisson loss ½ Σ [m − d − d log(m/d)], m = I + ε, d = sD + ε (poisson_pixel.hpp);
+// [reconstruct] poisson_epsilon sets ε relative to the mean pixel intensity.
+struct poisson {
+  explicit poisson(const config_view& cfg) {
+    epsilon_relative_ = cfg.get_double("poisson_epsilon").value_or(k_poisson_epsilon_default);
+    // The host checks the declared range first; this covers a create() without it (tests, tools).
+    if (!(epsilon_relative_ > 0) || !std::isfinite(epsilon_relative_))
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] poisson_epsilon must be a finite number > 0, got ",
+           epsilon_relative_);
+  }
+
+  template <class Real>
+  tycho::losses::poisson_pixel<Real> pixel(const loss_arguments& a) const {
+    return tycho::losses::poisson_pixel<Real>::for_patterns(a.measured_scale, a.pattern_pixels, epsilon_relative_);
+  }
+
+  void evaluate(const loss_arguments& a) const {
+#ifdef TYCHO_HAVE_CUDA
+    if (a.device.device_type == kDLCUDA) {
+      refuse_float64_on_device("poisson", a);
+      tycho::losses::poisson_loss_cuda(pixel<float>(a), data_of<const float>(*a.model_intensity),
+                                       data_of<const float>(*a.measured), a.mask, a.pattern_pixels, a.count,
+                                       data_of<float>(*a.dloss_dintensity), a.loss_sum, a.stream,
+                                       a.device.device_id);
+      return;
+    }
+#endif
+    if (a.float64)
+      *a.loss_sum += tycho::losses::poisson_loss(pixel<double>(a), data_of<const double>(*a.model_intensity),
+                                                 data_of<const float>(*a.measured), a.mask, a.pattern_pixels,
+                                                 a.count, data_of<double>(*a.dloss_dintensity));
+    else
+      *a.loss_sum += tycho::losses::poisson_loss(pixel<float>(a), data_of<const float>(*a.model_intensity),
+                                                 data_of<const float>(*a.measured), a.mask, a.pattern_pixels,
+                                                 a.count, data_of<float>(*a.dloss_dintensity));
+  }
+
+ private:
+  double epsilon_relative_;
+};
+
 const char* const k_no_keys[] = {nullptr};
+const char* const k_poisson_keys[] = {"poisson_epsilon", nullptr};
+const tycho_setting k_poisson_settings[] = {
+    setting("poisson_epsilon", TYCHO_SETTING_NUMBER, "1e-3",
+            "guard ε of the Poisson loss for I -> 0, relative to the mean pixel intensity (the mean counts per "
+            "pixel); added to model and data alike")
+        .above(0)
+        .at_most(1e6),
+    end_of_settings()};
 
 const tycho_component k_components[] = {
     component(TYCHO_COMPONENT_LOSS, "amplitude", "1.0.0",
               "amplitude loss Σ(√I − √D)², normalised to the mean measured intensity",
               k_devices, k_no_keys, loss_vtable<amplitude>("amplitude", k_devices)),
+    component(TYCHO_COMPONENT_LOSS, "intensity", "1.0.0",
+              "Gaussian loss on intensities (N0 N1 / 4) Σ(I − sD)²: the amplitude loss's scale at the mean pixel",
+              k_devices, k_no_keys, loss_vtable<intensity>("intensity", k_devices)),
+    with_settings(component(TYCHO_COMPONENT_LOSS, "poisson", "1.0.0",
+                            "Poisson negative log-likelihood of the counts (deviance · s/2), guarded by poisson_epsilon",
+                            k_devices, k_poisson_keys, loss_vtable<poisson>("poisson", k_devices)),
+                  k_poisson_settings),
 };
 }  // namespace
 

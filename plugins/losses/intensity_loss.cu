@@ -1,0 +1,13 @@
+// The intensity loss kernel: the per-pixel function of intensity_pixel.hpp in the generic kernel of
+// pixel_loss_kernel.cuh.
+#include "intensity_loss_cuda.hpp"
+#include "pixel_loss_kernel.cuh"
+
+namespace tycho::losses {
+void intensity_loss_cuda(const intensity_pixel<float>& pixel, const float* model_intensity, const float* measured,
+                    const uint8_t* mask, int64_t mask_period, int64_t n, float* dloss_dI, double* loss_sum,
+                    void* stream, int device) {
+  launch_pixel_loss("intensity loss", pixel, model_intensity, measured, mask, mask_period, n, dloss_dI, loss_sum,
+                    stream, device);
+}
+}  // namespace tycho::losses

@@ -1,0 +1,22 @@
+// The poisson loss on host tensors: the loop of pixel_loss_loop.hpp over poisson_pixel.hpp (where
+// the formula, its normalisation and its sources are).
+#pragma once
+
+#include <cstdint>
+
+#include "poisson_pixel.hpp"
+
+namespace tycho::losses {
+// n pixels; mask may be null (all valid) and repeats every `mask_period` = N0 · N1 pixels (one
+// pattern). The model intensity and dL/dI are in the engine's precision (float or double), the
+// measured data float32; each pattern is summed in that precision and the patterns in double.
+// Returns Σ L; writes dL/dI of every pixel (0 on masked ones). Thread-safe (reads `pixel` only).
+template <class Real>
+double poisson_loss(const poisson_pixel<Real>& pixel, const Real* model_intensity, const float* measured,
+                 const uint8_t* mask, int64_t mask_period, int64_t n, Real* dloss_dI);
+
+extern template double poisson_loss<float>(const poisson_pixel<float>&, const float*, const float*, const uint8_t*,
+                                        int64_t, int64_t, float*);
+extern template double poisson_loss<double>(const poisson_pixel<double>&, const double*, const float*, const uint8_t*,
+                                         int64_t, int64_t, double*);
+}  // namespace tycho::losses
