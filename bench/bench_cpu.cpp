@@ -72,6 +72,8 @@ struct options {
   std::string planning = "measure";  // the engine's default
   std::string precision = "float32";  // [reconstruct] precision
   bool reference = false;             // [reconstruct] shift_groups = false: four 2-D FFTs per position
+  int slices = 1;                     // [reconstruct] slices (slice_thickness_A = 2 Å)
+  int modes = 1;                      // [reconstruct] probe_modes
   std::string jsonl = k_source_dir + "/bench/results.jsonl";
   bool no_record = false;
   bool keep = false;
@@ -101,6 +103,7 @@ struct case_result {
   std::string planning;
   std::string precision = "float32";
   bool reference = false;
+  int slices = 1, modes = 1;
   int warmup = 0;
   std::vector<double> seconds;  // the timed iterations
   std::vector<double> floor_seconds;  // the FFT floor after each timed iteration: 2 FFTs per position
@@ -136,6 +139,7 @@ json to_json(const case_result& r) {
               {"detector", {r.detector[0], r.detector[1]}},
               {"batch", r.batch},       {"threads", r.threads},
               {"planning", r.planning}, {"precision", r.precision}, {"reference", r.reference},
+              {"slices", r.slices},     {"modes", r.modes},
               {"warmup", r.warmup},
               {"seconds", r.seconds},   {"floor_seconds", r.floor_seconds},
               {"cpu_seconds", r.cpu_seconds},   {"floor_cpu_seconds", r.floor_cpu_seconds}, {"setup_s", r.setup_s},
@@ -155,6 +159,8 @@ case_result from_json(const json& j) {
   r.planning = j.at("planning");
   r.precision = j.value("precision", "float32");
   r.reference = j.value("reference", false);
+  r.slices = j.value("slices", 1);
+  r.modes = j.value("modes", 1);
   r.warmup = j.at("warmup");
   r.seconds = j.at("seconds").get<std::vector<double>>();
   r.floor_seconds = j.at("floor_seconds").get<std::vector<double>>();
@@ -189,6 +195,9 @@ std::string config_text(const case_spec& c, const options& o, int threads) {
       "\n[reconstruct]\nengine = \"cpu\"\niterations = {}\nbatch_size = {}\nloss = \"amplitude\"\n"
       "seed = 0\nthreads = {}\nfft_planning = \"{}\"\nprecision = \"{}\"\nshift_groups = {}\n\n",
       o.warmup + o.iterations, o.batch, threads, o.planning, o.precision, o.reference ? "false" : "true");
+  if (o.slices > 1) t += fmt::format("slices = {}\nslice_thickness_A = 2.0\n", o.slices);
+  if (o.modes > 1) t += fmt::format("probe_modes = {}\n", o.modes);
+  t += "\n";
   t += "[reconstruct.object]\noptimizer = \"adam\"\nlearning_rate = 5e-3\n\n";
   t += "[reconstruct.probe]\noptimizer = \"adam\"\nlearning_rate = 5e-3\n\n";
   t += "[output]\npreviews = false\n";
@@ -237,7 +246,7 @@ struct fft_floor {
 // Runs one case in this process.
 case_result run_case(const case_spec& c, const options& o) {
   case_result r;
-  r.name = c.name;
+  r.name = c.name + (o.slices > 1 || o.modes > 1 ? fmt::format(" S={} M={}", o.slices, o.modes) : std::string());
   r.scan[0] = c.scan[0];
   r.scan[1] = c.scan[1];
   r.batch = o.batch;
@@ -245,6 +254,8 @@ case_result run_case(const case_spec& c, const options& o) {
   r.planning = o.planning;
   r.precision = o.precision;
   r.reference = o.reference;
+  r.slices = o.slices;
+  r.modes = o.modes;
   r.warmup = o.warmup;
 
   auto doc = tycho::config_document::parse(config_text(c, o, r.threads), "<tycho_bench_cpu:" + c.name + ">",
@@ -268,7 +279,10 @@ case_result run_case(const case_spec& c, const options& o) {
     floor64.emplace(r.detector[0], r.detector[1], measure, r.threads);
   else
     floor32.emplace(r.detector[0], r.detector[1], measure, r.threads);
-  auto floor_seconds = [&] { return floor64 ? floor64->seconds(r.positions()) : floor32->seconds(r.positions()); };
+  // The floor of S slices and M modes: S·M forward + inverse pairs per position (each mode's
+  // wave crosses each slice once forward and once back).
+  const int64_t pairs = r.positions() * int64_t(o.slices) * int64_t(o.modes);
+  auto floor_seconds = [&] { return floor64 ? floor64->seconds(pairs) : floor32->seconds(pairs); };
   floor_seconds();  // warm-up: the floor's buffers and code in cache, as the engine's after its warm-up
 
   int done = 0;
@@ -316,6 +330,7 @@ case_result run_case_in_child(const case_spec& c, const options& o) {
                                    "--no-record", "--result-file", result.string()};
   if (o.verbose) args.push_back("--verbose");
   if (o.reference) args.push_back("--reference");
+  args.insert(args.end(), {"--slices", std::to_string(o.slices), "--modes", std::to_string(o.modes)});
   if (c.name == "tiled") {
     args.insert(args.end(), {"--tiled-file", c.data_path, "--tiled-rx", std::to_string(c.scan[0]),
                              "--tiled-ry", std::to_string(c.scan[1])});
@@ -525,6 +540,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--reference", o.reference,
                "the engine's reference path ([reconstruct] shift_groups = false: 4 FFTs per position)");
+  app.add_option("--slices", o.slices, "object slices (multislice, 2 Å apart)")->check(CLI::Range(1, 64))->capture_default_str();
+  app.add_option("--modes", o.modes, "probe modes")->check(CLI::Range(1, 16))->capture_default_str();
   app.add_option("--batch", o.batch, "mini-batch size, positions")->capture_default_str();
   app.add_option("--jsonl", o.jsonl, "append one JSON line per case here")->capture_default_str();
   app.add_flag("--no-record", o.no_record, "do not append to the jsonl file");

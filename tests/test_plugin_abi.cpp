@@ -200,8 +200,16 @@ TEST(PluginAbi, LayoutIsStable) {
   EXPECT_EQ(int(TYCHO_ERR_ABI_MISMATCH), 5);
   EXPECT_EQ(int(TYCHO_ERR_NOT_FOUND), 2);
   EXPECT_EQ(std::string(TYCHO_PLUGIN_ENTRY_SYMBOL), "tycho_plugin_entry");
-  EXPECT_EQ(TYCHO_ABI_VERSION, (1u << 16) | 1u);
+  EXPECT_EQ(TYCHO_ABI_VERSION, (1u << 16) | 2u);
+  // ABI 1.2 appended to the engine setup after loss_ref, and one tensor id.
+  EXPECT_GT(offsetof(tycho_engine_setup, slice_propagator), offsetof(tycho_engine_setup, loss_ref));
+  EXPECT_GT(offsetof(tycho_engine_setup, position_gradient), offsetof(tycho_engine_setup, slice_thickness_A));
+  EXPECT_EQ(int(TYCHO_TENSOR_POSITIONS), 4);
+  EXPECT_EQ(int(TYCHO_TENSOR_POSITIONS_GRAD), 5);
 #if UINTPTR_MAX == 0xffffffffffffffffu
+  EXPECT_EQ(offsetof(tycho_engine_setup, slice_propagator), 104u);
+  EXPECT_EQ(offsetof(tycho_engine_setup, position_gradient), 120u);
+  EXPECT_EQ(sizeof(tycho_engine_setup), 128u);
   EXPECT_EQ(sizeof(tycho_plugin_descriptor), 56u);
   EXPECT_EQ(sizeof(tycho_component), 80u);
   EXPECT_EQ(sizeof(tycho_host_api), 96u);

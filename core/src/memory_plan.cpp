@@ -175,7 +175,8 @@ std::vector<memory_term> memory_terms(const memory_problem& p) {
                      KM, "·", c, " + (", n0, "+", n1, ")·", c, ") B")});
     const uint64_t workspace = k > 1 ? k + 2 : 2;  // the probe spectra, the transform's input (and output)
     t.push_back({"FFT workspace", mul(workspace, mul(m, c)),
-                 cat(workspace, " · ", M, " · ", c, " B (the batch's probe spectra and transforms)")});
+                 cat(workspace, " · ", M, " · ", c,
+                     k > 1 ? " B (the batch's probe spectra and transforms)" : " B (the batch's probe transform)")});
   } else if (p.model == memory_model::cuda) {
     // Per pattern of the batch (plugins/cuda/cuda_engine.cu): K·(S+1) complex buffers (the
     // shifted probes; one wave per slice, transformed and back-propagated in place), 3 float32
