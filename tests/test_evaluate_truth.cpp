@@ -123,7 +123,8 @@ TEST_F(EvaluateTruth, MissingMemberIsRefusedListingWhatIsThere) {
   auto r = evaluate(bare);
   EXPECT_TRUE(r.exited_with(2)) << r.describe();
   EXPECT_NE(r.err.find("truth file '" + bare.string() +
-                       "' has no array 'phase' (it has pixel_size_A.npy); expected phase, pixel_size_A and scan_origin_A"),
+                       "' has no array 'phase' (it has pixel_size_A.npy); expected phase (or phase_total), pixel_size_A and "
+                       "scan_origin_A"),
             std::string::npos)
       << r.err;
 }

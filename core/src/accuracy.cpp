@@ -5,6 +5,7 @@
 
 #include "tycho/core/error.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -22,13 +23,70 @@ std::vector<double> local_phase(const std::complex<double>* z, int64_t h, int64_
   return phase;
 }
 
+std::vector<double> high_passed_phase(const double* phase, int64_t h, int64_t w, double sigma_px,
+                                      filter_boundary boundary) {
+  if (phase == nullptr || h <= 0 || w <= 0)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "high_passed_phase: empty image (", h, " x ", w, ")");
+  const size_t n = static_cast<size_t>(h * w);
+  std::vector<std::complex<double>> smooth(phase, phase + n);  // imaginary parts stay 0
+  gaussian_filter_2d(smooth.data(), h, w, sigma_px, boundary);
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = phase[i] - smooth[i].real();
+  return out;
+}
+
+std::vector<double> summed_slice_phases(const std::complex<double>* slices, int64_t count, int64_t h,
+                                        int64_t w) {
+  if (slices == nullptr || count <= 0 || h <= 0 || w <= 0)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "summed_slice_phases: empty input (", count, " x ", h, " x ", w, ")");
+  const size_t n = static_cast<size_t>(h * w);
+  std::vector<double> total(n, 0.0);
+  for (int64_t s = 0; s < count; ++s) {
+    const std::complex<double>* z = slices + size_t(s) * n;
+    std::complex<double> mean = 0.0;
+    for (size_t i = 0; i < n; ++i) mean += z[i];
+    // A slice whose mean vanishes has no reference phase: take its phases as they are
+    // (arg(0) = 0).
+    const std::complex<double> ref = std::abs(mean) > 0.0 ? std::conj(mean) / std::abs(mean) : 1.0;
+    const double offset = std::arg(mean);
+    for (size_t i = 0; i < n; ++i) total[i] += offset + std::arg(z[i] * ref);
+  }
+  return total;
+}
+
+position_error compare_positions(const double* result_A, const double* truth_A, int64_t n) {
+  if (result_A == nullptr || truth_A == nullptr || n <= 0)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "compare_positions: no positions (", n, ")");
+  position_error e{};
+  for (int64_t k = 0; k < 2 * n; ++k) {
+    if (!std::isfinite(result_A[k]) || !std::isfinite(truth_A[k]))
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "compare_positions: position ", k / 2, " is not finite");
+    e.mean_shift_A[k % 2] += result_A[k] - truth_A[k];
+  }
+  e.mean_shift_A[0] /= double(n);
+  e.mean_shift_A[1] /= double(n);
+  double sum2 = 0.0;
+  for (int64_t k = 0; k < n; ++k) {
+    const double dx = result_A[2 * k] - truth_A[2 * k] - e.mean_shift_A[0];
+    const double dy = result_A[2 * k + 1] - truth_A[2 * k + 1] - e.mean_shift_A[1];
+    const double d2 = dx * dx + dy * dy;
+    sum2 += d2;
+    e.max_A = std::max(e.max_A, std::sqrt(d2));
+  }
+  e.rms_A = std::sqrt(sum2 / double(n));
+  return e;
+}
+
 namespace {
 
 void check_input(const accuracy_input& in) {
   const auto bad = [](const auto&... what) {
     fail(TYCHO_ERR_INVALID_ARGUMENT, "accuracy: ", what...);
   };
-  if ((in.object == nullptr) == (in.object64 == nullptr)) bad("give one of object and object64");
+  const int given = (in.object != nullptr) + (in.object64 != nullptr) + (in.object_phase != nullptr);
+  if (given != 1) bad("give exactly one of object, object64 and object_phase");
+  if ((in.object_phase != nullptr) != (in.metric == phase_metric::high_passed_phase))
+    bad("the high-passed metric takes object_phase, the local-phase metric object or object64");
   if (in.positions_px == nullptr) bad("positions_px is null");
   if (in.truth_phase == nullptr) bad("truth_phase is null");
   if (in.object_shape[0] <= 0 || in.object_shape[1] <= 0)
@@ -87,15 +145,20 @@ accuracy_result evaluate_accuracy(const accuracy_input& in) {
   const int64_t oh = in.object_shape[0], ow = in.object_shape[1];
   const int64_t th = in.truth_shape[0], tw = in.truth_shape[1];
 
-  std::vector<std::complex<double>> z = in.object64 != nullptr
-                                            ? std::vector<std::complex<double>>(in.object64, in.object64 + oh * ow)
-                                            : std::vector<std::complex<double>>(in.object, in.object + oh * ow);
-  const std::vector<double> obj = local_phase(z.data(), oh, ow, in.sigma_A / in.object_pixel_A,
-                                              filter_boundary::reflect);
-  z.resize(static_cast<size_t>(th * tw));
-  for (size_t i = 0; i < z.size(); ++i) z[i] = std::polar(1.0, double(in.truth_phase[i]));
-  const std::vector<double> truth = local_phase(z.data(), th, tw, in.sigma_A / in.truth_pixel_A,
-                                                filter_boundary::wrap);
+  std::vector<double> obj, truth;
+  if (in.metric == phase_metric::high_passed_phase) {
+    obj = high_passed_phase(in.object_phase, oh, ow, in.sigma_A / in.object_pixel_A, filter_boundary::reflect);
+    const std::vector<double> t(in.truth_phase, in.truth_phase + th * tw);
+    truth = high_passed_phase(t.data(), th, tw, in.sigma_A / in.truth_pixel_A, filter_boundary::wrap);
+  } else {
+    std::vector<std::complex<double>> z = in.object64 != nullptr
+                                              ? std::vector<std::complex<double>>(in.object64, in.object64 + oh * ow)
+                                              : std::vector<std::complex<double>>(in.object, in.object + oh * ow);
+    obj = local_phase(z.data(), oh, ow, in.sigma_A / in.object_pixel_A, filter_boundary::reflect);
+    z.resize(static_cast<size_t>(th * tw));
+    for (size_t i = 0; i < z.size(); ++i) z[i] = std::polar(1.0, double(in.truth_phase[i]));
+    truth = local_phase(z.data(), th, tw, in.sigma_A / in.truth_pixel_A, filter_boundary::wrap);
+  }
 
   int64_t r0, r1, c0, c1;
   fov_axis(in, 0, r0, r1);

@@ -63,6 +63,7 @@ std::string to_json(const result_manifest& m) {
                       {"semiangle_mrad", m.semiangle_mrad},
                       {"C10_A", m.C10_A},
                       {"object_padding_px", m.object_padding_px}};
+  if (m.slice_thickness_A > 0) j["calibration"]["slice_thickness_A"] = m.slice_thickness_A;
   j["arrays"] = {
       {"object", "(slices, H, W) " + m.complex_dtype + ": transmission function"},
       {"probe", "(modes, N0, N1) " + m.complex_dtype + ": real-space probe, centred in its window; Σ|P|² in units of data.mean_total_intensity (the initial probe has 1)"},

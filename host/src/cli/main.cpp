@@ -427,11 +427,18 @@ int main(int argc, char** argv) {
   auto* ev = app.add_subcommand("evaluate", "accuracy of a result against a ground-truth phase (JSON)");
   std::string result_path, truth_path;
   double sigma_A = 2.0, fov = 0.8;
+  std::optional<double> eval_slice_thickness;
   ev->add_option("result", result_path, "result file written by tycho reconstruct")->required();
-  ev->add_option("--truth", truth_path, ".npz with phase, pixel_size_A, scan_origin_A")->required();
+  ev->add_option("--truth", truth_path,
+                 ".npz with phase (or phase_total), pixel_size_A, scan_origin_A; optionally phase_slices, "
+                 "phase_top/phase_bottom with layer_depths_A, positions_true_A")
+      ->required();
   ev->add_option("--sigma-A", sigma_A, "σ of the local-phase Gaussian, Å (default 2)")->check(number_in(0, 1e6, true));
   ev->add_option("--fov-fraction", fov, "inner fraction of the scanned field of view (default 0.8)")
       ->check(number_in(0, 1, true));
+  ev->add_option("--slice-thickness-A", eval_slice_thickness,
+                 "thickness of each of the result's slices, Å (default: what its manifest records)")
+      ->check(number_in(0, 1e6, true));
 
   auto* plan = app.add_subcommand("plan", "memory per device of every term of a run, without reading the data");
   std::string plan_config;
@@ -480,7 +487,8 @@ int main(int argc, char** argv) {
     if (rec->parsed())
       return cmd_reconstruct(config_path, iterations, stop_after, from, output, sets, devices, quiet, overwrite);
     if (ev->parsed()) {
-      say("{}\n", th::evaluate_result(th::registry::global(), result_path, truth_path, sigma_A, fov));
+      say("{}\n", th::evaluate_result(th::registry::global(), result_path, truth_path, sigma_A, fov,
+                                         eval_slice_thickness));
       return 0;
     }
     if (pl->parsed()) return keys_of.empty() ? cmd_plugins() : cmd_plugin_keys(keys_of);

@@ -3,6 +3,9 @@
 // difference of the local phases phi_hp = arg(z * conj(G_sigma (*) z)) of object and truth inside
 // the inner part of the scanned field of view, after integer registration. The local phase drops
 // what ptychography cannot determine (a constant phase, a slow ramp) and is wrap-safe.
+// A second figure, for phases that exceed π (a thick crystal's total phase, ../shared/data/si110):
+// the same comparison of high-passed unwrapped phases φ − G_σ ⊛ φ. And the RMS error of scan
+// positions after removing their common translation.
 #pragma once
 
 #include <complex>
@@ -11,11 +14,25 @@
 
 namespace tycho {
 
+// What evaluate_accuracy compares.
+enum class phase_metric {
+  // arg(z · conj(G_σ ⊛ z)) of the complex object and of exp(i·truth): wrap-safe, saturates for
+  // phases that vary by more than about π over σ.
+  local_phase,
+  // φ − G_σ ⊛ φ of the object's unwrapped phase (object_phase) and of the truth phase itself:
+  // linear in the phase, so a phase of several radians is measured, not wrapped.
+  high_passed_phase,
+};
+
 struct accuracy_input {
-  // Reconstructed object, one slice, shape (H, W) = object_shape, C order (axis 0 = Rx):
-  // complex64 in `object`, or complex128 (a float64 run) in `object64`; give exactly one.
+  phase_metric metric = phase_metric::local_phase;
+  // Reconstructed object, one slice (or the product of all slices), shape (H, W) = object_shape,
+  // C order (axis 0 = Rx): for local_phase complex64 in `object`, or complex128 (a float64 run)
+  // in `object64`; for high_passed_phase the unwrapped phase in radians, float64, in
+  // `object_phase` (e.g. summed_slice_phases). Give exactly one of the three.
   const std::complex<float>* object = nullptr;
   const std::complex<double>* object64 = nullptr;
+  const double* object_phase = nullptr;
   int64_t object_shape[2] = {0, 0};
   double object_pixel_A = 0.0;  // its pixel size, Å
 
@@ -31,14 +48,14 @@ struct accuracy_input {
 
   double scan_origin_A[2] = {0.0, 0.0};  // where scan index (0, 0) lies in the truth cell, Å
 
-  double sigma_A = 2.0;         // σ of the Gaussian whose smoothed object the local phase removes
+  double sigma_A = 2.0;         // σ of the Gaussian whose smoothed copy either metric removes
   double fov_fraction = 0.8;    // inner fraction of the scanned field of view that is compared
   int search_radius_px = 12;    // integer registration search around the expected alignment
 };
 
 struct accuracy_result {
-  double pearson;       // best Pearson correlation of the local phases over the searched shifts
-  double rms_rad;       // RMS of (object - truth) local phase after removing the mean difference
+  double pearson;       // best Pearson correlation of the compared maps over the searched shifts
+  double rms_rad;       // RMS of (object - truth) map after removing the mean difference
   int64_t shift_px[2];  // chosen offset, truth index - object index (before the periodic wrap)
   int64_t fov_shape[2]; // rows, cols of object pixels compared
 };
@@ -68,5 +85,27 @@ void gaussian_filter_2d(std::complex<double>* image, int64_t h, int64_t w, doubl
 // Local phase arg(z * conj(G_σ (*) z)) of an (h, w) complex image, radians in (-π, π].
 std::vector<double> local_phase(const std::complex<double>* z, int64_t h, int64_t w,
                                 double sigma_px, filter_boundary boundary);
+
+// High-passed phase φ − G_σ ⊛ φ of an (h, w) real phase map, radians (not wrapped).
+std::vector<double> high_passed_phase(const double* phase, int64_t h, int64_t w, double sigma_px,
+                                      filter_boundary boundary);
+
+// The total phase of a multislice object, unwrapped as far as its slices allow: the sum over
+// slices s of arg(m_s) + arg(z_s · conj(m_s)), m_s = the mean of slice s over the whole slice,
+// i.e. each slice's phase taken in (−π, π] about its own mean phase arg(m_s). Exact as long as no single slice's phase strays more than π from its
+// mean (a 10 Å slab of Si [110] spans 1.2 rad); the sum may then exceed π without wrapping.
+// `slices` is (count, h, w) C order; returns (h, w). Throws TYCHO_ERR_INVALID_ARGUMENT on an
+// empty input.
+std::vector<double> summed_slice_phases(const std::complex<double>* slices, int64_t count, int64_t h,
+                                        int64_t w);
+
+// Scan positions against the true ones, both (n, 2) row-major in Å, the same order.
+struct position_error {
+  double rms_A;            // sqrt(mean over positions of |d_k − mean(d)|²), d = result − truth
+  double max_A;            // largest |d_k − mean(d)|
+  double mean_shift_A[2];  // mean(d): the common translation removed
+};
+// Throws TYCHO_ERR_INVALID_ARGUMENT for n <= 0, null pointers or non-finite values.
+position_error compare_positions(const double* result_A, const double* truth_A, int64_t n);
 
 }  // namespace tycho

@@ -40,6 +40,9 @@ struct result_manifest {
   double energy_eV = 0, wavelength_A = 0, semiangle_mrad = 0, C10_A = 0;
   double mean_total_intensity = 0;
   int64_t object_padding_px = 0;
+  // Δz between consecutive object slices, Å: written as calibration.slice_thickness_A when > 0
+  // (a multislice run), which `tycho evaluate` reads for the slices' depths.
+  double slice_thickness_A = 0;
   std::vector<double> loss_history, seconds_history;
   int64_t schedule_iterations = 0;    // the run's total: the learning-rate schedules span it
   std::string complex_dtype = "complex64";  // of object and probe: "complex128" in a float64 run
