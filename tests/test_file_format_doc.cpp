@@ -210,10 +210,12 @@ TEST(FileFormatDoc, EveryMemberAndKeyIsDocumented) {
   ASSERT_GE(doc.keys.size(), 40u);
   tycho::test::temp_folder tmp;
 
-  // One rank through the `tycho` command: Adam's state, the mask, no `parallel`.
+  // One rank through the `tycho` command: Adam's state, the mask, no `parallel`; two slices, so
+  // calibration.slice_thickness_A is written too.
   auto r = tycho::test::run_command({tycho::test::tycho_exe(), "reconstruct",
                                      tycho::test::source_dir() + "/examples/mos2.toml", "--iterations", "1", "-q",
-                                     "--set", "output.previews=false", "-o", tmp / "one.zip"});
+                                     "--set", "output.previews=false", "--set", "reconstruct.slices=2", "--set",
+                                     "reconstruct.slice_thickness_A=1.0", "-o", tmp / "one.zip"});
   ASSERT_TRUE(r.exited_with(0)) << r.describe();
   // Two ranks as threads: the `parallel` keys, and the preprocessing stage's `preprocess` object.
   {

@@ -590,6 +590,7 @@ struct session::state {
   scan_geometry geometry{};
   object_layout layout;
   int64_t iterations = 100;
+  double slice_thickness_A = 0;  // > 0 with several slices (the manifest's calibration)
   std::vector<double> loss_history, seconds_history;
 
   const component_ref* engine_ref = nullptr;
@@ -738,6 +739,7 @@ session::session(config_document config, registry& reg, const std::string& resum
   }
   const reconstruct_settings settings = read_reconstruct_settings(s.config);
   s.iterations = settings.iterations;
+  s.slice_thickness_A = settings.slices > 1 ? settings.slice_thickness_A : 0.0;
   s.par->check_same_config(s.config.to_toml());
   // A resumed run must resume the same state on every rank (the file is not part of the config).
   if (s.par->world_size() > 1) {
@@ -1229,6 +1231,7 @@ std::string session::manifest_json() const {
   m.parallel_json = s.parallel_json;
   m.preprocess_json = s.preprocess_json;
   m.complex_dtype = precision() == "float64" ? "complex128" : "complex64";
+  m.slice_thickness_A = s.slice_thickness_A;
   for (const auto& [which, ref, opt] : {std::tuple{"object", s.object_opt_ref, s.object_opt},
                                         std::tuple{"probe", s.probe_opt_ref, s.probe_opt}}) {
     const auto* vt = ref->as<tycho_optimizer_vtable>();
