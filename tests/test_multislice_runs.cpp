@@ -5,6 +5,8 @@
 
 #include <tycho/host/result_record.hpp>
 
+#include <cmath>
+#include <complex>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -82,6 +84,28 @@ TEST_F(MultisliceRuns, PositionsMoveOnlyWhenCorrected) {
   ASSERT_EQ(obj.shape.size(), 3u);
   EXPECT_EQ(obj.shape[0], 2);
   EXPECT_EQ(probe.shape[0], 2);
+}
+
+// [reconstruct.object] kind = "phase": every object value has modulus 1 after the run (and
+// "complex", the default, leaves moduli free).
+TEST_F(MultisliceRuns, PhaseObjectsKeepUnitModulus) {
+  auto phase = reconstruct({"reconstruct.iterations=2", "reconstruct.object.kind=\"phase\""}, "phase.zip");
+  ASSERT_TRUE(phase.exited_with(0)) << phase.describe();
+  auto complex_run = reconstruct({"reconstruct.iterations=2"}, "complex.zip");
+  ASSERT_TRUE(complex_run.exited_with(0)) << complex_run.describe();
+  auto worst = [&](const char* file) {
+    auto rec = tycho::test::load_result((tmp_.path() / file).string());
+    const auto& obj = rec.array("object", file);
+    const auto* z = obj.as<std::complex<float>>();
+    double w = 0;
+    for (int64_t k = 0; k < obj.count(); ++k) w = std::max(w, std::abs(std::abs(double(std::abs(z[k]))) - 1.0));
+    return w;
+  };
+  EXPECT_LT(worst("phase.zip"), 1e-6);
+  EXPECT_GT(worst("complex.zip"), 1e-3);
+  auto bad = reconstruct({"reconstruct.iterations=1", "reconstruct.object.kind=\"potential\""}, "bad.zip");
+  EXPECT_FALSE(bad.exited_with(0));
+  EXPECT_NE(bad.err.find("kind"), std::string::npos) << bad.err;
 }
 
 }  // namespace

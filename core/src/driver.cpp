@@ -21,6 +21,15 @@ void clamp_amplitude(std::complex<Real>* z, int64_t n, double amplitude_max) {
     if (a > cap) z[k] *= cap / a;
   }
 }
+// |O| = 1 keeping the phase (a pure-phase object, the weak-absorption limit of exp(iσV));
+// 0 becomes 1.
+template <class Real>
+void project_phase(std::complex<Real>* z, int64_t n) {
+  for (int64_t k = 0; k < n; ++k) {
+    const Real a = std::abs(z[k]);
+    z[k] = a > Real(0) ? z[k] / a : std::complex<Real>(1);
+  }
+}
 }  // namespace
 
 void check_status(tycho_status s, const std::string& context) {
@@ -172,18 +181,24 @@ void driver::correct_positions(int64_t epoch) {
 }
 
 void driver::apply_object_constraints() {
-  if (!(options_.object.amplitude_max > 0)) return;
+  if (!(options_.object.amplitude_max > 0) && !options_.object.pure_phase) return;
   DLTensor obj{};
   check_status(engine_.vtable->get_tensor(engine_.instance, TYCHO_TENSOR_OBJECT, &obj), "engine get_tensor");
   if (obj.device.device_type != kDLCPU)
-    fail(TYCHO_ERR_UNSUPPORTED, "object amplitude_max: the object lives on a device this version cannot constrain");
+    fail(TYCHO_ERR_UNSUPPORTED, "object amplitude_max / kind = \"phase\": the object lives on a device this version cannot constrain");
   int64_t n = 1;
   for (int i = 0; i < obj.ndim; ++i) n *= obj.shape[i];
   char* data = static_cast<char*>(obj.data) + obj.byte_offset;
+  auto constrain = [&](auto* z) {
+    if (options_.object.pure_phase)
+      project_phase(z, n);
+    else
+      clamp_amplitude(z, n, options_.object.amplitude_max);
+  };
   if (obj.dtype.code == kDLComplex && obj.dtype.bits == 128)  // a float64 engine
-    clamp_amplitude(reinterpret_cast<std::complex<double>*>(data), n, options_.object.amplitude_max);
+    constrain(reinterpret_cast<std::complex<double>*>(data));
   else if (obj.dtype.code == kDLComplex && obj.dtype.bits == 64)
-    clamp_amplitude(reinterpret_cast<std::complex<float>*>(data), n, options_.object.amplitude_max);
+    constrain(reinterpret_cast<std::complex<float>*>(data));
   else
     fail(TYCHO_ERR_UNSUPPORTED, "object amplitude_max: the object must be complex64 or complex128");
 }

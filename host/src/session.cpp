@@ -166,6 +166,12 @@ reconstruct_settings read_reconstruct_settings(const config_document& doc) {
   r.driver.seed = uint64_t(*setting_value<int64_t>(rec_t, "reconstruct", "seed"));
   r.driver.object.amplitude_max =
       *setting_value<double>(doc.table_at("reconstruct.object"), "reconstruct.object", "amplitude_max");
+  {
+    const std::string kind = *setting_value<std::string>(doc.table_at("reconstruct.object"), "reconstruct.object", "kind");
+    if (kind != "complex" && kind != "phase")
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct.object] kind = \"", kind, "\": must be \"complex\" or \"phase\"");
+    r.driver.object.pure_phase = kind == "phase";
+  }
   r.object = read_parameter_settings(doc, "object", r.iterations);
   r.probe = read_parameter_settings(doc, "probe", r.iterations);
   const toml::table& optics_t = doc.table_at("optics");

@@ -47,6 +47,7 @@ struct optimizer_binding {
 // Projections applied to the object after each optimizer step (host memory only for now).
 struct object_constraints {
   double amplitude_max = 0;      // > 0: clip |O| to at most this (a specimen does not amplify)
+  bool pure_phase = false;       // [reconstruct.object] kind = "phase": |O| = 1 after each step
 };
 
 // What a run of several ranks adds to an iteration: sums across the ranks, which the host
