@@ -1,7 +1,8 @@
-// Writes the fuzzers' seed corpora (small valid files of each kind) into <out>/<reader>/:
-//   tycho_fuzz_make_seeds OUT
-// HDF5 files are written with the HDF5 C API (the tests' writers), .npy/.npz/.zip through the
-// zip format plugin and by hand, configs copied from examples/. Nothing binary is committed.
+// Writes the seeds of the fuzz corpus that need tycho's own writers into <out>/<reader>/:
+//   tycho_fuzz_make_seeds fuzz/corpus
+// HDF5 files (emd, hdf5, cxi) with the HDF5 C API (the tests' writers), results and a bare
+// archive (zip) through the zip format plugin. The seeds are small and checked in
+// (fuzz/corpus/README.md); the .npy/.npz seeds were written by numpy, the configs by hand.
 #include <hdf5.h>
 
 #include <tycho/core/error.hpp>
@@ -11,7 +12,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -21,21 +21,6 @@
 namespace fs = std::filesystem;
 
 namespace {
-
-void write_bytes(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
-
-// A version-1.0 .npy of little-endian float32 values.
-std::string npy_f32(const std::string& shape, const std::vector<float>& values) {
-  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
-  while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
-  dict += '\n';
-  std::string out = std::string("\x93NUMPY\x01\x00", 8);
-  out += char(dict.size() & 0xff);
-  out += char(dict.size() >> 8);
-  out += dict;
-  out.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
-  return out;
-}
 
 // Saves arrays + manifest through the zip format (a result-shaped record).
 void save_zip(const tycho::host::registry& reg, const fs::path& p, const char* manifest, bool with_second) {
@@ -63,7 +48,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const fs::path out = argv[1];
-  for (const char* r : {"emd", "hdf5", "cxi", "npy", "npz", "zip", "config"}) fs::create_directories(out / r);
+  for (const char* r : {"emd", "hdf5", "cxi", "zip"}) fs::create_directories(out / r);
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
 
   std::vector<float> values(2 * 3 * 4 * 4);
@@ -91,20 +76,14 @@ int main(int argc, char** argv) {
     w.number("/entry_1/instrument_1/detector_1/x_pixel_size", 5e-5);
     w.number("/entry_1/instrument_1/detector_1/y_pixel_size", 5e-5);
   }
-  write_bytes(out / "npy" / "small.npy", npy_f32("(2, 3, 4, 4)", values));
-  write_bytes(out / "npy" / "one.npy", npy_f32("(1, 1, 1, 1)", {3.0f}));
 
   tycho::host::registry reg;
   reg.load_directories({TYCHO_FUZZ_PLUGIN_DIR});
-  save_zip(reg, out / "npz" / "small.npz", nullptr, false);
   save_zip(reg, out / "zip" / "result.zip",
            R"({"format": "tycho-result", "format_version": 1, "history": {"iterations": 4, "schedule_iterations": 8}})",
            true);
   save_zip(reg, out / "zip" / "bare.zip", nullptr, true);
 
-  for (const auto& e : fs::directory_iterator(fs::path(TYCHO_SOURCE_DIR) / "examples"))
-    if (e.path().extension() == ".toml") fs::copy_file(e.path(), out / "config" / e.path().filename(), fs::copy_options::overwrite_existing);
-  write_bytes(out / "config" / "env.toml", "[output]\npath = \"run-${HOME}-$${LITERAL}.zip\"\n[reconstruct]\niterations = 5\n");
   std::printf("seeds written to %s\n", out.c_str());
   return 0;
 }

@@ -42,8 +42,8 @@ SKIP_LINES = {
     "scripts/install-deps": "installs Debian packages (root, network)",
     "scripts/build": "rebuilds the tree this test runs in",
     "scripts/test": "runs the whole suite, this test included",
-    "scripts/fuzz-short": "builds an instrumented tree with clang (minutes): run by hand, see docs/hostile-input.md",
-    "scripts/sanitize-tests": "builds an instrumented tree with clang (minutes): run by hand",
+    "scripts/fuzz-short": "builds an instrumented tree with clang (minutes): scripts/test runs it after the suite",
+    "scripts/sanitize-tests": "builds an instrumented tree with clang (minutes): scripts/test runs it after the suite",
     "mpirun -np 2 build/bin/tycho reconstruct examples/mos2.toml":
         "Open MPI refuses root without --allow-run-as-root (CI runs as root); test_parallel runs 2 ranks",
 }
