@@ -61,6 +61,36 @@ struct amplitude {
          "and dloss_dintensity are float64");
 }
 
+// A per-pixel loss (intensity_pixel.hpp, poisson_pixel.hpp; `loss.pixel<Real>(a)` gives its
+// parameters) through its host loop in the engine's precision, or its CUDA kernel in float32:
+// the one dispatch the pixel losses share.
+#ifdef TYCHO_HAVE_CUDA
+#define TYCHO_DEVICE_LOOP(f) [](auto&&... x) { f(x...); }
+#else
+#define TYCHO_DEVICE_LOOP(f) nullptr
+#endif
+template <class Loss, class HostLoop, class DeviceLoop>
+void evaluate_pixel_loss(const Loss& loss, const char* name, const loss_arguments& a, HostLoop host,
+                         [[maybe_unused]] DeviceLoop device) {
+#ifdef TYCHO_HAVE_CUDA
+  if (a.device.device_type == kDLCUDA) {
+    refuse_float64_on_device(name, a);
+    device(loss.template pixel<float>(a), data_of<const float>(*a.model_intensity), data_of<const float>(*a.measured),
+           a.mask, a.pattern_pixels, a.count, data_of<float>(*a.dloss_dintensity), a.loss_sum, a.stream,
+           a.device.device_id);
+    return;
+  }
+#endif
+  if (a.float64)
+    *a.loss_sum += host(loss.template pixel<double>(a), data_of<const double>(*a.model_intensity),
+                        data_of<const float>(*a.measured), a.mask, a.pattern_pixels, a.count,
+                        data_of<double>(*a.dloss_dintensity));
+  else
+    *a.loss_sum += host(loss.template pixel<float>(a), data_of<const float>(*a.model_intensity),
+                        data_of<const float>(*a.measured), a.mask, a.pattern_pixels, a.count,
+                        data_of<float>(*a.dloss_dintensity));
+}
+
 // The intensity loss w Σ(I − sD)², w = N0 N1 / 4 (intensity_pixel.hpp); no settings.
 struct intensity {
   explicit intensity(const config_view&) {}
@@ -71,24 +101,9 @@ struct intensity {
   }
 
   void evaluate(const loss_arguments& a) const {
-#ifdef TYCHO_HAVE_CUDA
-    if (a.device.device_type == kDLCUDA) {
-      refuse_float64_on_device("intensity", a);
-      tycho::losses::intensity_loss_cuda(pixel<float>(a), data_of<const float>(*a.model_intensity),
-                                         data_of<const float>(*a.measured), a.mask, a.pattern_pixels, a.count,
-                                         data_of<float>(*a.dloss_dintensity), a.loss_sum, a.stream,
-                                         a.device.device_id);
-      return;
-    }
-#endif
-    if (a.float64)
-      *a.loss_sum += tycho::losses::intensity_loss(pixel<double>(a), data_of<const double>(*a.model_intensity),
-                                                   data_of<const float>(*a.measured), a.mask, a.pattern_pixels,
-                                                   a.count, data_of<double>(*a.dloss_dintensity));
-    else
-      *a.loss_sum += tycho::losses::intensity_loss(pixel<float>(a), data_of<const float>(*a.model_intensity),
-                                                   data_of<const float>(*a.measured), a.mask, a.pattern_pixels,
-                                                   a.count, data_of<float>(*a.dloss_dintensity));
+    evaluate_pixel_loss(
+        *this, "intensity", a, [](auto&&... x) { return tycho::losses::intensity_loss(x...); },
+        TYCHO_DEVICE_LOOP(tycho::losses::intensity_loss_cuda));
   }
 };
 
@@ -111,29 +126,15 @@ struct poisson {
   }
 
   void evaluate(const loss_arguments& a) const {
-#ifdef TYCHO_HAVE_CUDA
-    if (a.device.device_type == kDLCUDA) {
-      refuse_float64_on_device("poisson", a);
-      tycho::losses::poisson_loss_cuda(pixel<float>(a), data_of<const float>(*a.model_intensity),
-                                       data_of<const float>(*a.measured), a.mask, a.pattern_pixels, a.count,
-                                       data_of<float>(*a.dloss_dintensity), a.loss_sum, a.stream,
-                                       a.device.device_id);
-      return;
-    }
-#endif
-    if (a.float64)
-      *a.loss_sum += tycho::losses::poisson_loss(pixel<double>(a), data_of<const double>(*a.model_intensity),
-                                                 data_of<const float>(*a.measured), a.mask, a.pattern_pixels,
-                                                 a.count, data_of<double>(*a.dloss_dintensity));
-    else
-      *a.loss_sum += tycho::losses::poisson_loss(pixel<float>(a), data_of<const float>(*a.model_intensity),
-                                                 data_of<const float>(*a.measured), a.mask, a.pattern_pixels,
-                                                 a.count, data_of<float>(*a.dloss_dintensity));
+    evaluate_pixel_loss(
+        *this, "poisson", a, [](auto&&... x) { return tycho::losses::poisson_loss(x...); },
+        TYCHO_DEVICE_LOOP(tycho::losses::poisson_loss_cuda));
   }
 
  private:
   double epsilon_relative_;
 };
+#undef TYCHO_DEVICE_LOOP
 
 const char* const k_no_keys[] = {nullptr};
 const char* const k_poisson_keys[] = {"poisson_epsilon", nullptr};
