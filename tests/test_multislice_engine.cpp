@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "built_in_plugins.hpp"
+#include "engine_under_test.hpp"
 
 namespace {
 
@@ -70,68 +71,26 @@ struct layered_problem {
   }
 };
 
-class engine_under_test {
+// The cpu engine on `p` in `precision`, with or without the position gradient.
+class engine_under_test : public tycho::test::engine_under_test {
  public:
   engine_under_test(const layered_problem& p, const std::string& precision, bool position_gradient = true)
-      : doc_(tycho::config_document::parse("[reconstruct]\nprecision = \"" + precision + "\"\nthreads = 2\n", "<test>",
-                                           "")),
-        cfg_{&doc_.table_at("reconstruct"), "[reconstruct]", ""} {
-    evt_ = tycho::test::plugins().find(TYCHO_COMPONENT_ENGINE, "cpu").as<tycho_engine_vtable>();
-    lvt_ = tycho::test::plugins().find(TYCHO_COMPONENT_LOSS, "amplitude").as<tycho_loss_vtable>();
-    EXPECT_EQ(lvt_->create(&cfg_, &loss_), TYCHO_OK);
+      : tycho::test::engine_under_test("cpu", "precision = \"" + precision + "\"\nthreads = 2\n",
+                                       setup_of(p, position_gradient)) {}
+
+ private:
+  static tycho_engine_setup setup_of(const layered_problem& p, bool position_gradient) {
     tycho_engine_setup s{};
-    s.struct_size = sizeof(s);
-    s.config = &cfg_;
     s.targets = &p.targets_t;
     s.target_scale = 1.0 / (5.0 * double(p.n0 * p.n1));
     s.positions_px = &p.positions_t;
     s.object_init = &p.object_t;
     s.probe_init = &p.probe_t;
-    s.loss = {lvt_, loss_};
-    s.device = {kDLCPU, 0};
     s.slice_propagator = p.slices > 1 ? &p.propagator_t : nullptr;
     s.slice_thickness_A = p.slices > 1 ? 12.0 : 0.0;
     s.position_gradient = position_gradient ? 1 : 0;
-    status_ = evt_->create(&s, &eng_);
+    return s;
   }
-  ~engine_under_test() {
-    if (eng_) evt_->destroy(eng_);
-    if (loss_) lvt_->destroy(loss_);
-  }
-  bool ok() const { return status_ == TYCHO_OK; }
-  double batch(const std::vector<int64_t>& idx) {
-    double loss = 0;
-    EXPECT_EQ(evt_->compute_batch(eng_, idx.data(), int64_t(idx.size()), &loss), TYCHO_OK) << tycho::last_error();
-    return loss;
-  }
-  DLTensor tensor(tycho_tensor_id id) {
-    DLTensor t{};
-    EXPECT_EQ(evt_->get_tensor(eng_, id, &t), TYCHO_OK);
-    return t;
-  }
-  tycho_status get_status(tycho_tensor_id id) {
-    DLTensor t{};
-    return evt_->get_tensor(eng_, id, &t);
-  }
-  std::vector<cd> values(tycho_tensor_id id) {
-    DLTensor t = tensor(id);
-    int64_t n = 1;
-    for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
-    std::vector<cd> v(static_cast<std::size_t>(n));
-    for (int64_t k = 0; k < n; ++k)
-      v[std::size_t(k)] = t.dtype.bits == 128 ? static_cast<cd*>(t.data)[k]
-                                              : cd(static_cast<std::complex<float>*>(t.data)[k]);
-    return v;
-  }
-
- private:
-  tycho::config_document doc_;
-  tycho_config cfg_;
-  const tycho_engine_vtable* evt_ = nullptr;
-  const tycho_loss_vtable* lvt_ = nullptr;
-  tycho_loss* loss_ = nullptr;
-  tycho_engine* eng_ = nullptr;
-  tycho_status status_ = TYCHO_ERR_INTERNAL;
 };
 
 std::vector<int64_t> all_patterns(const layered_problem& p) {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "built_in_plugins.hpp"
+#include "engine_under_test.hpp"
 #include "run_command.hpp"
 #include "test_paths.hpp"
 
@@ -313,63 +314,24 @@ struct small_problem {
 };
 
 // A cpu engine (and its amplitude loss) on `p`, in `precision`.
-class cpu_engine_run {
+class cpu_engine_run : public tycho::test::engine_under_test {
  public:
   cpu_engine_run(const small_problem& p, const std::string& precision, int threads = 2, bool shift_groups = true)
-      : doc_(tycho::config_document::parse("[reconstruct]\nprecision = \"" + precision + "\"\nthreads = " +
-                                               std::to_string(threads) +
-                                               "\nshift_groups = " + (shift_groups ? "true" : "false") + "\n",
-                                           "<test>", "")),
-        cfg_{&doc_.table_at("reconstruct"), "[reconstruct]", ""} {
-    evt_ = tycho::test::plugins().find(TYCHO_COMPONENT_ENGINE, "cpu").as<tycho_engine_vtable>();
-    lvt_ = tycho::test::plugins().find(TYCHO_COMPONENT_LOSS, "amplitude").as<tycho_loss_vtable>();
-    EXPECT_EQ(lvt_->create(&cfg_, &loss_), TYCHO_OK);
+      : tycho::test::engine_under_test("cpu",
+                                       "precision = \"" + precision + "\"\nthreads = " + std::to_string(threads) +
+                                           "\nshift_groups = " + (shift_groups ? "true" : "false") + "\n",
+                                       setup_of(p)) {}
+
+ private:
+  static tycho_engine_setup setup_of(const small_problem& p) {
     tycho_engine_setup s{};
-    s.struct_size = sizeof(s);
-    s.config = &cfg_;
     s.targets = &p.targets_t;
     s.target_scale = 1.0 / (50.0 * double(p.n0 * p.n1));
     s.positions_px = &p.positions_t;
     s.object_init = &p.object_t;
     s.probe_init = &p.probe_t;
-    s.loss = {lvt_, loss_};
-    s.device = {kDLCPU, 0};
-    status_ = evt_->create(&s, &eng_);
+    return s;
   }
-  ~cpu_engine_run() {
-    if (eng_) evt_->destroy(eng_);
-    if (loss_) lvt_->destroy(loss_);
-  }
-  bool ok() const { return status_ == TYCHO_OK; }
-  double batch(const std::vector<int64_t>& idx) {
-    double loss = 0;
-    EXPECT_EQ(evt_->compute_batch(eng_, idx.data(), int64_t(idx.size()), &loss), TYCHO_OK);
-    return loss;
-  }
-  DLTensor tensor(tycho_tensor_id id) {
-    DLTensor t{};
-    EXPECT_EQ(evt_->get_tensor(eng_, id, &t), TYCHO_OK);
-    return t;
-  }
-  std::vector<std::complex<double>> values(tycho_tensor_id id) {
-    DLTensor t = tensor(id);
-    int64_t n = 1;
-    for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
-    std::vector<std::complex<double>> v(static_cast<std::size_t>(n));
-    for (int64_t k = 0; k < n; ++k)
-      v[std::size_t(k)] = t.dtype.bits == 128 ? static_cast<std::complex<double>*>(t.data)[k]
-                                              : std::complex<double>(static_cast<std::complex<float>*>(t.data)[k]);
-    return v;
-  }
-
- private:
-  tycho::config_document doc_;
-  tycho_config cfg_;
-  const tycho_engine_vtable* evt_ = nullptr;
-  const tycho_loss_vtable* lvt_ = nullptr;
-  tycho_loss* loss_ = nullptr;
-  tycho_engine* eng_ = nullptr;
-  tycho_status status_ = TYCHO_ERR_INTERNAL;
 };
 
 // One batch from the same (non-degenerate) state: float64 and float32 losses and gradients
