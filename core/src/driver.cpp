@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <complex>
+#include <type_traits>
 
 #include "tycho/core/error.hpp"
 #include "tycho/core/geometry.hpp"
@@ -110,11 +111,19 @@ double driver::run_iteration() {
 }
 
 namespace {
-DLTensor host_tensor(const engine_binding& e, tycho_tensor_id id, const char* what) {
+DLTensor engine_tensor(const engine_binding& e, tycho_tensor_id id) {
   DLTensor t{};
   check_status(e.vtable->get_tensor(e.instance, id, &t), "engine get_tensor");
+  return t;
+}
+// The constraints below change the engine's tensors in place, in host memory.
+void require_host(const DLTensor& t, const char* what) {
   if (t.device.device_type != kDLCPU)
     fail(TYCHO_ERR_UNSUPPORTED, what, ": the engine keeps its tensors on a device; this version applies it to a host engine's only");
+}
+DLTensor host_tensor(const engine_binding& e, tycho_tensor_id id, const char* what) {
+  DLTensor t = engine_tensor(e, id);
+  require_host(t, what);
   return t;
 }
 int64_t element_count(const DLTensor& t) {
@@ -126,22 +135,27 @@ template <class T>
 T* data_of(const DLTensor& t) {
   return reinterpret_cast<T*>(static_cast<char*>(t.data) + t.byte_offset);
 }
-bool is_complex(const DLTensor& t, int bits) { return t.dtype.code == kDLComplex && t.dtype.bits == bits; }
+// Calls f with the tensor's values as std::complex<double>* (complex128, a float64 engine) or
+// std::complex<float>* (complex64); any other dtype is refused naming `what`.
+template <class F>
+void with_complex_values(const DLTensor& t, const char* what, F&& f) {
+  if (t.dtype.code == kDLComplex && t.dtype.bits == 128)
+    f(data_of<std::complex<double>>(t));
+  else if (t.dtype.code == kDLComplex && t.dtype.bits == 64)
+    f(data_of<std::complex<float>>(t));
+  else
+    fail(TYCHO_ERR_UNSUPPORTED, what, ": the engine's tensor must be complex64 or complex128");
+}
 }  // namespace
 
 void driver::apply_probe_constraints() {
   if (!options_.orthogonalize_probe_modes) return;
-  DLTensor probe{};
-  check_status(engine_.vtable->get_tensor(engine_.instance, TYCHO_TENSOR_PROBE, &probe), "engine get_tensor");
+  const DLTensor probe = engine_tensor(engine_, TYCHO_TENSOR_PROBE);
   if (probe.ndim != 3 || probe.shape[0] <= 1) return;
-  probe = host_tensor(engine_, TYCHO_TENSOR_PROBE, "probe mode orthogonalisation");
-  const int64_t modes = probe.shape[0], n = probe.shape[1] * probe.shape[2];
-  if (is_complex(probe, 128))
-    orthogonalize_probe_modes(data_of<std::complex<double>>(probe), modes, n);
-  else if (is_complex(probe, 64))
-    orthogonalize_probe_modes(data_of<std::complex<float>>(probe), modes, n);
-  else
-    fail(TYCHO_ERR_UNSUPPORTED, "probe mode orthogonalisation: the probe must be complex64 or complex128");
+  const char* what = "probe mode orthogonalisation";
+  require_host(probe, what);
+  with_complex_values(probe, what,
+                      [&](auto* p) { orthogonalize_probe_modes(p, probe.shape[0], probe.shape[1] * probe.shape[2]); });
 }
 
 void driver::correct_positions(int64_t epoch) {
@@ -164,12 +178,11 @@ void driver::correct_positions(int64_t epoch) {
       hi[a] = std::max(hi[a], top + probe.shape[1 + a]);
     }
   double h[2];
-  if (is_complex(probe, 128))
-    position_curvature(data_of<std::complex<double>>(probe), probe.shape[0], probe.shape[1], probe.shape[2],
-                       data_of<std::complex<double>>(obj), obj.shape[0], obj.shape[1], obj.shape[2], lo, hi, h);
-  else
-    position_curvature(data_of<std::complex<float>>(probe), probe.shape[0], probe.shape[1], probe.shape[2],
-                       data_of<std::complex<float>>(obj), obj.shape[0], obj.shape[1], obj.shape[2], lo, hi, h);
+  with_complex_values(probe, what, [&](auto* p) {
+    using value = std::remove_pointer_t<decltype(p)>;  // the object has the probe's dtype
+    position_curvature(p, probe.shape[0], probe.shape[1], probe.shape[2], data_of<value>(obj), obj.shape[0],
+                       obj.shape[1], obj.shape[2], lo, hi, h);
+  });
   position_step_options o = options_.positions.step;
   o.rate *= options_.positions.schedule.factor(epoch);
   // A window of N pixels centred at c spans [c − N/2, c − N/2 + N): it must stay in the object.
@@ -177,30 +190,20 @@ void driver::correct_positions(int64_t epoch) {
     o.lo[a] = double(probe.shape[1 + a] / 2);
     o.hi[a] = double(obj.shape[1 + a] - probe.shape[1 + a] + probe.shape[1 + a] / 2) - 1e-6;
   }
-  last_position_step_px_ = step_positions(data_of<double>(pos), data_of<const double>(grad), pos.shape[0], h, o);
+  step_positions(data_of<double>(pos), data_of<const double>(grad), pos.shape[0], h, o);
 }
 
 void driver::apply_object_constraints() {
   if (!(options_.object.amplitude_max > 0) && !options_.object.pure_phase) return;
-  DLTensor obj{};
-  check_status(engine_.vtable->get_tensor(engine_.instance, TYCHO_TENSOR_OBJECT, &obj), "engine get_tensor");
-  if (obj.device.device_type != kDLCPU)
-    fail(TYCHO_ERR_UNSUPPORTED, "object amplitude_max / kind = \"phase\": the object lives on a device this version cannot constrain");
-  int64_t n = 1;
-  for (int i = 0; i < obj.ndim; ++i) n *= obj.shape[i];
-  char* data = static_cast<char*>(obj.data) + obj.byte_offset;
-  auto constrain = [&](auto* z) {
+  const char* what = options_.object.pure_phase ? "[reconstruct.object] kind = \"phase\"" : "[reconstruct.object] amplitude_max";
+  const DLTensor obj = host_tensor(engine_, TYCHO_TENSOR_OBJECT, what);
+  const int64_t n = element_count(obj);
+  with_complex_values(obj, what, [&](auto* z) {
     if (options_.object.pure_phase)
       project_phase(z, n);
     else
       clamp_amplitude(z, n, options_.object.amplitude_max);
-  };
-  if (obj.dtype.code == kDLComplex && obj.dtype.bits == 128)  // a float64 engine
-    constrain(reinterpret_cast<std::complex<double>*>(data));
-  else if (obj.dtype.code == kDLComplex && obj.dtype.bits == 64)
-    constrain(reinterpret_cast<std::complex<float>*>(data));
-  else
-    fail(TYCHO_ERR_UNSUPPORTED, "object amplitude_max: the object must be complex64 or complex128");
+  });
 }
 
 }  // namespace tycho

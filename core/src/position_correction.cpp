@@ -34,9 +34,9 @@ void position_curvature(const std::complex<T>* probe, int64_t modes, int64_t n0,
   for (int a = 0; a < 2; ++a) curvature[a] = count > 0 ? 2.0 * power * sum[a] / double(count) : 0.0;
 }
 
-double step_positions(double* positions, const double* gradient, int64_t count, const double h[2],
+void step_positions(double* positions, const double* gradient, int64_t count, const double h[2],
                       const position_step_options& o) {
-  if (count <= 0) return 0;
+  if (count <= 0) return;
   if (!(h[0] > 0 && h[1] > 0 && std::isfinite(h[0]) && std::isfinite(h[1])))
     fail(TYCHO_ERR_BAD_DATA, "position correction: the curvature (", h[0], ", ", h[1],
          ") is not finite and positive: the object has no structure yet to locate the patterns by; ",
@@ -53,15 +53,11 @@ double step_positions(double* positions, const double* gradient, int64_t count, 
       mean[a] += d;
     }
   for (double& m : mean) m = o.remove_mean_shift ? m / double(count) : 0.0;
-  double sum2 = 0;
   for (int64_t j = 0; j < count; ++j)
     for (int a = 0; a < 2; ++a) {
       double& r = positions[2 * j + a];
-      const double before = r;
       r = std::clamp(r + step[std::size_t(2 * j + a)] - mean[a], o.lo[a], o.hi[a]);
-      sum2 += (r - before) * (r - before);
     }
-  return std::sqrt(sum2 / double(count));
 }
 
 template void position_curvature<float>(const std::complex<float>*, int64_t, int64_t, int64_t,

@@ -531,8 +531,8 @@ memory_problem run_memory_problem(const config_document& doc, const registry& re
   p.complex_bytes = settings.float64 ? 16 : 8;  // complex128 or complex64
   p.object_shape[0] = layout.shape[0];
   p.object_shape[1] = layout.shape[1];
-  p.slices = *setting_value<int64_t>(rec_t, "reconstruct", "slices");
-  p.probe_modes = *setting_value<int64_t>(rec_t, "reconstruct", "probe_modes");
+  p.slices = settings.slices;
+  p.probe_modes = settings.probe_modes;
   p.batch_size = settings.driver.batch_size;
   if (const toml::array* devices = rec_t["devices"].as_array(); devices && !devices->empty())
     p.devices = int64_t(devices->size());

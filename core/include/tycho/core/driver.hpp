@@ -101,8 +101,6 @@ class driver {
   // (the caller keeps its own copy of the last complete state). One rank only: several ranks
   // would stop in different batches and wait for each other.
   void set_stop_check(std::function<bool()> stop) { stop_ = std::move(stop); }
-  // The rms step of the last position correction, px (0 when none ran).
-  double last_position_step_px() const { return last_position_step_px_; }
 
  private:
   void apply_object_constraints();
@@ -116,7 +114,6 @@ class driver {
   rank_collectives* collectives_;
   std::vector<int64_t> local_indices_;
   int64_t iterations_done_ = 0;
-  double last_position_step_px_ = 0;
   std::function<bool()> stop_;
 };
 

@@ -33,9 +33,9 @@ void position_curvature(const std::complex<T>* probe, int64_t modes, int64_t n0,
                         const std::complex<T>* object, int64_t slices, int64_t h, int64_t w, const int64_t box_lo[2],
                         const int64_t box_hi[2], double curvature[2]);
 
-// Moves `count` positions ((count, 2) px, in place) by their gradients ((count, 2)). Returns the
-// rms step taken, px. Throws for a non-finite gradient or curvature.
-double step_positions(double* positions, const double* gradient, int64_t count, const double h[2],
+// Moves `count` positions ((count, 2) px, in place) by their gradients ((count, 2)). Throws for a
+// non-finite gradient or curvature, before any position moves.
+void step_positions(double* positions, const double* gradient, int64_t count, const double h[2],
                       const position_step_options& options);
 
 }  // namespace tycho
