@@ -8,7 +8,7 @@
 // a 128 × 128 scan (timing only: its physics is wrong). With several cases each runs in a fresh process
 // (this program re-executed through /proc/self/exe), so the peak RSS reported is per case.
 // The FFT floor: after every timed iteration, in the same process, on the same window, with the
-// same thread count and the engine's own FFTW plans (plugins/cpu/fft_plan.cpp, same planning),
+// same thread count and the engine's own FFTW plans (plugins/engines/cpu/fft_plan.cpp, same planning),
 // one forward and one inverse 2-D transform per position of the scan, threads over positions as
 // the engine does — the two transforms per position no gradient model can avoid. Engine and floor
 // are timed alternately (A/B/A/B), so a busy machine slows both; the ratio of their medians,
@@ -40,7 +40,7 @@
 #include <string>
 #include <vector>
 
-#include "../plugins/cpu/fft_plan.hpp"
+#include "../plugins/engines/cpu/fft_plan.hpp"
 #include "bench_record.hpp"
 #include "tiled_data.hpp"
 

@@ -1,4 +1,4 @@
-// Bad detector pixels ([preprocess] saturation_value, max_masked_fraction; host/src/bad_pixels.cpp):
+// Bad detector pixels ([preprocess] saturation_value, max_masked_fraction; host/src/data/bad_pixels.cpp):
 // non-finite and saturated values are masked in every pattern, not refused. The arithmetic on
 // small synthetic datasets (the mask, the zeroed values, the totals, the warning's counts and
 // coordinates, the ranks' masks combined, the refusals), the engine mask combined with the
@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "../host/src/bad_pixels.hpp"
-#include "../host/src/detector_padding.hpp"
+#include "../host/src/data/bad_pixels.hpp"
+#include "../host/src/data/detector_padding.hpp"
 #include "built_in_plugins.hpp"
 #include "emd_test_file.hpp"
 #include "run_command.hpp"

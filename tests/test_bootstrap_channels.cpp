@@ -1,4 +1,4 @@
-// The host's bootstrap channels (host/src/bootstrap_channels.hpp): the in-process, TCP and
+// The host's bootstrap channels (host/src/parallel/bootstrap_channels.hpp): the in-process, TCP and
 // shared-file broadcasts that reducers use to start. Four threads play four ranks:
 //   Bootstrap.*BroadcastsFromEveryRoot  rounds from each root, 1 MiB, 16-byte and empty payloads,
 //       the last round through the C view (tycho_bootstrap) a reducer receives;
@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "../host/src/bootstrap_channels.hpp"
+#include "../host/src/parallel/bootstrap_channels.hpp"
 
 namespace fs = std::filesystem;
 using tycho::host::bootstrap_channel;

@@ -54,7 +54,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cuda_math.hpp"
+#include "engines/cuda/cuda_math.hpp"
 #include "losses/amplitude_loss.hpp"
 #include "losses/amplitude_pixel.hpp"
 #include "optimizers/optimizers.hpp"
@@ -478,7 +478,7 @@ TEST(CudaMath, FrequencyAndWindowOrigin) {
   }
 }
 
-// The ramp equals the cpu engine's fill_ramp (plugins/cpu/cpu_engine.cpp), and multiplying a
+// The ramp equals the cpu engine's fill_ramp (plugins/engines/cpu/cpu_engine.cpp), and multiplying a
 // spectrum by it with δ = 1 moves the signal one pixel towards higher indices: P(r − δ).
 TEST(CudaMath, RampMatchesCpuEngineAndShiftsForward) {
   for (int64_t n : {8, 9, 96, 81}) {

@@ -1,4 +1,4 @@
-// The `cxi` and `hdf5` sources (plugins/cxi), loaded through the host like any plugin: a CXI
+// The `cxi` and `hdf5` sources (plugins/sources/cxi), loaded through the host like any plugin: a CXI
 // file made from the MoS2 counts (metres, joules, translations (3, N) and (N, 3)) reads the same
 // patterns as the EMD file and lists its positions; bad files are refused naming the file and
 // the path inside it; the generic hdf5 source reads axis-permuted datasets bit for bit as the

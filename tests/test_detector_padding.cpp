@@ -1,4 +1,4 @@
-// Detector padding ([preprocess] pad_detector, pad_detector_to; host/src/detector_padding.cpp):
+// Detector padding ([preprocess] pad_detector, pad_detector_to; host/src/data/detector_padding.cpp):
 // the arithmetic on small synthetic patterns (the zero frequency lands at ⌊N'/2⌋, the mask marks
 // exactly the padding), the exact invariant that masked pixels contribute nothing to the CPU
 // engine's loss and gradients, and runs of the `tycho` command on the MoS2 counts.
@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "../host/src/detector_padding.hpp"
+#include "../host/src/data/detector_padding.hpp"
 #include "run_command.hpp"
 #include "built_in_plugins.hpp"
 #include "test_paths.hpp"

@@ -1,6 +1,6 @@
 // The host wires components it knows only by what they say about themselves (issue 10): no
 // file in host/ names a built-in component in a string ("cpu", "cuda", \"mpi\", ...), except
-// host/src/config_defaults.hpp, which holds the config's defaults. An engine's memory comes from
+// host/src/settings/config_defaults.hpp, which holds the config's defaults. An engine's memory comes from
 // its plan_memory, an optimizer's state from state_arrays, the reducer from the device kinds
 // it sums (tycho_component::devices).
 #include <gtest/gtest.h>
@@ -40,7 +40,7 @@ TEST(HostNames, TheMatcherFindsQuotedNames) {
 
 TEST(HostNames, NoBuiltInComponentIsNamedOutsideTheConfigDefaults) {
   const fs::path host = fs::path(tycho::test::source_dir()) / "host";
-  const fs::path allowed = host / "src" / "config_defaults.hpp";
+  const fs::path allowed = host / "src" / "settings" / "config_defaults.hpp";
   int files = 0;
   for (const auto& entry : fs::recursive_directory_iterator(host)) {
     if (!entry.is_regular_file() || entry.path() == allowed) continue;
@@ -52,7 +52,7 @@ TEST(HostNames, NoBuiltInComponentIsNamedOutsideTheConfigDefaults) {
     text << in.rdbuf();
     for (const auto& line : offending_lines(text.str()))
       ADD_FAILURE() << entry.path().string() << ":" << line
-                    << "\n  (name built-in components only in host/src/config_defaults.hpp; learn the rest from "
+                    << "\n  (name built-in components only in host/src/settings/config_defaults.hpp; learn the rest from "
                        "what the component reports)";
   }
   EXPECT_GT(files, 20);

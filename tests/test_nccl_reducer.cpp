@@ -1,4 +1,4 @@
-// The `nccl` reducer plugin (plugins/nccl), loaded through the registry like the host does.
+// The `nccl` reducer plugin (plugins/reducers/nccl), loaded through the registry like the host does.
 //
 // Runs wherever the plugin is built (CUDA and NCCL found), GPU or not:
 //   NcclReducer.DeclaresTimeoutKey   the component and its config keys;
@@ -34,7 +34,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "../host/src/bootstrap_channels.hpp"
+#include "../host/src/parallel/bootstrap_channels.hpp"
 #include "built_in_plugins.hpp"
 #include "cuda_runtime.hpp"
 

@@ -1,6 +1,6 @@
 // The preprocessing stage ([preprocess] com_fit, recentre, scan_rotation_deg, scan_transpose,
-// crop_detector, binning, normalise; host/src/preprocess.cpp), prepared files (`tycho preprocess`,
-// `tycho reconstruct --from prepared.zip`; host/src/prepared.cpp) and the SHA-256 they record.
+// crop_detector, binning, normalise; host/src/data/preprocess.cpp), prepared files (`tycho preprocess`,
+// `tycho reconstruct --from prepared.zip`; host/src/data/prepared.cpp) and the SHA-256 they record.
 // Synthetic patterns check the arithmetic; the MoS2 counts check the rotation estimate, the
 // binning refusal and the round trip through a self-contained prepared file.
 #include <gtest/gtest.h>
@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "../host/src/sha256.hpp"
+#include "../host/src/data/sha256.hpp"
 #include "built_in_plugins.hpp"
 #include "run_command.hpp"
 #include "test_paths.hpp"

@@ -1,4 +1,4 @@
-// A save killed in the middle leaves the previous file intact (plugins/zip/zip_save.cpp writes
+// A save killed in the middle leaves the previous file intact (plugins/formats/zip/zip_save.cpp writes
 // a temporary file beside the target, flushes it and renames it over the target). A helper
 // program (tests/helpers/save_record_helper.cpp) saves a large record over an existing result;
 // the test kills it with SIGKILL as soon as a temporary file "<target>.tmp.*" appears.

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "../host/src/bad_pixels.hpp"
+#include "../host/src/data/bad_pixels.hpp"
 #include "built_in_plugins.hpp"
 #include "run_command.hpp"
 

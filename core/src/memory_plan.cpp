@@ -178,7 +178,7 @@ std::vector<memory_term> memory_terms(const memory_problem& p) {
                  cat(workspace, " · ", M, " · ", c,
                      k > 1 ? " B (the batch's probe spectra and transforms)" : " B (the batch's probe transform)")});
   } else if (p.model == memory_model::cuda) {
-    // Per pattern of the batch (plugins/cuda/cuda_engine.cu): K·(S+1) complex buffers (the
+    // Per pattern of the batch (plugins/engines/cuda/cuda_engine.cu): K·(S+1) complex buffers (the
     // shifted probes; one wave per slice, transformed and back-propagated in place), 3 float32
     // ones (intensity, the batch's measured patterns, dL/dI), the two phase ramps, 16 B of
     // indices; once: the probe spectrum and the probe-gradient partial sums, K·(1+G)·M·C.

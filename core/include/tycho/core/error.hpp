@@ -1,5 +1,5 @@
 // The exception type inside libtycho (core and host): a message plus the tycho_status it
-// becomes at the C boundary (host/src/c_api.cpp, the command's main). Never thrown across the
+// becomes at the C boundary (host/src/runtime/c_api.cpp, the command's main). Never thrown across the
 // ABI. Plugins have their own, tycho::sdk::error (tycho/sdk/error.hpp), which their guarded()
 // turns into a status before it could reach the runtime; core depends on the ABI only, so the
 // two types are kept apart on purpose and never meet.

@@ -8,7 +8,7 @@
 // complex64; M = N0·N1; S slices; K probe modes; O = S·H·W object pixels; W devices; B the
 // global batch, b = min(⌈B/W⌉, ⌈P/W⌉) per device):
 //
-//   term             cpu (plugins/cpu/cpu_engine.cpp)       cuda (plugins/cuda/cuda_engine.cu)
+//   term             cpu (plugins/engines/cpu/cpu_engine.cpp)       cuda (plugins/engines/cuda/cuda_engine.cu)
 //   targets          ⌈P/W⌉·M·4 (float32, read in place)     ⌈P/W⌉·M·t (t: target_bytes; the cuda
 //                                                           engine keeps float32, t = 4)
 //   object           O·C                                    O·C

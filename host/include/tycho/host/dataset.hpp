@@ -1,5 +1,5 @@
 // Reading the diffraction data through a source component into the engine's targets:
-// negative values refused, shift from centred to FFT order; then (host/src/bad_pixels.hpp)
+// negative values refused, shift from centred to FFT order; then (host/src/data/bad_pixels.hpp)
 // bad pixels masked and the mean total intensity.
 #pragma once
 
@@ -54,7 +54,7 @@ std::vector<double> read_source_positions(const tycho_source_vtable* vt, tycho_s
 // Opens `source` with the [data] table, reads the patterns of the block `part` of `parts`
 // (shard::of's blocks; 0 of 1: every pattern), refuses negative values (a wrong dark
 // subtraction) and shifts centred patterns to FFT order. Non-finite values are left in place
-// and the totals at 0: mask_bad_pixels (host/src/bad_pixels.hpp) masks them and sums the rest.
+// and the totals at 0: mask_bad_pixels (host/src/data/bad_pixels.hpp) masks them and sums the rest.
 // A share's mean_total_intensity is its own mean; the caller combines the shares' totals.
 dataset read_dataset(const component_ref& source, const tycho_config* data_table, int64_t part = 0,
                      int64_t parts = 1);

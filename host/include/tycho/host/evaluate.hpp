@@ -1,6 +1,6 @@
 // `tycho evaluate`: the accuracy of a saved result against a ground truth (.npz with phase or
 // phase_total, pixel_size_A, scan_origin_A; optionally per-depth phases, layer phases and true
-// scan positions, host/src/truth_file.hpp), as defined in the data READMEs; returns JSON text.
+// scan positions, host/src/evaluate/truth_file.hpp), as defined in the data READMEs; returns JSON text.
 #pragma once
 
 #include <optional>

@@ -1,4 +1,4 @@
-// Geometry of the PNG previews (host/src/previews.cpp): where an image lands in its panel and
+// Geometry of the PNG previews (host/src/previews/previews.cpp): where an image lands in its panel and
 // how long its scale bar is. Pure computation, no drawing, so that tests check the figures a
 // reader measures on the sheet. All lengths are in screen pixels of the PNG unless named _A (Å).
 #pragma once

@@ -48,7 +48,7 @@ struct result_manifest {
   std::string complex_dtype = "complex64";  // of object and probe: "complex128" in a float64 run
   std::vector<optimizer_state_record> optimizer_states;
   std::vector<component_provenance> components;
-  // What was masked as bad pixels (host/src/bad_pixels.hpp): a JSON object, the manifest's
+  // What was masked as bad pixels (host/src/data/bad_pixels.hpp): a JSON object, the manifest's
   // "data.bad_pixels"; empty: the key is left out.
   std::string bad_pixels_json;
   // How the run was spread: launcher, reducer, sharding, world size and one JSON object per

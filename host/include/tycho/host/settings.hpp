@@ -1,5 +1,5 @@
 // Typed settings: one declaration per config key (type, default, range or allowed values, unit,
-// one line of doc), for the runtime's own tables (host/src/host_settings.cpp) and for every
+// one line of doc), for the runtime's own tables (host/src/settings/host_settings.cpp) and for every
 // component's table (tycho_component::settings, ABI 1.1). The host checks a table's values
 // against them before any data is read, `tycho plugins --keys NAME` prints them, and
 // docs/config-reference.md is checked against them (tests/test_settings.cpp).

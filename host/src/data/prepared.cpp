@@ -1,0 +1,346 @@
+#include "tycho/host/prepared.hpp"
+
+#include "data/bad_pixels.hpp"
+#include "data/finite_values.hpp"
+
+#include <tycho/core/error.hpp>
+#include <tycho/core/launch.hpp>
+#include <tycho/core/sharding.hpp>
+
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <ostream>
+#include <sstream>
+
+#include "settings/config_read.hpp"
+#include "data/detector_padding.hpp"
+#include "results/manifest_checks.hpp"
+#include "data/sha256.hpp"
+#include "tycho/host/log.hpp"
+#include "tycho/host/result_record.hpp"
+#include "tycho/host/run_plan.hpp"
+#include "settings/settings_read.hpp"
+#include "tycho/host/stop_signals.hpp"
+
+namespace tycho::host {
+
+namespace fs = std::filesystem;
+
+struct prepared_file::detail {
+  nlohmann::json manifest;
+  loaded_record record;
+  std::string config_toml;
+};
+
+prepared_file::prepared_file() : d(std::make_unique<detail>()) {}
+prepared_file::prepared_file(prepared_file&&) noexcept = default;
+prepared_file& prepared_file::operator=(prepared_file&&) noexcept = default;
+prepared_file::~prepared_file() = default;
+
+namespace {
+
+// A prepared file does not carry a bad-pixel mask yet, so data with bad pixels (NaN, inf,
+// saturated; mask_bad_pixels) cannot be prepared: refused, naming the data, rather than saved
+// with the bad pixels indistinguishable from measured zeros.
+void refuse_bad_pixels(dataset& d, const config_document& doc) {
+  mask_bad_pixels(d, read_bad_pixel_settings(doc.table_at("preprocess"), doc.origin(), d.info.stored_dtype));
+  if (d.bad_pixels.masked_pixels > 0)
+    fail(TYCHO_ERR_UNSUPPORTED, "data '", d.description, "' has ", d.bad_pixels.masked_pixels,
+         " bad detector pixels (NaN, inf or saturated): prepared files do not carry a bad-pixel mask yet; "
+         "reconstruct from the config, where they are masked");
+}
+
+const char* k_format = "tycho-prepared";
+const char* k_tables_from_file[] = {"data", "optics", "preprocess"};
+
+// JSON has no NaN: unknown calibrations are null.
+nlohmann::ordered_json number_or_null(double v) {
+  return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
+}
+double number_or_nan(const nlohmann::json& v) {
+  return v.is_number() ? v.get<double>() : std::numeric_limits<double>::quiet_NaN();
+}
+
+// The file [data] path names, absolute ("" when the source reads no file); `doc`'s [data] path
+// becomes that absolute path, so the recorded config finds the file from anywhere.
+std::string absolutise_data_path(config_document& doc) {
+  toml::table* data_t = doc.root()["data"].as_table();
+  if (!data_t) return "";
+  auto node = (*data_t)["path"];
+  if (!node.is_string()) return "";
+  const std::string p = fs::absolute(resolve_path(doc.base_dir(), *node.value<std::string>())).lexically_normal().string();
+  data_t->insert_or_assign("path", p);
+  return p;
+}
+
+// The table as TOML text, for comparisons; `save_raw_data` left out (it does not change the data).
+std::string table_text(const toml::table* t) {
+  if (!t) return "";
+  toml::table copy = *t;
+  copy.erase("save_raw_data");
+  if (copy.empty()) return "";
+  std::ostringstream os;
+  os << copy;
+  return os.str();
+}
+
+const nlohmann::json& at(const prepared_file& p, const nlohmann::json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key))
+    fail(TYCHO_ERR_BAD_DATA, "'", p.path, "' is an incomplete prepared file: its manifest lacks '", key, "'");
+  return j.at(key);
+}
+
+// The dataset's info as the source gave it, after the stage (the prepared file's record of it).
+tycho_dataset_info recorded_info(const prepared_file& p) {
+  const auto& m = p.d->manifest;
+  const auto& data = at(p, m, "data");
+  const auto& cal = at(p, m, "source_calibration");
+  tycho_dataset_info info{};
+  info.struct_size = sizeof info;
+  const auto scan = at(p, data, "scan_shape").get<std::vector<int64_t>>();
+  const auto det = at(p, at(p, m, "preprocess_detector"), "shape").get<std::vector<int64_t>>();
+  if (scan.size() != 2 || det.size() != 2) fail(TYCHO_ERR_BAD_DATA, "'", p.path, "': bad scan or detector shape");
+  info.scan_shape[0] = scan[0];
+  info.scan_shape[1] = scan[1];
+  info.detector_shape[0] = det[0];
+  info.detector_shape[1] = det[1];
+  info.stored_dtype = {kDLFloat, 32, 1};
+  for (int a = 0; a < 2; ++a) {
+    info.scan_step_A[a] = number_or_nan(at(p, cal, "scan_step_A").at(std::size_t(a)));
+    info.detector_pixel_invA[a] = number_or_nan(at(p, cal, "detector_pixel_invA").at(std::size_t(a)));
+  }
+  info.energy_eV = number_or_nan(at(p, cal, "energy_eV"));
+  info.semiangle_mrad = number_or_nan(at(p, cal, "semiangle_mrad"));
+  info.C10_A = number_or_nan(at(p, cal, "C10_A"));
+  info.patterns_centred = at(p, data, "patterns_centred").get<bool>() ? 1 : 0;
+  return info;
+}
+
+}  // namespace
+
+std::optional<prepared_file> try_load_prepared(const registry& reg, const std::string& path,
+                                               std::optional<loaded_record>* other) {
+  if (!fs::is_regular_file(path)) return std::nullopt;
+  loaded_record rec;
+  try {
+    rec = load_record(format_for_path(reg, path), path);
+  } catch (const error&) {
+    return std::nullopt;
+  }
+  nlohmann::json m;
+  try {
+    m = nlohmann::json::parse(rec.manifest_json);
+  } catch (const nlohmann::json::exception&) {
+    m = nullptr;
+  }
+  if (!m.is_object() || m.value("format", std::string()) != k_format) {
+    if (other) *other = std::move(rec);
+    return std::nullopt;
+  }
+  prepared_file p;
+  p.path = path;
+  check_format_version(m, k_prepared_format_version, path, "prepared file",
+                       "prepare it again with this tycho (tycho preprocess)");
+  try {
+    p.embedded = at(p, at(p, m, "data"), "embedded").get<bool>();
+    p.d->config_toml = at(p, m, "config_toml").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    fail(TYCHO_ERR_BAD_DATA, "'", path, "' is an incomplete prepared file (", e.what(), ")");
+  }
+  p.d->manifest = std::move(m);
+  p.d->record = std::move(rec);
+  if (p.embedded) p.d->record.array("patterns", path);  // refuses a file without them
+  return p;
+}
+
+config_document prepared_config(const prepared_file& p) {
+  // Stored after expansion: a literal "${" (from "$${" or an environment value) stays literal.
+  return config_document::parse_expanded(p.d->config_toml, p.path,
+                                fs::absolute(p.path).parent_path().string());
+}
+
+void merge_prepared_config(config_document& doc, const prepared_file& p) {
+  const config_document prepared = prepared_config(p);
+  // CONFIG's own [data] path, absolute, for the comparison with the recorded (absolute) one.
+  config_document mine = doc.clone();
+  absolutise_data_path(mine);
+  for (const char* name : k_tables_from_file) {
+    const toml::table* theirs = prepared.root()[name].as_table();
+    const std::string own_text = table_text(mine.root()[name].as_table());
+    if (!own_text.empty() && own_text != table_text(theirs))
+      log_warning("session", cat(doc.origin(), ": [", name, "] differs from the one in the prepared file '", p.path,
+                                 "', which made the data; the prepared file's [", name, "] applies"));
+    if (theirs)
+      doc.root().insert_or_assign(name, *theirs);
+    else
+      doc.root().erase(name);
+  }
+}
+
+dataset prepared_dataset(const prepared_file& p, const config_document& merged, const registry& reg, int64_t part,
+                         int64_t parts, const rank_sum& sum_across_ranks, std::string& preprocess_json) {
+  const auto& m = p.d->manifest;
+  try {
+    const auto& data = at(p, m, "data");
+    if (!p.embedded) {
+      // Re-read the source and re-run the stage: the file records which bytes it read.
+      auto text = [&](const char* key) {  // null (no file) as ""
+        return data.contains(key) && data[key].is_string() ? data[key].get<std::string>() : std::string();
+      };
+      const std::string source = text("source_file"), want = text("source_sha256");
+      if (!source.empty()) {
+        if (!fs::is_regular_file(source))
+          fail(TYCHO_ERR_NOT_FOUND, "the prepared file '", p.path, "' does not embed its patterns, and its source '",
+               source, "' is gone; prepare the data again with save_raw_data = true (tycho preprocess ",
+               "--save-raw-data) where the source is, to carry them along");
+        const std::string now = sha256_file(source);
+        if (now != want)
+          fail(TYCHO_ERR_BAD_DATA, "the source '", source, "' of the prepared file '", p.path,
+               "' has changed since it was prepared (SHA-256 ", want, " then, ", now,
+               " now); prepare the data again with tycho preprocess");
+      }
+      const toml::table& data_t = merged.table_at("data");
+      const component_ref& src =
+          reg.find(TYCHO_COMPONENT_SOURCE, *setting_value<std::string>(data_t, "data", "source"));
+      tycho_config data_cfg{&data_t, "[data]", merged.base_dir()};
+      dataset d = read_dataset(src, &data_cfg, part, parts);
+      refuse_bad_pixels(d, merged);
+      preprocess_json = preprocess_dataset(d, merged, sum_across_ranks).to_json();
+      return d;
+    }
+    // Embedded: this rank's block of the centred (Rx, Ry, N0, N1) float32 patterns.
+    dataset d;
+    d.info = recorded_info(p);
+    d.description = cat(at(p, data, "description").get<std::string>(), " (prepared in '", p.path, "')");
+    d.source_name = at(p, data, "source").get<std::string>();
+    d.all_patterns = d.info.scan_shape[0] * d.info.scan_shape[1];
+    d.n0 = d.info.detector_shape[0];
+    d.n1 = d.info.detector_shape[1];
+    const owned_array& a = p.d->record.array("patterns", p.path);
+    if (a.dtype.code != kDLFloat || a.dtype.bits != 32 ||
+        a.shape != std::vector<int64_t>{d.info.scan_shape[0], d.info.scan_shape[1], d.n0, d.n1})
+      fail(TYCHO_ERR_BAD_DATA, "'", p.path, "': patterns.npy is not float32 of shape (", d.info.scan_shape[0], ", ",
+           d.info.scan_shape[1], ", ", d.n0, ", ", d.n1, ") as its manifest says");
+    block_of(d.all_patterns, parts, part, d.first, d.patterns);
+    const int64_t n = d.n0 * d.n1;
+    d.targets.resize(std::size_t(d.patterns * n));
+    const float* all = a.as<float>();
+    require_valid_patterns(all + d.first * n, d.patterns, d.n0, d.n1, d.first, p.path, "patterns");
+    for (int64_t l = 0; l < d.patterns; ++l)
+      ifftshift_pattern(all + (d.first + l) * n, d.targets.data() + l * n, d.n0, d.n1);
+    recompute_totals(d);
+    preprocess_json = m.contains("preprocess") && !m["preprocess"].is_null() ? m["preprocess"].dump() : "";
+    return d;
+  } catch (const nlohmann::json::exception& e) {
+    fail(TYCHO_ERR_BAD_DATA, "'", p.path, "' is an incomplete prepared file (", e.what(), ")");
+  }
+}
+
+int preprocess_command(config_document doc, const registry& reg, const std::string& output, bool save_raw_data,
+                       std::ostream& out, tycho_save_mode mode) {
+  if (detect_launch(process_environment()).multi_process())
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "tycho preprocess runs as one process (it reads every pattern and writes one ",
+         "file): start it without mpirun, srun or torchrun");
+  if (save_raw_data) doc.set_from_text("preprocess.save_raw_data=true");
+  const std::string source_file = absolutise_data_path(doc);
+
+  // The whole config is checked as a run checks it (keys, components, calibrations, the window),
+  // before any pattern is read.
+  preview_run(doc, reg);
+  const preprocess_settings settings = read_preprocess_settings(doc.table_at("preprocess"), doc.origin());
+  const toml::table& data_t = doc.table_at("data");
+  const std::string source_name = *setting_value<std::string>(data_t, "data", "source");
+  const component_ref& source = reg.find(TYCHO_COMPONENT_SOURCE, source_name);
+  tycho_config data_cfg{&data_t, "[data]", doc.base_dir()};
+  dataset d = read_dataset(source, &data_cfg);
+  refuse_bad_pixels(d, doc);
+  const std::array<int64_t, 2> measured{d.n0, d.n1};
+  // What the source recorded, before the stage touched the detector.
+  const tycho_dataset_info source_info = d.info;
+  const preprocess_report rep = preprocess_dataset(d, doc, sum_on_one_rank);
+
+  const detector_padding_request pad_request = read_detector_padding(doc.table_at("preprocess"), doc.origin());
+  const auto window = padded_window(pad_request, d.n0, d.n1);
+  const run_geometry g = resolve_run_geometry(doc, d.info, d.description, window[0], window[1]);
+  const std::string checksum = source_file.empty() ? "" : sha256_file(source_file);
+  const uintmax_t source_bytes = source_file.empty() ? 0 : fs::file_size(source_file);
+
+  const int64_t rx = d.info.scan_shape[0], ry = d.info.scan_shape[1];
+  std::vector<owned_array> arrays;
+  if (settings.save_raw_data) {
+    owned_array a;
+    a.name = "patterns";
+    a.dtype = {kDLFloat, 32, 1};
+    a.shape = {rx, ry, d.n0, d.n1};
+    a.bytes.resize(std::size_t(d.patterns * d.n0 * d.n1) * sizeof(float));
+    auto* dst = reinterpret_cast<float*>(a.bytes.data());
+    const int64_t n = d.n0 * d.n1;
+    for (int64_t l = 0; l < d.patterns; ++l) fftshift_pattern(d.targets.data() + l * n, dst + l * n, d.n0, d.n1);
+    arrays.push_back(std::move(a));
+  }
+  if (!rep.com.empty())
+    arrays.push_back(owned_array::from_vector("com", {kDLFloat, 64, 1}, {rx, ry, 2}, rep.com));
+
+  nlohmann::ordered_json j;
+  j["format"] = k_format;
+  j["format_version"] = k_prepared_format_version;
+  j["config_toml"] = doc.to_toml();
+  j["data"] = {{"description", d.description},
+               {"source", source_name},
+               {"scan_shape", {rx, ry}},
+               {"detector_shape", measured},
+               {"patterns_centred", d.info.patterns_centred != 0},
+               {"mean_total_intensity", d.mean_total_intensity},
+               {"embedded", settings.save_raw_data},
+               {"source_file", source_file.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(source_file)},
+               {"source_bytes", source_bytes},
+               {"source_sha256", checksum.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(checksum)}};
+  j["source_calibration"] = {
+      {"scan_step_A", {number_or_null(source_info.scan_step_A[0]), number_or_null(source_info.scan_step_A[1])}},
+      {"detector_pixel_invA",
+       {number_or_null(d.info.detector_pixel_invA[0]), number_or_null(d.info.detector_pixel_invA[1])}},
+      {"energy_eV", number_or_null(source_info.energy_eV)},
+      {"semiangle_mrad", number_or_null(source_info.semiangle_mrad)},
+      {"C10_A", number_or_null(source_info.C10_A)}};
+  j["preprocess_detector"] = {{"shape", {d.n0, d.n1}}};
+  j["calibration"] = {{"scan_step_A", {g.geometry.step_A[0], g.geometry.step_A[1]}},
+                      {"detector_pixel_invA", {g.sampling.dk_invA[0], g.sampling.dk_invA[1]}},
+                      {"object_pixel_A", {g.geometry.pixel_A[0], g.geometry.pixel_A[1]}},
+                      {"window_shape", window},
+                      {"detector_padding", {centred_padding(d.n0, window[0]), centred_padding(d.n1, window[1])}},
+                      {"scan_origin_A", {g.geometry.scan_origin_A[0], g.geometry.scan_origin_A[1]}},
+                      {"energy_eV", g.optics.energy_eV},
+                      {"wavelength_A", g.wavelength_A},
+                      {"semiangle_mrad", g.optics.semiangle_mrad},
+                      {"C10_A", g.optics.C10_A},
+                      {"object_padding_px", g.geometry.padding_px}};
+  const std::string pre = rep.to_json();
+  j["preprocess"] = pre.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json::parse(pre);
+  j["arrays"] = nlohmann::ordered_json::object();
+  if (settings.save_raw_data)
+    j["arrays"]["patterns"] =
+        "(Rx, Ry, N0, N1) float32: the preprocessed patterns, centred (zero frequency at index N/2), before detector padding";
+  if (!rep.com.empty())
+    j["arrays"]["com"] = "(Rx, Ry, 2) float64: measured centre of mass of each pattern, px from the detector centre, "
+                         "after crop and binning (NaN: no intensity)";
+  const component_ref& format = format_for_path(reg, output);
+  std::vector<component_provenance> used;
+  for (const auto& [role, c] : {std::pair<const char*, const component_ref*>{"source", &source}, {"format", &format}})
+    used.push_back({role, kind_name(c->kind), c->name, c->version, c->plugin_path});
+  j["provenance"] = nlohmann::ordered_json::parse(provenance_json(used));
+  {
+    const defer_stop_signals finish_the_save_first;
+    save_record(format, arrays, j.dump(2), output, mode);
+  }
+  log_info("preprocess", cat("prepared ", rx, " x ", ry, " patterns of ", d.n0, " x ", d.n1, " px",
+                             settings.save_raw_data ? " (embedded)" : cat(" (not embedded: the file records '",
+                                                                           source_file, "', SHA-256 ", checksum, ")")));
+  out << "wrote " << output << "\n";
+  return 0;
+}
+
+}  // namespace tycho::host

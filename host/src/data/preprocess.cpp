@@ -1,0 +1,690 @@
+#include "tycho/host/preprocess.hpp"
+
+#include <tycho/core/error.hpp>
+
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include "settings/config_read.hpp"
+#include "data/detector_padding.hpp"
+#include "tycho/host/log.hpp"
+#include "settings/settings_read.hpp"
+
+namespace tycho::host {
+
+namespace {
+
+constexpr double pi = 3.14159265358979323846;
+const double nan = std::numeric_limits<double>::quiet_NaN();
+
+
+std::string com_fit_name(com_fit_kind k) {
+  return k == com_fit_kind::plane ? "plane" : k == com_fit_kind::constant ? "constant" : "none";
+}
+
+// The rotation applied to the patterns, as a number of quarter turns, or nullopt when θ is not a
+// multiple of 90°.
+std::optional<int> quarter_turns(double deg) {
+  const double q = deg / 90.0;
+  const double r = std::round(q);
+  if (std::abs(q - r) > 1e-9) return std::nullopt;
+  return int(((int64_t(r) % 4) + 4) % 4);
+}
+
+// Reorders one FFT-order (n0, n1) pattern into scan axes: out(k) = in(T R(−θ) k), θ = turns · 90°,
+// T the transpose when `transpose` (the convention of rotation_estimate). The output is
+// (m0, m1) = (n1, n0) when the axes swap. An exact permutation (−f of the Nyquist frequency of an
+// even axis is itself, modulo n).
+void orient_pattern(const float* in, int64_t n0, int64_t n1, float* out, int turns, bool transpose) {
+  const bool swap = (turns % 2 == 1) != transpose;
+  const int64_t m0 = swap ? n1 : n0, m1 = swap ? n0 : n1;
+  for (int64_t i = 0; i < m0; ++i) {
+    const int64_t k0 = fft_frequency(i, m0);
+    for (int64_t j = 0; j < m1; ++j) {
+      const int64_t k1 = fft_frequency(j, m1);
+      // R(−θ) k for θ = 0, 90, 180, 270: (k0, k1), (k1, −k0), (−k0, −k1), (−k1, k0).
+      int64_t a = k0, b = k1;
+      switch (turns) {
+        case 1: a = k1; b = -k0; break;
+        case 2: a = -k0; b = -k1; break;
+        case 3: a = -k1; b = k0; break;
+        default: break;
+      }
+      if (transpose) std::swap(a, b);
+      out[i * m1 + j] = in[fft_index(a, n0) * n1 + fft_index(b, n1)];
+    }
+  }
+}
+
+// Solves the 3 x 3 system A x = y by Gaussian elimination with partial pivoting; false when A is
+// singular (relative to its largest entry).
+bool solve3(std::array<std::array<double, 3>, 3> a, std::array<double, 3> y, std::array<double, 3>& x) {
+  double scale = 0;
+  for (const auto& row : a)
+    for (double v : row) scale = std::max(scale, std::abs(v));
+  if (!(scale > 0)) return false;
+  for (int c = 0; c < 3; ++c) {
+    int p = c;
+    for (int r = c + 1; r < 3; ++r)
+      if (std::abs(a[r][c]) > std::abs(a[p][c])) p = r;
+    if (std::abs(a[p][c]) < 1e-12 * scale) return false;
+    std::swap(a[p], a[c]);
+    std::swap(y[p], y[c]);
+    for (int r = c + 1; r < 3; ++r) {
+      const double f = a[r][c] / a[c][c];
+      for (int k = c; k < 3; ++k) a[r][k] -= f * a[c][k];
+      y[r] -= f * y[c];
+    }
+  }
+  for (int c = 2; c >= 0; --c) {
+    double v = y[c];
+    for (int k = c + 1; k < 3; ++k) v -= a[c][k] * x[k];
+    x[c] = v / a[c][c];
+  }
+  return true;
+}
+
+}  // namespace
+
+const std::vector<std::string>& preprocess_stage_keys() {
+  static const std::vector<std::string> keys = {"com_fit",        "recentre",  "scan_rotation_deg",
+                                                "scan_transpose", "binning",   "crop_detector",
+                                                "normalise",      "save_raw_data"};
+  return keys;
+}
+
+void refuse_moving_masked_pixels(const dataset& d, const preprocess_settings& s) {
+  if (d.bad_pixels.masked_pixels == 0) return;
+  if (s.recentre || s.transpose || s.rotation_auto || s.rotation_deg != 0 || s.binning != 1 || s.crop[0] > 0)
+    fail(TYCHO_ERR_UNSUPPORTED, "data '", d.description, "' has ", d.bad_pixels.masked_pixels,
+         " bad detector pixels (masked), and [preprocess] asks to move pixels (recentre, scan_rotation_deg, "
+         "scan_transpose, binning or crop_detector): this version does not carry the mask through those steps; "
+         "give scan_rotation_deg explicitly and leave the others out, or repair the data");
+}
+
+preprocess_settings read_preprocess_settings(const toml::table& pre, const std::string& origin) {
+  preprocess_settings s;
+  const std::string where = "preprocess";
+  if (auto fit = read_key<std::string>(pre, "com_fit", where)) {
+    if (*fit == "none") s.com_fit = com_fit_kind::none;
+    else if (*fit == "constant") s.com_fit = com_fit_kind::constant;
+    else if (*fit == "plane") s.com_fit = com_fit_kind::plane;
+    else
+      fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": [preprocess] com_fit = \"", *fit,
+           "\": must be \"none\", \"constant\" or \"plane\"");
+  }
+  s.recentre = *setting_value<bool>(pre, where, "recentre");
+  if (s.recentre && s.com_fit == com_fit_kind::none)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": [preprocess] recentre = true shifts the patterns by the fitted ",
+         "centre of mass: set com_fit = \"constant\" or \"plane\" (recentring on each pattern's own centre of mass ",
+         "would erase the specimen's signal)");
+  if (auto node = pre["scan_rotation_deg"]) {
+    if (node.is_string() && *node.value<std::string>() == "auto") {
+      s.rotation_auto = true;
+    } else if (node.is_integer() || node.is_floating_point()) {
+      s.rotation_deg = *node.value<double>();
+      if (!std::isfinite(s.rotation_deg))
+        fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": [preprocess] scan_rotation_deg must be finite");
+    } else {
+      fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": [preprocess] scan_rotation_deg must be a number (degrees) or \"auto\"");
+    }
+  }
+  if (auto node = pre["scan_transpose"]) {
+    if (node.is_boolean()) {
+      s.transpose = *node.value<bool>();
+    } else if (node.is_string() && *node.value<std::string>() == "auto") {
+      if (!s.rotation_auto)
+        fail(TYCHO_ERR_INVALID_ARGUMENT, origin,
+             ": [preprocess] scan_transpose = \"auto\" is estimated with the rotation: set scan_rotation_deg = \"auto\" too");
+      s.transpose_auto = true;
+    } else {
+      fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": [preprocess] scan_transpose must be true, false or \"auto\"");
+    }
+  } else if (s.rotation_auto) {
+    s.transpose_auto = true;
+  }
+  s.binning = *setting_value<int64_t>(pre, where, "binning");
+  if (s.binning < 1) fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": [preprocess] binning must be >= 1, got ", s.binning);
+  if (auto node = pre["crop_detector"]) {
+    const toml::array* arr = node.as_array();
+    if (!arr || arr->size() != 2 || !(*arr)[0].is_integer() || !(*arr)[1].is_integer() ||
+        *(*arr)[0].value<int64_t>() < 1 || *(*arr)[1].value<int64_t>() < 1)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, origin,
+           ": [preprocess] crop_detector must be two positive integers [N0, N1], the cropped detector in pixels");
+    s.crop = {*(*arr)[0].value<int64_t>(), *(*arr)[1].value<int64_t>()};
+  }
+  s.normalise = *setting_value<bool>(pre, where, "normalise");
+  s.save_raw_data = *setting_value<bool>(pre, where, "save_raw_data");
+  if (!s.rotation_auto && !quarter_turns(s.rotation_deg))
+    fail(TYCHO_ERR_UNSUPPORTED, origin, ": [preprocess] scan_rotation_deg = ", s.rotation_deg,
+         ": this version applies scan rotations that are multiples of 90° only (an exact reordering of the ",
+         "detector pixels); rotating by other angles needs rotated scan positions, which are not built yet");
+  return s;
+}
+
+std::array<int64_t, 2> preprocessed_detector_shape(const preprocess_settings& s, int64_t n0, int64_t n1,
+                                                   bool with_rotation) {
+  std::array<int64_t, 2> n{n0, n1};
+  if (s.crop[0] > 0) {
+    if (s.crop[0] > n0 || s.crop[1] > n1)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[preprocess] crop_detector = [", s.crop[0], ", ", s.crop[1],
+           "] is larger than the ", n0, " x ", n1, " detector; cropping only shrinks it (to enlarge the window, ",
+           "use pad_detector_to)");
+    n = s.crop;
+  }
+  if (s.binning > 1 && (n[0] % s.binning != 0 || n[1] % s.binning != 0))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[preprocess] binning = ", s.binning, " does not divide the ", n[0], " x ", n[1],
+         " detector", s.crop[0] > 0 ? " (after crop_detector)" : "",
+         "; crop it to a multiple of ", s.binning, " with crop_detector = [", n[0] / s.binning * s.binning, ", ",
+         n[1] / s.binning * s.binning, "]");
+  n = {n[0] / s.binning, n[1] / s.binning};
+  if (with_rotation && !s.rotation_auto) {
+    const auto turns = quarter_turns(s.rotation_deg);
+    if (turns && ((*turns % 2 == 1) != s.transpose)) std::swap(n[0], n[1]);
+  }
+  return n;
+}
+
+// ---------------------------------------------------------------- centre of mass and its fit
+
+com_fit_sums com_sums(const std::vector<double>& com, int64_t first, int64_t scan_ry) {
+  com_fit_sums r;
+  auto& s = r.s;
+  const int64_t count = int64_t(com.size() / 2);
+  for (int64_t l = 0; l < count; ++l) {
+    const double c0 = com[std::size_t(2 * l)], c1 = com[std::size_t(2 * l + 1)];
+    if (!std::isfinite(c0) || !std::isfinite(c1)) continue;
+    const int64_t j = first + l;
+    const double i = double(j / scan_ry), k = double(j % scan_ry);
+    s[0] += 1;
+    s[1] += i;
+    s[2] += k;
+    s[3] += i * i;
+    s[4] += i * k;
+    s[5] += k * k;
+    const double c[2] = {c0, c1};
+    for (int a = 0; a < 2; ++a) {
+      s[6 + 4 * a] += c[a];
+      s[7 + 4 * a] += i * c[a];
+      s[8 + 4 * a] += k * c[a];
+      s[9 + 4 * a] += c[a] * c[a];
+    }
+  }
+  return r;
+}
+
+com_fit_result solve_com_fit(const com_fit_sums& sums, com_fit_kind kind) {
+  const auto& s = sums.s;
+  com_fit_result r;
+  r.kind = kind;
+  r.patterns = int64_t(s[0]);
+  if (kind == com_fit_kind::none) return r;
+  if (!(s[0] > 0)) fail(TYCHO_ERR_BAD_DATA, "[preprocess] com_fit: no pattern holds any intensity");
+  for (int a = 0; a < 2; ++a) {
+    const double sc = s[6 + 4 * a], sic = s[7 + 4 * a], skc = s[8 + 4 * a], scc = s[9 + 4 * a];
+    std::array<double, 3> x{sc / s[0], 0, 0};
+    if (kind == com_fit_kind::plane) {
+      // Normal equations of c = a + b i + c k: [n Σi Σk; Σi Σii Σik; Σk Σik Σkk] x = [Σc Σic Σkc].
+      const std::array<std::array<double, 3>, 3> m{{{s[0], s[1], s[2]}, {s[1], s[3], s[4]}, {s[2], s[4], s[5]}}};
+      if (!solve3(m, {sc, sic, skc}, x))
+        fail(TYCHO_ERR_INVALID_ARGUMENT, "[preprocess] com_fit = \"plane\" needs patterns with intensity at ",
+             "two or more positions along each scan axis, not all on one line; use com_fit = \"constant\"");
+    }
+    r.coefficients[std::size_t(a)] = x;
+    // Residual sum of squares of a least-squares fit: Σc² − xᵀ (Xᵀc).
+    const double rss = scc - (x[0] * sc + x[1] * sic + x[2] * skc);
+    r.rms_residual[std::size_t(a)] = std::sqrt(std::max(0.0, rss) / s[0]);
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------- scan rotation from the COM curl
+
+// The method of py4DSTEM (`_solve_for_center_of_mass_relative_rotation` in its phase-retrieval
+// base class) and quantEM: the COM of a pattern is proportional to the projected electric field
+// at the probe position, the gradient of the projected potential, a field without curl. Measured
+// in detector axes that are rotated (and possibly transposed) against the scan axes, it acquires
+// a curl; the rotation that makes the rotated field's curl smallest is the scan rotation. The
+// curl is py4DSTEM's: central differences on the interior of the scan grid,
+// curl = ∂c1/∂i − ∂c0/∂k, averaged in absolute value over the grid, for θ on a 1° grid over
+// (−90°, 90°] and both transposes; we then refine the best angle on a 0.01° grid ± 1°. θ and
+// θ + 180° give the same curl (the field changes sign), so the estimate stays in (−90°, 90°].
+double com_curl(const std::vector<double>& com, int64_t rx, int64_t ry, double deg, bool transpose) {
+  if (rx < 3 || ry < 3) return 0.0;
+  const double t = deg * pi / 180.0, c = std::cos(t), s = std::sin(t);
+  auto v = [&](int64_t i, int64_t k, int axis) {
+    double a = com[std::size_t(2 * (i * ry + k))], b = com[std::size_t(2 * (i * ry + k) + 1)];
+    if (!std::isfinite(a) || !std::isfinite(b)) a = b = 0;
+    if (transpose) std::swap(a, b);
+    return axis == 0 ? c * a - s * b : s * a + c * b;
+  };
+  double total = 0;
+  for (int64_t i = 1; i + 1 < rx; ++i)
+    for (int64_t k = 1; k + 1 < ry; ++k) {
+      const double d1_di = 0.5 * (v(i + 1, k, 1) - v(i - 1, k, 1));
+      const double d0_dk = 0.5 * (v(i, k + 1, 0) - v(i, k - 1, 0));
+      total += std::abs(d1_di - d0_dk);
+    }
+  return total / double((rx - 2) * (ry - 2));
+}
+
+rotation_estimate estimate_scan_rotation(const std::vector<double>& com, int64_t rx, int64_t ry, int transpose) {
+  if (rx < 3 || ry < 3)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[preprocess] scan_rotation_deg = \"auto\" needs a scan of at least 3 x 3 ",
+         "positions (the curl takes differences between neighbours); this scan is ", rx, " x ", ry,
+         ": give scan_rotation_deg");
+  rotation_estimate best;
+  best.done = true;
+  best.curl = std::numeric_limits<double>::infinity();
+  double best_other = std::numeric_limits<double>::infinity();
+  for (int tr = 0; tr < 2; ++tr) {
+    if (transpose >= 0 && tr != transpose) continue;
+    double deg = 0, curl = std::numeric_limits<double>::infinity();
+    for (int d = -89; d <= 90; ++d) {
+      const double v = com_curl(com, rx, ry, d, tr == 1);
+      if (v < curl) curl = v, deg = d;
+      best.curl_max = std::max(best.curl_max, v);
+    }
+    const double centre = deg;
+    for (int d = -100; d <= 100; ++d) {
+      const double a = centre + 0.01 * d;
+      const double v = com_curl(com, rx, ry, a, tr == 1);
+      if (v < curl) curl = v, deg = a;
+    }
+    if (deg <= -90) deg += 180;
+    if (deg > 90) deg -= 180;
+    if (curl < best.curl) {
+      if (std::isfinite(best.curl)) best_other = best.curl;
+      best.curl = curl;
+      best.deg = deg;
+      best.transpose = tr == 1;
+    } else {
+      best_other = curl;
+    }
+  }
+  best.curl_other = transpose >= 0 ? nan : best_other;
+  best.curl_at_zero = com_curl(com, rx, ry, 0.0, best.transpose);
+  return best;
+}
+
+// ---------------------------------------------------------------- binning check
+
+binning_optics resolve_binning_optics(const config_document& doc, const tycho_dataset_info& info) {
+  binning_optics o;
+  const toml::table& optics_t = doc.table_at("optics");
+  const toml::table& data_t = doc.table_at("data");
+  auto known = [&](const toml::table& t, const char* key, const char* table, double from_file, const char* what) {
+    if (auto v = read_key<double>(t, key, table)) return *v;
+    if (std::isfinite(from_file)) return from_file;
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[preprocess] binning needs the ", what, " to check that the probe fits the ",
+         "binned window, and neither the data nor the config give it; set '", key, "' in [", table, "]");
+  };
+  o.optics.energy_eV = known(optics_t, "energy_eV", "optics", info.energy_eV, "beam energy");
+  o.optics.semiangle_mrad = known(optics_t, "semiangle_mrad", "optics", info.semiangle_mrad, "probe semiangle");
+  if (auto defocus = read_key<double>(optics_t, "defocus_A", "optics")) o.optics.C10_A = -*defocus;
+  else if (auto c10 = read_key<double>(optics_t, "C10_A", "optics")) o.optics.C10_A = *c10;
+  else o.optics.C10_A = std::isfinite(info.C10_A) ? info.C10_A : 0.0;
+  const double dk = known(data_t, "detector_pixel_invA", "data", info.detector_pixel_invA[0], "detector pixel size");
+  const double dk1 = data_t.contains("detector_pixel_invA") || !std::isfinite(info.detector_pixel_invA[1])
+                         ? dk : info.detector_pixel_invA[1];
+  o.dk_invA = {dk, dk1};
+  if (!(o.optics.energy_eV > 0 && o.optics.semiangle_mrad > 0 && dk > 0 && dk1 > 0))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[preprocess] binning: the energy, semiangle and detector pixel must be > 0");
+  return o;
+}
+
+namespace {
+// The window a run uses for an (n0, n1) detector: padded as [preprocess] asks (pad_detector_to
+// only where it is at least the detector).
+std::array<int64_t, 2> run_window(const config_document& doc, int64_t n0, int64_t n1) {
+  detector_padding_request r = read_detector_padding(doc.table_at("preprocess"), doc.origin());
+  if (r.pad && r.to[0] > 0 && (r.to[0] < n0 || r.to[1] < n1)) return {n0, n1};
+  return padded_window(r, n0, n1);
+}
+
+double binned_edge_fraction(const config_document& doc, const binning_optics& o, int64_t n0, int64_t n1, int64_t f,
+                            std::array<int64_t, 2>* window = nullptr) {
+  const auto w = run_window(doc, n0 / f, n1 / f);
+  if (window) *window = w;
+  const sdk::window_sampling sampling{{w[0], w[1]}, {o.dk_invA[0] * double(f), o.dk_invA[1] * double(f)}};
+  const auto probe = sdk::make_probe(o.optics, sampling, 1.0);
+  return sdk::probe_edge_fraction(probe, w[0], w[1], binning_edge_margin);
+}
+}  // namespace
+
+int64_t largest_allowed_binning(const config_document& doc, const binning_optics& o, int64_t n0, int64_t n1,
+                                int64_t binning, double* edge_fraction) {
+  int64_t allowed = 1;
+  for (int64_t f = binning; f >= 2; --f) {
+    if (n0 % f != 0 || n1 % f != 0) continue;
+    const double e = binned_edge_fraction(doc, o, n0, n1, f);
+    if (f == binning && edge_fraction) *edge_fraction = e;
+    if (e <= binning_edge_fraction_max) {
+      allowed = f;
+      break;
+    }
+  }
+  return allowed;
+}
+
+// ---------------------------------------------------------------- totals, shifts
+
+double pattern_total(const float* p, int64_t n0, int64_t n1, bool centred) {
+  double sum = 0;
+  if (!centred) {
+    for (int64_t k = 0; k < n0 * n1; ++k) sum += p[k];
+    return sum;
+  }
+  // Centred pixel (c0, c1) sits at FFT index ((c0 − ⌊n0/2⌋) mod n0, (c1 − ⌊n1/2⌋) mod n1).
+  for (int64_t c0 = 0; c0 < n0; ++c0) {
+    const float* row = p + ((c0 - n0 / 2 + n0) % n0) * n1;
+    for (int64_t c1 = 0; c1 < n1; ++c1) sum += row[(c1 - n1 / 2 + n1) % n1];
+  }
+  return sum;
+}
+
+void recompute_totals(dataset& d) {
+  double total = 0;
+  const int64_t m = d.n0 * d.n1;
+  for (int64_t l = 0; l < d.patterns; ++l)
+    total += pattern_total(d.targets.data() + l * m, d.n0, d.n1, d.info.patterns_centred != 0);
+  d.total_intensity = total;
+  d.mean_total_intensity = d.patterns > 0 ? total / double(d.patterns) : 0.0;
+}
+
+void fftshift_pattern(const float* in, float* out, int64_t n0, int64_t n1) {
+  for (int64_t i = 0; i < n0; ++i)
+    for (int64_t j = 0; j < n1; ++j) out[((i + n0 / 2) % n0) * n1 + (j + n1 / 2) % n1] = in[i * n1 + j];
+}
+
+void ifftshift_pattern(const float* in, float* out, int64_t n0, int64_t n1) {
+  for (int64_t i = 0; i < n0; ++i)
+    for (int64_t j = 0; j < n1; ++j) out[i * n1 + j] = in[((i + n0 / 2) % n0) * n1 + (j + n1 / 2) % n1];
+}
+
+// ---------------------------------------------------------------- the report
+
+std::string preprocess_report::to_json() const {
+  if (!active) return "";
+  const preprocess_settings& s = settings;
+  nlohmann::ordered_json j;
+  j["com_fit"] = com_fit_name(s.com_fit);
+  j["recentre"] = s.recentre;
+  j["scan_rotation_deg"] = s.rotation_deg;
+  j["scan_transpose"] = s.transpose;
+  j["binning"] = s.binning;
+  j["crop_detector"] = s.crop[0] > 0 ? nlohmann::ordered_json(s.crop) : nlohmann::ordered_json(nullptr);
+  j["normalise"] = s.normalise;
+  j["detector_shape_in"] = detector_in;
+  j["detector_shape_out"] = detector_out;
+  if (s.binning > 1) j["binning_offset_px"] = binning_offset_px;
+  if (!com.empty() || fit.patterns > 0) {
+    j["com_mean_px"] = com_mean;
+    j["com_patterns"] = fit.patterns;
+  }
+  if (fit.kind != com_fit_kind::none) {
+    j["com_fit_coefficients"] = {{"axis0", fit.coefficients[0]}, {"axis1", fit.coefficients[1]}};
+    j["com_fit_rms_px"] = fit.rms_residual;
+  }
+  if (rotation.done) {
+    j["rotation_estimate"] = {{"scan_rotation_deg", rotation.deg},
+                              {"scan_transpose", rotation.transpose},
+                              {"mean_abs_curl", rotation.curl},
+                              {"mean_abs_curl_other_transpose",
+                               std::isfinite(rotation.curl_other) ? nlohmann::ordered_json(rotation.curl_other)
+                                                                  : nlohmann::ordered_json(nullptr)},
+                              {"mean_abs_curl_at_0_deg", rotation.curl_at_zero},
+                              {"mean_abs_curl_max", rotation.curl_max}};
+  }
+  if (s.recentre) j["recentre_shift_px"] = shift_range;
+  if (s.normalise) j["normalised_to"] = normalised_to;
+  return j.dump();
+}
+
+// ---------------------------------------------------------------- the stage
+
+preprocess_report preprocess_dataset(dataset& d, const config_document& doc, const rank_sum& sum_across_ranks) {
+  preprocess_report rep;
+  rep.settings = read_preprocess_settings(doc.table_at("preprocess"), doc.origin());
+  preprocess_settings& s = rep.settings;
+  rep.detector_in = {d.n0, d.n1};
+  rep.detector_out = rep.detector_in;
+  if (!s.active()) return rep;
+  rep.active = true;
+  const rank_sum sum = sum_across_ranks ? sum_across_ranks : rank_sum(sum_on_one_rank);
+  const int64_t rx = d.info.scan_shape[0], ry = d.info.scan_shape[1];
+  std::vector<float> scratch;
+
+  // 1. crop: the centred (M0, M1) pixels, frequencies −⌊M/2⌋ … ⌈M/2⌉ − 1, still FFT order.
+  const auto binned = preprocessed_detector_shape(s, d.n0, d.n1);  // checks the crop and the factor
+  if (s.crop[0] > 0 && (s.crop[0] != d.n0 || s.crop[1] != d.n1)) {
+    const int64_t m0 = s.crop[0], m1 = s.crop[1], n = d.n0 * d.n1, m = m0 * m1;
+    for (int64_t l = 0; l < d.patterns; ++l) {
+      const float* in = d.targets.data() + l * n;
+      scratch.assign(std::size_t(m), 0.f);
+      for (int64_t i = 0; i < m0; ++i)
+        for (int64_t j = 0; j < m1; ++j)
+          scratch[std::size_t(i * m1 + j)] =
+              in[fft_index(fft_frequency(i, m0), d.n0) * d.n1 + fft_index(fft_frequency(j, m1), d.n1)];
+      std::copy(scratch.begin(), scratch.end(), d.targets.begin() + l * m);  // m ≤ n: in place, in order
+    }
+    d.targets.resize(std::size_t(d.patterns * m));
+    d.targets.shrink_to_fit();
+    log_info("preprocess", cat("detector ", d.n0, " x ", d.n1, " cropped to ", m0, " x ", m1));
+    d.n0 = m0;
+    d.n1 = m1;
+  }
+
+  // 2. binning: sum b x b pixels of the centred pattern (block c' = ⌊c / b⌋ of centred index c).
+  if (s.binning > 1) {
+    const int64_t b = s.binning;
+    const binning_optics o = resolve_binning_optics(doc, d.info);
+    double edge = 0;
+    const int64_t allowed = largest_allowed_binning(doc, o, d.n0, d.n1, b, &edge);
+    if (allowed < b) {
+      std::array<int64_t, 2> w{};
+      binned_edge_fraction(doc, o, d.n0, d.n1, b, &w);
+      auto r2 = [](double v) { return std::round(v * 100) / 100; };
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[preprocess] binning = ", b, ": the probe would not fit the binned window: ",
+           w[0], " x ", w[1], " pixels of ", o.dk_invA[0] * double(b), " Å⁻¹ span ",
+           r2(1.0 / (o.dk_invA[0] * double(b))), " Å, and ", r2(edge * 100),
+           " % of the initial probe's intensity lies within ", binning_edge_margin * 100,
+           " % of the window's edge (binning allows at most ", binning_edge_fraction_max * 100,
+           " %; C10 = ", o.optics.C10_A, " Å, semiangle ", o.optics.semiangle_mrad,
+           " mrad); the largest binning factor allowed for these data is ", allowed,
+           allowed == 1 ? " (no binning)" : "");
+    }
+    const int64_t m0 = binned[0], m1 = binned[1], n = d.n0 * d.n1, m = m0 * m1;
+    std::vector<int64_t> to0(std::size_t(d.n0)), to1(std::size_t(d.n1));
+    for (int64_t i = 0; i < d.n0; ++i) to0[std::size_t(i)] = ((i + d.n0 / 2) % d.n0 / b - m0 / 2 + m0) % m0;
+    for (int64_t j = 0; j < d.n1; ++j) to1[std::size_t(j)] = ((j + d.n1 / 2) % d.n1 / b - m1 / 2 + m1) % m1;
+    std::vector<double> acc(static_cast<std::size_t>(m));
+    for (int64_t l = 0; l < d.patterns; ++l) {
+      const float* in = d.targets.data() + l * n;
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t i = 0; i < d.n0; ++i)
+        for (int64_t j = 0; j < d.n1; ++j) acc[std::size_t(to0[i] * m1 + to1[j])] += in[i * d.n1 + j];
+      float* out = d.targets.data() + l * m;  // m < n: in place, in order
+      for (int64_t k = 0; k < m; ++k) out[k] = float(acc[std::size_t(k)]);
+    }
+    d.targets.resize(std::size_t(d.patterns * m));
+    d.targets.shrink_to_fit();
+    // The zero frequency's bin: in-block index z of the zero-frequency pixel; the block's centre
+    // lies (b − 1)/2 − z raw pixels from it.
+    for (int a = 0; a < 2; ++a) {
+      const int64_t nn = a == 0 ? d.n0 : d.n1, mm = a == 0 ? m0 : m1;
+      rep.binning_offset_px[std::size_t(a)] = double(b - 1) / 2.0 - double(nn / 2 - b * (mm / 2));
+    }
+    log_info("preprocess", cat("detector ", d.n0, " x ", d.n1, " binned by ", b, " to ", m0, " x ", m1,
+                               " (detector pixel ", o.dk_invA[0] * double(b), " Å⁻¹; the probe keeps ", edge * 100,
+                               " % of its intensity near the window's edge)"));
+    d.n0 = m0;
+    d.n1 = m1;
+  }
+  const int64_t m = d.n0 * d.n1;
+
+  // 3. centre of mass of each pattern, px from the zero-frequency pixel.
+  if (s.needs_com()) {
+    rep.com.assign(std::size_t(2 * d.patterns), nan);
+    for (int64_t l = 0; l < d.patterns; ++l) {
+      const float* p = d.targets.data() + l * m;
+      double tot = 0, m0 = 0, m1 = 0;
+      for (int64_t i = 0; i < d.n0; ++i) {
+        const double f0 = double(fft_frequency(i, d.n0));
+        double row = 0, row1 = 0;
+        for (int64_t j = 0; j < d.n1; ++j) {
+          const double v = p[i * d.n1 + j];
+          row += v;
+          row1 += v * double(fft_frequency(j, d.n1));
+        }
+        tot += row;
+        m0 += f0 * row;
+        m1 += row1;
+      }
+      if (tot > 0) {
+        rep.com[std::size_t(2 * l)] = m0 / tot;
+        rep.com[std::size_t(2 * l + 1)] = m1 / tot;
+      }
+    }
+    // 4. the fit (for "none": the sums still give the mean, for the report).
+    com_fit_sums sums = com_sums(rep.com, d.first, ry);
+    sum(sums.s.data(), com_fit_sums::size);
+    rep.fit = solve_com_fit(sums, s.com_fit);
+    if (sums.s[0] > 0) rep.com_mean = {sums.s[6] / sums.s[0], sums.s[10] / sums.s[0]};
+    if (s.com_fit != com_fit_kind::none)
+      log_info("preprocess", cat("centre of mass (px from the detector centre): mean (", rep.com_mean[0], ", ",
+                                 rep.com_mean[1], "); ", com_fit_name(s.com_fit), " fit axis 0: ",
+                                 rep.fit.coefficients[0][0], " + ", rep.fit.coefficients[0][1], " i + ",
+                                 rep.fit.coefficients[0][2], " k, axis 1: ", rep.fit.coefficients[1][0], " + ",
+                                 rep.fit.coefficients[1][1], " i + ", rep.fit.coefficients[1][2],
+                                 " k (rms residual ", rep.fit.rms_residual[0], ", ", rep.fit.rms_residual[1], " px)"));
+  }
+
+  // 5. the scan rotation from the COM curl, on the whole scan (every rank adds its patterns).
+  if (s.rotation_auto) {
+    const int64_t all = rx * ry;
+    std::vector<double> field(std::size_t(3 * all), 0.0);  // (c0 − fit, c1 − fit, 1 if known)
+    for (int64_t l = 0; l < d.patterns; ++l) {
+      const int64_t j = d.first + l;
+      const double c0 = rep.com[std::size_t(2 * l)], c1 = rep.com[std::size_t(2 * l + 1)];
+      if (!std::isfinite(c0)) continue;
+      const double i = double(j / ry), k = double(j % ry);
+      const bool fitted = s.com_fit != com_fit_kind::none;
+      field[std::size_t(2 * j)] = c0 - (fitted ? rep.fit.at(0, i, k) : rep.com_mean[0]);
+      field[std::size_t(2 * j + 1)] = c1 - (fitted ? rep.fit.at(1, i, k) : rep.com_mean[1]);
+      field[std::size_t(2 * all + j)] = 1;
+    }
+    sum(field.data(), int(field.size()));
+    std::vector<double> com_field(field.begin(), field.begin() + 2 * all);
+    for (int64_t j = 0; j < all; ++j)
+      if (field[std::size_t(2 * all + j)] == 0) com_field[std::size_t(2 * j)] = com_field[std::size_t(2 * j + 1)] = nan;
+    rep.rotation = estimate_scan_rotation(com_field, rx, ry, s.transpose_auto ? -1 : int(s.transpose));
+    const rotation_estimate& e = rep.rotation;
+    log_info("preprocess", cat("scan rotation from the centre-of-mass curl: ", e.deg, "°, transpose ",
+                               e.transpose ? "true" : "false", " (mean |curl| ", e.curl, " px per scan step; ",
+                               e.curl_at_zero, " at 0°", std::isfinite(e.curl_other)
+                                   ? cat("; ", e.curl_other, " at the best angle with transpose ",
+                                         e.transpose ? "false" : "true")
+                                   : std::string(), "; ", e.curl_max, " at the worst angle)"));
+    if (e.contrast() < rotation_contrast_warn)
+      log_warning("preprocess", cat("the centre-of-mass curl varies by only ", std::round(e.contrast() * 1000) / 10,
+                                    " % over the angles", s.transpose_auto ? " and transposes" : "",
+                                    ": noise dominates and the rotation estimate (", e.deg,
+                                    "°) is uncertain; check it, or give scan_rotation_deg and scan_transpose"));
+    // Only multiples of 90° can be applied (an exact reordering of pixels): the estimate is
+    // applied as the nearest multiple when it lies within rotation_snap_deg of it, a margin for
+    // the estimate's scatter (on the MoS2 counts, 32 x 24 positions at 25,000 e per pattern, it
+    // gives 1.26° for a true 0°; 0.24° on the noise-free patterns).
+    const double nearest = 90.0 * std::round(e.deg / 90.0);
+    if (std::abs(e.deg - nearest) > rotation_snap_deg)
+      fail(TYCHO_ERR_UNSUPPORTED, "[preprocess] scan_rotation_deg = \"auto\" estimates a scan rotation of ", e.deg,
+           "° (transpose ", e.transpose ? "true" : "false", ") from the centre-of-mass curl, more than ",
+           rotation_snap_deg, "° from a multiple of 90°; this version applies multiples of 90° only (rotated scan ",
+           "positions are not built yet): rotate the data before tycho, or, if the estimate is wrong, give ",
+           "scan_rotation_deg and scan_transpose");
+    s.rotation_deg = nearest == 0 ? 0.0 : nearest;  // no −0
+    s.transpose = e.transpose;
+    log_info("preprocess", cat("applying scan_rotation_deg = ", s.rotation_deg, ", scan_transpose = ",
+                               s.transpose ? "true" : "false", " (the multiple of 90° nearest the estimate)"));
+  }
+
+  // 6. recentre: shift each pattern by its fitted COM, rounded (pixels from outside are 0).
+  if (s.recentre) {
+    rep.shift_range = {{{std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()},
+                        {std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()}}};
+    for (int64_t l = 0; l < d.patterns; ++l) {
+      const int64_t j = d.first + l;
+      const double i = double(j / ry), k = double(j % ry);
+      const int64_t s0 = int64_t(std::llround(rep.fit.at(0, i, k))), s1 = int64_t(std::llround(rep.fit.at(1, i, k)));
+      rep.shift_range[0] = {std::min(rep.shift_range[0][0], s0), std::max(rep.shift_range[0][1], s0)};
+      rep.shift_range[1] = {std::min(rep.shift_range[1][0], s1), std::max(rep.shift_range[1][1], s1)};
+      if (s0 == 0 && s1 == 0) continue;
+      float* p = d.targets.data() + l * m;
+      scratch.assign(p, p + m);
+      for (int64_t a = 0; a < d.n0; ++a) {
+        const int64_t f0 = fft_frequency(a, d.n0) + s0;
+        for (int64_t b = 0; b < d.n1; ++b) {
+          const int64_t f1 = fft_frequency(b, d.n1) + s1;
+          p[a * d.n1 + b] = has_frequency(f0, d.n0) && has_frequency(f1, d.n1)
+                                ? scratch[std::size_t(fft_index(f0, d.n0) * d.n1 + fft_index(f1, d.n1))]
+                                : 0.f;
+        }
+      }
+    }
+    if (d.patterns == 0) rep.shift_range = {};
+    log_info("preprocess", cat("patterns recentred on the fitted centre of mass: shifts of ", rep.shift_range[0][0],
+                               " to ", rep.shift_range[0][1], " px on axis 0, ", rep.shift_range[1][0], " to ",
+                               rep.shift_range[1][1], " px on axis 1 (this rank's patterns)"));
+  }
+
+  // 7. transpose and quarter turns: the patterns in scan axes.
+  const int turns = *quarter_turns(s.rotation_deg);
+  if (turns != 0 || s.transpose) {
+    const bool swap = (turns % 2 == 1) != s.transpose;
+    for (int64_t l = 0; l < d.patterns; ++l) {
+      float* p = d.targets.data() + l * m;
+      scratch.assign(p, p + m);
+      orient_pattern(scratch.data(), d.n0, d.n1, p, turns, s.transpose);
+    }
+    if (swap) {
+      std::swap(d.n0, d.n1);
+      std::swap(d.info.detector_pixel_invA[0], d.info.detector_pixel_invA[1]);
+    }
+    log_info("preprocess", cat("patterns turned to scan axes: rotation ", s.rotation_deg, "°, transpose ",
+                               s.transpose ? "true" : "false"));
+  }
+
+  // 8. normalise: every pattern's total becomes the scan's mean total.
+  if (s.normalise) {
+    std::vector<double> own(std::size_t(d.patterns));
+    double tot[2] = {0, double(d.patterns)};
+    for (int64_t l = 0; l < d.patterns; ++l) {
+      own[std::size_t(l)] = pattern_total(d.targets.data() + l * m, d.n0, d.n1, d.info.patterns_centred != 0);
+      tot[0] += own[std::size_t(l)];
+    }
+    sum(tot, 2);
+    rep.normalised_to = tot[1] > 0 ? tot[0] / tot[1] : 0.0;
+    for (int64_t l = 0; l < d.patterns; ++l) {
+      if (!(own[std::size_t(l)] > 0)) continue;
+      const double f = rep.normalised_to / own[std::size_t(l)];
+      float* p = d.targets.data() + l * m;
+      for (int64_t k = 0; k < m; ++k) p[k] = float(double(p[k]) * f);
+    }
+    log_info("preprocess", cat("every pattern scaled to the mean total intensity ", rep.normalised_to));
+  }
+
+  d.info.detector_shape[0] = d.n0;
+  d.info.detector_shape[1] = d.n1;
+  rep.detector_out = {d.n0, d.n1};
+  // The COM, its fit and the rotation estimate alone leave the patterns (and read_dataset's
+  // totals) as they were.
+  if (rep.detector_out != rep.detector_in || s.recentre || turns != 0 || s.transpose || s.normalise) recompute_totals(d);
+  return rep;
+}
+
+}  // namespace tycho::host

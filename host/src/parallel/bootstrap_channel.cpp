@@ -1,0 +1,33 @@
+// The C view of a bootstrap channel (tycho_bootstrap): what a reducer calls. Exceptions stop
+// here and become a status plus the calling thread's last-error message.
+#include <tycho/core/error.hpp>
+#include <tycho/core/last_error.hpp>
+
+#include <new>
+
+#include "parallel/bootstrap_channels.hpp"
+
+namespace tycho::host {
+namespace {
+
+tycho_status c_broadcast(void* context, void* data, size_t bytes, int32_t root) noexcept {
+  try {
+    if (context == nullptr) return set_last_error(TYCHO_ERR_INVALID_ARGUMENT, "bootstrap: no channel");
+    static_cast<bootstrap_channel*>(context)->broadcast(data, bytes, root);
+    return TYCHO_OK;
+  } catch (const error& e) {
+    return set_last_error(e.status, e.what());
+  } catch (const std::bad_alloc&) {
+    return set_last_error(TYCHO_ERR_OUT_OF_MEMORY, "bootstrap: out of host memory");
+  } catch (const std::exception& e) {
+    return set_last_error(TYCHO_ERR_INTERNAL, e.what());
+  } catch (...) {
+    return set_last_error(TYCHO_ERR_INTERNAL, "bootstrap: unknown exception");
+  }
+}
+
+}  // namespace
+
+tycho_bootstrap bootstrap_channel::bootstrap() { return tycho_bootstrap{this, &c_broadcast}; }
+
+}  // namespace tycho::host

@@ -1,0 +1,1289 @@
+#include "tycho/host/session.hpp"
+
+#include <tycho/core/driver.hpp>
+#include <tycho/core/device_label.hpp>
+#include <tycho/core/error.hpp>
+#include <tycho/core/geometry.hpp>
+#include <tycho/core/multislice.hpp>
+#include <tycho/host/optics.hpp>
+
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <filesystem>
+#include <optional>
+#include <thread>
+#include <tuple>
+
+#include <unistd.h>
+
+#include "settings/config_read.hpp"
+#include "results/manifest_checks.hpp"
+#include "tycho/host/dataset.hpp"
+#include "data/bad_pixels.hpp"
+#include "data/finite_values.hpp"
+#include "data/detector_padding.hpp"
+#include "tycho/host/log.hpp"
+#include "tycho/host/prepared.hpp"
+#include "tycho/host/preprocess.hpp"
+#include "tycho/host/progress.hpp"
+#include "tycho/host/result_record.hpp"
+#include "tycho/host/run_plan.hpp"
+#include "tycho/host/settings.hpp"
+#include "settings/settings_read.hpp"
+
+namespace tycho::host {
+
+namespace {
+
+using cfloat = std::complex<float>;
+constexpr DLDataType k_complex64{kDLComplex, 64, 1};
+constexpr DLDataType k_float64{kDLFloat, 64, 1};
+
+// Keys the runtime itself reads in each table (declared in host_settings.cpp); components add
+// their own.
+const std::vector<std::string> k_top_tables = {"data", "optics", "preprocess", "reconstruct",
+                                               "output", "parallel"};
+std::vector<std::string> host_keys(const std::string& table) { return setting_keys(host_settings(table)); }
+// [reconstruct]'s keys and its sub-tables, in the order messages list them.
+std::vector<std::string> reconstruct_keys() {
+  std::vector<std::string> keys = host_keys("reconstruct");
+  keys.insert(keys.end() - 1, {"object", "probe", "positions"});  // before "devices"
+  return keys;
+}
+
+std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
+  base.insert(base.end(), more.begin(), more.end());
+  return base;
+}
+
+// A calibration: the config wins over the file; absent in both is an error naming the key.
+double calibration(const toml::table& t, const char* key, const std::string& table, double from_file,
+                   const std::string& data_desc, const char* what) {
+  if (auto v = read_key<double>(t, key, table)) return *v;
+  if (std::isfinite(from_file)) return from_file;
+  fail(TYCHO_ERR_INVALID_ARGUMENT, "the ", what, " is not known: '", data_desc,
+       "' does not record it; set '", key, "' in [", table, "]");
+}
+
+const std::string& origin_name(const config_document& doc) { return doc.origin(); }
+
+// [reconstruct] values, read and checked before any data is read.
+struct parameter_settings {
+  int64_t first_iteration = 1;
+  learning_rate_schedule schedule;
+};
+struct reconstruct_settings {
+  int64_t iterations = 100;
+  bool float64 = false;  // [reconstruct] precision = "float64": complex128 object and probe
+  int64_t slices = 1, probe_modes = 1;
+  double slice_thickness_A = 0;  // > 0 when slices > 1
+  double mode_power = 0.1;       // [reconstruct.probe] mode_power
+  double max_position_step_A = 0.1;  // [reconstruct.positions] max_step_A (the driver's is in px)
+  driver_options driver;
+  parameter_settings object, probe;
+};
+
+parameter_settings read_parameter_settings(const config_document& doc, const char* which,
+                                           int64_t iterations) {
+  std::string table_name = cat("reconstruct.", which);
+  const toml::table& t = doc.table_at(table_name);
+  parameter_settings p;
+  p.first_iteration = *setting_value<int64_t>(t, table_name, "first_iteration");
+  p.schedule.kind = learning_rate_schedule::parse(
+      *setting_value<std::string>(t, table_name, "schedule"),
+      cat("[", table_name, "] schedule"));
+  p.schedule.final_fraction = *setting_value<double>(t, table_name, "final_learning_rate_fraction");
+  if (!(p.schedule.final_fraction > 0 && p.schedule.final_fraction <= 1))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[", table_name, "] final_learning_rate_fraction must be in (0, 1], got ",
+         p.schedule.final_fraction);
+  p.schedule.total_iterations = iterations;
+  return p;
+}
+
+reconstruct_settings read_reconstruct_settings(const config_document& doc) {
+  const toml::table& rec_t = doc.table_at("reconstruct");
+  reconstruct_settings r;
+  r.iterations = *setting_value<int64_t>(rec_t, "reconstruct", "iterations");
+  if (r.iterations < 0) fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] iterations must be >= 0, got ", r.iterations);
+  int64_t modes = *setting_value<int64_t>(rec_t, "reconstruct", "probe_modes");
+  int64_t slices = *setting_value<int64_t>(rec_t, "reconstruct", "slices");
+  std::string precision = *setting_value<std::string>(rec_t, "reconstruct", "precision");
+  if (precision != "float32" && precision != "float64")
+    fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] precision = \"", precision, "\": must be \"float32\" or \"float64\"");
+  r.float64 = precision == "float64";
+  if (modes < 1 || modes > 64)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] probe_modes = ", modes, ": must be in [1, 64]");
+  if (slices < 1 || slices > 4096)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] slices = ", slices, ": must be in [1, 4096]");
+  r.slices = slices;
+  r.probe_modes = modes;
+  if (auto dz = read_key<double>(rec_t, "slice_thickness_A", "reconstruct")) {
+    if (!(*dz > 0) || !std::isfinite(*dz) || *dz > 1e6)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] slice_thickness_A = ", *dz, ": must be a thickness in Å, > 0");
+    r.slice_thickness_A = *dz;
+  } else if (slices > 1) {
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] slices = ", slices,
+         " needs slice_thickness_A (Å between consecutive slices; e.g. the specimen's thickness / slices)");
+  }
+  {
+    const toml::table& probe_t = doc.table_at("reconstruct.probe");
+    r.mode_power = *setting_value<double>(probe_t, "reconstruct.probe", "mode_power");
+    if (!(r.mode_power >= 0 && r.mode_power < 1))
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct.probe] mode_power = ", r.mode_power, ": must be in [0, 1)");
+    r.driver.orthogonalize_probe_modes = *setting_value<bool>(probe_t, "reconstruct.probe", "orthogonalize_modes");
+  }
+  {
+    const char* table = "reconstruct.positions";
+    const toml::table& pos_t = doc.table_at(table);
+    position_correction& pc = r.driver.positions;
+    pc.enabled = *setting_value<bool>(pos_t, table, "correct");
+    pc.first_iteration = *setting_value<int64_t>(pos_t, table, "first_iteration");
+    if (pc.first_iteration < 1)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[", table, "] first_iteration must be >= 1, got ", pc.first_iteration);
+    pc.step.rate = *setting_value<double>(pos_t, table, "learning_rate");
+    if (!(pc.step.rate > 0) || !std::isfinite(pc.step.rate) || pc.step.rate > 1e3)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[", table, "] learning_rate = ", pc.step.rate, ": must be in (0, 1000]");
+    r.max_position_step_A = *setting_value<double>(pos_t, table, "max_step_A");
+    if (!(r.max_position_step_A > 0) || !std::isfinite(r.max_position_step_A))
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[", table, "] max_step_A = ", r.max_position_step_A, ": must be > 0 (Å)");
+    pc.step.remove_mean_shift = *setting_value<bool>(pos_t, table, "remove_mean_shift");
+    pc.schedule.kind = learning_rate_schedule::parse(*setting_value<std::string>(pos_t, table, "schedule"),
+                                                     cat("[", table, "] schedule"));
+    pc.schedule.final_fraction = *setting_value<double>(pos_t, table, "final_learning_rate_fraction");
+    if (!(pc.schedule.final_fraction > 0 && pc.schedule.final_fraction <= 1))
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[", table, "] final_learning_rate_fraction must be in (0, 1], got ",
+           pc.schedule.final_fraction);
+    pc.schedule.total_iterations = r.iterations;
+  }
+  r.driver.batch_size = *setting_value<int64_t>(rec_t, "reconstruct", "batch_size");
+  if (r.driver.batch_size <= 0)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] batch_size must be > 0, got ", r.driver.batch_size);
+  r.driver.seed = uint64_t(*setting_value<int64_t>(rec_t, "reconstruct", "seed"));
+  r.driver.object.amplitude_max =
+      *setting_value<double>(doc.table_at("reconstruct.object"), "reconstruct.object", "amplitude_max");
+  {
+    const std::string kind = *setting_value<std::string>(doc.table_at("reconstruct.object"), "reconstruct.object", "kind");
+    if (kind != "complex" && kind != "phase")
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct.object] kind = \"", kind, "\": must be \"complex\" or \"phase\"");
+    r.driver.object.pure_phase = kind == "phase";
+  }
+  r.object = read_parameter_settings(doc, "object", r.iterations);
+  r.probe = read_parameter_settings(doc, "probe", r.iterations);
+  const toml::table& optics_t = doc.table_at("optics");
+  if (optics_t.contains("defocus_A") && optics_t.contains("C10_A"))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, doc.origin(), ": give either C10_A or defocus_A (= −C10) in [optics], not both");
+  return r;
+}
+
+// Checks every table's keys and that every named component exists, before any data is read:
+// a typo must not cost the minutes it takes to load a large scan.
+// `tycho plan` (engine_may_be_absent) accepts an engine that cannot run here when a plan-only
+// component describes it (TYCHO_COMPONENT_PLAN_ONLY); its keys are those it declares.
+void validate_config(const config_document& doc, const registry& reg, bool engine_may_be_absent = false) {
+  const std::string& origin = doc.origin();
+  check_keys(doc.root(), "top level", k_top_tables, origin);
+  const toml::table& data_t = doc.table_at("data");
+  const auto& source = reg.find(TYCHO_COMPONENT_SOURCE,
+                                *setting_value<std::string>(data_t, "data", "source"));
+  check_keys(data_t, "data", with(host_keys("data"), source.config_keys), origin);
+  check_setting_values(data_t, "data", source.settings, cat("source '", source.name, "'"));
+  check_keys(doc.table_at("optics"), "optics", host_keys("optics"), origin);
+  check_keys(doc.table_at("preprocess"), "preprocess", host_keys("preprocess"), origin);
+  const toml::table& rec_t = doc.table_at("reconstruct");
+  const std::string engine_name = *setting_value<std::string>(rec_t, "reconstruct", "engine");
+  std::vector<std::string> engine_keys;
+  const auto engines = reg.names(TYCHO_COMPONENT_ENGINE);
+  const component_ref* described = reg.find_description(TYCHO_COMPONENT_ENGINE, engine_name);
+  if (engine_may_be_absent && described != nullptr &&
+      std::find(engines.begin(), engines.end(), engine_name) == engines.end()) {
+    engine_keys = described->config_keys;  // a plan-only engine: its keys, as it declares them
+  } else {
+    engine_keys = reg.find(TYCHO_COMPONENT_ENGINE, engine_name).config_keys;
+  }
+  const auto& loss = reg.find(TYCHO_COMPONENT_LOSS,
+                              *setting_value<std::string>(rec_t, "reconstruct", "loss"));
+  check_keys(rec_t, "reconstruct",
+             with(with(reconstruct_keys(), engine_keys), loss.config_keys), origin);
+  if (described != nullptr)
+    check_setting_values(rec_t, "reconstruct", described->settings, cat("engine '", described->name, "'"));
+  check_setting_values(rec_t, "reconstruct", loss.settings, cat("loss '", loss.name, "'"));
+  check_keys(doc.table_at("reconstruct.positions"), "reconstruct.positions", host_keys("reconstruct.positions"), origin);
+  for (const char* which : {"object", "probe"}) {
+    std::string name = cat("reconstruct.", which);
+    const toml::table& t = doc.table_at(name);
+    const auto& opt = reg.find(TYCHO_COMPONENT_OPTIMIZER,
+                               *setting_value<std::string>(t, name, "optimizer"));
+    check_keys(t, name, with(host_keys(name), opt.config_keys), origin);
+    check_setting_values(t, name, opt.settings, cat("optimizer '", opt.name, "'"));
+  }
+  const toml::table& par_t = doc.table_at("parallel");
+  std::vector<std::string> parallel_keys = host_keys("parallel");
+  if (auto reducer = read_key<std::string>(par_t, "reducer", "parallel"); reducer && *reducer != "auto" && *reducer != "none") {
+    const component_ref& red = reg.find(TYCHO_COMPONENT_REDUCER, *reducer);
+    parallel_keys = with(parallel_keys, red.config_keys);
+    check_setting_values(par_t, "parallel", red.settings, cat("reducer '", red.name, "'"));
+  }
+  check_keys(par_t, "parallel", parallel_keys, origin);
+  const toml::table& out_t = doc.table_at("output");
+  check_keys(out_t, "output", host_keys("output"), origin);
+  reg.find(TYCHO_COMPONENT_FORMAT, *setting_value<std::string>(out_t, "output", "format"));
+}
+
+// Whether an optimizer component has the state functions appended to its vtable (an older
+// plugin's vtable is shorter; an optimizer without state leaves them NULL).
+// FNV-1a (64-bit) continued over `bytes` from `h`: a cheap fingerprint for comparing arrays
+// across ranks (equal bytes, equal hash).
+constexpr uint64_t k_fnv1a_start = 1469598103934665603ull;
+uint64_t fnv1a(const std::vector<unsigned char>& bytes, uint64_t h = k_fnv1a_start) {
+  for (unsigned char b : bytes) h = (h ^ b) * 1099511628211ull;
+  return h;
+}
+
+bool has_state_functions(const tycho_optimizer_vtable* vt) {
+  return vt->struct_size >= offsetof(tycho_optimizer_vtable, step_count) + sizeof(vt->step_count) &&
+         vt->state_count != nullptr && vt->state_array != nullptr && vt->set_state != nullptr &&
+         vt->step_count != nullptr;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string t;
+  for (std::size_t i = 0; i < shape.size(); ++i) t += (i ? " x " : "") + std::to_string(shape[i]);
+  return t.empty() ? "()" : t;
+}
+
+// A result file to resume from (`tycho reconstruct --from`): its arrays, its manifest, how many
+// iterations it ran and the total its schedules span.
+struct resume_data {
+  std::string path;
+  loaded_record record;
+  nlohmann::json manifest;
+  int64_t done = 0, total = 0;
+  std::vector<int64_t> scan_shape, window_shape;
+};
+
+resume_data load_resume(const std::string& path, const registry& reg, std::optional<loaded_record> loaded = {}) {
+  if (!std::filesystem::is_regular_file(path))
+    fail(TYCHO_ERR_NOT_FOUND, "--from '", path, "': no such file");
+  resume_data r;
+  r.path = path;
+  try {
+    r.record = loaded ? std::move(*loaded) : load_record(format_for_path(reg, path), path);
+  } catch (const error& e) {
+    fail(TYCHO_ERR_BAD_DATA, "'", path, "' is not a tycho result: ", e.what());
+  }
+  try {
+    r.manifest = nlohmann::json::parse(r.record.manifest_json);
+  } catch (const nlohmann::json::exception&) {
+    r.manifest = nullptr;
+  }
+  if (!r.manifest.is_object() || !r.manifest.contains("format") || r.manifest["format"] != "tycho-result")
+    fail(TYCHO_ERR_BAD_DATA, "'", path, "' is not a tycho result (its manifest.json does not say \"format\": \"tycho-result\")");
+  check_format_version(r.manifest, k_result_format_version, path, "tycho result",
+                       "resume it with the tycho that wrote it");
+  try {
+    const auto& h = r.manifest.at("history");
+    if (!h.contains("schedule_iterations") || !r.manifest.contains("optimizer_state"))
+      fail(TYCHO_ERR_BAD_DATA, "'", path, "' cannot be resumed: it was written by a tycho that did not save ",
+           "the optimizer state and the schedule's length");
+    r.done = iteration_count(h, "iterations", "history.iterations", path);
+    r.total = iteration_count(h, "schedule_iterations", "history.schedule_iterations", path);
+    r.scan_shape = r.manifest.at("data").at("scan_shape").get<std::vector<int64_t>>();
+    r.window_shape = r.manifest.at("calibration").at("window_shape").get<std::vector<int64_t>>();
+  } catch (const nlohmann::json::exception& e) {
+    fail(TYCHO_ERR_BAD_DATA, "'", path, "' is not a tycho result: its manifest is incomplete (", e.what(), ")");
+  }
+  if (r.done < 0 || r.total < 0) fail(TYCHO_ERR_BAD_DATA, "'", path, "': negative iteration counts in its manifest");
+  // A NaN in the object, the probe or the optimizer's moments would spread through every
+  // iteration of the resumed run.
+  for (const auto& a : r.record.arrays) require_finite(a, path, "resumed with --from");
+  const owned_array& history = r.record.array("loss_history", path);
+  if (history.dtype.code != kDLFloat || history.dtype.bits != 64 || history.count() != r.done)
+    fail(TYCHO_ERR_BAD_DATA, "'", path, "': loss_history ", shape_text(history.shape), " does not hold the ",
+         r.done, " iterations its manifest records");
+  return r;
+}
+
+// Refuses a resumed file whose data does not match the config's, naming both.
+void check_resume_shapes(const resume_data& r, const std::vector<int64_t>& scan, const std::vector<int64_t>& window,
+                         const std::vector<int64_t>& object, const std::vector<int64_t>& probe, int64_t patterns,
+                         bool float64) {
+  const owned_array& obj = r.record.array("object", r.path);
+  const owned_array& prb = r.record.array("probe", r.path);
+  const owned_array& pos = r.record.array("positions_px", r.path);
+  if (r.scan_shape != scan || r.window_shape != window || obj.shape != object || prb.shape != probe)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "--from '", r.path, "' does not match this config's data: the file has scan ",
+         shape_text(r.scan_shape), ", window ", shape_text(r.window_shape), ", object ", shape_text(obj.shape),
+         ", probe ", shape_text(prb.shape), "; the config gives scan ", shape_text(scan), ", window ",
+         shape_text(window), ", object ", shape_text(object), ", probe ", shape_text(probe));
+  // The dtype of the configured precision: a resumed run keeps the precision it was saved in.
+  const DLDataType want{kDLComplex, uint8_t(float64 ? 128 : 64), 1};
+  auto same = [](DLDataType a, DLDataType b) { return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes; };
+  auto name = [](DLDataType t) {
+    return t.code == kDLComplex ? cat("complex", int(t.bits)) : cat("dtype code ", int(t.code), " of ", int(t.bits), " bits");
+  };
+  if (!same(obj.dtype, want) || !same(prb.dtype, want))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "--from '", r.path, "' holds a ", name(obj.dtype), " object and a ",
+         name(prb.dtype), " probe (precision ", precision_of(obj.dtype), "), but [reconstruct] precision = \"",
+         float64 ? "float64" : "float32", "\" needs ", name(want),
+         ": resume with the precision the file was written with");
+  if (pos.shape != std::vector<int64_t>{patterns, 2} || !same(pos.dtype, DLDataType{kDLFloat, 64, 1}))
+    fail(TYCHO_ERR_BAD_DATA, "'", r.path, "': positions_px ", shape_text(pos.shape), " is not (", patterns,
+         ", 2) float64");
+}
+
+// Gives a new optimizer the saved state of `which` ("object" or "probe").
+void restore_optimizer(const resume_data& r, const char* which, const component_ref& ref, tycho_optimizer* opt) {
+  const auto* vt = ref.as<tycho_optimizer_vtable>();
+  const int64_t count = has_state_functions(vt) ? vt->state_count(opt) : 0;
+  const nlohmann::json& all = r.manifest.at("optimizer_state");
+  if (!all.contains(which)) {
+    if (count == 0) return;
+    fail(TYCHO_ERR_BAD_DATA, "'", r.path, "' holds no state for the ", which, " optimizer");
+  }
+  const nlohmann::json& saved = all.at(which);
+  std::string saved_name = saved.value("optimizer", std::string());
+  if (saved_name != ref.name)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "--from '", r.path, "': the ", which, " optimizer was \"", saved_name,
+         "\", the config asks for \"", ref.name, "\"; a resumed run keeps its optimizers");
+  const int64_t steps = saved.value("steps", int64_t(0));
+  for (int64_t i = 0; i < count; ++i) {
+    const char* name = nullptr;
+    check_status(vt->state_array(opt, i, &name, nullptr), "optimizer state_array");
+    const owned_array& a = r.record.array(cat("optimizer.", which, ".", name ? name : ""), r.path);
+    DLTensor t = const_cast<owned_array&>(a).view();
+    check_status(vt->set_state(opt, i, &t, steps), "optimizer set_state");
+  }
+}
+
+// Seconds since t0, to the millisecond (for log lines).
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::round(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3) / 1e3;
+}
+
+// The mean of the patterns held, (N0, N1) in the targets' order; non-finite pixels count 0.
+std::vector<double> mean_pattern(const dataset& d) {
+  const std::size_t n = std::size_t(d.n0 * d.n1);
+  std::vector<double> mean(n, 0.0);
+  if (d.patterns <= 0 || d.targets.size() < n * std::size_t(d.patterns)) return mean;
+  for (int64_t p = 0; p < d.patterns; ++p)
+    for (std::size_t k = 0; k < n; ++k)
+      if (const float v = d.targets[std::size_t(p) * n + k]; std::isfinite(v)) mean[k] += v;
+  for (double& v : mean) v /= double(d.patterns);
+  return mean;
+}
+
+}  // namespace
+
+std::string precision_of(DLDataType dtype) {
+  if ((dtype.code == kDLComplex && dtype.bits == 128) || (dtype.code == kDLFloat && dtype.bits == 64)) return "float64";
+  if ((dtype.code == kDLComplex && dtype.bits == 64) || (dtype.code == kDLFloat && dtype.bits == 32)) return "float32";
+  return cat("dtype code ", int(dtype.code), " of ", int(dtype.bits), " bits");
+}
+
+run_geometry resolve_run_geometry(const config_document& doc, const tycho_dataset_info& info,
+                                  const std::string& desc, int64_t n0, int64_t n1,
+                                  const std::vector<double>& positions_A) {
+  run_geometry r;
+  const toml::table& data_t = doc.table_at("data");
+  const toml::table& optics_t = doc.table_at("optics");
+  r.optics.energy_eV = calibration(optics_t, "energy_eV", "optics", info.energy_eV, desc, "beam energy");
+  r.optics.semiangle_mrad = calibration(optics_t, "semiangle_mrad", "optics", info.semiangle_mrad, desc,
+                                        "probe semiangle");
+  if (auto defocus = read_key<double>(optics_t, "defocus_A", "optics")) {
+    r.optics.C10_A = -*defocus;
+  } else if (auto c10 = read_key<double>(optics_t, "C10_A", "optics")) {
+    r.optics.C10_A = *c10;
+  } else if (std::isfinite(info.C10_A)) {
+    r.optics.C10_A = info.C10_A;
+  } else {
+    r.optics.C10_A = 0.0;
+    log_warning("session", cat("'", desc, "' does not record the defocus and [optics] gives neither C10_A ",
+                               "nor defocus_A: starting from an in-focus probe (C10 = 0)"));
+  }
+  if (!(r.optics.energy_eV > 0)) fail(TYCHO_ERR_INVALID_ARGUMENT, "[optics] energy_eV must be > 0");
+  if (!(r.optics.semiangle_mrad > 0)) fail(TYCHO_ERR_INVALID_ARGUMENT, "[optics] semiangle_mrad must be > 0");
+  r.wavelength_A = wavelength_A(r.optics.energy_eV);
+
+  double dk = calibration(data_t, "detector_pixel_invA", "data", info.detector_pixel_invA[0], desc,
+                          "detector pixel size (Å⁻¹)");
+  // Positions listed by the source replace the raster: no scan step then (recorded as NaN).
+  const bool listed = !positions_A.empty();
+  if (listed && data_t.contains("scan_step_A"))
+    log_warning("session", cat("'", desc, "' lists its scan positions: [data] scan_step_A is not used"));
+  double step = listed ? std::nan("") : calibration(data_t, "scan_step_A", "data", info.scan_step_A[0], desc, "scan step (Å)");
+  double dk1 = data_t.contains("detector_pixel_invA") || !std::isfinite(info.detector_pixel_invA[1])
+                   ? dk : info.detector_pixel_invA[1];
+  double step1 = listed || data_t.contains("scan_step_A") || !std::isfinite(info.scan_step_A[1]) ? step : info.scan_step_A[1];
+  if (!(dk > 0 && dk1 > 0 && (listed || (step > 0 && step1 > 0))))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "scan step and detector pixel must be > 0 (got ", step, " Å, ", dk, " Å⁻¹)");
+  // [preprocess] binning = b: b x b detector pixels make one (info.detector_shape is the binned one).
+  const double binning = double(read_preprocess_settings(doc.table_at("preprocess"), doc.origin()).binning);
+  dk *= binning;
+  dk1 *= binning;
+  r.sampling = window_sampling{{n0, n1}, {dk, dk1}};
+
+  // The aperture must lie inside the measured detector (not a padded window: padding adds no
+  // measurements), or the data cannot hold the probe's spectrum.
+  double k_aperture = r.optics.semiangle_mrad * 1e-3 / r.wavelength_A;
+  double k_nyquist =
+      0.5 * double(std::min(info.detector_shape[0], info.detector_shape[1])) * std::min(dk, dk1);
+  if (k_aperture >= k_nyquist)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "the probe does not fit the window: a ", r.optics.semiangle_mrad,
+         " mrad aperture reaches ", k_aperture, " Å⁻¹ but the detector only spans ±", k_nyquist,
+         " Å⁻¹; check [optics] semiangle_mrad and the detector pixel size");
+
+  const toml::table& pre_t = doc.table_at("preprocess");
+  r.geometry.scan_shape[0] = info.scan_shape[0];
+  r.geometry.scan_shape[1] = info.scan_shape[1];
+  r.geometry.step_A[0] = step;
+  r.geometry.step_A[1] = step1;
+  r.geometry.pixel_A[0] = r.sampling.dx_A(0);
+  r.geometry.pixel_A[1] = r.sampling.dx_A(1);
+  r.geometry.window[0] = n0;
+  r.geometry.window[1] = n1;
+  r.geometry.padding_px = *setting_value<int64_t>(pre_t, "preprocess", "object_padding_px");
+  if (r.geometry.padding_px < 0) fail(TYCHO_ERR_INVALID_ARGUMENT, "[preprocess] object_padding_px must be >= 0");
+  if (auto origin_node = pre_t["scan_origin_A"]) {
+    const toml::array* arr = origin_node.as_array();
+    if (!arr || arr->size() != 2 || !(*arr)[0].value<double>() || !(*arr)[1].value<double>())
+      fail(TYCHO_ERR_INVALID_ARGUMENT, origin_name(doc), ": [preprocess] scan_origin_A must be two numbers [x, y] in Å");
+    r.geometry.scan_origin_A[0] = *(*arr)[0].value<double>();
+    r.geometry.scan_origin_A[1] = *(*arr)[1].value<double>();
+  }
+  // The layout holds every pattern's position (16 bytes each): bounded by this machine's memory
+  // before it is allocated, since the scan shape is the data file's word.
+  const uint64_t position_bytes = uint64_t(info.scan_shape[0]) * uint64_t(info.scan_shape[1]) * 16u;
+  if (const uint64_t have = physical_memory_bytes(); have > 0 && position_bytes > have)
+    fail(TYCHO_ERR_OUT_OF_MEMORY, "data '", desc, "': the positions of its ", info.scan_shape[0], " x ",
+         info.scan_shape[1], " patterns alone need ", human_bytes(position_bytes), ", more than this machine's ",
+         human_bytes(have), " of memory (check the file's shape)");
+  r.layout = listed ? layout_object(r.geometry, positions_A) : layout_object(r.geometry);
+  return r;
+}
+
+namespace {
+// The reported model of an engine: its plan_memory (ABI 1.1) over the [reconstruct] table.
+std::shared_ptr<const memory_reporter> engine_memory_reporter(const component_ref& engine, const config_document& doc) {
+  const auto* vt = engine.as<tycho_engine_vtable>();
+  if (vt->struct_size < offsetof(tycho_engine_vtable, plan_memory) + sizeof(vt->plan_memory) ||
+      vt->plan_memory == nullptr)
+    fail(TYCHO_ERR_UNSUPPORTED, "engine '", engine.name, "' (", engine.plugin_path,
+         ") does not describe its memory (tycho_engine_vtable::plan_memory, ABI 1.1), so its run cannot be planned");
+  auto cfg = std::make_shared<tycho_config>(tycho_config{&doc.table_at("reconstruct"), "[reconstruct]", doc.base_dir()});
+  auto r = std::make_shared<memory_reporter>();
+  r->name = engine.name;
+  auto report = [vt, cfg, name = engine.name](const memory_problem& p) {
+    const tycho_memory_problem problem = to_abi(p);
+    auto out = std::make_unique<tycho_memory_report>();
+    *out = tycho_memory_report{};
+    out->struct_size = sizeof(tycho_memory_report);
+    check_status(vt->plan_memory(cfg.get(), &problem, out.get()), cat("engine '", name, "' plan_memory"));
+    return out;
+  };
+  // The flags come with every report; ask once for the problem's shape of search.
+  r->terms = [report, name = engine.name](const memory_problem& p) { return from_abi(*report(p), name); };
+  memory_problem probe;
+  probe.patterns = probe.window[0] = probe.window[1] = probe.object_shape[0] = probe.object_shape[1] = 1;
+  const uint32_t flags = report(probe)->flags;
+  r->on_device = (flags & TYCHO_MEMORY_ON_DEVICE) != 0;
+  r->batch_scales = (flags & TYCHO_MEMORY_BATCH_SCALES) != 0;
+  r->threads_scale = (flags & TYCHO_MEMORY_THREADS_SCALE) != 0;
+  return r;
+}
+
+// State arrays per element of a parameter (the optimizer's state_arrays, ABI 1.1); an
+// optimizer that does not say is counted with two (as many as Adam keeps).
+int64_t optimizer_state_arrays(const config_document& doc, const registry& reg, const char* which) {
+  const std::string table = cat("reconstruct.", which);
+  const component_ref& opt =
+      reg.find(TYCHO_COMPONENT_OPTIMIZER, *setting_value<std::string>(doc.table_at(table), table, "optimizer"));
+  const auto* vt = opt.as<tycho_optimizer_vtable>();
+  if (vt->struct_size < offsetof(tycho_optimizer_vtable, state_arrays) + sizeof(vt->state_arrays) ||
+      vt->state_arrays == nullptr)
+    return 2;
+  const tycho_config cfg{&doc.table_at(table), cat("[", table, "]"), doc.base_dir()};
+  const int64_t n = vt->state_arrays(&cfg);
+  if (n < 0 || n > 64)
+    fail(TYCHO_ERR_BAD_DATA, "optimizer '", opt.name, "' says it keeps ", n, " state arrays per element (0 to 64 expected)");
+  return n;
+}
+}  // namespace
+
+memory_problem run_memory_problem(const config_document& doc, const registry& reg, const tycho_dataset_info& info,
+                                  int64_t n0, int64_t n1, const object_layout& layout) {
+  const reconstruct_settings settings = read_reconstruct_settings(doc);
+  const toml::table& rec_t = doc.table_at("reconstruct");
+  const std::string engine = *setting_value<std::string>(rec_t, "reconstruct", "engine");
+  const component_ref* described = reg.find_description(TYCHO_COMPONENT_ENGINE, engine);
+  if (described == nullptr) reg.find(TYCHO_COMPONENT_ENGINE, engine);  // throws: unknown engine
+  memory_problem p;
+  p.model = memory_model::reported;
+  p.reporter = engine_memory_reporter(*described, doc);
+  p.patterns = info.scan_shape[0] * info.scan_shape[1];
+  p.window[0] = n0;
+  p.window[1] = n1;
+  p.target_bytes = 4;  // float32: what the host hands every engine
+  p.complex_bytes = settings.float64 ? 16 : 8;  // complex128 or complex64
+  p.object_shape[0] = layout.shape[0];
+  p.object_shape[1] = layout.shape[1];
+  p.slices = settings.slices;
+  p.probe_modes = settings.probe_modes;
+  p.batch_size = settings.driver.batch_size;
+  if (const toml::array* devices = rec_t["devices"].as_array(); devices && !devices->empty())
+    p.devices = int64_t(devices->size());
+  int64_t threads = 0;
+  if (rec_t["threads"].is_integer()) threads = *rec_t["threads"].value<int64_t>();
+  p.threads = threads > 0 ? threads : default_engine_threads();
+  p.object_optimizer_arrays = optimizer_state_arrays(doc, reg, "object");
+  p.probe_optimizer_arrays = optimizer_state_arrays(doc, reg, "probe");
+  return p;
+}
+
+run_preview preview_run(const config_document& doc, const registry& reg) {
+  validate_config(doc, reg, /*engine_may_be_absent=*/true);
+  read_reconstruct_settings(doc);
+  run_preview r;
+  const toml::table& data_t = doc.table_at("data");
+  const component_ref& source =
+      reg.find(TYCHO_COMPONENT_SOURCE, *setting_value<std::string>(data_t, "data", "source"));
+  tycho_config data_cfg{&data_t, "[data]", doc.base_dir()};
+  {
+    const auto* vt = source.as<tycho_source_vtable>();
+    tycho_source* src = nullptr;
+    check_status(vt->open(&data_cfg, &src), "source open");
+    std::unique_ptr<tycho_source, void (*)(tycho_source*)> guard(src, vt->close);
+    r.info.struct_size = sizeof(tycho_dataset_info);
+    check_status(vt->info(src, &r.info), "source info");
+    r.description = r.info.description ? r.info.description : source.name;
+    r.info.description = nullptr;  // owned by the source, which closes here
+    r.positions_A = read_source_positions(vt, src, r.info, r.description);
+  }
+  if (r.info.scan_shape[0] <= 0 || r.info.scan_shape[1] <= 0 || r.info.detector_shape[0] <= 0 ||
+      r.info.detector_shape[1] <= 0)
+    fail(TYCHO_ERR_BAD_DATA, "data '", r.description, "' is empty (scan ", r.info.scan_shape[0], " x ",
+         r.info.scan_shape[1], ", detector ", r.info.detector_shape[0], " x ", r.info.detector_shape[1], ")");
+  // The detector after [preprocess] crop_detector, binning and quarter turns.
+  const auto detector = preprocessed_detector_shape(read_preprocess_settings(doc.table_at("preprocess"), doc.origin()),
+                                                    r.info.detector_shape[0], r.info.detector_shape[1], true);
+  r.info.detector_shape[0] = detector[0];
+  r.info.detector_shape[1] = detector[1];
+  const int64_t n0 = detector[0], n1 = detector[1];
+  auto window = padded_window(read_detector_padding(doc.table_at("preprocess"), doc.origin()), n0, n1);
+  r.window[0] = window[0];
+  r.window[1] = window[1];
+  r.geometry = resolve_run_geometry(doc, r.info, r.description, window[0], window[1], r.positions_A);
+  r.problem = run_memory_problem(doc, reg, r.info, window[0], window[1], r.geometry.layout);
+  r.engine_name = *setting_value<std::string>(doc.table_at("reconstruct"), "reconstruct", "engine");
+  const auto engines = reg.names(TYCHO_COMPONENT_ENGINE);
+  r.engine_available = std::find(engines.begin(), engines.end(), r.engine_name) != engines.end();
+  return r;
+}
+
+struct session::state {
+  explicit state(config_document c) : config(std::move(c)) {}
+  config_document config;
+  registry* reg = nullptr;
+  dataset data;
+  detector_padding padding;  // of the detector to the window; its mask lives as long as the engine
+  probe_optics optics;
+  double wavelength_A = 0;
+  window_sampling sampling{};
+  scan_geometry geometry{};
+  object_layout layout;
+  int64_t iterations = 100;
+  double slice_thickness_A = 0;  // > 0 with several slices (the manifest's calibration)
+  std::vector<double> loss_history, seconds_history;
+
+  const component_ref* engine_ref = nullptr;
+  const component_ref* loss_ref = nullptr;
+  const component_ref* format_ref = nullptr;
+  const component_ref* object_opt_ref = nullptr;
+  const component_ref* probe_opt_ref = nullptr;
+  tycho_config reconstruct_cfg{}, object_cfg{}, probe_cfg{};
+  tycho_loss* loss = nullptr;
+  tycho_engine* engine = nullptr;
+  tycho_optimizer* object_opt = nullptr;
+  tycho_optimizer* probe_opt = nullptr;
+  std::unique_ptr<driver> drv;
+
+  std::vector<uint16_t> targets_u16;  // the targets as integer counts (pack_integer_targets)
+  std::string targets_dtype = "float32";
+  std::unique_ptr<parallel_context> owned_parallel;  // when the caller gave none
+  parallel_context* par = nullptr;
+  std::vector<double> all_positions_px;  // (P, 2): every rank's, whichever patterns this one holds
+  std::string parallel_json;             // the ranks' reports, for the manifest
+  std::string preprocess_json;           // what the preprocessing stage did, for the manifest
+  std::vector<double> measured_mean;     // (N0, N1) FFT order: this rank's mean pattern, for the previews
+
+  // The state after the last iteration whose loss and arrays were all finite (issue 12): what
+  // get() and save() give after a run stopped mid-way (a non-finite value, a signal), when the
+  // engine's own state may be half an iteration on, or NaN.
+  struct kept_state {
+    owned_array object, probe;
+    std::vector<owned_array> optimizer_arrays;  // "optimizer.<parameter>.<array>"
+    int64_t object_steps = 0, probe_steps = 0;
+    int64_t iterations = 0;
+  } kept;
+  bool stopped = false;     // a run stopped mid-way: the kept state is the session's state
+  std::string stop_reason;  // why, for a later run()
+  std::function<bool()> stop_check;  // set_stop_check
+
+  ~state() {
+    if (object_opt) object_opt_ref->as<tycho_optimizer_vtable>()->destroy(object_opt);
+    if (probe_opt) probe_opt_ref->as<tycho_optimizer_vtable>()->destroy(probe_opt);
+    if (engine) engine_ref->as<tycho_engine_vtable>()->destroy(engine);
+    if (loss) loss_ref->as<tycho_loss_vtable>()->destroy(loss);
+  }
+
+  DLTensor engine_tensor(tycho_tensor_id id) const {
+    DLTensor t{};
+    check_status(engine_ref->as<tycho_engine_vtable>()->get_tensor(engine, id, &t),
+                 "engine get_tensor");
+    return t;
+  }
+
+  // Calls f(name, view) for every state array of the optimizers that keep one, name =
+  // "optimizer.<parameter>.<array>", view = the optimizer's own array (no copy); f returns true
+  // to stop. The one walk behind the result's names, get() and the kept state.
+  template <class F>
+  void for_each_optimizer_array(F&& f) const {
+    for (const auto& [which, ref, opt] : {std::tuple{"object", object_opt_ref, object_opt},
+                                          std::tuple{"probe", probe_opt_ref, probe_opt}}) {
+      const auto* vt = ref->template as<tycho_optimizer_vtable>();
+      if (!has_state_functions(vt)) continue;
+      for (int64_t i = 0, n = vt->state_count(opt); i < n; ++i) {
+        const char* name = nullptr;
+        DLTensor view{};
+        check_status(vt->state_array(opt, i, &name, &view), "optimizer state_array");
+        if (f(cat("optimizer.", which, ".", name ? name : ""), view)) return;
+      }
+    }
+  }
+  // The optimizers' state arrays, host copies.
+  std::vector<owned_array> optimizer_arrays() const {
+    std::vector<owned_array> arrays;
+    for_each_optimizer_array([&](const std::string& name, const DLTensor& view) {
+      arrays.push_back(owned_array::copy_of(name, view));
+      return false;
+    });
+    return arrays;
+  }
+  int64_t optimizer_steps(const component_ref* ref, tycho_optimizer* opt) const {
+    const auto* vt = ref->as<tycho_optimizer_vtable>();
+    return has_state_functions(vt) ? vt->step_count(opt) : 0;
+  }
+  kept_state capture() const {
+    kept_state k;
+    k.object = read_engine_tensor("object", TYCHO_TENSOR_OBJECT);
+    k.probe = read_engine_tensor("probe", TYCHO_TENSOR_PROBE);
+    k.optimizer_arrays = optimizer_arrays();
+    k.object_steps = optimizer_steps(object_opt_ref, object_opt);
+    k.probe_steps = optimizer_steps(probe_opt_ref, probe_opt);
+    k.iterations = drv->iterations_done();
+    return k;
+  }
+  // The first array of `k` holding a NaN or an infinity, "" if none.
+  static std::string non_finite_array(const kept_state& k) {
+    if (count_non_finite(k.object).count) return "object";
+    if (count_non_finite(k.probe).count) return "probe";
+    for (const auto& a : k.optimizer_arrays)
+      if (count_non_finite(a).count) return a.name;
+    return "";
+  }
+  // The run stops here: the session's state becomes the kept one, its history ends there.
+  void stop_at_kept(std::string why) {
+    stopped = true;
+    stop_reason = std::move(why);
+    loss_history.resize(std::size_t(kept.iterations));
+    seconds_history.resize(std::size_t(kept.iterations));
+    drv->set_iterations_done(kept.iterations);
+  }
+
+  // A host copy of an engine tensor, wherever the engine keeps it.
+  owned_array read_engine_tensor(const std::string& name, tycho_tensor_id id) const {
+    DLTensor t = engine_tensor(id);
+    owned_array a;
+    a.name = name;
+    a.dtype = t.dtype;
+    a.shape.assign(t.shape, t.shape + t.ndim);
+    a.bytes.resize(std::size_t(a.count()) * ((t.dtype.bits * t.dtype.lanes + 7u) / 8u));
+    check_status(engine_ref->as<tycho_engine_vtable>()->read_tensor(engine, id, a.bytes.data(), a.bytes.size()),
+                 "engine read_tensor");
+    return a;
+  }
+};
+
+session::session(config_document config, registry& reg, const std::string& resume_from,
+                 parallel_context* parallel)
+    : s_(std::make_unique<state>(std::move(config))) {
+  s_->reg = &reg;
+  state& s = *s_;
+  // A prepared file (`tycho preprocess`) starts a fresh run from its data: its [data], [optics]
+  // and [preprocess] replace the config's (tycho/host/prepared.hpp).
+  std::optional<prepared_file> prepared;
+  std::optional<loaded_record> from_record;  // a result to resume, read once
+  if (!resume_from.empty() && (prepared = try_load_prepared(reg, resume_from, &from_record)))
+    merge_prepared_config(s.config, *prepared);
+  validate_config(s.config, reg);
+  // Devices, launcher and reducer: refused before the data is read when they cannot be honoured.
+  if (parallel == nullptr) {
+    s.owned_parallel = parallel_context::create(s.config, reg, detect_launch(process_environment()));
+    parallel = s.owned_parallel.get();
+  }
+  s.par = parallel;
+  // Resuming: the schedules span the resumed run's total (its recorded
+  // history.schedule_iterations), whatever [reconstruct] iterations says; the config records it.
+  std::optional<resume_data> resume;
+  if (!resume_from.empty() && !prepared) {
+    resume = load_resume(resume_from, reg, std::move(from_record));
+    s.config.set_from_text(cat("reconstruct.iterations=", resume->total));
+  }
+  const reconstruct_settings settings = read_reconstruct_settings(s.config);
+  s.iterations = settings.iterations;
+  s.slice_thickness_A = settings.slices > 1 ? settings.slice_thickness_A : 0.0;
+  s.par->check_same_config(s.config.to_toml());
+  // A resumed run must resume the same state on every rank (the file is not part of the config).
+  if (s.par->world_size() > 1) {
+    std::string start = "a fresh start";
+    if (resume) {
+      uint64_t h = k_fnv1a_start;
+      for (const auto& a : resume->record.arrays) h = fnv1a(a.bytes, h);
+      start = cat("a saved state of content hash ", h);  // by content: each rank may have its own copy
+    }
+    s.par->require_same(start, "the state the run starts from (--from, compared by content)");
+  }
+  const int32_t world = s.par->world_size();
+  if (world > 1 && s.par->is_root() && settings.driver.batch_size % world != 0)
+    log_warning("session", cat("[reconstruct] batch_size = ", settings.driver.batch_size, " is not a multiple of the ",
+                               world, " ranks: ", s.par->sharding() == shard::mode::replicated
+                                   ? "the first ranks compute one pattern more of each batch"
+                                   : "shares differ by one more pattern"));
+
+  // ---- data
+  const toml::table& data_t = s.config.table_at("data");
+  std::string source_name = *setting_value<std::string>(data_t, "data", "source");
+  const component_ref& source = reg.find(TYCHO_COMPONENT_SOURCE, source_name);
+  tycho_config data_cfg{&data_t, "[data]", s.config.base_dir()};
+  // Each rank reads its block of the patterns (all of them when sharding = "replicated").
+  const bool replicated = s.par->sharding() == shard::mode::replicated;
+  // The preprocessing stage's fits add every rank's sums (each rank holds all patterns when replicated).
+  const rank_sum sum_across_ranks = [&](double* v, int n) {
+    if (world > 1 && !replicated) s.par->sum(v, n);
+  };
+  if (prepared) {
+    s.data = prepared_dataset(*prepared, s.config, reg, replicated ? 0 : s.par->rank(), replicated ? 1 : world,
+                              sum_across_ranks, s.preprocess_json);
+  } else {
+    auto t0 = std::chrono::steady_clock::now();
+    s.data = read_dataset(source, &data_cfg, replicated ? 0 : s.par->rank(), replicated ? 1 : world);
+    log_info("session", cat("read ", s.data.patterns, " patterns (", std::llround(double(s.data.targets.size()) * 4 / (1 << 20)),
+                            " MiB as float32) in ", seconds_since(t0), " s"));
+    t0 = std::chrono::steady_clock::now();
+    report_stage("preprocessing", 0, 1);
+    mask_bad_pixels(s.data, s.config.table_at("preprocess"), s.config.origin(), *s.par);  // NaN, saturated
+    refuse_moving_masked_pixels(s.data, read_preprocess_settings(s.config.table_at("preprocess"), s.config.origin()));
+    s.preprocess_json = preprocess_dataset(s.data, s.config, sum_across_ranks).to_json();
+    report_stage("preprocessing", 1, 1);
+    log_info("session", cat("preprocessed in ", seconds_since(t0), " s"));
+  }
+  if (world > 1) {
+    // The intensity scale is the mean over the whole scan, so that every rank's model and the
+    // loss are those of a run of one rank.
+    s.data.mean_total_intensity = s.par->sum(replicated ? (s.par->is_root() ? s.data.total_intensity : 0.0)
+                                                        : s.data.total_intensity) /
+                                  double(s.data.all_patterns);
+    if (!(s.data.mean_total_intensity > 0))
+      fail(TYCHO_ERR_BAD_DATA, "data '", s.data.description, "' holds no intensity (all patterns are zero)");
+  }
+  check_intensity_scale(s.data);  // data a float32 run can compute with (e.g. not scaled to 1e-40)
+  // Before any geometry: the window (and so dx, positions, object, probe) is the padded one.
+  s.padding = apply_detector_padding(s.data, s.config.table_at("preprocess"), s.config.origin());
+  s.measured_mean = mean_pattern(s.data);
+  const auto& info = s.data.info;
+
+  // ---- optics and geometry (config overrides the file)
+  const std::string& desc = s.data.description;
+  {
+    run_geometry g = resolve_run_geometry(s.config, info, desc, s.data.n0, s.data.n1, s.data.positions_A);
+    s.optics = g.optics;
+    s.wavelength_A = g.wavelength_A;
+    s.sampling = g.sampling;
+    s.geometry = g.geometry;
+    s.layout = std::move(g.layout);
+  }
+  // ---- memory: the planner's count for this engine against this machine's memory, before
+  // anything that size is allocated (a wrong scan step or pixel size makes a huge object)
+  memory_problem need = run_memory_problem(s.config, *s.reg, info, s.data.n0, s.data.n1, s.layout);
+  need.patterns = s.data.patterns;  // this rank's share
+  check_host_memory(need,
+                    cat("the object is ", s.layout.shape[0], " x ", s.layout.shape[1], " px: check [data] scan_step_A (",
+                        s.geometry.step_A[0], " Å), the pixel size (", s.geometry.pixel_A[0], " Å from a ", s.data.n0,
+                        " x ", s.data.n1, " window) and [preprocess] object_padding_px (", s.geometry.padding_px, ")"));
+
+  // ---- initial probe, normalised so Σ|P|² = 1: the model intensity is in units of the mean
+  // measured total (targets are scaled by 1 / mean total below), whatever the dose.
+  auto probe = make_probe(s.optics, s.sampling, 1.0);
+  double edge = probe_edge_fraction(probe, s.data.n0, s.data.n1, 0.05);
+  if (edge > 0.1)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "the probe does not fit the window: ", edge * 100,
+         " % of its intensity lies within 5 % of the window's edge (window ", s.data.n0 * s.geometry.pixel_A[0],
+         " Å wide, C10 = ", s.optics.C10_A, " Å, semiangle ", s.optics.semiangle_mrad,
+         " mrad); reduce the defocus or use a larger detector window");
+
+  // ---- reconstruct: loss, engine, optimizers
+  const toml::table& rec_t = s.config.table_at("reconstruct");
+  std::string engine_name = *setting_value<std::string>(rec_t, "reconstruct", "engine");
+  std::string loss_name = *setting_value<std::string>(rec_t, "reconstruct", "loss");
+  s.engine_ref = &reg.find(TYCHO_COMPONENT_ENGINE, engine_name);
+  s.loss_ref = &reg.find(TYCHO_COMPONENT_LOSS, loss_name);
+  s.reconstruct_cfg = tycho_config{&rec_t, "[reconstruct]", s.config.base_dir()};
+  check_status(s.loss_ref->as<tycho_loss_vtable>()->create(&s.reconstruct_cfg, &s.loss), "loss create");
+
+  std::vector<cfloat> object;
+  int64_t object_shape[3] = {settings.slices, s.layout.shape[0], s.layout.shape[1]};
+  int64_t probe_shape[3] = {settings.probe_modes, s.data.n0, s.data.n1};
+  if (settings.probe_modes > 1) {
+    // Mixed state: the optics' probe as mode 0, higher-order modes with mode_power of the power.
+    const std::vector<std::complex<double>> coherent(probe.begin(), probe.end());
+    const auto modes = initial_probe_modes(coherent, s.data.n0, s.data.n1, settings.probe_modes, settings.mode_power);
+    probe.assign(modes.begin(), modes.end());
+  }
+  // Multislice: the propagator over one slice, from the optics (tycho/core/multislice.hpp).
+  std::vector<std::complex<double>> propagator;
+  int64_t propagator_shape[2] = {s.data.n0, s.data.n1};
+  if (settings.slices > 1)
+    propagator = fresnel_propagator(s.data.n0, s.data.n1, s.sampling.dk_invA[0], s.sampling.dk_invA[1],
+                                    s.wavelength_A, settings.slice_thickness_A);
+  DLTensor propagator_t{propagator.data(), {kDLCPU, 0}, 2, {kDLComplex, 128, 1}, propagator_shape, nullptr, 0};
+  int64_t target_shape[3] = {s.data.patterns, s.data.n0, s.data.n1};
+  int64_t pos_shape[2] = {s.data.patterns, 2};  // the positions of the patterns this rank holds
+  void* object_data = nullptr;
+  void* probe_data = probe.data();
+  void* positions_data = s.layout.positions_px.data();
+  if (resume) {
+    // The engine starts from the saved object, probe and positions instead of ones and the
+    // optics' probe.
+    check_resume_shapes(*resume, {info.scan_shape[0], info.scan_shape[1]}, {s.data.n0, s.data.n1},
+                        {object_shape, object_shape + 3}, {probe_shape, probe_shape + 3}, s.data.all_patterns,
+                        settings.float64);
+    object_data = const_cast<unsigned char*>(resume->record.array("object", resume->path).bytes.data());
+    probe_data = const_cast<unsigned char*>(resume->record.array("probe", resume->path).bytes.data());
+    positions_data = const_cast<unsigned char*>(resume->record.array("positions_px", resume->path).bytes.data());
+  } else {
+    object.assign(static_cast<std::size_t>(settings.slices * s.layout.shape[0] * s.layout.shape[1]), cfloat(1.f, 0.f));
+    object_data = object.data();
+  }
+  {
+    const auto* all = static_cast<const double*>(positions_data);
+    s.all_positions_px.assign(all, all + 2 * s.data.all_patterns);
+    positions_data = s.all_positions_px.data() + 2 * s.data.first;
+  }
+  // Integer counts are handed to the engine as uint16 (exact, half the memory) when the values are
+  // whole numbers in [0, 65535]. By default only for an engine on a device, whose copy of the
+  // targets it halves: packing on the host briefly holds both arrays, which raises the host's
+  // peak for a host engine that reads the targets in place ([preprocess] integer_targets = true
+  // still asks for it, for the lower memory after the start).
+  const bool integer_targets =
+      read_key<bool>(s.config.table_at("preprocess"), "integer_targets", "preprocess")
+          .value_or(s.par->device().device_type != kDLCPU) &&
+      pack_integer_targets(s.data, s.targets_u16);
+  DLTensor targets{integer_targets ? static_cast<void*>(s.targets_u16.data()) : static_cast<void*>(s.data.targets.data()),
+                   {kDLCPU, 0}, 3, integer_targets ? DLDataType{kDLUInt, 16, 1} : DLDataType{kDLFloat, 32, 1},
+                   target_shape, nullptr, 0};
+  s.targets_dtype = integer_targets ? "uint16" : "float32";
+  DLTensor positions{positions_data, {kDLCPU, 0}, 2, k_float64, pos_shape, nullptr, 0};
+  // complex64 (ones and the optics' probe), or a resumed file's arrays in their own dtype.
+  const DLDataType init_dtype = resume ? resume->record.array("object", resume->path).dtype : k_complex64;
+  DLTensor object_t{object_data, {kDLCPU, 0}, 3, init_dtype, object_shape, nullptr, 0};
+  DLTensor probe_t{probe_data, {kDLCPU, 0}, 3, init_dtype, probe_shape, nullptr, 0};
+  tycho_engine_setup setup{};
+  setup.struct_size = sizeof(setup);
+  setup.config = &s.reconstruct_cfg;
+  setup.targets = &targets;
+  int64_t mask_shape[2] = {s.data.n0, s.data.n1};
+  DLTensor mask_t{s.padding.mask.data(), {kDLCPU, 0}, 2, {kDLUInt, 8, 1}, mask_shape, nullptr, 0};
+  setup.mask = s.padding.mask.empty() ? nullptr : &mask_t;
+  setup.target_scale = 1.0 / s.data.mean_total_intensity;
+  setup.positions_px = &positions;
+  setup.object_init = &object_t;
+  setup.probe_init = &probe_t;
+  setup.loss = tycho_loss_binding{s.loss_ref->as<tycho_loss_vtable>(), s.loss};
+  const tycho_loss_ref loss_ref{sizeof(tycho_loss_ref), setup.loss.vtable, setup.loss.instance};
+  setup.loss_ref = &loss_ref;
+  setup.device = s.par->device();
+  setup.slice_propagator = settings.slices > 1 ? &propagator_t : nullptr;
+  setup.slice_thickness_A = settings.slices > 1 ? settings.slice_thickness_A : 0.0;
+  setup.position_gradient = settings.driver.positions.enabled ? 1 : 0;
+  check_status(s.engine_ref->as<tycho_engine_vtable>()->create(&setup, &s.engine), "engine create");
+  // An engine that does not read [reconstruct] precision must not run a float64 config in float32.
+  if (const std::string held = precision_of(s.engine_tensor(TYCHO_TENSOR_OBJECT).dtype);
+      held != (settings.float64 ? "float64" : "float32"))
+    fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] precision = \"", settings.float64 ? "float64" : "float32",
+         "\": the ", engine_name, " engine holds its object in ", held, "; it does not compute in that precision");
+
+  auto make_optimizer = [&](const char* which, tycho_config& cfg, const component_ref*& ref,
+                            tycho_optimizer*& opt, tycho_tensor_id param, tycho_tensor_id grad) {
+    std::string table_name = cat("reconstruct.", which);
+    const toml::table& t = s.config.table_at(table_name);
+    std::string name = *setting_value<std::string>(t, table_name, "optimizer");
+    ref = &reg.find(TYCHO_COMPONENT_OPTIMIZER, name);
+    cfg = tycho_config{&t, cat("[", table_name, "]"), s.config.base_dir()};
+    DLTensor p = s.engine_tensor(param);
+    check_status(ref->as<tycho_optimizer_vtable>()->create(&cfg, &p, &opt), "optimizer create");
+    const parameter_settings& ps = param == TYCHO_TENSOR_OBJECT ? settings.object : settings.probe;
+    return optimizer_binding{ref->as<tycho_optimizer_vtable>(), opt, param, grad, ps.first_iteration,
+                             ps.schedule};
+  };
+  std::vector<optimizer_binding> opts;
+  opts.push_back(make_optimizer("object", s.object_cfg, s.object_opt_ref, s.object_opt,
+                                TYCHO_TENSOR_OBJECT, TYCHO_TENSOR_OBJECT_GRAD));
+  opts.push_back(make_optimizer("probe", s.probe_cfg, s.probe_opt_ref, s.probe_opt,
+                                TYCHO_TENSOR_PROBE, TYCHO_TENSOR_PROBE_GRAD));
+
+  driver_options dopt = settings.driver;
+  // The cap on a position's move per iteration, in the object's pixels.
+  dopt.positions.step.max_step_px = settings.max_position_step_A / std::max(s.geometry.pixel_A[0], s.geometry.pixel_A[1]);
+  s.drv = std::make_unique<driver>(engine_binding{s.engine_ref->as<tycho_engine_vtable>(), s.engine},
+                                   std::move(opts), s.data.all_patterns, dopt,
+                                   shard::of(s.data.all_patterns, s.par->rank(), world, s.par->sharding()),
+                                   world > 1 ? s.par : nullptr);
+
+  // ---- resumed: optimizer state, iteration count and history continue where the file ended
+  if (resume) {
+    restore_optimizer(*resume, "object", *s.object_opt_ref, s.object_opt);
+    restore_optimizer(*resume, "probe", *s.probe_opt_ref, s.probe_opt);
+    s.drv->set_iterations_done(resume->done);
+    const owned_array& h = resume->record.array("loss_history", resume->path);
+    s.loss_history.assign(h.as<double>(), h.as<double>() + h.count());
+    std::vector<double> secs;
+    try {
+      secs = resume->manifest.at("history").value("seconds", std::vector<double>());
+    } catch (const nlohmann::json::exception&) {
+    }
+    secs.resize(std::size_t(resume->done), 0.0);
+    s.seconds_history = std::move(secs);
+    log_info("session", cat("resuming '", resume->path, "' after iteration ", resume->done, " of ", resume->total));
+  }
+
+  // ---- output
+  const toml::table& out_t = s.config.table_at("output");
+  std::string format = *setting_value<std::string>(out_t, "output", "format");
+  s.format_ref = &reg.find(TYCHO_COMPONENT_FORMAT, format);
+
+  // ---- what every rank runs: its device, the precision its engine holds, its patterns
+  const DLTensor object_view = s.engine_tensor(TYCHO_TENSOR_OBJECT);
+  const std::string precision = precision_of(object_view.dtype);
+  const std::string device_text = device_label(setup.device);
+  if (world > 1) {
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    const nlohmann::ordered_json mine = {{"rank", s.par->rank()},
+                                         {"host", host},
+                                         {"device", device_text},
+                                         {"precision", precision},
+                                         {"patterns", {s.data.first, s.data.first + s.data.patterns}}};
+    nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+    for (const std::string& text : s.par->all_texts(mine.dump())) {
+      ranks.push_back(nlohmann::ordered_json::parse(text));
+      const auto& r = ranks.back();
+      log_info("session", cat("rank ", r["rank"].get<int>(), " of ", world, " on ", r["host"].get<std::string>(), ": ",
+                              engine_name, " engine on ", r["device"].get<std::string>(), ", ",
+                              r["precision"].get<std::string>(), ", patterns [", r["patterns"][0].get<int64_t>(), ", ",
+                              r["patterns"][1].get<int64_t>(), ")"));
+    }
+    s.parallel_json = nlohmann::ordered_json{{"world_size", world},
+                                             {"launcher", s.par->launcher()},
+                                             {"reducer", s.par->reducer_name()},
+                                             {"sharding", s.par->sharding() == shard::mode::replicated ? "replicated" : "patterns"},
+                                             {"ranks", ranks}}
+                          .dump();
+  }
+  log_info("session", cat("data ", desc, ": scan ", info.scan_shape[0], " x ", info.scan_shape[1],
+                          ", detector ", s.data.n0, " x ", s.data.n1, ", mean ", s.data.mean_total_intensity,
+                          " per pattern; object ", s.layout.shape[0], " x ", s.layout.shape[1], " px of ",
+                          s.geometry.pixel_A[0], " Å; engine ", engine_name, ", loss ", loss_name,
+                          ", batch ", dopt.batch_size, ", ", precision, " on ", device_text, ", targets ",
+                          s.targets_dtype,
+                          world > 1 ? cat(", ", world, " ranks (", s.par->reducer_name(), ")") : std::string()));
+  // The state the first iteration starts from: what a run that stops in it keeps.
+  s.kept = s.capture();
+  if (const std::string bad = state::non_finite_array(s.kept); !bad.empty())
+    fail(TYCHO_ERR_BAD_DATA, "the initial ", bad, " holds non-finite values: check [optics] (C10 = ", s.optics.C10_A,
+         " Å, semiangle ", s.optics.semiangle_mrad, " mrad, energy ", s.optics.energy_eV, " eV)");
+}
+
+session::~session() = default;
+
+namespace {
+// "[reconstruct.object] learning_rate = 0.005, [reconstruct.probe] learning_rate = (the default)"
+std::string learning_rates_text(const config_document& doc) {
+  std::string text;
+  for (const char* which : {"object", "probe"}) {
+    const std::string table = cat("reconstruct.", which);
+    const auto lr = read_key<double>(doc.table_at(table), "learning_rate", table);
+    text += cat(text.empty() ? "" : ", ", "[", table, "] learning_rate = ",
+                lr ? cat(*lr) : std::string("(the optimizer's default)"));
+  }
+  return text;
+}
+}  // namespace
+
+void session::set_stop_check(std::function<bool()> stop) {
+  s_->stop_check = std::move(stop);
+  // One rank stops between mini-batches (the kept state is the last complete iteration's);
+  // several ranks agree at the end of each iteration instead (run()), so that none waits for the
+  // others in a collective.
+  s_->drv->set_stop_check(s_->par->world_size() == 1 ? s_->stop_check : std::function<bool()>());
+}
+
+bool session::stopped() const { return s_->stopped; }
+
+bool session::run(int64_t iterations, const progress_callback& progress) {
+  state& s = *s_;
+  if (s.stopped)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "this session stopped after iteration ", s.kept.iterations, " (", s.stop_reason,
+         "): start a new one from its saved result");
+  int64_t n = iterations > 0 ? iterations : s.iterations;
+  // Every rank must run as many iterations, or one waits forever for the others' sums.
+  s.par->require_same(std::to_string(n), "the number of iterations to run (--iterations, --stop-after)");
+  // Both counters of tycho_progress count over the session's whole life (resumed iterations
+  // included): iteration k of this call reports (done + k) / (done + n), so a second run call
+  // continues 4/6, 5/6, 6/6 after a first one of 3.
+  const int64_t last = s.drv->iterations_done() + n;
+  const bool several = s.par->world_size() > 1;
+  auto stop_requested = [&] {
+    if (!s.stop_check) return false;
+    const bool mine = s.stop_check();
+    return several ? s.par->sum(mine ? 1.0 : 0.0) > 0 : mine;  // every rank stops at the same iteration
+  };
+  auto interrupted = [&](const std::string& when) {
+    s.stop_at_kept(cat("interrupted ", when));
+    fail(TYCHO_ERR_CANCELLED, "interrupted ", when, ": the state after iteration ", s.kept.iterations,
+         " is kept");
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    if (stop_requested()) interrupted(cat("after iteration ", s.drv->iterations_done()));
+    const int64_t iteration = s.drv->iterations_done() + 1;
+    auto t0 = std::chrono::steady_clock::now();
+    double loss = 0;
+    try {
+      loss = s.drv->run_iteration();
+    } catch (const error& e) {
+      if (e.status == TYCHO_ERR_CANCELLED && s.stop_check) interrupted(cat("during iteration ", iteration));
+      throw;
+    }
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // A non-finite loss, or NaN left in the state, would only spread: stop with the last state
+    // that had neither.
+    if (!std::isfinite(loss)) {
+      s.stop_at_kept(cat("the loss of iteration ", iteration, " is ", loss));
+      fail(TYCHO_ERR_BAD_DATA, "the loss of iteration ", iteration, " is ", loss,
+           ": the run diverged and stopped, keeping the state after iteration ", s.kept.iterations,
+           " (the last with finite values). Likely cause: a learning rate too large for this data (",
+           learning_rates_text(s.config), "); or [optics] values far from the data's (C10 = ", s.optics.C10_A,
+           " Å, semiangle ", s.optics.semiangle_mrad, " mrad)");
+    }
+    state::kept_state now = s.capture();
+    if (const std::string bad = state::non_finite_array(now); !bad.empty()) {
+      s.stop_at_kept(cat("iteration ", iteration, " left non-finite values in the ", bad));
+      fail(TYCHO_ERR_BAD_DATA, "iteration ", iteration, " left non-finite values in the ", bad,
+           " (its loss was ", loss, "): the run diverged and stopped, keeping the state after iteration ",
+           s.kept.iterations, " (the last with finite values). Likely cause: a learning rate too large for this "
+           "data (", learning_rates_text(s.config), ")");
+    }
+    s.kept = std::move(now);
+    s.loss_history.push_back(loss);
+    s.seconds_history.push_back(secs);
+    if (progress) {
+      tycho_progress p{sizeof(tycho_progress), s.drv->iterations_done(), last, loss, secs};
+      if (!progress(p)) return false;
+    }
+  }
+  check_replicas();
+  if (s.par->world_size() > 1) {
+    const auto st = s.par->gradient_reduce_stats();
+    double total = 0;
+    for (double x : s.seconds_history) total += x;
+    if (st.calls > 0)
+      log_info("session", cat("gradient all-reduces (", s.par->reducer_name(), "): ", st.calls, " calls of ",
+                              st.bytes / double(st.calls) / 1024.0, " KiB, ", st.seconds, " s in all (",
+                              st.seconds / double(st.calls) * 1e3, " ms each; iterations took ", total, " s)"));
+  }
+  return true;
+}
+
+void session::check_replicas() const {
+  const state& s = *s_;
+  if (s.par->world_size() == 1) return;
+  // FNV-1a of the object's bytes: the ranks' copies must be bitwise equal (the reducer gives
+  // every rank the same sums); a difference means rank 0's result is not every rank's.
+  const owned_array obj = s.read_engine_tensor("object", TYCHO_TENSOR_OBJECT);
+  const auto all = s.par->all_texts(std::to_string(fnv1a(obj.bytes)));
+  for (std::size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0])
+      log_warning("session", cat("rank ", r, "'s object differs from rank 0's after ", s.drv->iterations_done(),
+                                 " iterations: the reducer did not give every rank the same sums; the result is rank 0's"));
+}
+
+owned_array session::get(const std::string& name) const {
+  const state& s = *s_;
+  if (name == "object") return s.stopped ? s.kept.object : s.read_engine_tensor(name, TYCHO_TENSOR_OBJECT);
+  if (name == "probe") return s.stopped ? s.kept.probe : s.read_engine_tensor(name, TYCHO_TENSOR_PROBE);
+  // Every pattern's position: a rank's engine holds only those of its share.
+  auto all_positions = [&](const std::string& n) {
+    if (s.par->world_size() == 1) return s.read_engine_tensor(n, TYCHO_TENSOR_POSITIONS);
+    return owned_array::from_vector(n, k_float64, {s.data.all_patterns, 2}, s.all_positions_px);
+  };
+  if (name == "positions_px") return all_positions(name);
+  if (name == "positions_A") {
+    auto a = all_positions(name);
+    auto* p = reinterpret_cast<double*>(a.bytes.data());
+    for (int64_t k = 0; k < a.count(); ++k) p[k] *= s.geometry.pixel_A[k % 2];
+    return a;
+  }
+  if (name == "loss_history")
+    return owned_array::from_vector(name, k_float64, {int64_t(s.loss_history.size())}, s.loss_history);
+  if (name == "mask") return result_mask(s.padding);
+  if (name.rfind("optimizer.", 0) == 0 && s.stopped)  // a run stopped mid-way: its last finite state
+    for (const auto& a : s.kept.optimizer_arrays)
+      if (a.name == name) return a;
+  if (name.rfind("optimizer.", 0) == 0)
+    for (const auto& state_name : optimizer_state_names())
+      if (state_name == name) return optimizer_state(name);
+  std::string available;
+  for (const auto& n : array_names()) available += (available.empty() ? "" : ", ") + n;
+  fail(TYCHO_ERR_NOT_FOUND, "no result array '", name, "' (available: ", available, ")");
+}
+
+std::vector<std::string> session::array_names() const {
+  // The order of the saved file's members (mask last, as files before the name list had it).
+  std::vector<std::string> names = {"object", "probe", "positions_px", "positions_A", "loss_history"};
+  for (auto& n : optimizer_state_names()) names.push_back(std::move(n));
+  names.push_back("mask");
+  return names;
+}
+
+// "optimizer.<object|probe>.<array>" for every state array of the optimizers that keep one.
+std::vector<std::string> session::optimizer_state_names() const {
+  std::vector<std::string> names;
+  s_->for_each_optimizer_array([&](const std::string& name, const DLTensor&) {
+    names.push_back(name);
+    return false;
+  });
+  return names;
+}
+
+owned_array session::optimizer_state(const std::string& full_name) const {
+  std::optional<owned_array> found;
+  s_->for_each_optimizer_array([&](const std::string& name, const DLTensor& view) {
+    if (name == full_name) found = owned_array::copy_of(name, view);
+    return found.has_value();
+  });
+  if (found) return std::move(*found);
+  fail(TYCHO_ERR_NOT_FOUND, "no optimizer state array '", full_name, "'");
+}
+
+int64_t session::configured_iterations() const { return s_->iterations; }
+std::string session::precision() const { return precision_of(s_->engine_tensor(TYCHO_TENSOR_OBJECT).dtype); }
+int64_t session::iterations_done() const { return s_->drv->iterations_done(); }
+const std::vector<double>& session::loss_history() const { return s_->loss_history; }
+const std::vector<double>& session::measured_mean_pattern() const { return s_->measured_mean; }
+const std::vector<uint8_t>& session::detector_mask() const { return s_->padding.mask; }
+double session::object_pixel_A(int axis) const { return s_->geometry.pixel_A[axis]; }
+parallel_context& session::parallel() const { return *s_->par; }
+
+std::string session::output_path() const { return configured_output_path(s_->config); }
+
+std::string session::configured_output_path(const config_document& config) {
+  const toml::table& out_t = config.table_at("output");
+  // Relative to the current folder (where the user runs tycho), unlike input paths, which
+  // resolve against the config file's folder so a config travels with its data.
+  return *setting_value<std::string>(out_t, "output", "path");
+}
+
+bool session::previews_enabled() const {
+  return *setting_value<bool>(s_->config.table_at("output"), "output", "previews");
+}
+
+std::string session::manifest_json() const {
+  const state& s = *s_;
+  result_manifest m;
+  m.config_toml = s.config.to_toml();
+  m.data_description = s.data.description;
+  m.source = s.data.source_name;
+  m.scan_shape = {s.data.info.scan_shape[0], s.data.info.scan_shape[1]};
+  m.detector_shape = {s.padding.detector[0], s.padding.detector[1]};
+  m.window_shape = {s.data.n0, s.data.n1};
+  for (const auto& ba : s.padding.before_after) m.detector_padding.push_back({ba[0], ba[1]});
+  m.scan_step_A = {s.geometry.step_A[0], s.geometry.step_A[1]};
+  m.detector_pixel_invA = {s.sampling.dk_invA[0], s.sampling.dk_invA[1]};
+  m.object_pixel_A = {s.geometry.pixel_A[0], s.geometry.pixel_A[1]};
+  m.scan_origin_A = {s.geometry.scan_origin_A[0], s.geometry.scan_origin_A[1]};
+  m.energy_eV = s.optics.energy_eV;
+  m.wavelength_A = s.wavelength_A;
+  m.semiangle_mrad = s.optics.semiangle_mrad;
+  m.C10_A = s.optics.C10_A;
+  m.mean_total_intensity = s.data.mean_total_intensity;
+  m.bad_pixels_json = bad_pixels_json(s.data);
+  m.object_padding_px = s.geometry.padding_px;
+  m.loss_history = s.loss_history;
+  m.seconds_history = s.seconds_history;
+  m.schedule_iterations = s.iterations;
+  m.parallel_json = s.parallel_json;
+  m.preprocess_json = s.preprocess_json;
+  m.complex_dtype = precision() == "float64" ? "complex128" : "complex64";
+  m.slice_thickness_A = s.slice_thickness_A;
+  for (const auto& [which, ref, opt] : {std::tuple{"object", s.object_opt_ref, s.object_opt},
+                                        std::tuple{"probe", s.probe_opt_ref, s.probe_opt}}) {
+    const auto* vt = ref->as<tycho_optimizer_vtable>();
+    if (!has_state_functions(vt)) continue;
+    optimizer_state_record o;
+    o.parameter = which;
+    o.optimizer = ref->name;
+    o.steps = !s.stopped ? vt->step_count(opt) : std::string(which) == "object" ? s.kept.object_steps
+                                                                                 : s.kept.probe_steps;
+    o.array_description = cat("the shape and dtype of ", which);
+    for (int64_t i = 0, n = vt->state_count(opt); i < n; ++i) {
+      const char* name = nullptr;
+      check_status(vt->state_array(opt, i, &name, nullptr), "optimizer state_array");
+      o.arrays.emplace_back(name ? name : "");
+    }
+    m.optimizer_states.push_back(std::move(o));
+  }
+  const component_ref* source = &s.reg->find(TYCHO_COMPONENT_SOURCE, s.data.source_name);
+  const std::pair<const char*, const component_ref*> used[] = {
+      {"source", source},
+      {"engine", s.engine_ref},
+      {"loss", s.loss_ref},
+      {"object optimizer", s.object_opt_ref},
+      {"probe optimizer", s.probe_opt_ref},
+      {"format", s.format_ref}};
+  for (const auto& [role, c] : used)
+    m.components.push_back({role, kind_name(c->kind), c->name, c->version, c->plugin_path});
+  return to_json(m);
+}
+
+uint64_t session::result_bytes() const {
+  const state& s = *s_;
+  uint64_t bytes = s.kept.object.bytes.size() + s.kept.probe.bytes.size();
+  for (const auto& a : s.kept.optimizer_arrays) bytes += a.bytes.size();
+  bytes += uint64_t(s.data.all_patterns) * 2 * 2 * sizeof(double);  // positions_px and positions_A
+  bytes += uint64_t(s.data.n0) * uint64_t(s.data.n1);                // mask
+  bytes += uint64_t(s.iterations + 1) * 3 * sizeof(double);         // loss and seconds, binary and JSON
+  return bytes + (uint64_t(64) << 10);                              // manifest and zip headers
+}
+
+void session::save(const std::string& path, tycho_save_mode mode) const {
+  // Every array get() knows: the result, the optimizers' state (for `tycho reconstruct --from`,
+  // optimizer.<parameter>.<array>) and the mask of what the loss left out, centred.
+  std::vector<owned_array> arrays;
+  for (const auto& name : array_names()) arrays.push_back(get(name));  // the kept state after a stop
+  save_record(*s_->format_ref, arrays, manifest_json(), path, mode);
+}
+
+}  // namespace tycho::host

@@ -1,0 +1,168 @@
+// The runtime's own config keys, one declaration each: type, default (as TOML writes it; none
+// when it comes from the data or other keys), range or allowed values, unit, one line of doc.
+// Components declare theirs through tycho_component::settings. docs/config-reference.md is
+// checked against these (tests/test_settings.cpp). The runtime's value checks stay where the
+// values are used (their messages say more than a range can); these give names, defaults, docs.
+#include <tycho/core/error.hpp>
+
+#include <cmath>
+#include <map>
+
+#include "settings/config_defaults.hpp"
+#include "tycho/host/settings.hpp"
+
+namespace tycho::host {
+
+namespace {
+setting_decl decl(const char* key, tycho_setting_type type, std::optional<std::string> default_text, const char* unit,
+                  const char* doc) {
+  setting_decl d;
+  d.key = key;
+  d.type = type;
+  d.default_text = std::move(default_text);
+  d.unit = unit;
+  d.doc = doc;
+  return d;
+}
+setting_decl at_least(setting_decl d, double v, bool exclusive = false) {
+  d.bounds |= TYCHO_SETTING_HAS_MIN | (exclusive ? TYCHO_SETTING_MIN_EXCLUSIVE : 0u);
+  d.min = v;
+  return d;
+}
+setting_decl at_most(setting_decl d, double v, bool exclusive = false) {
+  d.bounds |= TYCHO_SETTING_HAS_MAX | (exclusive ? TYCHO_SETTING_MAX_EXCLUSIVE : 0u);
+  d.max = v;
+  return d;
+}
+setting_decl one_of(setting_decl d, std::vector<std::string> values) {
+  d.allowed = std::move(values);
+  return d;
+}
+std::string quoted(const char* s) { return cat("\"", s, "\""); }
+
+constexpr auto S = TYCHO_SETTING_STRING;
+constexpr auto I = TYCHO_SETTING_INTEGER;
+constexpr auto N = TYCHO_SETTING_NUMBER;
+constexpr auto B = TYCHO_SETTING_BOOL;
+constexpr auto IL = TYCHO_SETTING_INTEGER_LIST;
+constexpr auto NL = TYCHO_SETTING_NUMBER_LIST;
+constexpr auto M = TYCHO_SETTING_MIXED;
+const std::nullopt_t none = std::nullopt;
+
+std::vector<setting_decl> parameter_keys() {
+  return {
+      decl("optimizer", S, quoted(defaults::optimizer), "", "the optimizer component (`tycho plugins` lists them)"),
+      at_least(decl("first_iteration", I, "1", "", "the parameter stays fixed before this iteration"), 1),
+      one_of(decl("schedule", S, "\"constant\"", "", "learning-rate schedule"), {"constant", "cosine", "exponential"}),
+      at_most(at_least(decl("final_learning_rate_fraction", N, "0.1", "",
+                            "the schedule's factor at the last iteration"),
+                       0, true),
+              1),
+  };
+}
+
+const std::map<std::string, std::vector<setting_decl>>& tables() {
+  static const std::map<std::string, std::vector<setting_decl>> t = [] {
+    std::map<std::string, std::vector<setting_decl>> m;
+    m["data"] = {
+        decl("source", S, quoted(defaults::source), "", "the source component that reads the data"),
+        at_least(decl("scan_step_A", N, none, "Å", "scan step for both scan axes (default: from the file)"), 0, true),
+        at_least(decl("detector_pixel_invA", N, none, "Å⁻¹", "reciprocal pixel size for both detector axes (default: from the file)"), 0, true),
+    };
+    m["optics"] = {
+        at_least(decl("energy_eV", N, none, "eV", "beam energy (default: from the file)"), 0, true),
+        at_least(decl("semiangle_mrad", N, none, "mrad", "probe-forming aperture semiangle (default: from the file)"), 0, true),
+        decl("C10_A", N, none, "Å", "defocus aberration C10, < 0 underfocus (default: from the file, else 0)"),
+        decl("defocus_A", N, none, "Å", "abTEM's defocus, stored as C10 = −defocus_A"),
+    };
+    m["preprocess"] = {
+        at_least(decl("object_padding_px", I, "16", "px", "object margin beyond the outermost probe windows, each side"), 0),
+        decl("scan_origin_A", NL, "[0, 0]", "Å", "where the first scan position lies, [x, y]"),
+        decl("pad_detector", B, "false", "", "pad each detector axis to the next fast FFT size, masked"),
+        decl("pad_detector_to", IL, none, "px", "pad the detector to this window [N0', N1'], masked"),
+        decl("saturation_value", M, none, "", "a number > 0 or false: values at or above it are masked as saturated (default: the integer dtype's maximum)"),
+        at_most(at_least(decl("max_masked_fraction", N, "0.5", "", "the largest fraction of detector pixels that may be masked"), 0), 1),
+        decl("integer_targets", B, none, "", "keep integer counts as uint16 targets (default: true for an engine on a GPU)"),
+        one_of(decl("com_fit", S, "\"none\"", "", "fit the patterns' centre of mass over the scan"), {"none", "constant", "plane"}),
+        decl("recentre", B, "false", "", "shift every pattern by its fitted centre of mass; needs com_fit"),
+        decl("scan_rotation_deg", M, "0", "degrees", "a number or \"auto\": rotation of the scan against the detector"),
+        decl("scan_transpose", M, "false", "", "a bool or \"auto\": the detector axes are swapped against the scan axes"),
+        at_least(decl("binning", I, "1", "", "sum b x b detector pixels"), 1),
+        decl("crop_detector", IL, none, "px", "keep the centred [N0, N1] pixels of each pattern"),
+        decl("normalise", B, "false", "", "scale every pattern to the scan's mean total intensity"),
+        decl("save_raw_data", B, "false", "", "`tycho preprocess` only: embed the preprocessed patterns"),
+    };
+    m["reconstruct"] = {
+        decl("engine", S, quoted(defaults::engine), "", "the engine component"),
+        at_least(decl("iterations", I, "100", "", "iterations (epochs over all patterns)"), 0),
+        at_least(decl("batch_size", I, "128", "", "mini-batch size in positions, global over the ranks"), 1),
+        decl("loss", S, quoted(defaults::loss), "", "the loss component"),
+        decl("seed", I, "0", "", "seeds the per-iteration permutation of the patterns"),
+        one_of(decl("precision", S, "\"float32\"", "", "what the engine computes in"), {"float32", "float64"}),
+        at_least(decl("probe_modes", I, "1", "", "probe modes (mixed state); at most the window's pixels"), 1),
+        at_least(decl("slices", I, "1", "", "object slices (multislice); > 1 needs slice_thickness_A"), 1),
+        at_least(decl("slice_thickness_A", N, none, "Å", "distance between consecutive slices (needed when slices > 1)"), 0, true),
+        decl("devices", IL, "[0]", "", "GPUs for an engine that runs on one, each >= 0"),
+    };
+    m["reconstruct.object"] = parameter_keys();
+    m["reconstruct.object"].push_back(
+        at_least(decl("amplitude_max", N, "0", "", "after each step clip |O| to at most this, if > 0 (0: off)"), 0));
+    m["reconstruct.object"].push_back(one_of(
+        decl("kind", S, "\"complex\"", "", "complex transmission, or a pure phase (|O| = 1 after each step)"),
+        {"complex", "phase"}));
+    m["reconstruct.probe"] = parameter_keys();
+    m["reconstruct.probe"].push_back(at_most(
+        at_least(decl("mode_power", N, "0.1", "", "share of the power the initial modes beyond the first carry together"), 0),
+        1, true));
+    m["reconstruct.probe"].push_back(
+        decl("orthogonalize_modes", B, "true", "", "keep several modes orthonormal, in decreasing power, after each step"));
+    m["reconstruct.positions"] = {
+        decl("correct", B, "false", "", "position correction: move each probe position by its gradient once per iteration"),
+        at_least(decl("first_iteration", I, "1", "", "the positions stay fixed before this iteration"), 1),
+        at_least(decl("learning_rate", N, "1", "", "fraction of the Gauss–Newton step (the probe's curvature sets the scale)"), 0, true),
+        at_least(decl("max_step_A", N, "0.1", "Å", "largest move of a position per iteration and axis"), 0, true),
+        decl("remove_mean_shift", B, "true", "", "remove the mean move of all positions at each step, so the object cannot drift"),
+        one_of(decl("schedule", S, "\"constant\"", "", "learning-rate schedule"), {"constant", "cosine", "exponential"}),
+        at_most(at_least(decl("final_learning_rate_fraction", N, "0.1", "", "the schedule's factor at the last iteration"),
+                         0, true),
+                1),
+    };
+    m["parallel"] = {
+        decl("reducer", S, "\"auto\"", "", "\"auto\": none for one rank, else the first reducer of the engine's device; \"none\"; or a reducer's name"),
+        one_of(decl("sharding", S, "\"patterns\"", "", "how the patterns are split over the ranks"), {"patterns", "replicated"}),
+        at_most(at_least(decl("timeout_s", N, "600", "s", "a collective that waits longer ends the run"), 1), 1e9),
+        one_of(decl("on_error", S, "\"abort\"", "", "C API sessions: stop every rank, or only return the error"), {"abort", "return"}),
+        one_of(decl("rendezvous", S, "\"auto\"", "", "how the ranks of a GPU run meet before the reducer has a communicator"),
+               {"auto", defaults::rendezvous_host_reducer, "tcp", "file"}),
+        at_most(at_least(decl("rendezvous_port", I, none, "", "TCP port of the rendezvous (default: MASTER_PORT, + 1 under torchrun)"), 1), 65535),
+        decl("rendezvous_file", S, none, "", "a path every rank sees, fresh for each run; relative to the config file"),
+    };
+    m["output"] = {
+        decl("path", S, "\"tycho-result.zip\"", "", "the result file, relative to the current folder"),
+        decl("previews", B, "true", "", "write PNG previews beside the result"),
+        decl("format", S, quoted(defaults::format), "", "the format component"),
+        decl("overwrite", B, "false", "", "replace an existing result (never an input, never a non-regular file)"),
+        at_most(at_least(decl("checkpoint_every", I, "0", "iterations",
+                              "save the result so far every N iterations (0: never); resumable with --from"), 0),
+                1000000000),
+    };
+    return m;
+  }();
+  return t;
+}
+}  // namespace
+
+const std::vector<std::string>& host_setting_tables() {
+  static const std::vector<std::string> names = {"data", "optics", "preprocess", "reconstruct",
+                                                 "reconstruct.object", "reconstruct.probe", "reconstruct.positions",
+                                                 "parallel", "output"};
+  return names;
+}
+
+const std::vector<setting_decl>& host_settings(const std::string& table) {
+  auto it = tables().find(table);
+  if (it == tables().end()) fail(TYCHO_ERR_NOT_FOUND, "the runtime reads no keys in [", table, "]");
+  return it->second;
+}
+
+}  // namespace tycho::host

@@ -1,0 +1,56 @@
+// The CUDA engine: the cpu engine's single-slice, single-mode gradient model (plugins/engines/cpu/
+// cpu_engine.hpp has the formulas) on one GPU, a whole mini-batch per kernel launch.
+//
+// Per batch of n positions, all queued on one non-blocking stream, nothing synchronised:
+//   F[P]/M (one FFT)  →  K1  P̂_j = F[P]/M · ramp_j                 (n × N0 × N1)
+//                      →  batched F⁻¹                →  P_j (kept for the gradients)
+//   K2  ψ_j = P_j · O[patch_j]  →  batched F  →  Ψ_j
+//   K3  I_j = |Ψ_j|²/M, and D_j gathered from the targets  →  loss component (device tensors,
+//       the engine's stream, Σ L added to a device double)  →  dL/dI
+//   K4  Ψ_j · dL/dI / M  →  batched F⁻¹  →  g_j
+//   K5  ∂L/∂O* += conj(P_j) g_j on the patch (atomics, or the deterministic tile gather), and
+//       conj(O_patch) g_j  →  batched F  →  K6 Σ_j · conj(ramp_j) / M (fixed order)  →  F⁻¹
+//       →  ∂L/∂P*
+// Transforms are cuFFT's unnormalised C2C (forward e^−, inverse e^+), scaled exactly as the cpu
+// engine's FFTW ones, so the model intensity and both gradients match it.
+//
+// Batches: the cuFFT plans are made once, for the configured batch size B and for the
+// remainder P mod B (the last batch of every epoch), sharing one work area. A batch of any
+// other size n < B runs the B plan over all B slots (the slots past n hold stale, finite data
+// and are ignored); a batch larger than B runs in passes of B that accumulate.
+//
+// Deterministic mode (`deterministic = true`): the object gradient is gathered per pixel over
+// the batch's patches in index order (a tile kernel, no atomics), the probe gradient is a
+// fixed-order sum: objects and probes are bit-identical across runs. The loss value is summed
+// with double atomics in both modes and may differ in its last bits.
+#pragma once
+
+#include <tycho/sdk.hpp>
+
+#include <memory>
+
+namespace tycho::cuda {
+
+class cuda_engine {
+ public:
+  explicit cuda_engine(const tycho_engine_setup& setup);
+  ~cuda_engine();
+  cuda_engine(const cuda_engine&) = delete;
+  cuda_engine& operator=(const cuda_engine&) = delete;
+
+  // Queues one mini-batch; the loss stays on the device until collect_loss.
+  void compute_batch(const int64_t* indices, int64_t count);
+  // A view on device memory (kDLCUDA), valid until the engine is destroyed.
+  DLTensor* tensor(tycho_tensor_id id);
+  // Copies a tensor to host memory of exactly its size, after the queued work.
+  void read_tensor(tycho_tensor_id id, void* host_dst, size_t bytes);
+  void* stream() const;
+  // Waits for the queued work; returns Σ L since the last call and resets it.
+  double collect_loss();
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> p_;
+};
+
+}  // namespace tycho::cuda
