@@ -6,3 +6,5 @@ else()
   target_link_libraries(tycho_tests PRIVATE ${HDF5_C_LIBRARIES})
   target_include_directories(tycho_tests SYSTEM PRIVATE ${HDF5_C_INCLUDE_DIRS})
 endif()
+# tests/test_hdf5_guard.cpp calls the SDK's HDF5 guard directly.
+target_link_libraries(tycho_tests PRIVATE tycho::sdk_hdf5)

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 
+#include <tycho/sdk/hdf5/h5_guard.hpp>
 #include <tycho/sdk/hdf5/h5_handle.hpp>
 #include "pattern_reader.hpp"
 #include "source_state.hpp"
@@ -26,6 +27,11 @@ tycho_status source_open(const tycho_config* cfg, tycho_source** out) {
     if (out == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "source open() needs an output");
     *out = nullptr;
     h5::h5_session session;  // declared before the handles: they close inside it
+    // The same open in a guard process first: a file that crashes libhdf5 is refused, not fatal.
+    h5::guard_metadata_walk(tycho::sdk::config_view(cfg).get_string("path").value_or("(no path)"), [&] {
+      tycho_source scratch;
+      Open(cfg, scratch);
+    });
     auto s = std::make_unique<tycho_source>();
     Open(cfg, *s);
     *out = s.release();

@@ -11,6 +11,8 @@
 #include <optional>
 #include <string>
 
+#include <tycho/sdk/hdf5/h5_guard.hpp>
+
 #include "emd_calibration.hpp"
 #include "emd_locate.hpp"
 #include <tycho/sdk/hdf5/h5_read.hpp>
@@ -100,13 +102,21 @@ tycho_status source_open(const tycho_config* cfg, tycho_source** out) {
     std::optional<std::string> dataset = config.get_string("dataset");
 
     h5::h5_session session;  // declared before the handle: the handle closes inside it
+    const auto open_into = [&](tycho_source& t) {
+      t.file_name = path;
+      t.file = open_file(path, given);
+      t.dataset_path = emd::locate_dataset(t.file.get(), path, dataset);
+      t.description = path + ":" + t.dataset_path;
+      open_array(t);
+      fill_info(t);
+    };
+    // The same walk in a guard process first: a file that crashes libhdf5 is refused, not fatal.
+    h5::guard_metadata_walk(path, [&] {
+      tycho_source scratch;
+      open_into(scratch);
+    });
     auto s = std::make_unique<tycho_source>();
-    s->file_name = path;
-    s->file = open_file(path, given);
-    s->dataset_path = emd::locate_dataset(s->file.get(), path, dataset);
-    s->description = path + ":" + s->dataset_path;
-    open_array(*s);
-    fill_info(*s);
+    open_into(*s);
     tycho::sdk::log(TYCHO_LOG_INFO, "emd",
                     tycho::sdk::cat("opened '", s->description, "': ", s->scan[0], " x ",
                                     s->scan[1], " patterns of ", s->detector[0], " x ",
