@@ -30,3 +30,23 @@ __attribute__((visibility("default"))) size_t tycho_abi_probe(
          (size_t)format + (size_t)progress + (size_t)options + (size_t)tensor + (size_t)mode + (size_t)level +
          (size_t)setting_type;
 }
+
+/* Every function of the embedding API (tycho.h), by its type: one exported function-pointer
+ * variable each (NULL: the probe does not link libtycho), so abidw records each signature and
+ * abidiff notices a changed parameter or return type. Which functions libtycho exports is
+ * checked against abi/baseline/libtycho.abi (its symbol table). */
+#define TYCHO_PROBE_SIGNATURE(f) __attribute__((visibility("default"))) __typeof__(f)* const tycho_probe_##f = 0;
+TYCHO_PROBE_SIGNATURE(tycho_abi_version)
+TYCHO_PROBE_SIGNATURE(tycho_version)
+TYCHO_PROBE_SIGNATURE(tycho_status_string)
+TYCHO_PROBE_SIGNATURE(tycho_last_error)
+TYCHO_PROBE_SIGNATURE(tycho_session_create)
+TYCHO_PROBE_SIGNATURE(tycho_session_run)
+TYCHO_PROBE_SIGNATURE(tycho_session_get)
+TYCHO_PROBE_SIGNATURE(tycho_session_save)
+TYCHO_PROBE_SIGNATURE(tycho_session_destroy)
+TYCHO_PROBE_SIGNATURE(tycho_session_create_ex)
+TYCHO_PROBE_SIGNATURE(tycho_session_rank)
+TYCHO_PROBE_SIGNATURE(tycho_session_world_size)
+TYCHO_PROBE_SIGNATURE(tycho_session_barrier)
+TYCHO_PROBE_SIGNATURE(tycho_shutdown)
