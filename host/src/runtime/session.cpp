@@ -704,6 +704,16 @@ struct session::state {
     drv->set_iterations_done(kept.iterations);
   }
 
+  // The constructor's stages, in order (session::session), and what they hand one another.
+  struct start;
+  static void open_config(state& s, const std::string& resume_from, parallel_context* parallel, start& st);
+  static void read_data(state& s, start& st);
+  static void resolve_geometry(state& s, start& st);
+  static void create_engine(state& s, start& st);
+  static void create_optimizers(state& s, start& st);
+  static void restore_resumed(state& s, start& st);
+  static void describe_run(state& s, start& st);
+
   // A host copy of an engine tensor, wherever the engine keeps it.
   owned_array read_engine_tensor(const std::string& name, tycho_tensor_id id) const {
     DLTensor t = engine_tensor(id);
@@ -718,17 +728,23 @@ struct session::state {
   }
 };
 
-session::session(config_document config, registry& reg, const std::string& resume_from,
-                 parallel_context* parallel)
-    : s_(std::make_unique<state>(std::move(config))) {
-  s_->reg = &reg;
-  state& s = *s_;
+// What the constructor's stages hand one another (session::session); gone once it returns.
+struct session::state::start {
+  std::optional<prepared_file> prepared;  // `--from` a prepared file: a fresh run from its data
+  std::optional<resume_data> resume;      // `--from` a result: its arrays, optimizer state, history
+  reconstruct_settings settings;
+  std::vector<cfloat> probe;  // the initial probe (modes), from the optics
+  std::string engine_name, loss_name;
+};
+
+// 1. The config (merged with a prepared file's), the resumed state, the ranks.
+void session::state::open_config(state& s, const std::string& resume_from, parallel_context* parallel, start& st) {
+  const registry& reg = *s.reg;
   // A prepared file (`tycho preprocess`) starts a fresh run from its data: its [data], [optics]
   // and [preprocess] replace the config's (tycho/host/prepared.hpp).
-  std::optional<prepared_file> prepared;
   std::optional<loaded_record> from_record;  // a result to resume, read once
-  if (!resume_from.empty() && (prepared = try_load_prepared(reg, resume_from, &from_record)))
-    merge_prepared_config(s.config, *prepared);
+  if (!resume_from.empty() && (st.prepared = try_load_prepared(reg, resume_from, &from_record)))
+    merge_prepared_config(s.config, *st.prepared);
   validate_config(s.config, reg);
   // Devices, launcher and reducer: refused before the data is read when they cannot be honoured.
   if (parallel == nullptr) {
@@ -738,24 +754,24 @@ session::session(config_document config, registry& reg, const std::string& resum
   s.par = parallel;
   // Resuming: the schedules span the resumed run's total (its recorded
   // history.schedule_iterations), whatever [reconstruct] iterations says; the config records it.
-  std::optional<resume_data> resume;
-  if (!resume_from.empty() && !prepared) {
-    resume = load_resume(resume_from, reg, std::move(from_record));
-    s.config.set_from_text(cat("reconstruct.iterations=", resume->total));
+  if (!resume_from.empty() && !st.prepared) {
+    st.resume = load_resume(resume_from, reg, std::move(from_record));
+    s.config.set_from_text(cat("reconstruct.iterations=", st.resume->total));
   }
-  const reconstruct_settings settings = read_reconstruct_settings(s.config);
+  st.settings = read_reconstruct_settings(s.config);
+  const reconstruct_settings& settings = st.settings;
   s.iterations = settings.iterations;
   s.slice_thickness_A = settings.slices > 1 ? settings.slice_thickness_A : 0.0;
   s.par->check_same_config(s.config.to_toml());
   // A resumed run must resume the same state on every rank (the file is not part of the config).
   if (s.par->world_size() > 1) {
-    std::string start = "a fresh start";
-    if (resume) {
+    std::string from = "a fresh start";
+    if (st.resume) {
       uint64_t h = k_fnv1a_start;
-      for (const auto& a : resume->record.arrays) h = fnv1a(a.bytes, h);
-      start = cat("a saved state of content hash ", h);  // by content: each rank may have its own copy
+      for (const auto& a : st.resume->record.arrays) h = fnv1a(a.bytes, h);
+      from = cat("a saved state of content hash ", h);  // by content: each rank may have its own copy
     }
-    s.par->require_same(start, "the state the run starts from (--from, compared by content)");
+    s.par->require_same(from, "the state the run starts from (--from, compared by content)");
   }
   const int32_t world = s.par->world_size();
   if (world > 1 && s.par->is_root() && settings.driver.batch_size % world != 0)
@@ -763,8 +779,13 @@ session::session(config_document config, registry& reg, const std::string& resum
                                world, " ranks: ", s.par->sharding() == shard::mode::replicated
                                    ? "the first ranks compute one pattern more of each batch"
                                    : "shares differ by one more pattern"));
+}
 
-  // ---- data
+// 2. The data: read through the source and preprocessed, or a prepared file's; then the
+// intensity scale of the whole scan and the detector padding.
+void session::state::read_data(state& s, start& st) {
+  const registry& reg = *s.reg;
+  const int32_t world = s.par->world_size();
   const toml::table& data_t = s.config.table_at("data");
   std::string source_name = *setting_value<std::string>(data_t, "data", "source");
   const component_ref& source = reg.find(TYCHO_COMPONENT_SOURCE, source_name);
@@ -775,8 +796,8 @@ session::session(config_document config, registry& reg, const std::string& resum
   const rank_sum sum_across_ranks = [&](double* v, int n) {
     if (world > 1 && !replicated) s.par->sum(v, n);
   };
-  if (prepared) {
-    s.data = prepared_dataset(*prepared, s.config, reg, replicated ? 0 : s.par->rank(), replicated ? 1 : world,
+  if (st.prepared) {
+    s.data = prepared_dataset(*st.prepared, s.config, reg, replicated ? 0 : s.par->rank(), replicated ? 1 : world,
                               sum_across_ranks, s.preprocess_json);
   } else {
     auto t0 = std::chrono::steady_clock::now();
@@ -804,12 +825,13 @@ session::session(config_document config, registry& reg, const std::string& resum
   // Before any geometry: the window (and so dx, positions, object, probe) is the padded one.
   s.padding = apply_detector_padding(s.data, s.config.table_at("preprocess"), s.config.origin());
   s.measured_mean = mean_pattern(s.data);
-  const auto& info = s.data.info;
+}
 
-  // ---- optics and geometry (config overrides the file)
-  const std::string& desc = s.data.description;
+// 3. Optics and geometry (the config overrides the file), the memory check, the initial probe.
+void session::state::resolve_geometry(state& s, start& st) {
+  const auto& info = s.data.info;
   {
-    run_geometry g = resolve_run_geometry(s.config, info, desc, s.data.n0, s.data.n1, s.data.positions_A);
+    run_geometry g = resolve_run_geometry(s.config, info, s.data.description, s.data.n0, s.data.n1, s.data.positions_A);
     s.optics = g.optics;
     s.wavelength_A = g.wavelength_A;
     s.sampling = g.sampling;
@@ -827,20 +849,27 @@ session::session(config_document config, registry& reg, const std::string& resum
 
   // ---- initial probe, normalised so Σ|P|² = 1: the model intensity is in units of the mean
   // measured total (targets are scaled by 1 / mean total below), whatever the dose.
-  auto probe = make_probe(s.optics, s.sampling, 1.0);
-  double edge = probe_edge_fraction(probe, s.data.n0, s.data.n1, 0.05);
+  st.probe = make_probe(s.optics, s.sampling, 1.0);
+  double edge = probe_edge_fraction(st.probe, s.data.n0, s.data.n1, 0.05);
   if (edge > 0.1)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "the probe does not fit the window: ", edge * 100,
          " % of its intensity lies within 5 % of the window's edge (window ", s.data.n0 * s.geometry.pixel_A[0],
          " Å wide, C10 = ", s.optics.C10_A, " Å, semiangle ", s.optics.semiangle_mrad,
          " mrad); reduce the defocus or use a larger detector window");
+}
 
-  // ---- reconstruct: loss, engine, optimizers
+// 4. The loss and the engine, set up with the targets, the positions and the initial arrays.
+void session::state::create_engine(state& s, start& st) {
+  const registry& reg = *s.reg;
+  const reconstruct_settings& settings = st.settings;
+  const std::optional<resume_data>& resume = st.resume;
+  const auto& info = s.data.info;
+  std::vector<cfloat>& probe = st.probe;
   const toml::table& rec_t = s.config.table_at("reconstruct");
-  std::string engine_name = *setting_value<std::string>(rec_t, "reconstruct", "engine");
-  std::string loss_name = *setting_value<std::string>(rec_t, "reconstruct", "loss");
-  s.engine_ref = &reg.find(TYCHO_COMPONENT_ENGINE, engine_name);
-  s.loss_ref = &reg.find(TYCHO_COMPONENT_LOSS, loss_name);
+  st.engine_name = *setting_value<std::string>(rec_t, "reconstruct", "engine");
+  st.loss_name = *setting_value<std::string>(rec_t, "reconstruct", "loss");
+  s.engine_ref = &reg.find(TYCHO_COMPONENT_ENGINE, st.engine_name);
+  s.loss_ref = &reg.find(TYCHO_COMPONENT_LOSS, st.loss_name);
   s.reconstruct_cfg = tycho_config{&rec_t, "[reconstruct]", s.config.base_dir()};
   check_status(s.loss_ref->as<tycho_loss_vtable>()->create(&s.reconstruct_cfg, &s.loss), "loss create");
 
@@ -924,8 +953,14 @@ session::session(config_document config, registry& reg, const std::string& resum
   if (const std::string held = precision_of(s.engine_tensor(TYCHO_TENSOR_OBJECT).dtype);
       held != (settings.float64 ? "float64" : "float32"))
     fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] precision = \"", settings.float64 ? "float64" : "float32",
-         "\": the ", engine_name, " engine holds its object in ", held, "; it does not compute in that precision");
+         "\": the ", st.engine_name, " engine holds its object in ", held, "; it does not compute in that precision");
+}
 
+// 5. The object and probe optimizers and the driver that runs the iterations.
+void session::state::create_optimizers(state& s, start& st) {
+  const registry& reg = *s.reg;
+  const reconstruct_settings& settings = st.settings;
+  const int32_t world = s.par->world_size();
   auto make_optimizer = [&](const char* which, tycho_config& cfg, const component_ref*& ref,
                             tycho_optimizer*& opt, tycho_tensor_id param, tycho_tensor_id grad) {
     std::string table_name = cat("reconstruct.", which);
@@ -952,25 +987,34 @@ session::session(config_document config, registry& reg, const std::string& resum
                                    std::move(opts), s.data.all_patterns, dopt,
                                    shard::of(s.data.all_patterns, s.par->rank(), world, s.par->sharding()),
                                    world > 1 ? s.par : nullptr);
+}
 
-  // ---- resumed: optimizer state, iteration count and history continue where the file ended
-  if (resume) {
-    restore_optimizer(*resume, "object", *s.object_opt_ref, s.object_opt);
-    restore_optimizer(*resume, "probe", *s.probe_opt_ref, s.probe_opt);
-    s.drv->set_iterations_done(resume->done);
-    const owned_array& h = resume->record.array("loss_history", resume->path);
-    s.loss_history.assign(h.as<double>(), h.as<double>() + h.count());
-    std::vector<double> secs;
-    try {
-      secs = resume->manifest.at("history").value("seconds", std::vector<double>());
-    } catch (const nlohmann::json::exception&) {
-    }
-    secs.resize(std::size_t(resume->done), 0.0);
-    s.seconds_history = std::move(secs);
-    log_info("session", cat("resuming '", resume->path, "' after iteration ", resume->done, " of ", resume->total));
+// 6. Resumed: optimizer state, iteration count and history continue where the file ended.
+void session::state::restore_resumed(state& s, start& st) {
+  if (!st.resume) return;
+  const resume_data& r = *st.resume;
+  restore_optimizer(r, "object", *s.object_opt_ref, s.object_opt);
+  restore_optimizer(r, "probe", *s.probe_opt_ref, s.probe_opt);
+  s.drv->set_iterations_done(r.done);
+  const owned_array& h = r.record.array("loss_history", r.path);
+  s.loss_history.assign(h.as<double>(), h.as<double>() + h.count());
+  std::vector<double> secs;
+  try {
+    secs = r.manifest.at("history").value("seconds", std::vector<double>());
+  } catch (const nlohmann::json::exception&) {
   }
+  secs.resize(std::size_t(r.done), 0.0);
+  s.seconds_history = std::move(secs);
+  log_info("session", cat("resuming '", r.path, "' after iteration ", r.done, " of ", r.total));
+}
 
-  // ---- output
+// 7. The output format; what every rank runs (its device, precision, patterns), logged; the
+// state the first iteration starts from.
+void session::state::describe_run(state& s, start& st) {
+  const registry& reg = *s.reg;
+  const int32_t world = s.par->world_size();
+  const auto& info = s.data.info;
+  const std::string& desc = s.data.description;
   const toml::table& out_t = s.config.table_at("output");
   std::string format = *setting_value<std::string>(out_t, "output", "format");
   s.format_ref = &reg.find(TYCHO_COMPONENT_FORMAT, format);
@@ -978,7 +1022,7 @@ session::session(config_document config, registry& reg, const std::string& resum
   // ---- what every rank runs: its device, the precision its engine holds, its patterns
   const DLTensor object_view = s.engine_tensor(TYCHO_TENSOR_OBJECT);
   const std::string precision = precision_of(object_view.dtype);
-  const std::string device_text = device_label(setup.device);
+  const std::string device_text = device_label(s.par->device());
   if (world > 1) {
     char host[256] = "";
     gethostname(host, sizeof host - 1);
@@ -992,7 +1036,7 @@ session::session(config_document config, registry& reg, const std::string& resum
       ranks.push_back(nlohmann::ordered_json::parse(text));
       const auto& r = ranks.back();
       log_info("session", cat("rank ", r["rank"].get<int>(), " of ", world, " on ", r["host"].get<std::string>(), ": ",
-                              engine_name, " engine on ", r["device"].get<std::string>(), ", ",
+                              st.engine_name, " engine on ", r["device"].get<std::string>(), ", ",
                               r["precision"].get<std::string>(), ", patterns [", r["patterns"][0].get<int64_t>(), ", ",
                               r["patterns"][1].get<int64_t>(), ")"));
     }
@@ -1006,8 +1050,8 @@ session::session(config_document config, registry& reg, const std::string& resum
   log_info("session", cat("data ", desc, ": scan ", info.scan_shape[0], " x ", info.scan_shape[1],
                           ", detector ", s.data.n0, " x ", s.data.n1, ", mean ", s.data.mean_total_intensity,
                           " per pattern; object ", s.layout.shape[0], " x ", s.layout.shape[1], " px of ",
-                          s.geometry.pixel_A[0], " Å; engine ", engine_name, ", loss ", loss_name,
-                          ", batch ", dopt.batch_size, ", ", precision, " on ", device_text, ", targets ",
+                          s.geometry.pixel_A[0], " Å; engine ", st.engine_name, ", loss ", st.loss_name,
+                          ", batch ", st.settings.driver.batch_size, ", ", precision, " on ", device_text, ", targets ",
                           s.targets_dtype,
                           world > 1 ? cat(", ", world, " ranks (", s.par->reducer_name(), ")") : std::string()));
   // The state the first iteration starts from: what a run that stops in it keeps.
@@ -1015,6 +1059,20 @@ session::session(config_document config, registry& reg, const std::string& resum
   if (const std::string bad = state::non_finite_array(s.kept); !bad.empty())
     fail(TYCHO_ERR_BAD_DATA, "the initial ", bad, " holds non-finite values: check [optics] (C10 = ", s.optics.C10_A,
          " Å, semiangle ", s.optics.semiangle_mrad, " mrad, energy ", s.optics.energy_eV, " eV)");
+}
+
+session::session(config_document config, registry& reg, const std::string& resume_from,
+                 parallel_context* parallel)
+    : s_(std::make_unique<state>(std::move(config))) {
+  s_->reg = &reg;
+  state::start st;
+  state::open_config(*s_, resume_from, parallel, st);  // 1. config, resumed state, ranks
+  state::read_data(*s_, st);                            // 2. data, preprocessing, intensity scale
+  state::resolve_geometry(*s_, st);                     // 3. optics, geometry, memory check, probe
+  state::create_engine(*s_, st);                        // 4. loss and engine
+  state::create_optimizers(*s_, st);                    // 5. optimizers and driver
+  state::restore_resumed(*s_, st);                      // 6. a resumed run's state and history
+  state::describe_run(*s_, st);                         // 7. output format, ranks, log, kept state
 }
 
 session::~session() = default;
