@@ -282,6 +282,38 @@ TEST_F(UnderMpirun, TwoRanksResumeBitForBit) {
   }
 }
 
+TEST_F(UnderMpirun, SigtermToOneRankSavesAStateTwoRanksContinueBitForBit) {
+  // A SLURM time limit signals the ranks; here only rank 1 gets SIGTERM, after the first
+  // checkpoint. Every rank stops at the end of that iteration and rank 0 saves; two ranks
+  // continuing from that file reach the uninterrupted two-rank result bit for bit.
+  constexpr int total = 12;
+  const std::string stopped = tmp_ / "stopped.zip", resumed = tmp_ / "resumed.zip", whole = tmp_ / "whole.zip";
+  const std::string watch = "(while [ ! -e '" + stopped + "' ]; do sleep 0.05; done; kill -TERM $$) & exec";
+  auto r = mpirun_two_ranks(args(stopped, total, {"--set", "output.checkpoint_every=1"}), watch, "");
+  ASSERT_TRUE(std::filesystem::is_regular_file(stopped)) << r.describe();
+  const auto saved = tycho::test::load_result(stopped);
+  const int64_t done =
+      nlohmann::json::parse(saved.manifest_json).at("history").at("iterations").get<int64_t>();
+  ASSERT_GE(done, 1);
+  ASSERT_LT(done, total) << "the signal arrived after the run ended; the test proves nothing";
+  EXPECT_NE(r.err.find("rank 0/2: interrupted after iteration " + std::to_string(done) + ": the state after iteration " +
+                       std::to_string(done) + " is kept; saved that state to '" + stopped + "'"),
+            std::string::npos)
+      << r.describe();
+  std::vector<std::string> resume = {"reconstruct", tycho::test::source_dir() + "/examples/mos2.toml", "-q",
+                                     "--from", stopped, "--iterations", std::to_string(total - done), "-o", resumed,
+                                     "--set", "output.previews=false", "--set", "reconstruct.threads=1"};
+  auto rb = mpirun(2, resume);
+  ASSERT_TRUE(rb.exited_with(0)) << rb.describe();
+  auto rc = mpirun(2, args(whole, total));
+  ASSERT_TRUE(rc.exited_with(0)) << rc.describe();
+  const auto B = tycho::test::load_result(resumed), C = tycho::test::load_result(whole);
+  for (const auto& arr : C.arrays) {
+    if (arr.name == "manifest") continue;
+    EXPECT_TRUE(B.array(arr.name, resumed).bytes == arr.bytes) << arr.name << " differs after resuming on 2 ranks";
+  }
+}
+
 TEST_F(UnderMpirun, ReplicatedDataSplitsEachBatchEvenly) {
   const std::string one = tmp_ / "one.zip", two = tmp_ / "two.zip";
   auto r1 = mpirun(1, args(one, 5));
