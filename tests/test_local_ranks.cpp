@@ -163,18 +163,58 @@ TEST(LocalRanks, SlicesAndModesFollowOneRanksTrajectory) {
   }
 }
 
-// Position correction runs on one rank in this version: several ranks are refused, naming it.
-TEST(LocalRanks, PositionCorrectionOnSeveralRanksIsRefused) {
+// Position correction on two ranks: each corrects the positions of the patterns it holds, with
+// the curvature of the whole scanned box and the mean step over every position, so the positions
+// (gathered on every rank) follow one rank's within float64 rounding; float64 makes the check tight.
+TEST(LocalRanks, PositionCorrectionOnTwoRanksFollowsOneRank) {
+  auto corrected = [] {
+    auto doc = mos2_config(4);
+    doc.set_from_text("reconstruct.precision=\"float64\"");
+    doc.set_from_text("reconstruct.positions.correct=true");
+    doc.set_from_text("reconstruct.positions.first_iteration=2");
+    return doc;
+  };
+  tycho::host::session single(corrected(), tycho::host::registry::global());
+  const tycho::owned_array nominal = single.get("positions_px");
+  single.run(0, {});
+  const tycho::owned_array one = single.get("positions_px");
+  const auto doc = corrected();
+  std::vector<DLDevice> cpus(2, DLDevice{kDLCPU, 0});
+  std::vector<tycho::owned_array> per_rank(2);
+  std::mutex m;
+  tycho::host::run_local_ranks(doc, tycho::host::registry::global(), cpus, [&](tycho::host::parallel_context& ctx) {
+    tycho::host::session s(doc.clone(), tycho::host::registry::global(), "", &ctx);
+    s.run(0, {});
+    std::lock_guard lock(m);
+    per_rank[std::size_t(ctx.rank())] = s.get("positions_px");
+  });
+  ASSERT_EQ(one.shape, (std::vector<int64_t>{768, 2}));
+  double moved = 0;
+  for (int64_t k = 0; k < one.count(); ++k) moved = std::max(moved, std::abs(one.as<double>()[k] - nominal.as<double>()[k]));
+  EXPECT_GT(moved, 1e-3) << "the positions did not move: the test proves nothing";
+  for (const auto& two : per_rank) {
+    ASSERT_EQ(two.shape, one.shape);
+    double worst = 0;
+    for (int64_t k = 0; k < one.count(); ++k) worst = std::max(worst, std::abs(two.as<double>()[k] - one.as<double>()[k]));
+    std::cout << "positions moved up to " << moved << " px; two ranks differ from one by " << worst << " px\n";
+    EXPECT_LT(worst, 1e-9);
+  }
+}
+
+// Replicated ranks compute a slice of each batch, so their position gradients are partial:
+// position correction needs blocks of patterns, and says so.
+TEST(LocalRanks, PositionCorrectionOnReplicatedRanksIsRefused) {
   auto doc = mos2_config(1);
   doc.set_from_text("reconstruct.positions.correct=true");
+  doc.set_from_text("parallel.sharding=\"replicated\"");
   std::vector<DLDevice> cpus(2, DLDevice{kDLCPU, 0});
   try {
     tycho::host::run_local_ranks(doc, tycho::host::registry::global(), cpus, [&](tycho::host::parallel_context& ctx) {
       tycho::host::session s(doc.clone(), tycho::host::registry::global(), "", &ctx);
       s.run(0, {});
     });
-    ADD_FAILURE() << "two ranks with position correction ran";
+    ADD_FAILURE() << "replicated ranks with position correction ran";
   } catch (const tycho::error& e) {
-    EXPECT_NE(std::string(e.what()).find("[reconstruct.positions]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("needs [parallel] sharding = \"patterns\""), std::string::npos) << e.what();
   }
 }

@@ -65,9 +65,11 @@ driver::driver(engine_binding engine, std::vector<optimizer_binding> optimizers,
   if (options_.batch_size <= 0)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] batch_size must be > 0, got ",
          options_.batch_size);
-  if (options_.positions.enabled && share_.world_size > 1)
-    fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct.positions] correct = true: position correction runs on one rank in this ",
-         "version (this run has ", share_.world_size, ")");
+  // Replicated ranks hold every pattern but compute a slice of each batch: their position
+  // gradients are partial. Blocks of patterns (the default) give each position one owner.
+  if (options_.positions.enabled && share_.world_size > 1 && share_.kind != shard::mode::patterns)
+    fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct.positions] correct = true on ", share_.world_size,
+         " ranks needs [parallel] sharding = \"patterns\" (each rank corrects the positions of the patterns it holds)");
 }
 
 double driver::run_iteration() {
@@ -168,7 +170,7 @@ void driver::correct_positions(int64_t epoch) {
       obj.ndim != 3)
     fail(TYCHO_ERR_INTERNAL, "position correction: the engine's positions, their gradient, probe or object have ",
          "unexpected shapes");
-  // The scanned part of the object: the windows' bounding box.
+  // The scanned part of the object: the windows' bounding box (over every rank's positions).
   const double* r = data_of<const double>(pos);
   int64_t lo[2] = {obj.shape[1], obj.shape[2]}, hi[2] = {0, 0};
   for (int64_t j = 0; j < pos.shape[0]; ++j)
@@ -177,6 +179,22 @@ void driver::correct_positions(int64_t epoch) {
       lo[a] = std::min(lo[a], top);
       hi[a] = std::max(hi[a], top + probe.shape[1 + a]);
     }
+  const bool several = share_.world_size > 1;
+  void* stream = engine_.vtable->stream ? engine_.vtable->stream(engine_.instance) : nullptr;
+  if (several) {
+    // Each rank's box in its own slot of a zeroed table, summed: every rank sees all boxes.
+    std::vector<double> boxes(std::size_t(4 * share_.world_size), 0.0);
+    for (int a = 0; a < 2; ++a) {
+      boxes[std::size_t(4 * share_.rank + a)] = double(lo[a]);
+      boxes[std::size_t(4 * share_.rank + 2 + a)] = double(hi[a]);
+    }
+    sum_host_doubles(boxes, stream);
+    for (int32_t k = 0; k < share_.world_size; ++k)
+      for (int a = 0; a < 2; ++a) {
+        lo[a] = std::min(lo[a], int64_t(boxes[std::size_t(4 * k + a)]));
+        hi[a] = std::max(hi[a], int64_t(boxes[std::size_t(4 * k + 2 + a)]));
+      }
+  }
   double h[2];
   with_complex_values(probe, what, [&](auto* p) {
     using value = std::remove_pointer_t<decltype(p)>;  // the object has the probe's dtype
@@ -190,7 +208,29 @@ void driver::correct_positions(int64_t epoch) {
     o.lo[a] = double(probe.shape[1 + a] / 2);
     o.hi[a] = double(obj.shape[1 + a] - probe.shape[1 + a] + probe.shape[1 + a] / 2) - 1e-6;
   }
-  step_positions(data_of<double>(pos), data_of<const double>(grad), pos.shape[0], h, o);
+  if (!several) {
+    step_positions(data_of<double>(pos), data_of<const double>(grad), pos.shape[0], h, o);
+    return;
+  }
+  // Several ranks: the same curvature everywhere (the object and probe are the same), the mean
+  // step over all positions, then every position gathered so any rank can report them.
+  std::vector<double> steps(std::size_t(2 * pos.shape[0]));
+  std::vector<double> totals(3, 0.0);  // Σ step per axis, positions
+  position_steps(data_of<const double>(grad), pos.shape[0], h, o, steps.data(), totals.data());
+  totals[2] = double(pos.shape[0]);
+  sum_host_doubles(totals, stream);
+  const double mean[2] = {totals[0] / totals[2], totals[1] / totals[2]};
+  move_positions(data_of<double>(pos), steps.data(), pos.shape[0], mean, o);
+  gathered_positions_.assign(std::size_t(2 * n_patterns_), 0.0);
+  std::copy(data_of<const double>(pos), data_of<const double>(pos) + 2 * pos.shape[0],
+            gathered_positions_.begin() + 2 * share_.first);
+  sum_host_doubles(gathered_positions_, stream);  // each entry is one rank's value plus zeros: exact
+}
+
+void driver::sum_host_doubles(std::vector<double>& values, void* stream) {
+  int64_t shape[1] = {int64_t(values.size())};
+  DLTensor t{values.data(), {kDLCPU, 0}, 1, {kDLFloat, 64, 1}, shape, nullptr, 0};
+  collectives_->sum_in_place(t, stream);
 }
 
 void driver::apply_object_constraints() {

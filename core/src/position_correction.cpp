@@ -34,15 +34,14 @@ void position_curvature(const std::complex<T>* probe, int64_t modes, int64_t n0,
   for (int a = 0; a < 2; ++a) curvature[a] = count > 0 ? 2.0 * power * sum[a] / double(count) : 0.0;
 }
 
-void step_positions(double* positions, const double* gradient, int64_t count, const double h[2],
-                      const position_step_options& o) {
+void position_steps(const double* gradient, int64_t count, const double h[2], const position_step_options& o,
+                    double* step, double sum[2]) {
+  sum[0] = sum[1] = 0;
   if (count <= 0) return;
   if (!(h[0] > 0 && h[1] > 0 && std::isfinite(h[0]) && std::isfinite(h[1])))
     fail(TYCHO_ERR_BAD_DATA, "position correction: the curvature (", h[0], ", ", h[1],
          ") is not finite and positive: the object has no structure yet to locate the patterns by; ",
          "start it later ([reconstruct.positions] first_iteration)");
-  double mean[2] = {0, 0};
-  std::vector<double> step(std::size_t(2 * count));
   for (int64_t j = 0; j < count; ++j)
     for (int a = 0; a < 2; ++a) {
       const double g = gradient[2 * j + a];
@@ -50,14 +49,27 @@ void step_positions(double* positions, const double* gradient, int64_t count, co
         fail(TYCHO_ERR_BAD_DATA, "position correction: the gradient of position ", j, " is ", g);
       const double d = std::clamp(-o.rate * g / h[a], -o.max_step_px, o.max_step_px);
       step[std::size_t(2 * j + a)] = d;
-      mean[a] += d;
+      sum[a] += d;
     }
-  for (double& m : mean) m = o.remove_mean_shift ? m / double(count) : 0.0;
+}
+
+void move_positions(double* positions, const double* step, int64_t count, const double mean[2],
+                    const position_step_options& o) {
   for (int64_t j = 0; j < count; ++j)
     for (int a = 0; a < 2; ++a) {
       double& r = positions[2 * j + a];
-      r = std::clamp(r + step[std::size_t(2 * j + a)] - mean[a], o.lo[a], o.hi[a]);
+      r = std::clamp(r + step[std::size_t(2 * j + a)] - (o.remove_mean_shift ? mean[a] : 0.0), o.lo[a], o.hi[a]);
     }
+}
+
+void step_positions(double* positions, const double* gradient, int64_t count, const double h[2],
+                    const position_step_options& o) {
+  if (count <= 0) return;
+  std::vector<double> step(std::size_t(2 * count));
+  double sum[2];
+  position_steps(gradient, count, h, o, step.data(), sum);
+  const double mean[2] = {sum[0] / double(count), sum[1] / double(count)};
+  move_positions(positions, step.data(), count, mean, o);
 }
 
 template void position_curvature<float>(const std::complex<float>*, int64_t, int64_t, int64_t,

@@ -1195,7 +1195,10 @@ owned_array session::get(const std::string& name) const {
   // Every pattern's position: a rank's engine holds only those of its share.
   auto all_positions = [&](const std::string& n) {
     if (s.par->world_size() == 1) return s.read_engine_tensor(n, TYCHO_TENSOR_POSITIONS);
-    return owned_array::from_vector(n, k_float64, {s.data.all_patterns, 2}, s.all_positions_px);
+    // Corrected positions are gathered by the driver after each step; else they are the start's.
+    const std::vector<double>& gathered = s.drv->gathered_positions();
+    return owned_array::from_vector(n, k_float64, {s.data.all_patterns, 2},
+                                    gathered.empty() ? s.all_positions_px : gathered);
   };
   if (name == "positions_px") return all_positions(name);
   if (name == "positions_A") {

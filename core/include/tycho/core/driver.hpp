@@ -101,11 +101,17 @@ class driver {
   // (the caller keeps its own copy of the last complete state). One rank only: several ranks
   // would stop in different batches and wait for each other.
   void set_stop_check(std::function<bool()> stop) { stop_ = std::move(stop); }
+  // With several ranks and position correction: every pattern's position ((P, 2) px), gathered
+  // after each correction step, so any rank can report them; empty before the first step and
+  // on one rank (whose engine holds them all).
+  const std::vector<double>& gathered_positions() const { return gathered_positions_; }
 
  private:
   void apply_object_constraints();
   void apply_probe_constraints();
   void correct_positions(int64_t epoch);
+  // Sums a host float64 array over the ranks, in place (position correction's small exchanges).
+  void sum_host_doubles(std::vector<double>& values, void* stream);
   engine_binding engine_;
   std::vector<optimizer_binding> optimizers_;
   int64_t n_patterns_;
@@ -113,6 +119,7 @@ class driver {
   shard share_;
   rank_collectives* collectives_;
   std::vector<int64_t> local_indices_;
+  std::vector<double> gathered_positions_;
   int64_t iterations_done_ = 0;
   std::function<bool()> stop_;
 };

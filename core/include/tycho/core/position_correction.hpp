@@ -34,8 +34,19 @@ void position_curvature(const std::complex<T>* probe, int64_t modes, int64_t n0,
                         const int64_t box_hi[2], double curvature[2]);
 
 // Moves `count` positions ((count, 2) px, in place) by their gradients ((count, 2)). Throws for a
-// non-finite gradient or curvature, before any position moves.
+// non-finite gradient or curvature, before any position moves. One rank: position_steps, then
+// move_positions with the mean of those steps.
 void step_positions(double* positions, const double* gradient, int64_t count, const double h[2],
                       const position_step_options& options);
+
+// The two halves of step_positions, for several ranks that share the mean step: the capped
+// steps ((count, 2) px) of `count` positions and their sum per axis (add every rank's sums and
+// counts to get the mean) ...
+void position_steps(const double* gradient, int64_t count, const double h[2], const position_step_options& options,
+                    double* steps, double sum[2]);
+// ... then each position moves by its step minus `mean` (ignored without remove_mean_shift),
+// kept inside [lo, hi].
+void move_positions(double* positions, const double* steps, int64_t count, const double mean[2],
+                    const position_step_options& options);
 
 }  // namespace tycho
