@@ -53,16 +53,19 @@ class mpi_reducer {
   int32_t rank() const { return rank_; }
   int32_t world_size() const { return size_; }
 
-  void allreduce_sum(const real_buffer& b, void*) {
-    const MPI_Datatype type = b.float64 ? MPI_DOUBLE : MPI_FLOAT;
-    const int64_t elem = b.float64 ? 8 : 4;
+  // The runtime broadcasts its own bytes (uint8) through a host reducer.
+  static constexpr bool broadcasts_bytes = true;
+
+  void allreduce_sum(const collective_buffer& b, void*) {
+    const MPI_Datatype type = b.value_bytes == 8 ? MPI_DOUBLE : MPI_FLOAT;
+    const int64_t elem = b.value_bytes;
     char* data = static_cast<char*>(b.data);
     for (int64_t done = 0; done < b.count; done += INT_MAX / 2) {  // MPI counts are int
       const int n = int(std::min<int64_t>(INT_MAX / 2, b.count - done));
       check(MPI_Allreduce(MPI_IN_PLACE, data + done * elem, n, type, MPI_SUM, comm_), "MPI_Allreduce");
     }
   }
-  void broadcast(const real_buffer& b, int32_t root, void*) {
+  void broadcast(const collective_buffer& b, int32_t root, void*) {
     const int64_t bytes = int64_t(b.bytes());
     char* data = static_cast<char*>(b.data);
     for (int64_t done = 0; done < bytes; done += INT_MAX / 2) {

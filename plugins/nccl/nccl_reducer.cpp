@@ -200,7 +200,7 @@ struct nccl_reducer {
   }
 };
 
-ncclDataType_t nccl_type(const real_buffer& b) { return b.float64 ? ncclFloat64 : ncclFloat32; }
+ncclDataType_t nccl_type(const collective_buffer& b) { return b.value_bytes == 8 ? ncclFloat64 : ncclFloat32; }
 
 // ---------------------------------------------------------------- create
 
@@ -354,14 +354,14 @@ class nccl_component {
   int32_t rank() const { return r_.rank; }
   int32_t world_size() const { return r_.world; }
 
-  void allreduce_sum(const real_buffer& b, void* stream) {
+  void allreduce_sum(const collective_buffer& b, void* stream) {
     r_.call(cat("allreduce_sum of ", b.count, " reals"), [&] {
       return ncclAllReduce(b.data, b.data, size_t(b.count), nccl_type(b), ncclSum, r_.comm,
                            static_cast<cudaStream_t>(stream));
     });
   }
 
-  void broadcast(const real_buffer& b, int32_t root, void* stream) {
+  void broadcast(const collective_buffer& b, int32_t root, void* stream) {
     r_.call(cat("broadcast of ", b.count, " reals from rank ", root), [&] {
       return ncclBroadcast(b.data, b.data, size_t(b.count), nccl_type(b), root, r_.comm,
                            static_cast<cudaStream_t>(stream));

@@ -6,9 +6,12 @@
 //     int32_t rank() const;
 //     int32_t world_size() const;
 //     // In place across the ranks, on the reducer's device (setup.device); `stream` as the
-//     // vtable says. `reals` says where the values are: complex tensors are pairs of reals.
-//     void allreduce_sum(const tycho::sdk::real_buffer& reals, void* stream);
-//     void broadcast(const tycho::sdk::real_buffer& reals, int32_t root, void* stream);
+//     // vtable says. `values` says where they are: complex tensors are pairs of reals.
+//     void allreduce_sum(const tycho::sdk::collective_buffer& values, void* stream);
+//     void broadcast(const tycho::sdk::collective_buffer& values, int32_t root, void* stream);
+//     // Optional: broadcast takes a tensor of any dtype as its bytes (value_bytes 1), as a host
+//     // reducer must (the runtime broadcasts uint8 through it).
+//     static constexpr bool broadcasts_bytes = true;
 //     void barrier();
 //     void abort(int32_t exit_code) noexcept;   // any thread, any time; may not return
 //     static void shutdown();                   // optional: releases a runtime it started
@@ -19,7 +22,8 @@
 // What the adapter checks before the class sees a call (errors name "<name> reducer"): create:
 // a setup of at least ABI 1.0's size whose device is of a type the component lists in
 // `devices` (TYCHO_ERR_UNSUPPORTED); collectives: a tensor, C-contiguous, float32, float64,
-// complex64 or complex128 (TYCHO_ERR_UNSUPPORTED otherwise), on the setup's device; a root in
+// complex64 or complex128 (TYCHO_ERR_UNSUPPORTED otherwise; any dtype for the broadcast of a
+// reducer that broadcasts_bytes), on the setup's device; a root in
 // [0, world_size). A collective of no elements returns at once on every rank (every rank calls
 // with the same sizes), without reaching the class.
 #pragma once
@@ -30,26 +34,35 @@
 
 namespace tycho::sdk {
 
-// The values of one tensor handed to a collective, as reals.
-struct real_buffer {
-  void* data;      // the first value (byte_offset applied)
-  int64_t count;   // reals: elements, or 2 × elements of a complex tensor; > 0
-  bool float64;    // double (float64, complex128) or float (float32, complex64) reals
-  std::size_t bytes() const { return std::size_t(count) * (float64 ? 8u : 4u); }
+// The values of one tensor handed to a collective.
+struct collective_buffer {
+  void* data;       // the first value (byte_offset applied)
+  int64_t count;    // values: elements, or 2 × elements of a complex tensor (pairs of reals); > 0
+  int value_bytes;  // 4: float reals (float32, complex64), 8: double reals (float64, complex128),
+                    // 1: the bytes of a tensor of another dtype (broadcasts_bytes reducers' broadcast)
+  std::size_t bytes() const { return std::size_t(count) * std::size_t(value_bytes); }
 };
 
 namespace detail {
 TYCHO_SDK_DETECT(reducer_has_shutdown, T::shutdown());
+TYCHO_SDK_DETECT(reducer_broadcasts_bytes, std::enable_if_t<T::broadcasts_bytes>());
 
-inline real_buffer reals_of(const component_identity& id, DLDevice device, DLTensor* t, const char* op) {
+// `any_dtype`: a tensor of another dtype goes as its bytes (whole bytes per element only).
+inline collective_buffer values_of(const component_identity& id, DLDevice device, DLTensor* t, const char* op,
+                                   bool any_dtype) {
   if (t == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, id.who(), ": ", op, ": no tensor");
-  real_buffer b{nullptr, element_count(*t), false};
-  if (same_dtype(t->dtype, dtype_float64) || same_dtype(t->dtype, dtype_complex128)) b.float64 = true;
-  if (same_dtype(t->dtype, dtype_complex64) || same_dtype(t->dtype, dtype_complex128)) b.count *= 2;
-  else if (!same_dtype(t->dtype, dtype_float32) && !same_dtype(t->dtype, dtype_float64))
-    fail(TYCHO_ERR_UNSUPPORTED, id.who(), ": ", op, " of a ", dtype_name(t->dtype),
-         t->dtype.lanes != 1 ? cat(" x ", t->dtype.lanes, " lanes") : std::string(),
-         " tensor; expected float32, float64, complex64 or complex128");
+  collective_buffer b{nullptr, element_count(*t), 4};
+  if (same_dtype(t->dtype, dtype_float64) || same_dtype(t->dtype, dtype_complex128)) b.value_bytes = 8;
+  if (same_dtype(t->dtype, dtype_complex64) || same_dtype(t->dtype, dtype_complex128)) {
+    b.count *= 2;
+  } else if (!same_dtype(t->dtype, dtype_float32) && !same_dtype(t->dtype, dtype_float64)) {
+    if (!any_dtype || t->dtype.bits % 8 != 0 || t->dtype.bits == 0)
+      fail(TYCHO_ERR_UNSUPPORTED, id.who(), ": ", op, " of a ", dtype_name(t->dtype),
+           t->dtype.lanes != 1 ? cat(" x ", t->dtype.lanes, " lanes") : std::string(),
+           " tensor; expected float32, float64, complex64 or complex128");
+    b.value_bytes = 1;
+    b.count *= int64_t(t->dtype.bits / 8) * int64_t(t->dtype.lanes);
+  }
   if (t->device.device_type != device.device_type || t->device.device_id != device.device_id)
     fail(TYCHO_ERR_INVALID_ARGUMENT, id.who(), ": ", op, " of a tensor ", shape_string(*t), " on device type ",
          int(t->device.device_type), " id ", t->device.device_id, "; this reducer works on the engine's device, type ",
@@ -100,7 +113,7 @@ struct reducer_adapter {
   static tycho_status allreduce_sum(tycho_reducer* red, DLTensor* inout, void* stream) {
     return guarded([&] {
       instance& in = self(red, "allreduce_sum");
-      const real_buffer b = detail::reals_of(id, in.device, inout, "allreduce_sum");
+      const collective_buffer b = detail::values_of(id, in.device, inout, "allreduce_sum", false);
       if (b.count > 0) in.reducer.allreduce_sum(b, stream);
     });
   }
@@ -110,7 +123,8 @@ struct reducer_adapter {
       const int32_t world = in.reducer.world_size();
       if (root < 0 || root >= world)
         fail(TYCHO_ERR_INVALID_ARGUMENT, id.who(), ": broadcast root ", root, " outside [0, ", world, ")");
-      const real_buffer b = detail::reals_of(id, in.device, inout, "broadcast");
+      const collective_buffer b =
+          detail::values_of(id, in.device, inout, "broadcast", detail::reducer_broadcasts_bytes<R>::value);
       if (b.count > 0) in.reducer.broadcast(b, root, stream);
     });
   }
