@@ -8,6 +8,7 @@
 #include <tycho/core/last_error.hpp>
 #include <tycho/host/registry.hpp>
 #include <tycho/sdk/format.hpp>
+#include <tycho/sdk/reducer.hpp>
 
 #include <complex>
 #include <new>
@@ -198,6 +199,54 @@ TEST(SdkAdapters, ReducerSetupIsCheckedBeforeTheRuntimeStarts) {
   EXPECT_EQ(red, nullptr);
   EXPECT_EQ(last_error(), "mpi reducer: the engine's tensors live on device type 2; this reducer sums tensors on the "
                           "CPU only (reducer = \"auto\" picks one that sums them where the engine keeps them)");
+}
+
+// A one-rank reducer that records what the adapter hands it.
+template <bool Bytes>
+struct recording_reducer {
+  static constexpr bool broadcasts_bytes = Bytes;
+  static inline tycho::sdk::collective_buffer last{nullptr, 0, 0};
+  explicit recording_reducer(const tycho_reducer_setup&) {}
+  int32_t rank() const { return 0; }
+  int32_t world_size() const { return 1; }
+  void allreduce_sum(const tycho::sdk::collective_buffer& b, void*) { last = b; }
+  void broadcast(const tycho::sdk::collective_buffer& b, int32_t, void*) { last = b; }
+  void barrier() {}
+  void abort(int32_t) noexcept {}
+};
+
+TEST(SdkAdapters, ReducerTensorsAreHandedOverAsValuesOrBytes) {
+  ASSERT_EQ(tycho::sdk::init_host(tycho::host::host_api()), TYCHO_OK);
+  using bytes_reducer = recording_reducer<true>;
+  using reals_reducer = recording_reducer<false>;
+  const auto* host = tycho::sdk::reducer_vtable<bytes_reducer>("bytes", TYCHO_DEVICE_BIT(kDLCPU));
+  const auto* device = tycho::sdk::reducer_vtable<reals_reducer>("reals", TYCHO_DEVICE_BIT(kDLCPU));
+  EXPECT_EQ(host->shutdown, nullptr);
+  tycho_reducer_setup s{};
+  s.struct_size = sizeof s;
+  s.device = {kDLCPU, 0};
+  tycho_reducer* a = nullptr;
+  tycho_reducer* b = nullptr;
+  ASSERT_EQ(host->create(&s, &a), TYCHO_OK);
+  ASSERT_EQ(device->create(&s, &b), TYCHO_OK);
+  std::vector<std::complex<double>> z(3);
+  tycho::sdk::tensor_view zv{z.data(), tycho::sdk::dtype_complex128, {3}};
+  ASSERT_EQ(device->allreduce_sum(b, zv.get(), nullptr), TYCHO_OK);
+  EXPECT_EQ(reals_reducer::last.count, 6);  // pairs of reals
+  EXPECT_EQ(reals_reducer::last.value_bytes, 8);
+  std::vector<uint8_t> text(5);
+  tycho::sdk::tensor_view tv{text.data(), tycho::sdk::dtype_uint8, {5}};
+  ASSERT_EQ(host->broadcast(a, tv.get(), 0, nullptr), TYCHO_OK) << last_error();
+  EXPECT_EQ(bytes_reducer::last.count, 5);
+  EXPECT_EQ(bytes_reducer::last.value_bytes, 1);
+  EXPECT_EQ(host->allreduce_sum(a, tv.get(), nullptr), TYCHO_ERR_UNSUPPORTED);  // a sum of bytes: no
+  EXPECT_EQ(last_error(), "bytes reducer: allreduce_sum of a uint8 tensor; expected float32, float64, complex64 or "
+                          "complex128");
+  EXPECT_EQ(device->broadcast(b, tv.get(), 0, nullptr), TYCHO_ERR_UNSUPPORTED);
+  EXPECT_EQ(device->broadcast(b, zv.get(), 1, nullptr), TYCHO_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(last_error(), "reals reducer: broadcast root 1 outside [0, 1)");
+  host->destroy(a);
+  device->destroy(b);
 }
 
 TEST(SdkAdapters, SourceRequestsAreCheckedNamingTheDataSet) {
