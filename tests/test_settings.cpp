@@ -200,15 +200,26 @@ TEST(Settings, ConfigReferenceAgreesWithTheRuntimesDeclarations) {
   EXPECT_GE(checked, 40u);
 }
 
+// The section titled `title`, or "`title`: what it is" (the sources' headings).
+std::map<std::string, std::map<std::string, doc_row>>::const_iterator find_section(
+    const std::map<std::string, std::map<std::string, doc_row>>& sections, const std::string& title) {
+  auto it = sections.find(title);
+  if (it != sections.end()) return it;
+  for (it = sections.begin(); it != sections.end(); ++it)
+    if (it->first.rfind(title + ": ", 0) == 0) return it;
+  return sections.end();
+}
+
 TEST(Settings, ConfigReferenceAgreesWithTheBuiltInComponentsDeclarations) {
   const auto sections = doc_sections();
   const auto& reg = tycho::test::plugins();
   int checked = 0;
+  std::set<std::string> kinds;
   for (const auto& c : reg.components()) {
     if (c.settings.empty()) continue;
     const std::string kind = tycho::host::kind_name(c.kind);
     const std::string title = cat_title(kind, c.name);
-    auto it = sections.find(title);
+    auto it = find_section(sections, title);
     if (it == sections.end()) {
       ADD_FAILURE() << kind << " '" << c.name << "' declares keys but docs/config-reference.md has no section "
                     << title;
@@ -216,8 +227,81 @@ TEST(Settings, ConfigReferenceAgreesWithTheBuiltInComponentsDeclarations) {
     }
     expect_documented(it->second, c.settings, title);
     ++checked;
+    kinds.insert(kind);
   }
-  EXPECT_GE(checked, 3) << "cpu, adam and sgd at least";
+  // cpu, adam, sgd, poisson, emd, npy, cxi, hdf5, simulate (and nccl with CUDA).
+  EXPECT_GE(checked, 9);
+  for (const char* kind : {"source", "engine", "loss", "optimizer"})
+    EXPECT_TRUE(kinds.count(kind)) << "no " << kind << " with keys checked";
+}
+
+// Every built-in component declares its keys: none is left to "(not declared: any type)", and a
+// component without keys declares that too (an empty array: `tycho plugins --keys` says "(no keys)").
+TEST(Settings, EveryBuiltInComponentDeclaresItsKeys) {
+  const auto& reg = tycho::test::plugins();
+  int seen = 0;
+  for (const auto& c : reg.components()) {
+    ++seen;
+    std::set<std::string> declared;
+    for (const auto& d : c.settings) declared.insert(d.key);
+    for (const auto& key : c.config_keys)
+      if (key != "batch_size")  // the runtime's key, which the cuda engine also reads
+        EXPECT_TRUE(declared.count(key)) << tycho::host::kind_name(c.kind) << " '" << c.name << "' reads '" << key
+                                         << "' without declaring it";
+  }
+  EXPECT_GE(seen, 12);
+  for (const char* name : {"amplitude", "intensity", "mpi", "zip"}) {
+    auto r = run_command({tycho::test::tycho_exe(), "plugins", "--keys", name});
+    if (std::string(name) == "mpi" && r.out.find("reducer mpi ") == std::string::npos) continue;  // no MPI here
+    ASSERT_TRUE(r.exited_with(0)) << r.describe();
+    EXPECT_NE(r.out.find("\n  (no keys)\n"), std::string::npos) << r.out;
+  }
+}
+
+// A wrongly typed value is refused naming the declared type and the component, for each kind
+// that has keys; the reducer's and the format's declarations are printed.
+TEST(Settings, EachKindsKeysAreTypedAndPrinted) {
+  auto plan = [](std::vector<std::string> sets) {
+    std::vector<std::string> args = {tycho::test::tycho_exe(), "plan", example_config()};
+    for (auto& s : sets) {
+      args.push_back("--set");
+      args.push_back(std::move(s));
+    }
+    return run_command(args);
+  };
+  auto source = plan({"data.dataset=3"});
+  ASSERT_TRUE(source.exited_with(2)) << source.describe();
+  EXPECT_NE(source.err.find("config key 'dataset' in [data] must be a string (declared by source 'emd'), got an "
+                            "integer"),
+            std::string::npos)
+      << source.err;
+  auto npy = plan({"data.source=\"npy\"", "data.centred=\"yes\""});
+  ASSERT_TRUE(npy.exited_with(2)) << npy.describe();
+  EXPECT_NE(npy.err.find("config key 'centred' in [data] must be a bool (declared by source 'npy'), got a string"),
+            std::string::npos)
+      << npy.err;
+  auto loss = plan({"reconstruct.loss=\"poisson\"", "reconstruct.poisson_epsilon=\"small\""});
+  ASSERT_TRUE(loss.exited_with(2)) << loss.describe();
+  EXPECT_NE(loss.err.find("config key 'poisson_epsilon' in [reconstruct] must be a number (declared by loss "
+                          "'poisson'), got a string"),
+            std::string::npos)
+      << loss.err;
+
+  auto cxi = run_command({tycho::test::tycho_exe(), "plugins", "--keys", "cxi"});
+  ASSERT_TRUE(cxi.exited_with(0)) << cxi.describe();
+  EXPECT_NE(cxi.out.find("  probe_position      array of strings; default [\"-y\", \"-x\"]\n"), std::string::npos)
+      << cxi.out;
+  auto simulate = run_command({tycho::test::tycho_exe(), "plugins", "--keys", "simulate"});
+  ASSERT_TRUE(simulate.exited_with(0)) << simulate.describe();
+  EXPECT_NE(simulate.out.find("  energy_eV            number, eV; default 80e3; > 0\n      beam energy\n"),
+            std::string::npos)
+      << simulate.out;
+  auto nccl = run_command({tycho::test::tycho_exe(), "plugins", "--keys", "nccl"});
+  if (nccl.exited_with(0))  // built with CUDA and NCCL
+    EXPECT_NE(nccl.out.find("  timeout_s  number, s; default 600; > 0\n"), std::string::npos) << nccl.out;
+  auto zip = run_command({tycho::test::tycho_exe(), "plugins", "--keys", "zip"});
+  ASSERT_TRUE(zip.exited_with(0)) << zip.describe();
+  EXPECT_NE(zip.out.find("format zip 1.0.0"), std::string::npos) << zip.out;
 }
 
 }  // namespace

@@ -137,6 +137,7 @@ struct poisson {
 #undef TYCHO_DEVICE_LOOP
 
 const char* const k_no_keys[] = {nullptr};
+const tycho_setting k_no_settings[] = {end_of_settings()};  // declared: no keys
 const char* const k_poisson_keys[] = {"poisson_epsilon", nullptr};
 const tycho_setting k_poisson_settings[] = {
     setting("poisson_epsilon", TYCHO_SETTING_NUMBER, "1e-3",
@@ -147,12 +148,15 @@ const tycho_setting k_poisson_settings[] = {
     end_of_settings()};
 
 const tycho_component k_components[] = {
-    component(TYCHO_COMPONENT_LOSS, "amplitude", "1.0.0",
-              "amplitude loss Σ(√I − √D)², normalised to the mean measured intensity",
-              k_devices, k_no_keys, loss_vtable<amplitude>("amplitude", k_devices)),
-    component(TYCHO_COMPONENT_LOSS, "intensity", "1.0.0",
-              "Gaussian loss on intensities (N0 N1 / 4) Σ(I − sD)²: the amplitude loss's scale at the mean pixel",
-              k_devices, k_no_keys, loss_vtable<intensity>("intensity", k_devices)),
+    with_settings(component(TYCHO_COMPONENT_LOSS, "amplitude", "1.0.0",
+                            "amplitude loss Σ(√I − √D)², normalised to the mean measured intensity", k_devices,
+                            k_no_keys, loss_vtable<amplitude>("amplitude", k_devices)),
+                  k_no_settings),
+    with_settings(component(TYCHO_COMPONENT_LOSS, "intensity", "1.0.0",
+                            "Gaussian loss on intensities (N0 N1 / 4) Σ(I − sD)²: the amplitude loss's scale at the "
+                            "mean pixel",
+                            k_devices, k_no_keys, loss_vtable<intensity>("intensity", k_devices)),
+                  k_no_settings),
     with_settings(component(TYCHO_COMPONENT_LOSS, "poisson", "1.0.0",
                             "Poisson negative log-likelihood of the counts (deviance · s/2), guarded by poisson_epsilon",
                             k_devices, k_poisson_keys, loss_vtable<poisson>("poisson", k_devices)),

@@ -46,14 +46,6 @@ void fill_ramp(std::vector<std::complex<Real>>& e, int64_t n, double delta, doub
   }
 }
 
-// object_init / probe_init: complex64 or complex128, whatever the engine's precision.
-void expect_complex(const DLTensor* t, const char* name) {
-  if (t != nullptr && same_dtype(t->dtype, dtype_complex128))
-    expect_tensor(t, name, dtype_complex128, 3);
-  else
-    expect_tensor(t, name, dtype_complex64, 3);
-}
-
 // The n values of a complex64 or complex128 tensor, in the engine's precision.
 template <class Real>
 void assign_complex(std::vector<std::complex<Real>>& dst, const DLTensor& t, int64_t n) {
@@ -83,13 +75,8 @@ std::unique_ptr<engine_base> make_engine(const tycho_engine_setup& setup, const 
 
 template <class Real>
 cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_options& options) {
-  if (setup.targets == nullptr || !same_dtype(setup.targets->dtype, DLDataType{kDLUInt, 16, 1}))
-    expect_tensor(setup.targets, "targets", dtype_float32, 3);
-  else
-    expect_tensor(setup.targets, "targets", DLDataType{kDLUInt, 16, 1}, 3);
-  expect_tensor(setup.positions_px, "positions_px", dtype_float64, 2);
-  expect_complex(setup.object_init, "object_init");
-  expect_complex(setup.probe_init, "probe_init");
+  // The setup's tensors, shapes, loss and windows were checked by the SDK's engine adapter
+  // (tycho/sdk/engine.hpp) before this runs.
   patterns_ = setup.targets->shape[0];
   n0_ = setup.targets->shape[1];
   n1_ = setup.targets->shape[2];
@@ -97,21 +84,11 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
   w_ = setup.object_init->shape[2];
   slices_ = setup.object_init->shape[0];
   modes_ = setup.probe_init->shape[0];
-  if (slices_ < 1 || modes_ < 1 || modes_ > n0_ * n1_)
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: object ", shape_string(*setup.object_init), " and probe ",
-         shape_string(*setup.probe_init), ": at least one slice and one mode, at most N0·N1 modes");
   // Fields appended in ABI 1.2 (a 1.1 host's setup ends before them: one slice, no gradient).
   const bool has_1_2 = setup.struct_size >= offsetof(tycho_engine_setup, position_gradient) + sizeof(int32_t);
-  const DLTensor* propagator = has_1_2 ? setup.slice_propagator : nullptr;
   position_gradient_ = has_1_2 && setup.position_gradient != 0;
   if (slices_ > 1) {
-    if (propagator == nullptr)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: ", slices_, " slices but no slice_propagator in the setup");
-    expect_tensor(propagator, "slice_propagator", dtype_complex128, 2);
-    if (propagator->shape[0] != n0_ || propagator->shape[1] != n1_)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: slice_propagator ", shape_string(*propagator),
-           " does not match the patterns ", shape_string(*setup.targets));
-    const auto* hk = data_of<const std::complex<double>>(*propagator);
+    const auto* hk = data_of<const std::complex<double>>(*setup.slice_propagator);
     propagator_.resize(std::size_t(n0_ * n1_));
     const double inv_m = 1.0 / double(n0_ * n1_);
     for (int64_t k = 0; k < n0_ * n1_; ++k) {
@@ -120,23 +97,7 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
       propagator_[std::size_t(k)] = complex(hk[k] * inv_m);
     }
   }
-  if (setup.probe_init->shape[1] != n0_ || setup.probe_init->shape[2] != n1_)
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: probe ", shape_string(*setup.probe_init),
-         " does not match the patterns ", shape_string(*setup.targets));
-  if (setup.positions_px->shape[0] != patterns_ || setup.positions_px->shape[1] != 2)
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: positions ", shape_string(*setup.positions_px),
-         " expected (", patterns_, ", 2)");
-  if (setup.mask != nullptr) {
-    expect_tensor(setup.mask, "mask", dtype_uint8, 2);
-    if (setup.mask->shape[0] != n0_ || setup.mask->shape[1] != n1_)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: mask ", shape_string(*setup.mask),
-           " does not match the patterns");
-    mask_ = data_of<const uint8_t>(*setup.mask);
-  } else {
-    mask_ = nullptr;
-  }
-  if (setup.loss.vtable == nullptr || setup.loss.instance == nullptr)
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: no loss component given");
+  mask_ = setup.mask != nullptr ? data_of<const uint8_t>(*setup.mask) : nullptr;
   if (setup.targets->dtype.code == kDLUInt)
     counts_ = data_of<const uint16_t>(*setup.targets);
   else
@@ -146,14 +107,6 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
 
   const double* pos = data_of<const double>(*setup.positions_px);
   positions_.assign(pos, pos + 2 * patterns_);
-  for (int64_t j = 0; j < patterns_; ++j) {
-    double t0 = std::floor(positions_[2 * j] - double(n0_ / 2));
-    double t1 = std::floor(positions_[2 * j + 1] - double(n1_ / 2));
-    if (!(t0 >= 0 && t1 >= 0 && t0 + double(n0_) <= double(h_) && t1 + double(n1_) <= double(w_)))
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: the window of position ", j, " (centre ",
-           positions_[2 * j], ", ", positions_[2 * j + 1], " px) does not lie inside the object (",
-           h_, " x ", w_, " px)");
-  }
   assign_complex(object_, *setup.object_init, slices_ * h_ * w_);
   assign_complex(probe_, *setup.probe_init, modes_ * n0_ * n1_);
   position_grad_.assign(positions_.size(), 0.0);
@@ -203,11 +156,7 @@ cpu_engine<Real>::~cpu_engine() = default;
 
 template <class Real>
 DLTensor* cpu_engine<Real>::tensor(tycho_tensor_id id) {
-  if (int(id) < 0 || int(id) > TYCHO_TENSOR_POSITIONS_GRAD)
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: unknown tensor id ", int(id));
-  if (id == TYCHO_TENSOR_POSITIONS_GRAD && !position_gradient_)
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: no position gradient: the setup did not ask for one");
-  return views_[id].get();
+  return views_[id].get();  // the adapter has checked the id
 }
 
 template <class Real>
@@ -450,11 +399,7 @@ void cpu_engine<Real>::process_run(const batch_item* items, int64_t count, threa
 
 template <class Real>
 double cpu_engine<Real>::compute_batch(const int64_t* indices, int64_t count) {
-  const int64_t m = n0_ * n1_;
-  for (int64_t i = 0; i < count; ++i)
-    if (indices[i] < 0 || indices[i] >= patterns_)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: pattern index ", indices[i], " outside [0, ",
-           patterns_, ")");
+  const int64_t m = n0_ * n1_;  // the adapter has checked the indices
 
   // F[P_k] / M for every mode k, shared read-only by all threads.
   auto probe_spectrum = make_fft_buffer<Real>(modes_ * m), batch_input = make_fft_buffer<Real>(m);

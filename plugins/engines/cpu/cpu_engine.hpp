@@ -57,7 +57,8 @@ struct engine_options {
                                   // (one slice, one mode, no position gradient only)
 };
 
-// What the vtable calls, whatever the engine's real type.
+// What the vtable calls, whatever the engine's real type; the adapter has checked batch indices
+// and tensor ids before.
 class engine_base {
  public:
   virtual ~engine_base() = default;
@@ -66,7 +67,8 @@ class engine_base {
   virtual DLTensor* tensor(tycho_tensor_id id) = 0;
 };
 
-// The engine for `options.double_precision`.
+// The engine for `options.double_precision`, from a setup that has passed the SDK engine
+// adapter's checks (tycho/sdk/engine.hpp: tensors, shapes, loss, windows; cpu_plugin.cpp).
 std::unique_ptr<engine_base> make_engine(const tycho_engine_setup& setup, const engine_options& options);
 
 template <class Real>

@@ -1,23 +1,19 @@
 #include "cuda_description.hpp"
 
 #include <tycho/core/memory_plan.hpp>
-#include <tycho/sdk.hpp>
 
 namespace tycho::cuda {
 
-tycho_status plan_memory(const tycho_config*, const tycho_memory_problem* problem, tycho_memory_report* out) {
-  return sdk::guarded([&] {
-    if (problem == nullptr) sdk::fail(TYCHO_ERR_INVALID_ARGUMENT, "cuda engine: no memory problem");
-    memory_problem p = from_abi(*problem, memory_model::cuda);
-    // cuda_engine.cu: one cuFFT work area shared by the plans, 8 partial sums of the probe
-    // gradient, and an allowance for the CUDA context and the stream-ordered allocator.
-    p.fft_plans = 1;
-    p.probe_gradient_slices = 8;
-    p.reserve_bytes = uint64_t(512) << 20;
-    std::vector<memory_term> terms = memory_terms(p);
-    terms.pop_back();  // the total: the host sums
-    to_abi(terms, memory_flags(p), out);
-  });
+void plan_memory(const sdk::config_view&, const tycho_memory_problem& problem, tycho_memory_report* out) {
+  memory_problem p = from_abi(problem, memory_model::cuda);
+  // cuda_engine.cu: one cuFFT work area shared by the plans, 8 partial sums of the probe
+  // gradient, and an allowance for the CUDA context and the stream-ordered allocator.
+  p.fft_plans = 1;
+  p.probe_gradient_slices = 8;
+  p.reserve_bytes = uint64_t(512) << 20;
+  std::vector<memory_term> terms = memory_terms(p);
+  terms.pop_back();  // the total: the host sums
+  to_abi(terms, memory_flags(p), out);
 }
 
 }  // namespace tycho::cuda

@@ -1,9 +1,10 @@
-// What the cuda engine says about itself without a GPU or the CUDA runtime: its config keys
-// and its memory (the cuda model of tycho/core/memory_plan.hpp). Shared by the engine plugin
+// What the cuda engine says about itself without a GPU or the CUDA runtime: its capabilities,
+// config keys and its memory (the cuda model of tycho/core/memory_plan.hpp). Shared by the engine plugin
 // and, in builds without CUDA, the plan-only plugin that lets `tycho plan` size a GPU run.
 #pragma once
 
-#include <tycho/tycho_plugin.h>
+#include <tycho/sdk.hpp>
+#include <tycho/sdk/engine.hpp>
 
 namespace tycho::cuda {
 
@@ -12,15 +13,22 @@ inline const char* const k_config_keys[] = {"batch_size", "deterministic", "pool
 
 // Typed declarations (ABI 1.1); batch_size is the runtime's key, declared there.
 inline const tycho_setting k_settings[] = {
-    {sizeof(tycho_setting), "deterministic", TYCHO_SETTING_BOOL, "false", 0u, 0.0, 0.0, nullptr, nullptr,
-     "sum the probe gradient in a fixed order: bit-for-bit repeatable runs, a little slower"},
-    {sizeof(tycho_setting), "pool_release_threshold_bytes", TYCHO_SETTING_INTEGER, "-1", TYCHO_SETTING_HAS_MIN, -1.0,
-     0.0, nullptr, "bytes", "memory the stream-ordered pool keeps between batches; -1: keep everything"},
-    {sizeof(tycho_setting), nullptr, TYCHO_SETTING_STRING, nullptr, 0u, 0.0, 0.0, nullptr, nullptr, nullptr}};
+    sdk::setting("deterministic", TYCHO_SETTING_BOOL, "false",
+                 "sum the probe gradient in a fixed order: bit-for-bit repeatable runs, a little slower"),
+    sdk::setting("pool_release_threshold_bytes", TYCHO_SETTING_INTEGER, "-1",
+                 "memory the stream-ordered pool keeps between batches; -1: keep everything", "bytes")
+        .at_least(-1),
+    sdk::end_of_settings()};
+
+// What the engine can do (tycho/sdk/engine.hpp refuses the rest at create, naming the cpu engine).
+inline constexpr sdk::engine_capabilities k_capabilities{"cuda", TYCHO_DEVICE_BIT(kDLCUDA), /*float64=*/false,
+                                                         /*multislice=*/false, /*probe_modes=*/false,
+                                                         /*position_gradient=*/false, "engine = \"cpu\""};
 
 inline constexpr const char* k_description = "single-slice gradient engine on one NVIDIA GPU (cuFFT, batched kernels)";
 
-// tycho_engine_vtable::plan_memory of the cuda engine (cuda_description.cpp).
-tycho_status plan_memory(const tycho_config* cfg, const tycho_memory_problem* problem, tycho_memory_report* out);
+// The cuda engine's memory for `problem`, term by term (cuda_description.cpp): its engine class's
+// plan_memory (tycho/sdk/engine.hpp), shared with the plan-only plugin.
+void plan_memory(const sdk::config_view& cfg, const tycho_memory_problem& problem, tycho_memory_report* out);
 
 }  // namespace tycho::cuda

@@ -366,61 +366,21 @@ struct cuda_engine::impl {
   }
 
   void init(const tycho_engine_setup& setup) {
-    const bool integer_counts = setup.targets != nullptr && same_dtype(setup.targets->dtype, DLDataType{kDLUInt, 16, 1});
-    expect_tensor(setup.targets, "targets", integer_counts ? DLDataType{kDLUInt, 16, 1} : dtype_float32, 3);
-    expect_tensor(setup.positions_px, "positions_px", dtype_float64, 2);
-    expect_tensor(setup.object_init, "object_init", dtype_complex64, 3);
-    expect_tensor(setup.probe_init, "probe_init", dtype_complex64, 3);
-    for (const DLTensor* t : {setup.targets, setup.positions_px, setup.object_init, setup.probe_init})
-      if (t->device.device_type != kDLCPU)
-        fail(TYCHO_ERR_INVALID_ARGUMENT, "cuda engine: the setup's tensors must be host tensors");
+    // The setup's tensors, shapes, loss, device type and windows were checked by the SDK's engine
+    // adapter (tycho/sdk/engine.hpp, the capabilities in cuda_description.hpp) before this runs.
+    const bool integer_counts = same_dtype(setup.targets->dtype, dtype_uint16);
     patterns = setup.targets->shape[0];
     n0 = setup.targets->shape[1];
     n1 = setup.targets->shape[2];
     m = n0 * n1;
     h = setup.object_init->shape[1];
     w = setup.object_init->shape[2];
-    if (setup.object_init->shape[0] != 1)
-      fail(TYCHO_ERR_UNSUPPORTED, "cuda engine: ", setup.object_init->shape[0],
-           " object slices requested; this engine is single-slice (slices = 1): use engine = \"cpu\" for multislice");
-    if (setup.probe_init->shape[0] != 1)
-      fail(TYCHO_ERR_UNSUPPORTED, "cuda engine: ", setup.probe_init->shape[0],
-           " probe modes requested; this engine supports probe_modes = 1: use engine = \"cpu\" for mixed states");
-    if (setup.struct_size >= offsetof(tycho_engine_setup, position_gradient) + sizeof(int32_t) &&
-        setup.position_gradient != 0)
-      fail(TYCHO_ERR_UNSUPPORTED, "cuda engine: position correction ([reconstruct.positions] correct = true) ",
-           "is not in this engine yet: use engine = \"cpu\"");
-    if (setup.probe_init->shape[1] != n0 || setup.probe_init->shape[2] != n1)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "cuda engine: probe ", shape_string(*setup.probe_init),
-           " does not match the patterns ", shape_string(*setup.targets));
-    if (setup.positions_px->shape[0] != patterns || setup.positions_px->shape[1] != 2)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "cuda engine: positions ", shape_string(*setup.positions_px),
-           " expected (", patterns, ", 2)");
-    if (setup.mask != nullptr) {
-      expect_tensor(setup.mask, "mask", dtype_uint8, 2);
-      if (setup.mask->shape[0] != n0 || setup.mask->shape[1] != n1)
-        fail(TYCHO_ERR_INVALID_ARGUMENT, "cuda engine: mask ", shape_string(*setup.mask),
-             " does not match the patterns");
-    }
-    if (setup.loss.vtable == nullptr || setup.loss.instance == nullptr)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "cuda engine: no loss component given");
     if (n0 > std::numeric_limits<int>::max() || n1 > std::numeric_limits<int>::max() || m > (int64_t(1) << 31))
       fail(TYCHO_ERR_UNSUPPORTED, "cuda engine: a ", n0, " x ", n1, " window is too large");
     loss = setup.loss;
     target_scale = setup.target_scale;
-
     const double* pos = data_of<const double>(*setup.positions_px);
     positions.assign(pos, pos + 2 * patterns);
-    for (int64_t j = 0; j < patterns; ++j) {
-      const bool finite = std::isfinite(positions[2 * j]) && std::isfinite(positions[2 * j + 1]) &&
-                          std::abs(positions[2 * j]) < 1e15 && std::abs(positions[2 * j + 1]) < 1e15;
-      const auto o0 = cuda_math::origin_of(finite ? positions[2 * j] : 0.0, n0);
-      const auto o1 = cuda_math::origin_of(finite ? positions[2 * j + 1] : 0.0, n1);
-      if (!(finite && o0.index >= 0 && o1.index >= 0 && o0.index + n0 <= h && o1.index + n1 <= w))
-        fail(TYCHO_ERR_INVALID_ARGUMENT, "cuda engine: the window of position ", j, " (centre ",
-             positions[2 * j], ", ", positions[2 * j + 1], " px) does not lie inside the object (", h,
-             " x ", w, " px)");
-    }
 
     // Configuration ([reconstruct]); every key is declared in the plugin's config_keys.
     config_view cfg(setup.config);
@@ -436,9 +396,6 @@ struct cuda_engine::impl {
            "config key 'pool_release_threshold_bytes' must be >= 0 (or -1: keep everything), got ", threshold);
 
     // The device. Nothing touches CUDA before this point (the plugin loads without a GPU).
-    if (setup.device.device_type != kDLCUDA)
-      fail(TYCHO_ERR_UNSUPPORTED, "cuda engine: runs on CUDA devices only, device type ",
-           int(setup.device.device_type), " was requested");
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
@@ -691,18 +648,14 @@ struct cuda_engine::impl {
     check_launch("probe gradient sum");
   }
 
+  // The adapter has checked count and the indices.
   void compute_batch(const int64_t* indices, int64_t count) {
-    if (count < 0) fail(TYCHO_ERR_INVALID_ARGUMENT, "cuda engine: negative batch size ", count);
     if (count == 0) {  // a rank that holds none of this batch's patterns contributes zeros
       set_device();
       check(cudaMemsetAsync(object_grad, 0, size_t(h * w) * sizeof(c32), stream), "cudaMemsetAsync", "object gradient");
       check(cudaMemsetAsync(probe_grad, 0, size_t(m) * sizeof(c32), stream), "cudaMemsetAsync", "probe gradient");
       return;
     }
-    if (indices == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "cuda engine: no batch indices");
-    for (int64_t i = 0; i < count; ++i)
-      if (indices[i] < 0 || indices[i] >= patterns)
-        fail(TYCHO_ERR_INVALID_ARGUMENT, "cuda engine: pattern index ", indices[i], " outside [0, ", patterns, ")");
     set_device();
 
     // F[P] once per batch (the probe changes between batches).
@@ -723,18 +676,12 @@ struct cuda_engine::impl {
               "cufftExecC2C", "probe gradient, inverse");
   }
 
-  DLTensor* tensor(tycho_tensor_id id) {
-    if (int(id) < 0 || int(id) > TYCHO_TENSOR_POSITIONS)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "cuda engine: unknown tensor id ", int(id));
-    return views[id].get();
-  }
+  // The adapter has checked the id (no position gradient: the setup cannot ask for one here)
+  // and read_tensor's size.
+  DLTensor* tensor(tycho_tensor_id id) { return views[id].get(); }
 
-  void read_tensor(tycho_tensor_id id, void* dst, size_t bytes) {
+  void read_tensor(tycho_tensor_id id, void* dst, size_t size) {
     const DLTensor& t = *tensor(id);
-    const size_t size = size_t(element_count(t)) * (t.dtype.bits * t.dtype.lanes / 8u);
-    if (bytes != size)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "cuda engine: read_tensor of ", shape_string(t), " needs ", size,
-           " bytes, got ", bytes);
     set_device();
     check(cudaMemcpyAsync(dst, t.data, size, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync",
           cat("reading tensor ", int(id)));

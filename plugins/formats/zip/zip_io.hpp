@@ -1,5 +1,6 @@
 // The two operations behind the format vtable, and libzip handles that close themselves.
-// Both operations throw tycho::sdk::error; zip_format.cpp turns that into a status.
+// Both operations throw tycho::sdk::error; the SDK's format adapter (zip_format.cpp) turns that
+// into a status, and has refused empty paths and a missing record before they run.
 #pragma once
 
 #include <tycho/tycho_components.h>
@@ -12,7 +13,7 @@
 namespace tycho::zip_plugin {
 
 // Writes `rec` to `path` atomically (temporary file beside it, then renamed over it).
-void save_record(const tycho_record* rec, const char* path, tycho_save_mode mode);
+void save_record(const tycho_record& rec, const char* path, tycho_save_mode mode);
 
 // Reads every *.npy member and manifest.json; the result frees itself through ->release.
 tycho_record* load_record(const char* path);

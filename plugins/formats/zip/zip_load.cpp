@@ -161,7 +161,6 @@ archive_ptr open_archive(const std::string& path) {
 }  // namespace
 
 tycho_record* load_record(const char* path_c) {
-  if (path_c == nullptr || *path_c == '\0') fail(TYCHO_ERR_INVALID_ARGUMENT, "load: empty file path");
   const std::string path = path_c;
   archive_ptr za = open_archive(path);
   auto rec = std::make_unique<loaded_record>();

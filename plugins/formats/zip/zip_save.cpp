@@ -172,13 +172,11 @@ void publish(const std::string& tmp, const std::string& path, tycho_save_mode mo
 
 }  // namespace
 
-void save_record(const tycho_record* rec, const char* path_c, tycho_save_mode mode) {
-  if (path_c == nullptr || *path_c == '\0') fail(TYCHO_ERR_INVALID_ARGUMENT, "save: empty file path");
+void save_record(const tycho_record& rec, const char* path_c, tycho_save_mode mode) {
   const std::string path = path_c;
-  if (rec == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "cannot save ", path, ": no record");
   if (mode != TYCHO_SAVE_NEW && mode != TYCHO_SAVE_OVERWRITE)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "cannot save ", path, ": unknown save mode ", int(mode));
-  const std::vector<std::string> headers = npy_headers(*rec, path);
+  const std::vector<std::string> headers = npy_headers(rec, path);
 
   std::error_code ec;
   if (mode == TYCHO_SAVE_NEW && fs::exists(fs::symlink_status(path, ec))) already_exists(path);
@@ -192,7 +190,7 @@ void save_record(const tycho_record* rec, const char* path_c, tycho_save_mode mo
     fail(TYCHO_ERR_NOT_FOUND, "cannot save ", path, ": folder ", folder.string(), " does not exist");
 
   const temporary_file tmp{temporary_name(path)};
-  write_archive(*rec, headers, tmp.path, path);
+  write_archive(rec, headers, tmp.path, path);
   flush_to_disk(tmp.path, path);
   publish(tmp.path, path, mode);
 }

@@ -13,6 +13,7 @@
 // Every NCCL call on the communicator is made under one mutex (NCCL communicators are not
 // thread-safe); abort() sets a flag first, then takes the mutex, so a waiting call notices it.
 #include <tycho/sdk.hpp>
+#include <tycho/sdk/reducer.hpp>
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -199,50 +200,7 @@ struct nccl_reducer {
   }
 };
 
-nccl_reducer* as_reducer(tycho_reducer* r) { return reinterpret_cast<nccl_reducer*>(r); }
-const nccl_reducer* as_reducer(const tycho_reducer* r) { return reinterpret_cast<const nccl_reducer*>(r); }
-
-// Element type and count of an NCCL buffer for a tensor (complex as pairs of reals).
-struct nccl_buffer {
-  void* data = nullptr;
-  size_t count = 0;
-  ncclDataType_t type = ncclFloat32;
-};
-
-nccl_buffer buffer_of(const nccl_reducer& r, DLTensor* t, const char* op) {
-  if (t == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, r.where(), ": ", op, ": no tensor");
-  nccl_buffer b;
-  int64_t per_element = 1;
-  if (same_dtype(t->dtype, dtype_float32)) {
-    b.type = ncclFloat32;
-  } else if (same_dtype(t->dtype, dtype_float64)) {
-    b.type = ncclFloat64;
-  } else if (same_dtype(t->dtype, dtype_complex64)) {
-    b.type = ncclFloat32;
-    per_element = 2;
-  } else if (same_dtype(t->dtype, dtype_complex128)) {
-    b.type = ncclFloat64;
-    per_element = 2;
-  } else {
-    fail(TYCHO_ERR_UNSUPPORTED, r.where(), ": ", op, ": dtype ", dtype_name(t->dtype),
-         t->dtype.lanes != 1 ? cat(" x ", t->dtype.lanes, " lanes") : std::string(),
-         " is not supported (float32, float64, complex64 or complex128)");
-  }
-  if (t->device.device_type != kDLCUDA || t->device.device_id != r.device)
-    fail(TYCHO_ERR_INVALID_ARGUMENT, r.where(), ": ", op, ": the ", dtype_name(t->dtype), " tensor ",
-         shape_string(*t), " is on device type ", int(t->device.device_type), " id ",
-         t->device.device_id, "; this reducer works on CUDA device ", r.device);
-  if (!is_contiguous(*t))
-    fail(TYCHO_ERR_BAD_DATA, r.where(), ": ", op, ": the ", dtype_name(t->dtype), " tensor ",
-         shape_string(*t), " is not C-contiguous");
-  const int64_t n = element_count(*t);
-  if (n < 0) fail(TYCHO_ERR_BAD_DATA, r.where(), ": ", op, ": negative shape ", shape_string(*t));
-  b.count = size_t(n) * size_t(per_element);
-  b.data = data_of<char>(*t);
-  if (b.count > 0 && t->data == nullptr)
-    fail(TYCHO_ERR_INVALID_ARGUMENT, r.where(), ": ", op, ": the tensor has no data");
-  return b;
-}
+ncclDataType_t nccl_type(const collective_buffer& b) { return b.value_bytes == 8 ? ncclFloat64 : ncclFloat32; }
 
 // ---------------------------------------------------------------- create
 
@@ -334,106 +292,86 @@ void adopt_comm(nccl_reducer& r, const tycho_reducer_setup& s) {
   r.world = n;
 }
 
-tycho_status create(const tycho_reducer_setup* setup, tycho_reducer** out) {
-  return guarded([&] {
-    if (setup == nullptr || setup->struct_size < sizeof(tycho_reducer_setup))
-      fail(TYCHO_ERR_ABI_MISMATCH, "nccl reducer: reducer setup struct is missing or too small");
-    if (out == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "nccl reducer: no output handle");
-    *out = nullptr;
-    const tycho_reducer_setup& s = *setup;
-    auto r = std::make_unique<nccl_reducer>();
+// Fills a fresh reducer from the setup: the [parallel] keys, the rank, the device, then the
+// communicator (the caller's, or its own through the bootstrap channel).
+void start(nccl_reducer& r, const tycho_reducer_setup& s) {
+  config_view cfg(s.config);  // the [parallel] table
+  r.timeout_s = cfg.get_double("timeout_s").value_or(k_default_timeout_s);
+  if (!(r.timeout_s > 0) || !std::isfinite(r.timeout_s))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key 'timeout_s' in ", cfg.table_name(),
+         " must be a number of seconds > 0, got ", r.timeout_s);
 
-    config_view cfg(s.config);  // the [parallel] table
-    r->timeout_s = cfg.get_double("timeout_s").value_or(k_default_timeout_s);
-    if (!(r->timeout_s > 0) || !std::isfinite(r->timeout_s))
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "config key 'timeout_s' in ", cfg.table_name(),
-           " must be a number of seconds > 0, got ", r->timeout_s);
+  r.device = s.device.device_id;  // the adapter has checked its type
+  if (s.communicator == nullptr) {
+    if (s.world_size < 1 || s.rank < 0)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "nccl reducer: the rank and world size are unknown (rank ",
+           s.rank, ", world size ", s.world_size, "): the launcher must say them (torchrun sets "
+           "RANK and WORLD_SIZE), or the caller must hand in an ncclComm_t");
+    if (s.rank >= s.world_size)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "nccl reducer: rank ", s.rank, " is not in [0, ", s.world_size, ")");
+    if (s.world_size > 1 && s.bootstrap.broadcast == nullptr)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "nccl reducer rank ", s.rank, ": no bootstrap channel to send "
+           "NCCL's unique id to the ", s.world_size, " ranks, and no communicator handed in");
+    r.rank = s.rank;
+    r.world = s.world_size;
+  } else {
+    r.rank = s.rank;  // for messages until the communicator says
+  }
 
-    if (s.device.device_type != kDLCUDA)
-      fail(TYCHO_ERR_UNSUPPORTED, "nccl reducer: reduces tensors on CUDA devices only, but the "
-           "engine's device is of type ", int(s.device.device_type),
-           s.device.device_type == kDLCPU ? " (the CPU)" : "", "; use a host reducer for a CPU engine");
-    r->device = s.device.device_id;
-    if (s.communicator == nullptr) {
-      if (s.world_size < 1 || s.rank < 0)
-        fail(TYCHO_ERR_INVALID_ARGUMENT, "nccl reducer: the rank and world size are unknown (rank ",
-             s.rank, ", world size ", s.world_size, "): the launcher must say them (torchrun sets "
-             "RANK and WORLD_SIZE), or the caller must hand in an ncclComm_t");
-      if (s.rank >= s.world_size)
-        fail(TYCHO_ERR_INVALID_ARGUMENT, "nccl reducer: rank ", s.rank, " is not in [0, ", s.world_size, ")");
-      if (s.world_size > 1 && s.bootstrap.broadcast == nullptr)
-        fail(TYCHO_ERR_INVALID_ARGUMENT, "nccl reducer rank ", s.rank, ": no bootstrap channel to send "
-             "NCCL's unique id to the ", s.world_size, " ranks, and no communicator handed in");
-      r->rank = s.rank;
-      r->world = s.world_size;
-    } else {
-      r->rank = s.rank;  // for messages until the communicator says
-    }
-
-    // CUDA from here on.
-    const int count = visible_devices(r->where());
-    if (r->device < 0 || r->device >= count)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, r->where(), ": CUDA device ", r->device,
-           " was requested but this process sees ", count, " (devices 0 to ", count - 1, ")");
-    {
-      device_scope scope(r->device, r->where());
-      cuda_check(cudaStreamCreateWithFlags(&r->barrier_stream, cudaStreamNonBlocking), r->where(),
-                 "cudaStreamCreateWithFlags (barrier stream)");
-      cuda_check(cudaMalloc(reinterpret_cast<void**>(&r->barrier_value), sizeof(float)), r->where(),
-                 "cudaMalloc (barrier value)");
-      cuda_check(cudaMemset(r->barrier_value, 0, sizeof(float)), r->where(), "cudaMemset (barrier value)");
-    }
-    if (s.communicator != nullptr)
-      adopt_comm(*r, s);
-    else
-      make_own_comm(*r, s);
-    r->broken = false;
-    int version = 0;
-    (void)ncclGetVersion(&version);
-    log(TYCHO_LOG_DEBUG, "nccl",
-        cat(r->where(), ": ", r->own_comm ? "joined" : "adopted", " a communicator of ", r->world,
-            " ranks (NCCL ", version / 10000, ".", version / 100 % 100, ".", version % 100, ")"));
-    *out = reinterpret_cast<tycho_reducer*>(r.release());
-  });
+  // CUDA from here on.
+  const int count = visible_devices(r.where());
+  if (r.device < 0 || r.device >= count)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, r.where(), ": CUDA device ", r.device,
+         " was requested but this process sees ", count, " (devices 0 to ", count - 1, ")");
+  {
+    device_scope scope(r.device, r.where());
+    cuda_check(cudaStreamCreateWithFlags(&r.barrier_stream, cudaStreamNonBlocking), r.where(),
+               "cudaStreamCreateWithFlags (barrier stream)");
+    cuda_check(cudaMalloc(reinterpret_cast<void**>(&r.barrier_value), sizeof(float)), r.where(),
+               "cudaMalloc (barrier value)");
+    cuda_check(cudaMemset(r.barrier_value, 0, sizeof(float)), r.where(), "cudaMemset (barrier value)");
+  }
+  if (s.communicator != nullptr)
+    adopt_comm(r, s);
+  else
+    make_own_comm(r, s);
+  r.broken = false;
+  int version = 0;
+  (void)ncclGetVersion(&version);
+  log(TYCHO_LOG_DEBUG, "nccl",
+      cat(r.where(), ": ", r.own_comm ? "joined" : "adopted", " a communicator of ", r.world,
+          " ranks (NCCL ", version / 10000, ".", version / 100 % 100, ".", version % 100, ")"));
 }
 
-// ---------------------------------------------------------------- collectives
+// ---------------------------------------------------------------- the component
 
-int32_t rank(const tycho_reducer* red) { return red != nullptr ? as_reducer(red)->rank : -1; }
-int32_t world_size(const tycho_reducer* red) { return red != nullptr ? as_reducer(red)->world : -1; }
+// The reducer as the adapter (tycho/sdk/reducer.hpp) sees it; the state lives in nccl_reducer
+// (a member that outlives a failed start: its destructor frees what start made).
+class nccl_component {
+ public:
+  explicit nccl_component(const tycho_reducer_setup& s) { start(r_, s); }
 
-tycho_status allreduce_sum(tycho_reducer* red, DLTensor* inout, void* stream) {
-  return guarded([&] {
-    if (red == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "nccl reducer: no reducer");
-    auto& r = *as_reducer(red);
-    const nccl_buffer b = buffer_of(r, inout, "allreduce_sum");
-    if (b.count == 0) return;
-    r.call(cat("allreduce_sum of ", b.count, " reals"), [&] {
-      return ncclAllReduce(b.data, b.data, b.count, b.type, ncclSum, r.comm, static_cast<cudaStream_t>(stream));
+  int32_t rank() const { return r_.rank; }
+  int32_t world_size() const { return r_.world; }
+
+  void allreduce_sum(const collective_buffer& b, void* stream) {
+    r_.call(cat("allreduce_sum of ", b.count, " reals"), [&] {
+      return ncclAllReduce(b.data, b.data, size_t(b.count), nccl_type(b), ncclSum, r_.comm,
+                           static_cast<cudaStream_t>(stream));
     });
-  });
-}
+  }
 
-tycho_status broadcast(tycho_reducer* red, DLTensor* inout, int32_t root, void* stream) {
-  return guarded([&] {
-    if (red == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "nccl reducer: no reducer");
-    auto& r = *as_reducer(red);
-    if (root < 0 || root >= r.world)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, r.where(), ": broadcast: root ", root, " is not in [0, ", r.world, ")");
-    const nccl_buffer b = buffer_of(r, inout, "broadcast");
-    if (b.count == 0) return;
-    r.call(cat("broadcast of ", b.count, " reals from rank ", root), [&] {
-      return ncclBroadcast(b.data, b.data, b.count, b.type, root, r.comm, static_cast<cudaStream_t>(stream));
+  void broadcast(const collective_buffer& b, int32_t root, void* stream) {
+    r_.call(cat("broadcast of ", b.count, " reals from rank ", root), [&] {
+      return ncclBroadcast(b.data, b.data, size_t(b.count), nccl_type(b), root, r_.comm,
+                           static_cast<cudaStream_t>(stream));
     });
-  });
-}
+  }
 
-// A one-element all-reduce on the reducer's own stream, then a wait for it that polls the
-// stream and the communicator, so that an NCCL error or the timeout ends it.
-tycho_status barrier(tycho_reducer* red) {
-  return guarded([&] {
-    if (red == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "nccl reducer: no reducer");
-    auto& r = *as_reducer(red);
+  // A one-element all-reduce on the reducer's own stream, then a wait for it that polls the
+  // stream and the communicator, so that an NCCL error or the timeout ends it.
+  void barrier() {
+    nccl_reducer& r = r_;
     const std::string during = "barrier";
     const auto deadline = deadline_after(r.timeout_s);
     r.barrier_pending = true;
@@ -458,32 +396,36 @@ tycho_status barrier(tycho_reducer* red) {
       if (clock_type::now() >= deadline) r.fail_timeout(during, "not every rank arrived");
       b.pause();
     }
-  });
-}
+  }
 
-// Any thread, any time: makes this rank's pending and later collectives (and, through NCCL, the
-// peers') fail. Returns; the exit code is for reducers that end the job (MPI).
-void abort_all(tycho_reducer* red, int32_t /*exit_code*/) {
-  if (red == nullptr) return;
-  auto& r = *as_reducer(red);
-  r.aborted = true;  // waiting loops see it before their next NCCL call
-  std::lock_guard<std::mutex> lock(r.mutex);
-  if (r.comm == nullptr) return;
-  log(TYCHO_LOG_WARNING, "nccl", cat(r.where(), ": aborting the communicator"));
-  (void)ncclCommAbort(r.comm);  // frees it (a caller's one too: it must not be used after this)
-  r.comm = nullptr;
-}
+  // Any thread, any time: makes this rank's pending and later collectives (and, through NCCL,
+  // the peers') fail. Returns; the exit code is for reducers that end the job (MPI).
+  void abort(int32_t /*exit_code*/) noexcept {
+    nccl_reducer& r = r_;
+    r.aborted = true;  // waiting loops see it before their next NCCL call
+    std::lock_guard<std::mutex> lock(r.mutex);
+    if (r.comm == nullptr) return;
+    log(TYCHO_LOG_WARNING, "nccl", cat(r.where(), ": aborting the communicator"));
+    (void)ncclCommAbort(r.comm);  // frees it (a caller's one too: it must not be used after this)
+    r.comm = nullptr;
+  }
 
-void destroy(tycho_reducer* red) { delete as_reducer(red); }
+ private:
+  nccl_reducer r_;
+};
 
-const tycho_reducer_vtable k_vtable = {sizeof(tycho_reducer_vtable), TYCHO_ABI_VERSION, &create, &rank,
-                                       &world_size, &allreduce_sum, &broadcast, &barrier, &abort_all, &destroy};
-// From the [parallel] table.
+// From the [parallel] table; the runtime declares the same key for its own waits.
 const char* const k_keys[] = {"timeout_s", nullptr};
+const tycho_setting k_settings[] = {
+    setting("timeout_s", TYCHO_SETTING_NUMBER, "600",
+            "the longest an NCCL call, the communicator's start or a barrier may wait before the rank gives up", "s")
+        .above(0),
+    end_of_settings()};
 const tycho_component k_components[] = {
-    component(TYCHO_COMPONENT_REDUCER, "nccl", "1.0.0",
-              "sum and broadcast of CUDA tensors across ranks (NCCL)", TYCHO_DEVICE_BIT(kDLCUDA),
-              k_keys, &k_vtable),
+    with_settings(component(TYCHO_COMPONENT_REDUCER, "nccl", "1.0.0",
+                            "sum and broadcast of CUDA tensors across ranks (NCCL)", TYCHO_DEVICE_BIT(kDLCUDA), k_keys,
+                            reducer_vtable<nccl_component>("nccl", TYCHO_DEVICE_BIT(kDLCUDA))),
+                  k_settings),
 };
 }  // namespace
 

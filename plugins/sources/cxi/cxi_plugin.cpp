@@ -21,68 +21,33 @@ namespace h5 = tycho::h5;
 
 namespace {
 
-template <void (*Open)(const tycho_config*, tycho_source&)>
-tycho_status source_open(const tycho_config* cfg, tycho_source** out) {
-  return tycho::sdk::guarded([&] {
-    if (out == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "source open() needs an output");
-    *out = nullptr;
-    h5::h5_session session;  // declared before the handles: they close inside it
+// One of the two sources, as tycho/sdk/source.hpp adapts it: Open finds the arrays and
+// calibrations; every call under the HDF5 lock.
+template <void (*Open)(const tycho_config*, cxi::source_data&)>
+class hdf5_file_source {
+ public:
+  using call_scope = h5::h5_session;
+
+  explicit hdf5_file_source(const tycho::sdk::config_view& config) {
     // The same open in a guard process first: a file that crashes libhdf5 is refused, not fatal.
-    h5::guard_metadata_walk(tycho::sdk::config_view(cfg).get_string("path").value_or("(no path)"), [&] {
-      tycho_source scratch;
-      Open(cfg, scratch);
+    h5::guard_metadata_walk(config.get_string("path").value_or("(no path)"), [&] {
+      cxi::source_data scratch;
+      Open(config.raw(), scratch);
     });
-    auto s = std::make_unique<tycho_source>();
-    Open(cfg, *s);
-    *out = s.release();
-  });
-}
+    Open(config.raw(), s_);
+  }
 
-tycho_status source_info(tycho_source* src, tycho_dataset_info* out) {
-  return tycho::sdk::guarded([&] {
-    if (src == nullptr || out == nullptr)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "source info() needs a source and an output");
-    tycho::sdk::copy_dataset_info(src->info, out);
-  });
-}
+  const tycho_dataset_info& info() const { return s_.info; }
+  void read(int64_t first, int64_t count, float* dst) const {
+    cxi::read_patterns(s_.dataset.get(), s_.layout, first, count, dst, s_.description);
+  }
+  const std::vector<double>& positions_A() const { return s_.positions_A; }
 
-tycho_status source_read(tycho_source* src, int64_t first, int64_t count, DLTensor* dst) {
-  return tycho::sdk::guarded([&] {
-    if (src == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "source read() needs a source");
-    const tycho_source& s = *src;
-    tycho::sdk::check_read_request(s.component.c_str(), s.description, s.layout.scan, s.layout.detector, first,
-                                   count, dst);
-    if (count == 0) return;
-    h5::h5_session session;
-    cxi::read_patterns(s.dataset.get(), s.layout, first, count, tycho::sdk::data_of<float>(*dst), s.description);
-  });
-}
-
-tycho_status source_read_positions(tycho_source* src, DLTensor* dst) {
-  if (src != nullptr && src->positions_A.empty())
-    return tycho::sdk::report(TYCHO_ERR_UNSUPPORTED,
-                              "'" + src->description + "' is a raster: its positions follow from [data] scan_step_A");
-  return tycho::sdk::guarded([&] {
-    if (src == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "source read_positions() needs a source");
-    tycho::sdk::check_positions_request(src->component.c_str(), src->description, src->layout.scan, dst);
-    std::memcpy(tycho::sdk::data_of<double>(*dst), src->positions_A.data(), src->positions_A.size() * sizeof(double));
-  });
-}
-
-void source_close(tycho_source* src) {
-  if (src == nullptr) return;
-  tycho::sdk::guarded([&] {
-    h5::h5_session session;
-    delete src;
-  });
-}
-
-const tycho_source_vtable k_cxi_vtable = {sizeof(tycho_source_vtable), TYCHO_ABI_VERSION,
-                                          &source_open<&cxi::open_cxi>, &source_info, &source_read,
-                                          &source_close, &source_read_positions};
-const tycho_source_vtable k_hdf5_vtable = {sizeof(tycho_source_vtable), TYCHO_ABI_VERSION,
-                                           &source_open<&cxi::open_hdf5>, &source_info, &source_read,
-                                           &source_close, &source_read_positions};
+ private:
+  cxi::source_data s_;
+};
+using cxi_source = hdf5_file_source<&cxi::open_cxi>;
+using hdf5_source = hdf5_file_source<&cxi::open_hdf5>;
 
 // "source", "scan_step_A" and "detector_pixel_invA" are the host's keys.
 const char* const k_cxi_keys[] = {"path", "dataset", "translations", "translations_shape", "probe_position",
@@ -90,15 +55,46 @@ const char* const k_cxi_keys[] = {"path", "dataset", "translations", "translatio
 const char* const k_hdf5_keys[] = {"path", "dataset", "axes", "positions_dataset", "positions_unit", "centred",
                                    nullptr};
 
+using tycho::sdk::setting;
+const tycho_setting k_cxi_settings[] = {
+    setting("path", TYCHO_SETTING_STRING, nullptr,
+            "the HDF5 file (.cxi, .h5, .nxs), relative to the config file's folder; required"),
+    setting("dataset", TYCHO_SETTING_STRING, nullptr,
+            "the frames (N, Qx, Qy); default /entry_1/data_1/data, else /entry_1/instrument_1/detector_1/data"),
+    setting("translations", TYCHO_SETTING_STRING, nullptr,
+            "the sample translations, (N, 3) or (3, N), (x, y, z) in metres; default: the CXI paths"),
+    setting("translations_shape", TYCHO_SETTING_STRING, nullptr,
+            "\"N,3\" or \"3,N\": how the translations are stored; needed only when N = 3"),
+    setting("probe_position", TYCHO_SETTING_STRING_LIST, "[\"-y\", \"-x\"]",
+            "the probe position along object axis 0 and 1 as signed translation components (x, y, -x, -y)"),
+    setting("centred", TYCHO_SETTING_BOOL, "true", "zero frequency at index N/2 of each frame"),
+    tycho::sdk::end_of_settings()};
+const tycho_setting k_hdf5_settings[] = {
+    setting("path", TYCHO_SETTING_STRING, nullptr, "the HDF5 file, relative to the config file's folder; required"),
+    setting("dataset", TYCHO_SETTING_STRING, nullptr, "the HDF5 path of the patterns; required"),
+    setting("axes", TYCHO_SETTING_STRING_LIST, nullptr,
+            "the role of each axis of the dataset (Rx, Ry, Qx, Qy, or P for a list); default: "
+            "[\"Rx\", \"Ry\", \"Qx\", \"Qy\"] (4-D), [\"P\", \"Qx\", \"Qy\"] (3-D)"),
+    setting("positions_dataset", TYCHO_SETTING_STRING, nullptr,
+            "(P, 2) or (2, P) probe positions of the patterns in scan order; required for a list of patterns"),
+    setting("positions_unit", TYCHO_SETTING_STRING, nullptr,
+            "the unit of positions_dataset: A, nm, pm, um, mm or m; required with it"),
+    setting("centred", TYCHO_SETTING_BOOL, "true", "zero frequency at index N/2 of each pattern"),
+    tycho::sdk::end_of_settings()};
+
 const tycho_component k_components[] = {
-    tycho::sdk::component(TYCHO_COMPONENT_SOURCE, "cxi", "1.0.0",
-                          "CXI / NeXus NXcxi_ptycho ptychography files (frames, translations in m, energy "
-                          "in J, detector distance and pixel size)",
-                          TYCHO_DEVICE_BIT(kDLCPU), k_cxi_keys, &k_cxi_vtable),
-    tycho::sdk::component(TYCHO_COMPONENT_SOURCE, "hdf5", "1.0.0",
-                          "any HDF5 dataset of patterns, axes in any order ([data] axes), positions from "
-                          "another dataset; calibrations from the config",
-                          TYCHO_DEVICE_BIT(kDLCPU), k_hdf5_keys, &k_hdf5_vtable),
+    tycho::sdk::with_settings(
+        tycho::sdk::component(TYCHO_COMPONENT_SOURCE, "cxi", "1.0.0",
+                              "CXI / NeXus NXcxi_ptycho ptychography files (frames, translations in m, energy "
+                              "in J, detector distance and pixel size)",
+                              TYCHO_DEVICE_BIT(kDLCPU), k_cxi_keys, tycho::sdk::source_vtable<cxi_source>("cxi")),
+        k_cxi_settings),
+    tycho::sdk::with_settings(
+        tycho::sdk::component(TYCHO_COMPONENT_SOURCE, "hdf5", "1.0.0",
+                              "any HDF5 dataset of patterns, axes in any order ([data] axes), positions from "
+                              "another dataset; calibrations from the config",
+                              TYCHO_DEVICE_BIT(kDLCPU), k_hdf5_keys, tycho::sdk::source_vtable<hdf5_source>("hdf5")),
+        k_hdf5_settings),
 };
 
 }  // namespace

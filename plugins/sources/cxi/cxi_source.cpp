@@ -122,7 +122,7 @@ std::optional<double> energy_to_eV(const std::string& u) {
 
 // One number at `path`: a scalar, a one-element array, or one value per frame that must not vary
 // (relative spread at most 1e-6). nullopt when absent. In the unit `factor` converts to.
-std::optional<double> read_value(const tycho_source& s, const std::string& path,
+std::optional<double> read_value(const source_data& s, const std::string& path,
                                  std::optional<double> (*factor)(const std::string&), double cxi_factor,
                                  const char* unit_expected, const char* what, const char* spread_unit) {
   const std::string where = cat(s.file_name, ":", path);
@@ -158,7 +158,7 @@ std::optional<double> read_value(const tycho_source& s, const std::string& path,
 
 // The mask, if the file has one: refused when it marks any pixel bad, since the runtime cannot
 // leave pixels out of the loss yet.
-void check_mask(const tycho_source& s) {
+void check_mask(const source_data& s) {
   const std::string path = cat(k_detector, "/mask"), where = cat(s.file_name, ":", path);
   h5::h5_id obj = h5::open_object(s.file.get(), path);
   if (!obj) return;
@@ -181,7 +181,7 @@ void check_mask(const tycho_source& s) {
 
 }  // namespace
 
-void open_cxi(const tycho_config* cfg, tycho_source& s) {
+void open_cxi(const tycho_config* cfg, source_data& s) {
   sdk::config_view config(cfg);
   const std::string given = config.require_string("path");
   s.component = "cxi";

@@ -13,7 +13,7 @@ namespace tycho::cxi {
 using sdk::cat;
 using sdk::fail;
 
-void open_hdf5(const tycho_config* cfg, tycho_source& s) {
+void open_hdf5(const tycho_config* cfg, source_data& s) {
   sdk::config_view config(cfg);
   const std::string given = config.require_string("path");
   s.component = "hdf5";

@@ -20,7 +20,7 @@ h5::h5_id open_file(const std::string& path, const std::string& given, const cha
                                                             : cat("the ", component, " source reads HDF5 files"));
 }
 
-void open_patterns(tycho_source& s, const std::vector<axis_role>& roles, const std::string& roles_from) {
+void open_patterns(source_data& s, const std::vector<axis_role>& roles, const std::string& roles_from) {
   h5::h5_id obj = h5::open_object(s.file.get(), s.dataset_path);
   if (!obj) fail(TYCHO_ERR_NOT_FOUND, "'", s.description, "' does not exist");
   if (!h5::is_dataset(obj.get()))
@@ -36,7 +36,7 @@ void open_patterns(tycho_source& s, const std::vector<axis_role>& roles, const s
   s.info.stored_dtype = *dtype;
 }
 
-void init_info(tycho_source& s, bool centred) {
+void init_info(source_data& s, bool centred) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   tycho_dataset_info& i = s.info;
   i.struct_size = sizeof(tycho_dataset_info);
@@ -59,7 +59,7 @@ std::optional<double> length_unit_to_A(const std::string& u) {
   return std::nullopt;
 }
 
-std::vector<double> read_table(const tycho_source& s, const std::string& path, int64_t k, table_order order,
+std::vector<double> read_table(const source_data& s, const std::string& path, int64_t k, table_order order,
                                const std::string& order_key, const std::string& what) {
   const std::string where = cat(s.file_name, ":", path);
   const int64_t p = s.layout.scan[0] * s.layout.scan[1];

@@ -21,10 +21,10 @@ h5::h5_id open_file(const std::string& path, const std::string& given, const cha
 // Opens s.dataset_path in s.file as the pattern array with the axis roles `roles` (from
 // `roles_from`, for messages), checks its element type, fills s.dataset, s.layout and the shapes
 // and stored dtype of s.info.
-void open_patterns(tycho_source& s, const std::vector<axis_role>& roles, const std::string& roles_from);
+void open_patterns(source_data& s, const std::vector<axis_role>& roles, const std::string& roles_from);
 
 // Fills the rest of s.info: shapes, centring, description; calibrations NaN (set afterwards).
-void init_info(tycho_source& s, bool centred);
+void init_info(source_data& s, bool centred);
 
 // Factor from a length unit to Å ("m", "mm", "um"/"µm", "nm", "pm", "A"/"Å"/"Angstrom"), nullopt
 // for any other.
@@ -37,7 +37,7 @@ enum class table_order { from_shape, patterns_first, components_first };
 // (P, k) or (k, P) as `order` says or, by default, as its shape says; a square (k, k) table with
 // P = k is refused as ambiguous, naming `order_key` (the config key that settles it; "" if none). `what` says what the table holds, for
 // messages ("translations in metres").
-std::vector<double> read_table(const tycho_source& s, const std::string& path, int64_t k, table_order order,
+std::vector<double> read_table(const source_data& s, const std::string& path, int64_t k, table_order order,
                                const std::string& order_key, const std::string& what);
 
 // A config value that is an array of strings, e.g. axes = ["Rx", "Ry", "Qx", "Qy"]; nullopt when

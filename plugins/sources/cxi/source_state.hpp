@@ -10,8 +10,10 @@
 #include <tycho/sdk/hdf5/h5_handle.hpp>
 #include "pattern_reader.hpp"
 
+namespace tycho::cxi {
+
 // Members are destroyed in reverse order: the dataset before the file.
-struct tycho_source {
+struct source_data {
   std::string component;    // "cxi" or "hdf5", for messages
   std::string file_name;
   std::string dataset_path;
@@ -23,11 +25,9 @@ struct tycho_source {
   tycho_dataset_info info{};
 };
 
-namespace tycho::cxi {
-
 // Fill `s` (file, dataset, layout, positions, info) from the [data] table `cfg`, inside an
 // h5_session. (cxi_source.cpp, hdf5_source.cpp)
-void open_cxi(const tycho_config* cfg, tycho_source& s);
-void open_hdf5(const tycho_config* cfg, tycho_source& s);
+void open_cxi(const tycho_config* cfg, source_data& s);
+void open_hdf5(const tycho_config* cfg, source_data& s);
 
 }  // namespace tycho::cxi

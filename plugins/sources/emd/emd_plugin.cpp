@@ -21,8 +21,10 @@ using tycho::sdk::fail;
 namespace emd = tycho::emd;
 namespace h5 = tycho::h5;
 
+namespace {
+
 // The opened data set. Members are destroyed in reverse order: the dataset before the file.
-struct tycho_source {
+struct emd_data {
   std::string file_name;
   std::string dataset_path;
   std::string description;  // "<file>:<dataset path>", pointed to by info.description
@@ -33,15 +35,13 @@ struct tycho_source {
   tycho_dataset_info info{};
 };
 
-namespace {
-
 // `given` is the path as the config wrote it: a relative one gets a hint about where it resolved.
 h5::h5_id open_file(const std::string& path, const std::string& given) {
   return h5::open_data_file(path, given, "the emd source reads EMD 1.0 / py4DSTEM .h5 / .emd files");
 }
 
 // Opens the array, checks it is 4-D with an integer or float element type, fills the shapes.
-void open_array(tycho_source& s) {
+void open_array(emd_data& s) {
   s.dataset = h5::h5_id(H5Dopen2(s.file.get(), s.dataset_path.c_str(), H5P_DEFAULT));
   if (!s.dataset) fail(TYCHO_ERR_IO, "could not open '", s.description, "'");
   auto shape = h5::dataset_shape(s.dataset.get());
@@ -65,7 +65,7 @@ void open_array(tycho_source& s) {
   s.info.stored_dtype = *dtype;
 }
 
-void fill_info(tycho_source& s) {
+void fill_info(emd_data& s) {
   tycho_dataset_info& i = s.info;
   i.struct_size = sizeof(tycho_dataset_info);
   std::copy(std::begin(s.scan), std::end(s.scan), i.scan_shape);
@@ -77,7 +77,7 @@ void fill_info(tycho_source& s) {
 
 // Reads patterns [first, first + n) as one hyperslab: either part of one scan row, or whole
 // rows. The destination is C order over (Rx, Ry), as the file is, so the pieces are contiguous.
-void read_slab(const tycho_source& s, int64_t first, int64_t n_rows, int64_t n_cols, float* dst) {
+void read_slab(const emd_data& s, int64_t first, int64_t n_rows, int64_t n_cols, float* dst) {
   const int64_t ry = s.scan[1];
   hsize_t start[4] = {hsize_t(first / ry), hsize_t(first % ry), 0, 0};
   hsize_t count[4] = {hsize_t(n_rows), hsize_t(n_cols), hsize_t(s.detector[0]),
@@ -92,17 +92,16 @@ void read_slab(const tycho_source& s, int64_t first, int64_t n_rows, int64_t n_c
          s.description, "' failed (the file may be truncated or use an unavailable filter)");
 }
 
-tycho_status source_open(const tycho_config* cfg, tycho_source** out) {
-  return tycho::sdk::guarded([&] {
-    if (out == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "emd source: open() needs an output");
-    *out = nullptr;
-    tycho::sdk::config_view config(cfg);
-    const std::string given = config.require_string("path");
-    std::string path = tycho::sdk::resolve_path(config.base_dir(), given);
-    std::optional<std::string> dataset = config.get_string("dataset");
+// The component, as tycho/sdk/source.hpp adapts it: every call under the HDF5 lock.
+class emd_source {
+ public:
+  using call_scope = h5::h5_session;
 
-    h5::h5_session session;  // declared before the handle: the handle closes inside it
-    const auto open_into = [&](tycho_source& t) {
+  explicit emd_source(const tycho::sdk::config_view& config) {
+    const std::string given = config.require_string("path");
+    const std::string path = tycho::sdk::resolve_path(config.base_dir(), given);
+    const std::optional<std::string> dataset = config.get_string("dataset");
+    const auto open_into = [&](emd_data& t) {
       t.file_name = path;
       t.file = open_file(path, given);
       t.dataset_path = emd::locate_dataset(t.file.get(), path, dataset);
@@ -110,40 +109,23 @@ tycho_status source_open(const tycho_config* cfg, tycho_source** out) {
       open_array(t);
       fill_info(t);
     };
-    // The same walk in a guard process first: a file that crashes libhdf5 is refused, not fatal.
+    // The same walk in a guard process first (under the adapter's HDF5 lock, call_scope): a
+    // file that crashes libhdf5 is refused, not fatal.
     h5::guard_metadata_walk(path, [&] {
-      tycho_source scratch;
+      emd_data scratch;
       open_into(scratch);
     });
-    auto s = std::make_unique<tycho_source>();
-    open_into(*s);
+    open_into(s_);
     tycho::sdk::log(TYCHO_LOG_INFO, "emd",
-                    tycho::sdk::cat("opened '", s->description, "': ", s->scan[0], " x ",
-                                    s->scan[1], " patterns of ", s->detector[0], " x ",
-                                    s->detector[1], " ",
-                                    tycho::sdk::dtype_name(s->info.stored_dtype)));
-    *out = s.release();
-  });
-}
+                    tycho::sdk::cat("opened '", s_.description, "': ", s_.scan[0], " x ", s_.scan[1],
+                                    " patterns of ", s_.detector[0], " x ", s_.detector[1], " ",
+                                    tycho::sdk::dtype_name(s_.info.stored_dtype)));
+  }
 
-tycho_status source_info(tycho_source* src, tycho_dataset_info* out) {
-  return tycho::sdk::guarded([&] {
-    if (src == nullptr || out == nullptr)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "emd source: info() needs a source and an output");
-    tycho::sdk::copy_dataset_info(src->info, out);
-  });
-}
+  const tycho_dataset_info& info() const { return s_.info; }
 
-tycho_status source_read(tycho_source* src, int64_t first, int64_t count, DLTensor* dst) {
-  return tycho::sdk::guarded([&] {
-    if (src == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "emd source: read() needs a source");
-    const tycho_source& s = *src;
-    tycho::sdk::check_read_request("emd", s.description, s.scan, s.detector, first, count, dst);
-    if (count == 0) return;
-
-    h5::h5_session session;
-    float* out = tycho::sdk::data_of<float>(*dst);
-    const int64_t ry = s.scan[1], pattern = s.detector[0] * s.detector[1];
+  void read(int64_t first, int64_t count, float* out) const {
+    const int64_t ry = s_.scan[1], pattern = s_.detector[0] * s_.detector[1];
     int64_t pos = first;
     const int64_t end = first + count;
     // At most three reads: the rest of the first row, the whole rows, the start of the last.
@@ -151,36 +133,36 @@ tycho_status source_read(tycho_source* src, int64_t first, int64_t count, DLTens
       int64_t n = 0;
       if (pos % ry != 0 || end - pos < ry) {
         n = std::min(ry - pos % ry, end - pos);
-        read_slab(s, pos, 1, n, out);
+        read_slab(s_, pos, 1, n, out);
       } else {
         int64_t rows = (end - pos) / ry;
         n = rows * ry;
-        read_slab(s, pos, rows, ry, out);
+        read_slab(s_, pos, rows, ry, out);
       }
       pos += n;
       out += n * pattern;
     }
-  });
-}
+  }
 
-void source_close(tycho_source* src) {
-  if (src == nullptr) return;
-  tycho::sdk::guarded([&] {
-    h5::h5_session session;
-    delete src;
-  });
-}
-
-const tycho_source_vtable k_vtable = {sizeof(tycho_source_vtable), TYCHO_ABI_VERSION,
-                                      &source_open, &source_info, &source_read, &source_close};
+ private:
+  emd_data s_;
+};
 
 // "source" is the host's key (which plugin to use); the emd source reads only these.
 const char* const k_config_keys[] = {"path", "dataset", nullptr};
 
-const tycho_component k_components[] = {tycho::sdk::component(
-    TYCHO_COMPONENT_SOURCE, "emd", "1.0.0",
-    "EMD 1.0 / py4DSTEM HDF5 4D-STEM data (integer or float arrays, calibrations from metadata)",
-    TYCHO_DEVICE_BIT(kDLCPU), k_config_keys, &k_vtable)};
+const tycho_setting k_settings[] = {
+    tycho::sdk::setting("path", TYCHO_SETTING_STRING, nullptr,
+                        "the HDF5 file (.h5, .emd), relative to the config file's folder; required"),
+    tycho::sdk::setting("dataset", TYCHO_SETTING_STRING, nullptr,
+                        "HDF5 path of the 4-D array (Rx, Ry, Qx, Qy); default: the file's emdfile array named data"),
+    tycho::sdk::end_of_settings()};
+
+const tycho_component k_components[] = {tycho::sdk::with_settings(
+    tycho::sdk::component(TYCHO_COMPONENT_SOURCE, "emd", "1.0.0",
+                          "EMD 1.0 / py4DSTEM HDF5 4D-STEM data (integer or float arrays, calibrations from metadata)",
+                          TYCHO_DEVICE_BIT(kDLCPU), k_config_keys, tycho::sdk::source_vtable<emd_source>("emd")),
+    k_settings)};
 
 }  // namespace
 

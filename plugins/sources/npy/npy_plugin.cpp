@@ -40,9 +40,8 @@ struct zip_file_closer {
 using archive_ptr = std::unique_ptr<zip_t, zip_closer>;
 using member_ptr = std::unique_ptr<zip_file_t, zip_file_closer>;
 
-}  // namespace
-
-struct tycho_source {
+// The opened array and where its bytes are.
+struct npy_data {
   std::string file_name;
   std::string array;        // .npz member without ".npy"; empty for a .npy file
   std::string description;  // "<file>" or "<file>:<array>", pointed to by info.description
@@ -57,8 +56,6 @@ struct tycho_source {
   int64_t detector[2] = {0, 0};
   tycho_dataset_info info{};
 };
-
-namespace {
 
 bool ends_with(const std::string& s, const char* suffix) {
   const std::size_t n = std::strlen(suffix);
@@ -88,7 +85,7 @@ bool is_supported(DLDataType t) {
 }
 
 // Checks what the header describes and fills the shapes.
-void accept_header(tycho_source& s, const npy::header& h) {
+void accept_header(npy_data& s, const npy::header& h) {
   const std::string& d = s.description;
   if (h.big_endian)
     fail(TYCHO_ERR_BAD_DATA, "'", d, "' is big-endian (dtype '", h.descr,
@@ -115,7 +112,7 @@ void accept_header(tycho_source& s, const npy::header& h) {
   s.data_offset = h.header_bytes;
 }
 
-void open_npy_file(tycho_source& s) {
+void open_npy_file(npy_data& s) {
   std::error_code ec;
   const uint64_t size = fs::file_size(s.file_name, ec);
   if (ec) fail(TYCHO_ERR_IO, "cannot read '", s.file_name, "': ", ec.message());
@@ -156,7 +153,7 @@ std::vector<int64_t> member_shape(zip_t* za, const zip_stat_t& st) {
   }
 }
 
-void open_npz_member(tycho_source& s, const std::optional<std::string>& wanted) {
+void open_npz_member(npy_data& s, const std::optional<std::string>& wanted) {
   s.archive = open_archive(s.file_name);
   zip_t* za = s.archive.get();
   struct member {
@@ -236,7 +233,7 @@ void open_npz_member(tycho_source& s, const std::optional<std::string>& wanted) 
   }
 }
 
-void fill_info(tycho_source& s, bool centred) {
+void fill_info(npy_data& s, bool centred) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   tycho_dataset_info& i = s.info;
   i.struct_size = sizeof(tycho_dataset_info);
@@ -284,7 +281,7 @@ void to_float(DLDataType t, const unsigned char* src, float* dst, std::size_t n)
 }
 
 // Copies `bytes` bytes at `offset` (from the start of the array data) into `dst`.
-void read_bytes(tycho_source& s, uint64_t offset, std::size_t bytes, unsigned char* dst) {
+void read_bytes(npy_data& s, uint64_t offset, std::size_t bytes, unsigned char* dst) {
   if (!s.inflated.empty()) {
     std::memcpy(dst, s.inflated.data() + offset, bytes);
     return;
@@ -304,54 +301,38 @@ void read_bytes(tycho_source& s, uint64_t offset, std::size_t bytes, unsigned ch
     fail(TYCHO_ERR_IO, "reading '", s.description, "' failed (the file may be truncated)");
 }
 
-tycho_status source_open(const tycho_config* cfg, tycho_source** out) {
-  return tycho::sdk::guarded([&] {
-    if (out == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "npy source: open() needs an output");
-    *out = nullptr;
-    tycho::sdk::config_view config(cfg);
+// The component, as tycho/sdk/source.hpp adapts it.
+class npy_source {
+ public:
+  explicit npy_source(const tycho::sdk::config_view& config) {
     const std::string given = config.require_string("path");
     const std::string path = tycho::sdk::resolve_path(config.base_dir(), given);
     std::optional<std::string> array = config.get_string("array");
     const bool centred = config.get_bool("centred").value_or(true);
     if (array && array->ends_with(".npy")) array->resize(array->size() - 4);
 
-    auto s = std::make_unique<tycho_source>();
-    s->file_name = path;
-    s->description = path;
+    s_.file_name = path;
+    s_.description = path;
     check_exists(path, given);
     if (ends_with(path, ".npz")) {
-      open_npz_member(*s, array);
+      open_npz_member(s_, array);
     } else {
       if (array)
         fail(TYCHO_ERR_INVALID_ARGUMENT, "[data] array = \"", *array, "\" is for .npz archives; '",
              path, "' is read as a single .npy array");
-      open_npy_file(*s);
+      open_npy_file(s_);
     }
-    fill_info(*s, centred);
+    fill_info(s_, centred);
     tycho::sdk::log(TYCHO_LOG_INFO, "npy",
-                    cat("opened '", s->description, "': ", s->scan[0], " x ", s->scan[1],
-                        " patterns of ", s->detector[0], " x ", s->detector[1], " ",
-                        tycho::sdk::dtype_name(s->dtype)));
-    *out = s.release();
-  });
-}
+                    cat("opened '", s_.description, "': ", s_.scan[0], " x ", s_.scan[1],
+                        " patterns of ", s_.detector[0], " x ", s_.detector[1], " ",
+                        tycho::sdk::dtype_name(s_.dtype)));
+  }
 
-tycho_status source_info(tycho_source* src, tycho_dataset_info* out) {
-  return tycho::sdk::guarded([&] {
-    if (src == nullptr || out == nullptr)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "npy source: info() needs a source and an output");
-    tycho::sdk::copy_dataset_info(src->info, out);
-  });
-}
+  const tycho_dataset_info& info() const { return s_.info; }
 
-tycho_status source_read(tycho_source* src, int64_t first, int64_t count, DLTensor* dst) {
-  return tycho::sdk::guarded([&] {
-    if (src == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, "npy source: read() needs a source");
-    tycho_source& s = *src;
-    tycho::sdk::check_read_request("npy", s.description, s.scan, s.detector, first, count, dst);
-    if (count == 0) return;
-
-    float* outp = tycho::sdk::data_of<float>(*dst);
+  void read(int64_t first, int64_t count, float* outp) {
+    npy_data& s = s_;
     const uint64_t element = s.dtype.bits / 8;
     const uint64_t pattern = uint64_t(s.detector[0] * s.detector[1]);
     // In chunks of at most ~16 MiB of stored bytes, so a float32 file is read straight into
@@ -372,25 +353,30 @@ tycho_status source_read(tycho_source* src, int64_t first, int64_t count, DLTens
       }
       pos += int64_t(n);
     }
-  });
-}
+  }
 
-void source_close(tycho_source* src) {
-  if (src == nullptr) return;
-  tycho::sdk::guarded([&] { delete src; });
-}
-
-const tycho_source_vtable k_vtable = {sizeof(tycho_source_vtable), TYCHO_ABI_VERSION,
-                                      &source_open, &source_info, &source_read, &source_close};
+ private:
+  npy_data s_;
+};
 
 // "source", "scan_step_A" and "detector_pixel_invA" are the host's keys.
 const char* const k_config_keys[] = {"path", "array", "centred", nullptr};
+const tycho_setting k_settings[] = {
+    tycho::sdk::setting("path", TYCHO_SETTING_STRING, nullptr,
+                        "a .npy file or an .npz archive (by its extension), relative to the config file's folder; "
+                        "required"),
+    tycho::sdk::setting("array", TYCHO_SETTING_STRING, nullptr,
+                        "an .npz archive's member without .npy; default: its only 4-D array"),
+    tycho::sdk::setting("centred", TYCHO_SETTING_BOOL, "true",
+                        "true: zero frequency at index N/2 of each pattern (fftshift order); false: at index 0"),
+    tycho::sdk::end_of_settings()};
 
-const tycho_component k_components[] = {tycho::sdk::component(
-    TYCHO_COMPONENT_SOURCE, "npy", "1.0.0",
-    "4D-STEM data (Rx, Ry, Qx, Qy) from a NumPy .npy file or one array of an .npz; calibrations "
-    "from [data] scan_step_A / detector_pixel_invA and [optics]",
-    TYCHO_DEVICE_BIT(kDLCPU), k_config_keys, &k_vtable)};
+const tycho_component k_components[] = {tycho::sdk::with_settings(
+    tycho::sdk::component(TYCHO_COMPONENT_SOURCE, "npy", "1.0.0",
+                          "4D-STEM data (Rx, Ry, Qx, Qy) from a NumPy .npy file or one array of an .npz; calibrations "
+                          "from [data] scan_step_A / detector_pixel_invA and [optics]",
+                          TYCHO_DEVICE_BIT(kDLCPU), k_config_keys, tycho::sdk::source_vtable<npy_source>("npy")),
+    k_settings)};
 
 }  // namespace
 

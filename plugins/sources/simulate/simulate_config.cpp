@@ -19,6 +19,47 @@ const char* const k_config_keys[] = {
     "dose_e_per_A2",  "noise",         "seed",              "threads",
     nullptr};
 
+// Typed declarations (ABI 1.1) of the keys above, with the defaults of `settings` and the ranges
+// read_settings checks; the host checks types and ranges before the source opens.
+const char* const k_object_kinds[] = {"random", "npy", nullptr};
+const tycho_setting k_settings[] = {
+    sdk::setting("scan_shape", TYCHO_SETTING_INTEGER_LIST, "[32, 24]", "(Rx, Ry) raster scan positions, each >= 1"),
+    sdk::setting("scan_step_A", TYCHO_SETTING_NUMBER, "0.5", "scan step, both axes (also the runtime's key)", "Å")
+        .above(0),
+    sdk::setting("detector_shape", TYCHO_SETTING_INTEGER_LIST, "[96, 96]", "(Qx, Qy) detector pixels, each 4 to 4096"),
+    sdk::setting("detector_pixel_invA", TYCHO_SETTING_NUMBER, "0.06",
+                 "reciprocal pixel, both axes (also the runtime's key)", "Å⁻¹")
+        .above(0),
+    sdk::setting("energy_eV", TYCHO_SETTING_NUMBER, "80e3", "beam energy", "eV").above(0),
+    sdk::setting("semiangle_mrad", TYCHO_SETTING_NUMBER, "25", "aperture semiangle; the aperture must lie inside the detector",
+                 "mrad")
+        .above(0),
+    sdk::setting("C10_A", TYCHO_SETTING_NUMBER, "-150", "defocus aberration C10 (< 0: underfocus); the probe must fit its window",
+                 "Å"),
+    sdk::setting("object_padding_px", TYCHO_SETTING_INTEGER, "16",
+                 "the object grid's padding; keep it equal to [preprocess] object_padding_px", "px")
+        .at_least(0)
+        .at_most(100000),
+    sdk::setting("object", TYCHO_SETTING_STRING, "\"random\"",
+                 "random: a smooth random phase object; npy: the phase map of object_phase_npy")
+        .one_of(k_object_kinds),
+    sdk::setting("object_phase_npy", TYCHO_SETTING_STRING, nullptr,
+                 "a 2-D phase map in radians (.npy float32 or float64), relative to the config file's folder"),
+    sdk::setting("phase_max_rad", TYCHO_SETTING_NUMBER, "0.5", "random object: its phase spans [0, phase_max_rad]", "rad")
+        .at_least(-1000)
+        .at_most(1000),
+    sdk::setting("feature_size_A", TYCHO_SETTING_NUMBER, "1.0", "random object: σ of the Gaussian filter of white noise",
+                 "Å")
+        .above(0),
+    sdk::setting("dose_e_per_A2", TYCHO_SETTING_NUMBER, "0", "electron dose for Poisson noise; 0: noise-free", "e/Å²")
+        .at_least(0),
+    sdk::setting("noise", TYCHO_SETTING_BOOL, "true", "false: noise-free patterns whatever the dose"),
+    sdk::setting("seed", TYCHO_SETTING_INTEGER, "0", "seeds the random object and the noise").at_least(0),
+    sdk::setting("threads", TYCHO_SETTING_INTEGER, "0", "threads computing patterns in a read; 0: all hardware threads")
+        .at_least(0)
+        .at_most(4096),
+    sdk::end_of_settings()};
+
 namespace {
 
 // Whether the key is present at all, whatever its type (a type probe that never throws).

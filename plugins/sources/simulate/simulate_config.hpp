@@ -43,5 +43,7 @@ settings read_settings(const sdk::config_view& cfg);
 
 // The keys above, NULL-terminated, for the component's config_keys.
 extern const char* const k_config_keys[];
+// Their typed declarations (type, default, range, unit, doc), ended by a NULL key.
+extern const tycho_setting k_settings[];
 
 }  // namespace tycho::simulate

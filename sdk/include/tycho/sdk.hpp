@@ -7,6 +7,10 @@
 // - tensor helpers: dtype constants, element counts, shape checks with the array named.
 // - TYCHO_PLUGIN(...): defines the exported entry function.
 //
+// A component is a C++ class turned into its kind's vtable by one template, whose functions
+// run the class inside guarded() and check their arguments as the ABI states them:
+// tycho/sdk/source.hpp, engine.hpp, loss.hpp, optimizer.hpp, reducer.hpp, format.hpp.
+//
 // A plugin must be compiled with hidden visibility (tycho_add_plugin does this) so that each
 // library keeps its own host pointer.
 #pragma once

@@ -1,15 +1,36 @@
-// Helpers every source plugin needs in the same form: resolving a config path, handing out the
-// append-only tycho_dataset_info, and checking a read() or read_positions() request against the
-// data set.
+// A source component from a C++ class: the tycho_source_vtable, its one exception barrier and
+// the checks every source makes of a request, written once; and the helpers sources share
+// (resolving a config path, handing out the append-only tycho_dataset_info).
+//
+//   struct my_source {
+//     explicit my_source(const tycho::sdk::config_view& cfg);  // open(): cfg is the [data] table
+//     const tycho_dataset_info& info() const;                  // shapes, dtype, calibrations
+//     // Patterns [first, first + count) in scan order into (count, Qx, Qy) float32 host memory;
+//     // the request is checked against info() and count > 0.
+//     void read(int64_t first, int64_t count, float* dst);
+//     // Optional: a data set that lists its positions: (P, 2) Å in scan order (empty: a raster,
+//     // whose read_positions answers TYCHO_ERR_UNSUPPORTED).
+//     const std::vector<double>& positions_A() const;
+//     // Optional: a type whose object is held around every call (open, info, read, close), e.g.
+//     // tycho::h5::h5_session (the HDF5 lock) for the sources that read HDF5.
+//     using call_scope = ...;
+//   };
+//   component(TYCHO_COMPONENT_SOURCE, "mine", "1.0.0", "...", TYCHO_DEVICE_BIT(kDLCPU), keys,
+//             tycho::sdk::source_vtable<my_source>("mine"))
+//
+// Errors name "<name> source" and the data set (info().description).
 #pragma once
 
 #include <tycho/sdk.hpp>
+#include <tycho/sdk/adapter.hpp>
 #include <tycho/sdk/checked.hpp>
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace tycho::sdk {
 
@@ -64,6 +85,98 @@ inline void check_positions_request(const char* source, const std::string& descr
   if (total < 0 || dst->shape[0] != total || dst->shape[1] != 2)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "the positions array has shape ", shape_string(*dst),
          ", expected (", total, ", 2) for the positions of '", description, "'");
+}
+
+namespace detail {
+TYCHO_SDK_DETECT(source_has_positions, std::declval<const T&>().positions_A());
+TYCHO_SDK_DETECT(source_has_scope, typename T::call_scope{});
+struct no_scope {};
+template <class S, bool = source_has_scope<S>::value>
+struct scope_of {
+  using type = no_scope;
+};
+template <class S>
+struct scope_of<S, true> {
+  using type = typename S::call_scope;
+};
+}  // namespace detail
+
+// The trampolines of source class S: each vtable function inside guarded(), inside S's
+// call_scope when it has one.
+template <class S>
+struct source_adapter {
+  static inline component_identity id{"?", "source", TYCHO_DEVICE_BIT(kDLCPU)};
+  using scope = typename detail::scope_of<S>::type;
+
+  static S& self(tycho_source* src, const char* call) { return detail::instance_of<S>(src, id, call); }
+
+  static tycho_status open(const tycho_config* cfg, tycho_source** out) {
+    if (out != nullptr) *out = nullptr;
+    return guarded([&] {
+      if (out == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, id.who(), ": open() needs an output");
+      [[maybe_unused]] scope held;  // constructed first: a failed open closes inside it
+      auto s = std::make_unique<S>(config_view(cfg));
+      *out = reinterpret_cast<tycho_source*>(s.release());
+    });
+  }
+  static tycho_status info(tycho_source* src, tycho_dataset_info* out) {
+    return guarded([&] {
+      const S& s = self(src, "info");
+      if (out == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, id.who(), ": info() needs an output");
+      copy_dataset_info(s.info(), out);
+    });
+  }
+  static tycho_status read(tycho_source* src, int64_t first, int64_t count, DLTensor* dst) {
+    return guarded([&] {
+      S& s = self(src, "read");
+      const tycho_dataset_info& i = s.info();
+      check_read_request(id.name, i.description != nullptr ? i.description : id.name, i.scan_shape,
+                         i.detector_shape, first, count, dst);
+      if (count == 0) return;
+      [[maybe_unused]] scope held;
+      s.read(first, count, data_of<float>(*dst));
+    });
+  }
+  static tycho_status read_positions(tycho_source* src, DLTensor* dst) {
+    return guarded([&] {
+      const S& s = self(src, "read_positions");
+      const tycho_dataset_info& i = s.info();
+      const std::string description = i.description != nullptr ? i.description : id.name;
+      const std::vector<double>& positions = s.positions_A();
+      if (positions.empty())
+        fail(TYCHO_ERR_UNSUPPORTED, "'", description, "' is a raster: its positions follow from [data] scan_step_A");
+      check_positions_request(id.name, description, i.scan_shape, dst);
+      if (int64_t(positions.size()) != element_count(*dst))
+        fail(TYCHO_ERR_INTERNAL, id.who(), ": holds ", positions.size() / 2, " positions for ", dst->shape[0],
+             " patterns");
+      std::memcpy(data_of<double>(*dst), positions.data(), positions.size() * sizeof(double));
+    });
+  }
+  static void close(tycho_source* src) {
+    if (src == nullptr) return;
+    (void)guarded([&] {
+      [[maybe_unused]] scope held;
+      delete reinterpret_cast<S*>(src);
+    });
+  }
+
+  static tycho_source_vtable make_vtable() {
+    auto vt = detail::vtable_head<tycho_source_vtable>();
+    vt.open = &open;
+    vt.info = &info;
+    vt.read = &read;
+    vt.close = &close;
+    if constexpr (detail::source_has_positions<S>::value) vt.read_positions = &read_positions;
+    return vt;
+  }
+  static inline const tycho_source_vtable vtable = make_vtable();
+};
+
+// The vtable of source class S, named `name` in messages. One per class S.
+template <class S>
+const tycho_source_vtable* source_vtable(const char* name) {
+  source_adapter<S>::id.name = name;
+  return &source_adapter<S>::vtable;
 }
 
 }  // namespace tycho::sdk
