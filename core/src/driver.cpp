@@ -12,27 +12,6 @@
 
 namespace tycho {
 
-namespace {
-// |z| ≤ cap, in the object's own precision.
-template <class Real>
-void clamp_amplitude(std::complex<Real>* z, int64_t n, double amplitude_max) {
-  const Real cap = Real(amplitude_max);
-  for (int64_t k = 0; k < n; ++k) {
-    Real a = std::abs(z[k]);
-    if (a > cap) z[k] *= cap / a;
-  }
-}
-// |O| = 1 keeping the phase (a pure-phase object, the weak-absorption limit of exp(iσV));
-// 0 becomes 1.
-template <class Real>
-void project_phase(std::complex<Real>* z, int64_t n) {
-  for (int64_t k = 0; k < n; ++k) {
-    const Real a = std::abs(z[k]);
-    z[k] = a > Real(0) ? z[k] / a : std::complex<Real>(1);
-  }
-}
-}  // namespace
-
 void check_status(tycho_status s, const std::string& context) {
   if (s == TYCHO_OK) return;
   std::string msg = last_error();
@@ -75,6 +54,7 @@ double driver::run_iteration() {
   const auto order = epoch_permutation(n_patterns_, options_.seed, epoch);
   double loss = 0;
   void* stream = engine_.vtable->stream ? engine_.vtable->stream(engine_.instance) : nullptr;
+  const int64_t batches = (n_patterns_ + options_.batch_size - 1) / options_.batch_size;
   for (int64_t start = 0; start < n_patterns_; start += options_.batch_size) {
     if (start > 0 && stop_ && stop_())
       fail(TYCHO_ERR_CANCELLED, "stopped on request during iteration ", epoch, " (", start, " of ", n_patterns_,
@@ -98,11 +78,14 @@ double driver::run_iteration() {
       tycho_step_info info{sizeof(tycho_step_info), 1.0 / double(count),
                            opt.schedule.factor(epoch), epoch};
       check_status(opt.vtable->step(opt.instance, &param, &grad, &info, stream), "optimizer step");
-      if (opt.parameter == TYCHO_TENSOR_PROBE) apply_probe_constraints();
     }
-    apply_object_constraints();
+    apply_constraints(TYCHO_CONSTRAINT_OBJECT | TYCHO_CONSTRAINT_PROBE, epoch, start / options_.batch_size, batches,
+                      stream);
   }
-  if (options_.positions.enabled && epoch >= options_.positions.first_iteration) correct_positions(epoch);
+  if (options_.positions.enabled && epoch >= options_.positions.first_iteration) {
+    correct_positions(epoch);
+    apply_constraints(TYCHO_CONSTRAINT_POSITIONS, epoch, -1, batches, stream);
+  }
   if (engine_.vtable->collect_loss != nullptr)
     check_status(engine_.vtable->collect_loss(engine_.instance, &loss), "engine collect_loss");
   if (collectives_ != nullptr) loss = collectives_->sum(loss);
@@ -148,16 +131,6 @@ void with_complex_values(const DLTensor& t, const char* what, F&& f) {
 }
 }  // namespace
 
-void driver::apply_probe_constraints() {
-  if (!options_.orthogonalize_probe_modes) return;
-  const DLTensor probe = engine_tensor(engine_, TYCHO_TENSOR_PROBE);
-  if (probe.ndim != 3 || probe.shape[0] <= 1) return;
-  const char* what = "probe mode orthogonalisation";
-  require_host(probe, what);
-  with_complex_values(probe, what,
-                      [&](auto* p) { orthogonalize_probe_modes(p, probe.shape[0], probe.shape[1] * probe.shape[2]); });
-}
-
 void driver::correct_positions(int64_t epoch) {
   const char* what = "position correction";
   DLTensor pos = host_tensor(engine_, TYCHO_TENSOR_POSITIONS, what);
@@ -193,17 +166,29 @@ void driver::correct_positions(int64_t epoch) {
   step_positions(data_of<double>(pos), data_of<const double>(grad), pos.shape[0], h, o);
 }
 
-void driver::apply_object_constraints() {
-  if (!(options_.object.amplitude_max > 0) && !options_.object.pure_phase) return;
-  const char* what = options_.object.pure_phase ? "[reconstruct.object] kind = \"phase\"" : "[reconstruct.object] amplitude_max";
-  const DLTensor obj = host_tensor(engine_, TYCHO_TENSOR_OBJECT, what);
-  const int64_t n = element_count(obj);
-  with_complex_values(obj, what, [&](auto* z) {
-    if (options_.object.pure_phase)
-      project_phase(z, n);
-    else
-      clamp_amplitude(z, n, options_.object.amplitude_max);
-  });
+void driver::apply_constraints(uint32_t targets, int64_t epoch, int64_t batch, int64_t batches, void* stream) {
+  DLTensor object{}, probe{}, positions{};
+  bool fetched = false;
+  for (const constraint_binding& c : options_.constraints) {
+    if ((c.acts_on & targets) == 0 || epoch < c.first_iteration || (c.last_iteration > 0 && epoch > c.last_iteration))
+      continue;
+    if (!fetched) {  // views on the engine's memory, valid until its next call
+      object = engine_tensor(engine_, TYCHO_TENSOR_OBJECT);
+      probe = engine_tensor(engine_, TYCHO_TENSOR_PROBE);
+      if (targets & TYCHO_CONSTRAINT_POSITIONS) positions = engine_tensor(engine_, TYCHO_TENSOR_POSITIONS);
+      fetched = true;
+    }
+    tycho_constraint_state st{};
+    st.struct_size = sizeof(st);
+    st.object = &object;
+    st.probe = &probe;
+    st.positions = (targets & TYCHO_CONSTRAINT_POSITIONS) ? &positions : nullptr;
+    st.iteration = epoch;
+    st.batch = batch;
+    st.batches = batches;
+    st.stream = stream;
+    check_status(c.vtable->apply(c.instance, &st), cat(c.name, " apply"));
+  }
 }
 
 }  // namespace tycho
