@@ -5,10 +5,14 @@
 // naming the entry and the key.
 #include <gtest/gtest.h>
 
+#include <tycho/core/config.hpp>
 #include <tycho/core/last_error.hpp>
 #include <tycho/core/multislice.hpp>
 #include <tycho/sdk/optics.hpp>
 
+#include <toml++/toml.h>
+
+#include <algorithm>
 #include <cmath>
 #include <complex>
 #include <string>
@@ -141,6 +145,130 @@ TEST(Constraints, HostConstraintsRefuseADeviceEngineAtCreate) {
       << why;
 }
 
+// positions_affine on a 4 x 3 raster (C order, steps 5 and 4 px): positions = map(nominal) +
+// a residual orthogonal to every affine map.
+struct raster {
+  std::vector<double> nominal, positions;
+  int64_t shape[2] = {12, 2};
+  DLTensor nominal_t{}, positions_t{};
+  raster() {
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 3; ++j) {
+        nominal.push_back(60.0 + 5.0 * i);
+        nominal.push_back(70.0 + 4.0 * j);
+      }
+    positions = nominal;
+    nominal_t = DLTensor{nominal.data(), {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, shape, nullptr, 0};
+    positions_t = DLTensor{positions.data(), {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, shape, nullptr, 0};
+  }
+  // A residual with no affine part: project (1, n0, n1) out of a fixed pattern.
+  std::vector<double> residual() const {
+    std::vector<double> r(24);
+    for (int k = 0; k < 24; ++k) r[std::size_t(k)] = 0.3 * std::sin(1.7 * k + 0.2) + 0.1 * std::cos(0.9 * k * k);
+    for (int b = 0; b < 2; ++b)
+      for (int pass = 0; pass < 3; ++pass) {  // Gram–Schmidt against 1, n0, n1 (centred), twice over
+        for (int c = -1; c < 2; ++c) {
+          double num = 0, den = 0;
+          for (int j = 0; j < 12; ++j) {
+            const double basis = c < 0 ? 1.0 : nominal[std::size_t(2 * j + c)] - (c == 0 ? 67.5 : 74.0);
+            num += r[std::size_t(2 * j + b)] * basis;
+            den += basis * basis;
+          }
+          for (int j = 0; j < 12; ++j) {
+            const double basis = c < 0 ? 1.0 : nominal[std::size_t(2 * j + c)] - (c == 0 ? 67.5 : 74.0);
+            r[std::size_t(2 * j + b)] -= num / den * basis;
+          }
+        }
+      }
+    return r;
+  }
+};
+
+std::vector<double> apply_affine(raster& r, const std::string& toml_entry) {
+  auto doc = tycho::config_document::parse(toml_entry, "<test>", "");
+  tycho_config cfg{&doc.root(), "[[reconstruct.constraints]] 1 (positions_affine)", ""};
+  tycho_constraint_setup s = host_setup();
+  s.config = &cfg;
+  s.nominal_positions = &r.nominal_t;
+  const auto* vt = constraint("positions_affine");
+  tycho_constraint* c = nullptr;
+  EXPECT_EQ(vt->create(&s, &c), TYCHO_OK) << tycho::last_error();
+  EXPECT_EQ(vt->acts_on(c), TYCHO_CONSTRAINT_POSITIONS);
+  tycho_constraint_state st{};
+  st.struct_size = sizeof(st);
+  st.positions = &r.positions_t;
+  st.iteration = 1;
+  st.batch = -1;
+  st.batches = 1;
+  EXPECT_EQ(vt->apply(c, &st), TYCHO_OK) << tycho::last_error();
+  vt->destroy(c);
+  return r.positions;
+}
+
+TEST(Constraints, PositionsAffineKeepsTheMapAndWeighsTheResidual) {
+  raster r;
+  const auto res = r.residual();
+  // A scale, rotation and shear plus a shift, and the residual.
+  const double A[2][2] = {{1.01, 0.02}, {-0.015, 0.99}}, t[2] = {0.7, -0.4};
+  std::vector<double> mapped(24);
+  for (int j = 0; j < 12; ++j)
+    for (int b = 0; b < 2; ++b)
+      mapped[std::size_t(2 * j + b)] =
+          A[b][0] * r.nominal[std::size_t(2 * j)] + A[b][1] * r.nominal[std::size_t(2 * j + 1)] + t[b];
+  for (int k = 0; k < 24; ++k) r.positions[std::size_t(k)] = mapped[std::size_t(k)] + res[std::size_t(k)];
+  const auto start = r.positions;
+  auto same = apply_affine(r, "name = \"positions_affine\"\n");  // free map, residual kept
+  for (int k = 0; k < 24; ++k) EXPECT_NEAR(same[std::size_t(k)], start[std::size_t(k)], 1e-10) << k;
+  r.positions = start;
+  auto half = apply_affine(r, "residual_weight = 0.5\n");
+  for (int k = 0; k < 24; ++k)
+    EXPECT_NEAR(half[std::size_t(k)], mapped[std::size_t(k)] + 0.5 * res[std::size_t(k)], 1e-10) << k;
+  r.positions = start;
+  auto nominal = apply_affine(r, "linear = \"nominal\"\nresidual_weight = 0\n");
+  for (int j = 0; j < 12; ++j)  // the nominal geometry with the mean shift of the positions
+    for (int b = 0; b < 2; ++b) {
+      double mean_shift = 0;
+      for (int i = 0; i < 12; ++i) mean_shift += (start[std::size_t(2 * i + b)] - r.nominal[std::size_t(2 * i + b)]) / 12;
+      EXPECT_NEAR(nominal[std::size_t(2 * j + b)], r.nominal[std::size_t(2 * j + b)] + mean_shift, 1e-10);
+    }
+}
+
+// linear = "drift": a drift linear in acquisition time (the beam sweeping axis 0 first) plus the
+// residual is kept as it is; a scale along axis 0, which no such drift makes, is removed.
+TEST(Constraints, PositionsDriftKeepsADriftAndRemovesAScale) {
+  raster r;
+  const auto res = r.residual();
+  const double v[2] = {0.03, 0.018};  // px per acquired pattern
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 3; ++j) {
+      const int k = i * 3 + j, acquired = j * 4 + i;
+      for (int b = 0; b < 2; ++b)
+        r.positions[std::size_t(2 * k + b)] = r.nominal[std::size_t(2 * k + b)] + v[b] * acquired + 0.5 + res[std::size_t(2 * k + b)];
+    }
+  const auto drifted = r.positions;
+  auto kept = apply_affine(r, "linear = \"drift\"\nfast_axis = 0\n");
+  for (int k = 0; k < 24; ++k) EXPECT_NEAR(kept[std::size_t(k)], drifted[std::size_t(k)], 1e-10) << k;
+  // The same drift seen with the wrong fast axis is not a drift of that scan: the positions change.
+  r.positions = drifted;
+  auto other = apply_affine(r, "linear = \"drift\"\nfast_axis = 1\n");
+  double moved = 0;
+  for (int k = 0; k < 24; ++k) moved = std::max(moved, std::abs(other[std::size_t(k)] - drifted[std::size_t(k)]));
+  EXPECT_GT(moved, 0.05);
+  // A 2 % scale along axis 0 about the centre: removed (axis 0 lies in the drift's family only as
+  // the small g_fast part), the residual kept.
+  for (int k = 0; k < 12; ++k) {
+    r.positions[std::size_t(2 * k)] = 67.5 + 1.02 * (r.nominal[std::size_t(2 * k)] - 67.5) + res[std::size_t(2 * k)];
+    r.positions[std::size_t(2 * k + 1)] = r.nominal[std::size_t(2 * k + 1)] + res[std::size_t(2 * k + 1)];
+  }
+  double err = 0, before = 0;
+  for (int k = 0; k < 24; ++k)
+    before = std::max(before, std::abs(r.positions[std::size_t(k)] - r.nominal[std::size_t(k)] - res[std::size_t(k)]));
+  auto unscaled = apply_affine(r, "linear = \"drift\"\nfast_axis = 0\n");
+  for (int k = 0; k < 24; ++k)
+    err = std::max(err, std::abs(unscaled[std::size_t(k)] - r.nominal[std::size_t(k)] - res[std::size_t(k)]));
+  EXPECT_LT(err, 0.25 * before) << "scale error before " << before << " px, after " << err << " px";
+}
+
 // ---- through the command
 
 class ConstraintRuns : public ::testing::Test {
@@ -207,6 +335,9 @@ TEST_F(ConstraintRuns, BadEntriesAreRefusedNamingTheEntryAndTheKey) {
       {"reconstruct.constraints={name=\"object_phase\"}", "'reconstruct.constraints' must be a list of tables"},
       {"reconstruct.constraints=[{name=\"object_phase\", first_iteration=3, last_iteration=2}]",
        "last_iteration = 2 is before first_iteration = 3"},
+      {"reconstruct.constraints=[{name=\"positions_affine\"}]",
+       "[[reconstruct.constraints]] 1 (positions_affine): constrains the positions, which move only with "
+       "[reconstruct.positions] correct = true"},
   };
   for (const auto& [set, expected] : cases) {
     auto r = reconstruct({set, "reconstruct.iterations=1"}, "bad.zip");
