@@ -335,15 +335,20 @@ TEST_F(ConstraintRuns, BadEntriesAreRefusedNamingTheEntryAndTheKey) {
       {"reconstruct.constraints={name=\"object_phase\"}", "'reconstruct.constraints' must be a list of tables"},
       {"reconstruct.constraints=[{name=\"object_phase\", first_iteration=3, last_iteration=2}]",
        "last_iteration = 2 is before first_iteration = 3"},
-      {"reconstruct.constraints=[{name=\"positions_affine\"}]",
-       "[[reconstruct.constraints]] 1 (positions_affine): constrains the positions, which move only with "
-       "[reconstruct.positions] correct = true"},
   };
   for (const auto& [set, expected] : cases) {
     auto r = reconstruct({set, "reconstruct.iterations=1"}, "bad.zip");
     EXPECT_TRUE(r.exited_with(2)) << set << "\n" << r.describe();
     EXPECT_NE(r.err.find(expected), std::string::npos) << set << "\n" << r.err;
   }
+  // A constraint on positions without position correction does nothing, and says so.
+  auto idle = reconstruct({"reconstruct.constraints=[{name=\"positions_affine\"}]", "reconstruct.iterations=1"},
+                          "idle.zip");
+  EXPECT_TRUE(idle.exited_with(0)) << idle.describe();
+  EXPECT_NE(idle.err.find("[[reconstruct.constraints]] 1 (positions_affine): constrains the positions, which move only "
+                          "with [reconstruct.positions] correct = true: it does nothing in this run"),
+            std::string::npos)
+      << idle.err;
   auto maks = reconstruct({cases[1].first, "reconstruct.iterations=1"}, "bad.zip");
   EXPECT_NE(maks.err.find("unknown key 'maks' in [reconstruct.constraints]; did you mean 'max'?"), std::string::npos)
       << maks.err;

@@ -7,6 +7,7 @@
 #include "config_defaults.hpp"
 #include "config_read.hpp"
 #include "settings_read.hpp"
+#include "tycho/host/log.hpp"
 #include "tycho/host/settings.hpp"
 
 namespace tycho::host {
@@ -125,9 +126,9 @@ void constraint_list::create(tycho_constraint_setup setup, bool positions_correc
     const uint32_t acts = bindings_.back().acts_on;
     if ((acts & (TYCHO_CONSTRAINT_OBJECT | TYCHO_CONSTRAINT_PROBE | TYCHO_CONSTRAINT_POSITIONS)) == 0)
       fail(TYCHO_ERR_INVALID_ARGUMENT, e.label, ": the constraint acts on nothing (acts_on = ", acts, ")");
-    if (acts == TYCHO_CONSTRAINT_POSITIONS && !positions_corrected)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, e.label, ": constrains the positions, which move only with [reconstruct.positions]",
-           " correct = true");
+    if (acts == TYCHO_CONSTRAINT_POSITIONS && !positions_corrected)  // a recipe run with correction off
+      log_warning("constraints", cat(e.label, ": constrains the positions, which move only with [reconstruct.positions]",
+                                     " correct = true: it does nothing in this run"));
   }
 }
 

@@ -52,8 +52,8 @@ class constraint_list {
 
   // Shorthands first, then the document's list, in order.
   void read(const config_document& doc, const registry& reg, const constraint_shorthands& shorthands);
-  // Creates every entry with `setup` (its config is set per entry); `positions_corrected` false
-  // refuses a constraint that acts only on positions (it would never run).
+  // Creates every entry with `setup` (its config is set per entry); with `positions_corrected`
+  // false a constraint that acts only on positions is created but never runs (a warning says so).
   void create(tycho_constraint_setup setup, bool positions_corrected);
   const std::vector<constraint_binding>& bindings() const { return bindings_; }
   // (name, component) of each created constraint, for the manifest.
