@@ -10,6 +10,7 @@
 #include <tycho/core/multislice.hpp>
 #include <tycho/sdk/optics.hpp>
 
+#include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -298,6 +299,16 @@ TEST_F(ConstraintRuns, AListEntryEqualsTheShorthandKeyBitForBit) {
   ASSERT_TRUE(none.exited_with(0)) << none.describe();
   for (const char* a : {"object", "probe", "loss_history"}) EXPECT_EQ(bytes("key.zip", a), bytes("list.zip", a)) << a;
   EXPECT_NE(bytes("key.zip", "object"), bytes("none.zip", "object"));  // the clamp did something
+  // The manifest names the constraint among the components used.
+  const auto manifest = nlohmann::json::parse(tycho::test::load_result((tmp_.path() / "list.zip").string()).manifest_json);
+  int constraints = 0;
+  for (const auto& c : manifest.at("provenance").at("components"))
+    if (c.at("role") == "constraint") {
+      ++constraints;
+      EXPECT_EQ(c.at("kind"), "constraint");
+      EXPECT_EQ(c.at("name"), "object_amplitude");
+    }
+  EXPECT_EQ(constraints, 1);
 }
 
 // object_phase within iterations [3, 3] of 3 leaves |O| = 1; within [2, 2] iteration 3 moves it off.
