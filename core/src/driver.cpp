@@ -8,7 +8,6 @@
 #include "tycho/core/error.hpp"
 #include "tycho/core/geometry.hpp"
 #include "tycho/core/last_error.hpp"
-#include "tycho/core/multislice.hpp"
 
 namespace tycho {
 
