@@ -3,7 +3,8 @@
 # sets of ../shared/data (si110, bilayer, mos2_partial, mos2_jitter), each run as written (or with
 # one key changed, to compare) and scored by `tycho evaluate`. Prints one line per run and appends
 # one JSON line each (the evaluate output, the run's median s/iteration) to bench/results.jsonl.
-# Takes ~20 minutes on 2 cores. Usage: bench/issue11.sh [ITERATIONS]   (default 100)
+# Takes ~20 minutes on 2 cores. Usage: bench/issue11.sh [ITERATIONS]   (default 100);
+# ISSUE11_CASES=REGEX runs only the cases whose names match (e.g. ISSUE11_CASES='jitter|partial').
 set -euo pipefail
 cd "$(dirname "$0")/.."
 iterations=${1:-100}
@@ -21,6 +22,7 @@ cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 run() {
   local name=$1 recipe=$2 truth=$3
   shift 3
+  [[ $name =~ ${ISSUE11_CASES:-.} ]] || return 0  # ISSUE11_CASES: a regex of the cases to run
   local log=$tmp/$name.log
   $tycho reconstruct "examples/$recipe" --iterations "$iterations" --set output.previews=false "$@" \
     -o "$tmp/$name.zip" >"$log" 2>&1
@@ -51,10 +53,13 @@ run si110-10-slices si110.toml si110/si110_ground_truth.npz
 run si110-1-slice si110.toml si110/si110_ground_truth.npz --set reconstruct.slices=1
 run bilayer-4-slices bilayer.toml bilayer/bilayer_ground_truth.npz
 run jitter-positions mos2_jitter.toml mos2_partial/mos2_jitter_ground_truth.npz
+run jitter-positions-no-drift mos2_jitter.toml mos2_partial/mos2_jitter_ground_truth.npz --set 'reconstruct.constraints=[]'
 run jitter-positions-poisson mos2_jitter.toml mos2_partial/mos2_jitter_ground_truth.npz --set reconstruct.loss='"poisson"'
 run partial-1-mode-fixed mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz \
   --set reconstruct.probe_modes=1 --set reconstruct.positions.correct=false
 run partial-4-modes-fixed mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz \
   --set reconstruct.positions.correct=false
 run partial-4-modes-positions mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz
+run partial-4-modes-positions-no-drift mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz \
+  --set 'reconstruct.constraints=[]'
 echo "load average: $(cut -d' ' -f1 /proc/loadavg) ($(nproc) cores); $iterations iterations each"

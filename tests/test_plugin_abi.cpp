@@ -197,10 +197,11 @@ TEST(PluginAbi, LayoutIsStable) {
   EXPECT_EQ(int(TYCHO_COMPONENT_OPTIMIZER), 4);
   EXPECT_EQ(int(TYCHO_COMPONENT_REDUCER), 5);
   EXPECT_EQ(int(TYCHO_COMPONENT_FORMAT), 6);
+  EXPECT_EQ(int(TYCHO_COMPONENT_CONSTRAINT), 7);  // appended in ABI 1.3
   EXPECT_EQ(int(TYCHO_ERR_ABI_MISMATCH), 5);
   EXPECT_EQ(int(TYCHO_ERR_NOT_FOUND), 2);
   EXPECT_EQ(std::string(TYCHO_PLUGIN_ENTRY_SYMBOL), "tycho_plugin_entry");
-  EXPECT_EQ(TYCHO_ABI_VERSION, (1u << 16) | 2u);
+  EXPECT_EQ(TYCHO_ABI_VERSION, (1u << 16) | 3u);
   // ABI 1.2 appended to the engine setup after loss_ref, and one tensor id.
   EXPECT_GT(offsetof(tycho_engine_setup, slice_propagator), offsetof(tycho_engine_setup, loss_ref));
   EXPECT_GT(offsetof(tycho_engine_setup, position_gradient), offsetof(tycho_engine_setup, slice_thickness_A));
@@ -215,6 +216,20 @@ TEST(PluginAbi, LayoutIsStable) {
   EXPECT_EQ(sizeof(tycho_host_api), 96u);
   EXPECT_EQ(offsetof(tycho_component, vtable), 56u);
   EXPECT_EQ(offsetof(tycho_plugin_descriptor, components), 40u);
+  // ABI 1.3: the constraint kind's structs.
+  EXPECT_EQ(offsetof(tycho_constraint_setup, config), 8u);
+  EXPECT_EQ(offsetof(tycho_constraint_setup, device), 16u);
+  EXPECT_EQ(offsetof(tycho_constraint_setup, pixel_A), 24u);
+  EXPECT_EQ(offsetof(tycho_constraint_setup, measured_power), 64u);
+  EXPECT_EQ(offsetof(tycho_constraint_setup, nominal_positions), 72u);
+  EXPECT_EQ(sizeof(tycho_constraint_setup), 88u);
+  EXPECT_EQ(offsetof(tycho_constraint_state, object), 8u);
+  EXPECT_EQ(offsetof(tycho_constraint_state, positions), 24u);
+  EXPECT_EQ(offsetof(tycho_constraint_state, stream), 56u);
+  EXPECT_EQ(sizeof(tycho_constraint_state), 64u);
+  EXPECT_EQ(offsetof(tycho_constraint_vtable, create), 8u);
+  EXPECT_EQ(offsetof(tycho_constraint_vtable, destroy), 32u);
+  EXPECT_EQ(sizeof(tycho_constraint_vtable), 40u);
 #endif
   // The vtables and the host table: struct_size then abi_version.
   EXPECT_EQ(offsetof(tycho_source_vtable, abi_version), 4u);
@@ -223,6 +238,7 @@ TEST(PluginAbi, LayoutIsStable) {
   EXPECT_EQ(offsetof(tycho_optimizer_vtable, abi_version), 4u);
   EXPECT_EQ(offsetof(tycho_reducer_vtable, abi_version), 4u);
   EXPECT_EQ(offsetof(tycho_format_vtable, abi_version), 4u);
+  EXPECT_EQ(offsetof(tycho_constraint_vtable, abi_version), 4u);
   EXPECT_EQ(offsetof(tycho_host_api, abi_version), 4u);
 }
 
@@ -236,6 +252,7 @@ uint32_t expected_vtable_size(tycho_component_kind kind) {
     case TYCHO_COMPONENT_OPTIMIZER: return sizeof(tycho_optimizer_vtable);
     case TYCHO_COMPONENT_REDUCER: return sizeof(tycho_reducer_vtable);
     case TYCHO_COMPONENT_FORMAT: return sizeof(tycho_format_vtable);
+    case TYCHO_COMPONENT_CONSTRAINT: return sizeof(tycho_constraint_vtable);
   }
   return 0;
 }

@@ -49,7 +49,9 @@ typedef enum tycho_component_kind {
   TYCHO_COMPONENT_LOSS = 3,      /* L(I, D) and dL/dI */
   TYCHO_COMPONENT_OPTIMIZER = 4, /* updates a parameter from its gradient */
   TYCHO_COMPONENT_REDUCER = 5,   /* all-reduce across ranks */
-  TYCHO_COMPONENT_FORMAT = 6     /* saves and loads records (result files) */
+  TYCHO_COMPONENT_FORMAT = 6,    /* saves and loads records (result files) */
+  /* ---- appended in ABI 1.3 */
+  TYCHO_COMPONENT_CONSTRAINT = 7 /* changes object, probe or positions after each step */
 } tycho_component_kind;
 
 /* ---------------------------------------------------------------- source */
@@ -396,6 +398,72 @@ typedef struct tycho_reducer_vtable {
    * tycho_shutdown(); without that call the runtime is released at process exit. */
   void (*shutdown)(void);
 } tycho_reducer_vtable;
+
+/* ---------------------------------------------------------------- constraint */
+/* ---- appended in ABI 1.3: constraints as components. After each mini-batch's optimizer steps
+ * (and after each position step) the driver hands the engine's tensors to the constraints of
+ * [[reconstruct.constraints]], in the order listed, and each changes them in place: a
+ * projection (|O| ≤ 1, a pure phase, orthonormal probe modes), a normalisation or a
+ * regulariser. The built-in ones (plugins/constraints) are components like any other; a third
+ * party adds one the same way. */
+
+typedef struct tycho_constraint tycho_constraint;
+
+/* Bits of what a constraint changes (tycho_constraint_vtable::acts_on). */
+#define TYCHO_CONSTRAINT_OBJECT 1u    /* applied after each mini-batch's optimizer steps */
+#define TYCHO_CONSTRAINT_PROBE 2u     /* applied after each mini-batch's optimizer steps */
+#define TYCHO_CONSTRAINT_POSITIONS 4u /* applied after each position step (once per iteration,
+                                       * [reconstruct.positions] correct = true) */
+
+/* What the host hands a constraint's create. Append-only: read struct_size before a field a
+ * later minor adds. Pointers are valid during create only: copy what you keep. */
+typedef struct tycho_constraint_setup {
+  uint32_t struct_size;
+  const tycho_config* config;     /* the constraint's own entry of [[reconstruct.constraints]] */
+  DLDevice device;                /* where the engine keeps its tensors (apply's tensors lie there) */
+  double pixel_A[2];              /* object and probe-window pixel along axes 0 and 1, Å */
+  double wavelength_A;            /* electron wavelength, Å */
+  double semiangle_mrad;          /* probe-forming aperture semiangle, mrad */
+  double slice_thickness_A;       /* Δz between slices, Å (0 for one slice) */
+  /* Σ over a pattern's valid pixels of the measured intensity, averaged over the patterns, in
+   * the model's units (the power Σ_m Σ|P_m|² that explains the data when |O| ≈ 1). */
+  double measured_power;
+  /* (P, 2) float64 host, the probe centres in object pixels as the data gave them (before any
+   * position correction; the same rows as the engine's TYCHO_TENSOR_POSITIONS). */
+  const DLTensor* nominal_positions;
+  int64_t iterations;             /* iterations the run's schedules span ([reconstruct] iterations) */
+} tycho_constraint_setup;
+
+/* The tensors one application changes: views on the engine's memory (its get_tensor views),
+ * valid during the call. Fields the constraint does not act on (acts_on) may be NULL. */
+typedef struct tycho_constraint_state {
+  uint32_t struct_size;
+  DLTensor* object;               /* (S, H, W) complex64 or complex128 (the run's precision) */
+  DLTensor* probe;                /* (M, N0, N1), the object's dtype */
+  DLTensor* positions;            /* (P, 2) float64, probe centres in object pixels; NULL when the
+                                   * call is not after a position step */
+  int64_t iteration;              /* 1-based iteration of this application */
+  int64_t batch;                  /* 0-based mini-batch of the iteration; -1 after the position step */
+  int64_t batches;                /* mini-batches per iteration (batch == batches − 1: the last) */
+  void* stream;                   /* the engine's stream (a cudaStream_t), NULL for host engines */
+} tycho_constraint_state;
+
+/* Host engines (kDLCPU): the tensors are host memory; apply runs synchronously on the driver's
+ * thread (it may use threads of its own). Device engines (e.g. kDLCUDA): the tensors are device
+ * memory of setup->device and apply queues its work on state->stream without synchronising,
+ * as an optimizer's step does; a constraint that cannot work on that device refuses it in
+ * create (TYCHO_ERR_UNSUPPORTED naming the device), so the run stops before its first
+ * iteration. Several ranks: every rank applies every constraint to its replica of object and
+ * probe, so a constraint must be deterministic (the replicas stay bitwise identical). */
+typedef struct tycho_constraint_vtable {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  tycho_status (*create)(const tycho_constraint_setup* setup, tycho_constraint** out);
+  /* TYCHO_CONSTRAINT_* bits: which tensors apply changes, and so when the driver calls it. */
+  uint32_t (*acts_on)(const tycho_constraint* c);
+  tycho_status (*apply)(tycho_constraint* c, const tycho_constraint_state* state);
+  void (*destroy)(tycho_constraint* c);
+} tycho_constraint_vtable;
 
 /* ---------------------------------------------------------------- format */
 

@@ -8,30 +8,8 @@
 #include "tycho/core/error.hpp"
 #include "tycho/core/geometry.hpp"
 #include "tycho/core/last_error.hpp"
-#include "tycho/core/multislice.hpp"
 
 namespace tycho {
-
-namespace {
-// |z| ≤ cap, in the object's own precision.
-template <class Real>
-void clamp_amplitude(std::complex<Real>* z, int64_t n, double amplitude_max) {
-  const Real cap = Real(amplitude_max);
-  for (int64_t k = 0; k < n; ++k) {
-    Real a = std::abs(z[k]);
-    if (a > cap) z[k] *= cap / a;
-  }
-}
-// |O| = 1 keeping the phase (a pure-phase object, the weak-absorption limit of exp(iσV));
-// 0 becomes 1.
-template <class Real>
-void project_phase(std::complex<Real>* z, int64_t n) {
-  for (int64_t k = 0; k < n; ++k) {
-    const Real a = std::abs(z[k]);
-    z[k] = a > Real(0) ? z[k] / a : std::complex<Real>(1);
-  }
-}
-}  // namespace
 
 void check_status(tycho_status s, const std::string& context) {
   if (s == TYCHO_OK) return;
@@ -70,6 +48,13 @@ driver::driver(engine_binding engine, std::vector<optimizer_binding> optimizers,
   if (options_.positions.enabled && share_.world_size > 1 && share_.kind != shard::mode::patterns)
     fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct.positions] correct = true on ", share_.world_size,
          " ranks needs [parallel] sharding = \"patterns\" (each rank corrects the positions of the patterns it holds)");
+  // A constraint on the positions fits the whole scan (an affine map, a drift): it sees one
+  // rank's share only, so it would differ from rank to rank.
+  if (options_.positions.enabled && share_.world_size > 1)
+    for (const constraint_binding& c : options_.constraints)
+      if (c.acts_on & TYCHO_CONSTRAINT_POSITIONS)
+        fail(TYCHO_ERR_UNSUPPORTED, c.name, " constrains the positions, which runs on one rank in this version (this run has ",
+             share_.world_size, "); leave it out, or correct positions on one rank");
 }
 
 double driver::run_iteration() {
@@ -77,6 +62,7 @@ double driver::run_iteration() {
   const auto order = epoch_permutation(n_patterns_, options_.seed, epoch);
   double loss = 0;
   void* stream = engine_.vtable->stream ? engine_.vtable->stream(engine_.instance) : nullptr;
+  const int64_t batches = (n_patterns_ + options_.batch_size - 1) / options_.batch_size;
   for (int64_t start = 0; start < n_patterns_; start += options_.batch_size) {
     if (start > 0 && stop_ && stop_())
       fail(TYCHO_ERR_CANCELLED, "stopped on request during iteration ", epoch, " (", start, " of ", n_patterns_,
@@ -100,11 +86,15 @@ double driver::run_iteration() {
       tycho_step_info info{sizeof(tycho_step_info), 1.0 / double(count),
                            opt.schedule.factor(epoch), epoch};
       check_status(opt.vtable->step(opt.instance, &param, &grad, &info, stream), "optimizer step");
-      if (opt.parameter == TYCHO_TENSOR_PROBE) apply_probe_constraints();
     }
-    apply_object_constraints();
+    apply_constraints(TYCHO_CONSTRAINT_OBJECT | TYCHO_CONSTRAINT_PROBE, epoch, start / options_.batch_size, batches,
+                      stream);
   }
-  if (options_.positions.enabled && epoch >= options_.positions.first_iteration) correct_positions(epoch);
+  if (options_.positions.enabled && epoch >= options_.positions.first_iteration) {
+    correct_positions(epoch);
+    apply_constraints(TYCHO_CONSTRAINT_POSITIONS, epoch, -1, batches, stream);
+    if (share_.world_size > 1) gather_positions(stream);
+  }
   if (engine_.vtable->collect_loss != nullptr)
     check_status(engine_.vtable->collect_loss(engine_.instance, &loss), "engine collect_loss");
   if (collectives_ != nullptr) loss = collectives_->sum(loss);
@@ -149,16 +139,6 @@ void with_complex_values(const DLTensor& t, const char* what, F&& f) {
     fail(TYCHO_ERR_UNSUPPORTED, what, ": the engine's tensor must be complex64 or complex128");
 }
 }  // namespace
-
-void driver::apply_probe_constraints() {
-  if (!options_.orthogonalize_probe_modes) return;
-  const DLTensor probe = engine_tensor(engine_, TYCHO_TENSOR_PROBE);
-  if (probe.ndim != 3 || probe.shape[0] <= 1) return;
-  const char* what = "probe mode orthogonalisation";
-  require_host(probe, what);
-  with_complex_values(probe, what,
-                      [&](auto* p) { orthogonalize_probe_modes(p, probe.shape[0], probe.shape[1] * probe.shape[2]); });
-}
 
 void driver::correct_positions(int64_t epoch) {
   const char* what = "position correction";
@@ -213,7 +193,7 @@ void driver::correct_positions(int64_t epoch) {
     return;
   }
   // Several ranks: the same curvature everywhere (the object and probe are the same), the mean
-  // step over all positions, then every position gathered so any rank can report them.
+  // step over all positions (gathered after the positions' constraints, gather_positions).
   std::vector<double> steps(std::size_t(2 * pos.shape[0]));
   std::vector<double> totals(3, 0.0);  // Σ step per axis, positions
   position_steps(data_of<const double>(grad), pos.shape[0], h, o, steps.data(), totals.data());
@@ -221,6 +201,10 @@ void driver::correct_positions(int64_t epoch) {
   sum_host_doubles(totals, stream);
   const double mean[2] = {totals[0] / totals[2], totals[1] / totals[2]};
   move_positions(data_of<double>(pos), steps.data(), pos.shape[0], mean, o);
+}
+
+void driver::gather_positions(void* stream) {
+  const DLTensor pos = host_tensor(engine_, TYCHO_TENSOR_POSITIONS, "position correction");
   gathered_positions_.assign(std::size_t(2 * n_patterns_), 0.0);
   std::copy(data_of<const double>(pos), data_of<const double>(pos) + 2 * pos.shape[0],
             gathered_positions_.begin() + 2 * share_.first);
@@ -233,17 +217,29 @@ void driver::sum_host_doubles(std::vector<double>& values, void* stream) {
   collectives_->sum_in_place(t, stream);
 }
 
-void driver::apply_object_constraints() {
-  if (!(options_.object.amplitude_max > 0) && !options_.object.pure_phase) return;
-  const char* what = options_.object.pure_phase ? "[reconstruct.object] kind = \"phase\"" : "[reconstruct.object] amplitude_max";
-  const DLTensor obj = host_tensor(engine_, TYCHO_TENSOR_OBJECT, what);
-  const int64_t n = element_count(obj);
-  with_complex_values(obj, what, [&](auto* z) {
-    if (options_.object.pure_phase)
-      project_phase(z, n);
-    else
-      clamp_amplitude(z, n, options_.object.amplitude_max);
-  });
+void driver::apply_constraints(uint32_t targets, int64_t epoch, int64_t batch, int64_t batches, void* stream) {
+  DLTensor object{}, probe{}, positions{};
+  bool fetched = false;
+  for (const constraint_binding& c : options_.constraints) {
+    if ((c.acts_on & targets) == 0 || epoch < c.first_iteration || (c.last_iteration > 0 && epoch > c.last_iteration))
+      continue;
+    if (!fetched) {  // views on the engine's memory, valid until its next call
+      object = engine_tensor(engine_, TYCHO_TENSOR_OBJECT);
+      probe = engine_tensor(engine_, TYCHO_TENSOR_PROBE);
+      if (targets & TYCHO_CONSTRAINT_POSITIONS) positions = engine_tensor(engine_, TYCHO_TENSOR_POSITIONS);
+      fetched = true;
+    }
+    tycho_constraint_state st{};
+    st.struct_size = sizeof(st);
+    st.object = &object;
+    st.probe = &probe;
+    st.positions = (targets & TYCHO_CONSTRAINT_POSITIONS) ? &positions : nullptr;
+    st.iteration = epoch;
+    st.batch = batch;
+    st.batches = batches;
+    st.stream = stream;
+    check_status(c.vtable->apply(c.instance, &st), cat(c.name, " apply"));
+  }
 }
 
 }  // namespace tycho

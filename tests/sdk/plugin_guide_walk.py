@@ -2,8 +2,9 @@
 """The walk of docs/plugin-guide.md, run as written: from an empty folder to a loaded plugin,
 against an installed tycho only.
 
-1. The file listings of the page (fences "```<lang> file=<name>") are byte for byte the files
-   of sdk/examples/huber_loss/, so the example CI builds is the one the page shows.
+1. The file listings of the page (fences "```<lang> file=<name>", with "example=<folder>" for
+   an example other than huber_loss) are byte for byte the files of sdk/examples/<folder>/, so
+   the examples CI builds are the ones the page shows.
 2. The shell steps of the page (fences "```sh walk"), joined in order with the listings written
    where they stand, run in one bash (set -euo pipefail) in an empty folder, with
    TYCHO_SOURCE, TYCHO_BUILD (this build tree) and TYCHO_PREFIX (a fresh temporary prefix) set:
@@ -13,7 +14,9 @@ against an installed tycho only.
    amplitude loss's run (Huber's loss is at most the squared residual, and less wherever a
    residual exceeds δ), and with δ = 1e30 (no residual beyond it) the huber loss is the
    amplitude loss: the same history to 1e-5 relative (only the order of the float sums differs).
-4. The installed package is self-contained: the plugin's CMake found tychoConfig.cmake in the
+4. The constraint of the walk's second plugin (sdk/examples/phase_reference) had its effect: the
+   phase of the object's mean is 0 (within 1e-8 rad) in its run and not (> 1e-4 rad) in the run without it.
+5. The installed package is self-contained: the plugin's CMake found tychoConfig.cmake in the
    prefix, and tycho.pc builds and links a C program against the installed libtycho.
 """
 import argparse
@@ -28,7 +31,7 @@ import tempfile
 import numpy as np
 
 FENCE = re.compile(r"^```(\S*)([^\n]*)\n(.*?)^```\s*$", re.M | re.S)
-EXAMPLE = "sdk/examples/huber_loss"
+EXAMPLES = ("huber_loss", "phase_reference")  # folders of sdk/examples
 
 
 def fail(message):
@@ -36,25 +39,30 @@ def fail(message):
     sys.exit(1)
 
 
-def walk_script(page, example_dir):
-    """The bash script of the page's walk; checks the listings against the example's files."""
+def walk_script(page, examples_dir):
+    """The bash script of the page's walk; checks the listings against the examples' files."""
     lines = ["set -euo pipefail", "set -x"]
-    listed = set()
+    listed = {example: set() for example in EXAMPLES}
     for lang, info, body in FENCE.findall(page):
         words = info.split()
         file_words = [w for w in words if w.startswith("file=")]
         if file_words:
             name = file_words[0][len("file="):]
-            on_disk = (example_dir / name).read_text()
+            example_words = [w for w in words if w.startswith("example=")]
+            example = example_words[0][len("example="):] if example_words else EXAMPLES[0]
+            if example not in listed:
+                fail(f"docs/plugin-guide.md lists a file of an unknown example '{example}'")
+            on_disk = (examples_dir / example / name).read_text()
             if body != on_disk:
-                fail(f"the listing of {name} in docs/plugin-guide.md differs from {EXAMPLE}/{name}")
-            listed.add(name)
+                fail(f"the listing of {name} in docs/plugin-guide.md differs from sdk/examples/{example}/{name}")
+            listed[example].add(name)
             lines.append(f"cat > {name} <<'TYCHO_WALK_EOF'\n{body}TYCHO_WALK_EOF")
         elif lang == "sh" and "walk" in words:
             lines.append(body)
-    expected = {p.name for p in example_dir.iterdir() if p.is_file()}
-    if listed != expected:
-        fail(f"docs/plugin-guide.md lists {sorted(listed)}, {EXAMPLE} holds {sorted(expected)}")
+    for example, names in listed.items():
+        expected = {p.name for p in (examples_dir / example).iterdir() if p.is_file()}
+        if names != expected:
+            fail(f"docs/plugin-guide.md lists {sorted(names)}, sdk/examples/{example} holds {sorted(expected)}")
     return "\n".join(lines) + "\n"
 
 
@@ -79,7 +87,7 @@ def main():
     source = pathlib.Path(args.source).resolve()
     build = pathlib.Path(args.build).resolve()
     page = (source / "docs/plugin-guide.md").read_text()
-    script = walk_script(page, source / EXAMPLE)
+    script = walk_script(page, source / "sdk/examples")
 
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="tycho_plugin_walk_"))
     try:
@@ -126,6 +134,18 @@ def main():
             fail(f"huber with δ = 1e30 differs from the amplitude loss by {rel.max():.3g} relative "
                  f"({wide} vs {amplitude})")
 
+        # The constraint: the phase of the object's mean is held at 0 (the run without it drifts).
+        def mean_phase(path):
+            with np.load(path) as z:
+                return float(np.angle(np.asarray(z["object"], dtype=np.complex128).sum()))
+        referenced = mean_phase(work / "phase-reference/phase.zip")
+        free = mean_phase(tmp / "amplitude.zip")
+        print(f"phase of the object's mean: {referenced:.3g} rad with phase_reference, {free:.3g} rad without")
+        if not abs(referenced) < 1e-8:
+            fail(f"with the phase_reference constraint the object's mean has phase {referenced} rad, not 0")
+        if not abs(free) > 1e-4:
+            fail(f"without the constraint the object's mean has phase {free} rad: the check cannot tell the two apart")
+
         # pkg-config: a C program against the installed libtycho only.
         pc_env = dict(env, PKG_CONFIG_PATH=str(prefix / "lib/pkgconfig"))
         flags = run(["pkg-config", "--cflags", "--libs", "tycho"], pc_env, tmp).split()
@@ -140,7 +160,7 @@ def main():
         version = re.search(r"^project\(tycho VERSION (\S+)", (source / "CMakeLists.txt").read_text(), re.M).group(1)
         if out != f"{version} 1":
             fail(f"the C program linked through tycho.pc printed '{out}', expected '{version} 1'")
-        print("OK: walk, huber effect, δ = 1e30 equals amplitude, tycho.pc")
+        print("OK: walk, huber effect, δ = 1e30 equals amplitude, phase_reference effect, tycho.pc")
     finally:
         if args.keep:
             print(f"kept {tmp}")

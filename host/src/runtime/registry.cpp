@@ -40,6 +40,7 @@ const char* kind_name(tycho_component_kind kind) {
     case TYCHO_COMPONENT_OPTIMIZER: return "optimizer";
     case TYCHO_COMPONENT_REDUCER: return "reducer";
     case TYCHO_COMPONENT_FORMAT: return "format";
+    case TYCHO_COMPONENT_CONSTRAINT: return "constraint";
   }
   return "unknown";
 }

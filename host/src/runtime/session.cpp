@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "settings/config_read.hpp"
+#include "runtime/constraint_list.hpp"
 #include "results/manifest_checks.hpp"
 #include "tycho/host/dataset.hpp"
 #include "data/bad_pixels.hpp"
@@ -52,7 +53,7 @@ std::vector<std::string> host_keys(const std::string& table) { return setting_ke
 // [reconstruct]'s keys and its sub-tables, in the order messages list them.
 std::vector<std::string> reconstruct_keys() {
   std::vector<std::string> keys = host_keys("reconstruct");
-  keys.insert(keys.end() - 1, {"object", "probe", "positions"});  // before "devices"
+  keys.insert(keys.end() - 1, {"object", "probe", "positions", "constraints"});  // before "devices"
   return keys;
 }
 
@@ -85,6 +86,7 @@ struct reconstruct_settings {
   double mode_power = 0.1;       // [reconstruct.probe] mode_power
   double max_position_step_A = 0.1;  // [reconstruct.positions] max_step_A (the driver's is in px)
   driver_options driver;
+  constraint_shorthands constraints;  // the runtime's keys that stand for built-in constraints
   parameter_settings object, probe;
 };
 
@@ -135,7 +137,8 @@ reconstruct_settings read_reconstruct_settings(const config_document& doc) {
     r.mode_power = *setting_value<double>(probe_t, "reconstruct.probe", "mode_power");
     if (!(r.mode_power >= 0 && r.mode_power < 1))
       fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct.probe] mode_power = ", r.mode_power, ": must be in [0, 1)");
-    r.driver.orthogonalize_probe_modes = *setting_value<bool>(probe_t, "reconstruct.probe", "orthogonalize_modes");
+    r.constraints.orthogonalize_modes = *setting_value<bool>(probe_t, "reconstruct.probe", "orthogonalize_modes");
+    r.constraints.probe_modes = modes;
   }
   {
     const char* table = "reconstruct.positions";
@@ -164,16 +167,17 @@ reconstruct_settings read_reconstruct_settings(const config_document& doc) {
   if (r.driver.batch_size <= 0)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] batch_size must be > 0, got ", r.driver.batch_size);
   r.driver.seed = uint64_t(*setting_value<int64_t>(rec_t, "reconstruct", "seed"));
-  r.driver.object.amplitude_max =
+  r.constraints.amplitude_max =
       *setting_value<double>(doc.table_at("reconstruct.object"), "reconstruct.object", "amplitude_max");
   {
     const std::string kind = *setting_value<std::string>(doc.table_at("reconstruct.object"), "reconstruct.object", "kind");
     if (kind != "complex" && kind != "phase")
       fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct.object] kind = \"", kind, "\": must be \"complex\" or \"phase\"");
-    r.driver.object.pure_phase = kind == "phase";
+    r.constraints.pure_phase = kind == "phase";
   }
   r.object = read_parameter_settings(doc, "object", r.iterations);
   r.probe = read_parameter_settings(doc, "probe", r.iterations);
+  r.constraints.probe_first_iteration = r.probe.first_iteration;
   const toml::table& optics_t = doc.table_at("optics");
   if (optics_t.contains("defocus_A") && optics_t.contains("C10_A"))
     fail(TYCHO_ERR_INVALID_ARGUMENT, doc.origin(), ": give either C10_A or defocus_A (= −C10) in [optics], not both");
@@ -213,6 +217,7 @@ void validate_config(const config_document& doc, const registry& reg, bool engin
     check_setting_values(rec_t, "reconstruct", described->settings, cat("engine '", described->name, "'"));
   check_setting_values(rec_t, "reconstruct", loss.settings, cat("loss '", loss.name, "'"));
   check_keys(doc.table_at("reconstruct.positions"), "reconstruct.positions", host_keys("reconstruct.positions"), origin);
+  validate_constraints(doc, reg);
   for (const char* which : {"object", "probe"}) {
     std::string name = cat("reconstruct.", which);
     const toml::table& t = doc.table_at(name);
@@ -609,6 +614,7 @@ struct session::state {
   tycho_engine* engine = nullptr;
   tycho_optimizer* object_opt = nullptr;
   tycho_optimizer* probe_opt = nullptr;
+  constraint_list constraints;  // [[reconstruct.constraints]] and the shorthands, created for the engine
   std::unique_ptr<driver> drv;
 
   std::vector<uint16_t> targets_u16;  // the targets as integer counts (pack_integer_targets)
@@ -956,7 +962,7 @@ void session::state::create_engine(state& s, start& st) {
          "\": the ", st.engine_name, " engine holds its object in ", held, "; it does not compute in that precision");
 }
 
-// 5. The object and probe optimizers and the driver that runs the iterations.
+// 5. The object and probe optimizers, the constraints, and the driver that runs the iterations.
 void session::state::create_optimizers(state& s, start& st) {
   const registry& reg = *s.reg;
   const reconstruct_settings& settings = st.settings;
@@ -980,7 +986,28 @@ void session::state::create_optimizers(state& s, start& st) {
   opts.push_back(make_optimizer("probe", s.probe_cfg, s.probe_opt_ref, s.probe_opt,
                                 TYCHO_TENSOR_PROBE, TYCHO_TENSOR_PROBE_GRAD));
 
+  // ---- constraints (ABI 1.3): the shorthands' built-in ones, then the configured list
+  s.constraints.read(s.config, reg, settings.constraints);
+  {
+    tycho_constraint_setup cs{};
+    cs.struct_size = sizeof(cs);
+    cs.device = s.par->device();
+    cs.pixel_A[0] = s.geometry.pixel_A[0];
+    cs.pixel_A[1] = s.geometry.pixel_A[1];
+    cs.wavelength_A = s.wavelength_A;
+    cs.semiangle_mrad = s.optics.semiangle_mrad;
+    cs.slice_thickness_A = s.slice_thickness_A;  // the engine's (0 with one slice)
+    // The targets are scaled by 1 / their mean total intensity (the engine's target_scale), so
+    // the measured patterns' mean total intensity is 1 in the model's units.
+    cs.measured_power = s.data.mean_total_intensity * (1.0 / s.data.mean_total_intensity);
+    int64_t pos_shape[2] = {s.data.patterns, 2};  // this rank's patterns
+    DLTensor nominal{s.layout.positions_px.data() + 2 * s.data.first, {kDLCPU, 0}, 2, k_float64, pos_shape, nullptr, 0};
+    cs.nominal_positions = &nominal;
+    cs.iterations = settings.iterations;
+    s.constraints.create(cs, settings.driver.positions.enabled);
+  }
   driver_options dopt = settings.driver;
+  dopt.constraints = s.constraints.bindings();
   // The cap on a position's move per iteration, in the object's pixels.
   dopt.positions.step.max_step_px = settings.max_position_step_A / std::max(s.geometry.pixel_A[0], s.geometry.pixel_A[1]);
   s.drv = std::make_unique<driver>(engine_binding{s.engine_ref->as<tycho_engine_vtable>(), s.engine},
@@ -1070,7 +1097,7 @@ session::session(config_document config, registry& reg, const std::string& resum
   state::read_data(*s_, st);                            // 2. data, preprocessing, intensity scale
   state::resolve_geometry(*s_, st);                     // 3. optics, geometry, memory check, probe
   state::create_engine(*s_, st);                        // 4. loss and engine
-  state::create_optimizers(*s_, st);                    // 5. optimizers and driver
+  state::create_optimizers(*s_, st);                    // 5. optimizers, constraints, driver
   state::restore_resumed(*s_, st);                      // 6. a resumed run's state and history
   state::describe_run(*s_, st);                         // 7. output format, ranks, log, kept state
 }
@@ -1326,6 +1353,8 @@ std::string session::manifest_json() const {
       {"format", s.format_ref}};
   for (const auto& [role, c] : used)
     m.components.push_back({role, kind_name(c->kind), c->name, c->version, c->plugin_path});
+  for (const component_ref* c : s.constraints.components())
+    m.components.push_back({"constraint", kind_name(c->kind), c->name, c->version, c->plugin_path});
   return to_json(m);
 }
 

@@ -127,6 +127,11 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
                          0, true),
                 1),
     };
+    m["reconstruct.constraints"] = {
+        decl("name", S, none, "", "the constraint component (`tycho plugins` lists them); required"),
+        at_least(decl("first_iteration", I, "1", "", "the constraint applies from this iteration on"), 1),
+        at_least(decl("last_iteration", I, "0", "", "and up to this one (0: to the end)"), 0),
+    };
     m["parallel"] = {
         decl("reducer", S, "\"auto\"", "", "\"auto\": none for one rank, else the first reducer of the engine's device; \"none\"; or a reducer's name"),
         one_of(decl("sharding", S, "\"patterns\"", "", "how the patterns are split over the ranks"), {"patterns", "replicated"}),
@@ -155,7 +160,7 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
 const std::vector<std::string>& host_setting_tables() {
   static const std::vector<std::string> names = {"data", "optics", "preprocess", "reconstruct",
                                                  "reconstruct.object", "reconstruct.probe", "reconstruct.positions",
-                                                 "parallel", "output"};
+                                                 "reconstruct.constraints", "parallel", "output"};
   return names;
 }
 

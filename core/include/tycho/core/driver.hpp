@@ -44,10 +44,17 @@ struct optimizer_binding {
   learning_rate_schedule schedule;
 };
 
-// Projections applied to the object after each optimizer step (host memory only for now).
-struct object_constraints {
-  double amplitude_max = 0;      // > 0: clip |O| to at most this (a specimen does not amplify)
-  bool pure_phase = false;       // [reconstruct.object] kind = "phase": |O| = 1 after each step
+// A constraint component (tycho_constraint_vtable, ABI 1.3) as the driver applies it: after each
+// mini-batch's optimizer steps when it acts on the object or probe, after each position step
+// when it acts on the positions, from first_iteration to last_iteration. The driver does not own
+// the instance (the session creates and destroys it).
+struct constraint_binding {
+  const tycho_constraint_vtable* vtable = nullptr;
+  tycho_constraint* instance = nullptr;
+  std::string name;              // for messages: "[[reconstruct.constraints]] 1 (object_amplitude)"
+  uint32_t acts_on = 0;          // TYCHO_CONSTRAINT_* bits
+  int64_t first_iteration = 1;
+  int64_t last_iteration = 0;    // 0: to the run's end
 };
 
 // What a run of several ranks adds to an iteration: sums across the ranks, which the host
@@ -72,11 +79,10 @@ struct position_correction {
 struct driver_options {
   int64_t batch_size = 128;      // global mini-batch, positions
   uint64_t seed = 0;
-  object_constraints object;
-  // Several probe modes: orthonormalised in power order after each probe step
-  // (orthogonalize_probe_modes, tycho/core/multislice.hpp).
-  bool orthogonalize_probe_modes = true;
   position_correction positions;
+  // Applied in this order (the runtime's own, from [reconstruct.object] amplitude_max and kind and
+  // [reconstruct.probe] orthogonalize_modes, first; then [[reconstruct.constraints]]).
+  std::vector<constraint_binding> constraints;
 };
 
 class driver {
@@ -107,9 +113,12 @@ class driver {
   const std::vector<double>& gathered_positions() const { return gathered_positions_; }
 
  private:
-  void apply_object_constraints();
-  void apply_probe_constraints();
+  // The constraints acting on any of `targets` (TYCHO_CONSTRAINT_* bits) whose iterations include
+  // `epoch`; batch −1 after the position step.
+  void apply_constraints(uint32_t targets, int64_t epoch, int64_t batch, int64_t batches, void* stream);
   void correct_positions(int64_t epoch);
+  // Several ranks: every rank's positions into gathered_positions_ (blocks summed with zeros).
+  void gather_positions(void* stream);
   // Sums a host float64 array over the ranks, in place (position correction's small exchanges).
   void sum_host_doubles(std::vector<double>& values, void* stream);
   engine_binding engine_;

@@ -1,0 +1,112 @@
+// The built-in constraint components (tycho_constraint_vtable, ABI 1.3), each a class for the
+// SDK's constraint adapter (tycho/sdk/constraint.hpp): constructed from its own entry of
+// [[reconstruct.constraints]] and the run's setup, applied to the engine's host tensors in place.
+// Every one is deterministic, so the replicas of several ranks stay bitwise identical.
+#pragma once
+
+#include <tycho/sdk/constraint.hpp>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tycho::constraints {
+
+using sdk::config_view;
+using sdk::constraint_arguments;
+
+// |O| clamped to [min, max] (a thin specimen neither amplifies nor absorbs everything); the
+// phase is kept, and a zero becomes min. With min = 0 it is the runtime's
+// [reconstruct.object] amplitude_max, bit for bit.
+class object_amplitude {
+ public:
+  object_amplitude(const config_view& cfg, const tycho_constraint_setup& setup);
+  uint32_t acts_on() const { return TYCHO_CONSTRAINT_OBJECT; }
+  void apply(const constraint_arguments& a);
+
+ private:
+  double min_ = 0, max_ = 1;
+};
+
+// |O| = 1 keeping the phase (a pure-phase object, exp(iσV) with real V); 0 becomes 1.
+class object_phase {
+ public:
+  object_phase(const config_view& cfg, const tycho_constraint_setup& setup);
+  uint32_t acts_on() const { return TYCHO_CONSTRAINT_OBJECT; }
+  void apply(const constraint_arguments& a);
+};
+
+// O ← (1 − weight)·O + weight·G_σ ⊛ O per slice, once per iteration (its last mini-batch): a
+// Gaussian low-pass (σ = sigma_A) against high-frequency noise the data do not constrain.
+class object_lowpass {
+ public:
+  object_lowpass(const config_view& cfg, const tycho_constraint_setup& setup);
+  uint32_t acts_on() const { return TYCHO_CONSTRAINT_OBJECT; }
+  void apply(const constraint_arguments& a);
+
+ private:
+  double sigma_px_ = 0, weight_ = 1;
+};
+
+// Several probe modes orthonormalised in decreasing power (a unitary mixture: the model does
+// not change); the runtime's [reconstruct.probe] orthogonalize_modes.
+class probe_orthogonal_modes {
+ public:
+  probe_orthogonal_modes(const config_view& cfg, const tycho_constraint_setup& setup);
+  uint32_t acts_on() const { return TYCHO_CONSTRAINT_PROBE; }
+  void apply(const constraint_arguments& a);
+};
+
+// Σ_m Σ|P_m|² scaled to relative_power × the measured patterns' mean total intensity (the
+// power that explains the data when |O| ≈ 1): the object then carries no global scale.
+class probe_power {
+ public:
+  probe_power(const config_view& cfg, const tycho_constraint_setup& setup);
+  uint32_t acts_on() const { return TYCHO_CONSTRAINT_PROBE; }
+  void apply(const constraint_arguments& a);
+
+ private:
+  double target_ = 1;
+};
+
+// Each mode's Fourier transform set to 0 beyond semiangle_factor × the aperture's semiangle
+// (|k| > factor · α / λ): the probe-forming aperture passes nothing there.
+class probe_aperture {
+ public:
+  probe_aperture(const config_view& cfg, const tycho_constraint_setup& setup);
+  uint32_t acts_on() const { return TYCHO_CONSTRAINT_PROBE; }
+  void apply(const constraint_arguments& a);
+
+ private:
+  double k_cut_invA_ = 0, pixel_A_[2] = {0, 0};
+};
+
+// The least-squares affine map p ≈ linear · n + shift from `count` nominal positions n to
+// positions p ((count, 2) each, C order).
+struct affine_fit {
+  double linear[2][2] = {{1, 0}, {0, 1}};
+  double shift[2] = {0, 0};
+};
+affine_fit fit_affine(const double* nominal, const double* positions, int64_t count);
+
+// After each position step the positions become A(nominal) + residual_weight · residual, the
+// residual capped at residual_max_A per axis (0: no cap), A the least-squares affine map from
+// the nominal positions to the corrected ones (linear = "free": scale, rotation, shear and
+// shift; "nominal": the shift only; "drift": the linear part nearest the fitted one among those
+// of a drift linear in acquisition time, I + u gᵀ with t = g · n + c the acquisition index of a
+// raster swept along fast_axis first, and the residual of the full fit kept).
+class positions_affine {
+ public:
+  positions_affine(const config_view& cfg, const tycho_constraint_setup& setup);
+  uint32_t acts_on() const { return TYCHO_CONSTRAINT_POSITIONS; }
+  void apply(const constraint_arguments& a);
+
+ private:
+  std::vector<double> nominal_;
+  double residual_weight_ = 1, residual_max_px_[2] = {0, 0};
+  std::string linear_ = "free";
+  std::array<double, 2> drift_{};  // linear = "drift": t = drift_ · n + c
+};
+
+}  // namespace tycho::constraints

@@ -1,0 +1,91 @@
+// The built-in constraint components behind the ABI's constraint vtable (ABI 1.3), each with
+// its typed keys; the runtime adds name, first_iteration and last_iteration to every entry of
+// [[reconstruct.constraints]].
+#include <tycho/sdk.hpp>
+#include <tycho/sdk/constraint.hpp>
+
+#include "constraints.hpp"
+
+namespace {
+using namespace tycho::sdk;
+namespace tc = tycho::constraints;
+
+constexpr uint32_t k_host = TYCHO_DEVICE_BIT(kDLCPU);
+
+const char* const k_no_keys[] = {nullptr};
+const tycho_setting k_no_settings[] = {end_of_settings()};
+
+const char* const k_amplitude_keys[] = {"min", "max", nullptr};
+const tycho_setting k_amplitude_settings[] = {
+    setting("min", TYCHO_SETTING_NUMBER, "0", "the smallest |O| kept (a zero becomes this)").at_least(0),
+    setting("max", TYCHO_SETTING_NUMBER, "1", "the largest |O| kept (a thin specimen does not amplify: 1)").above(0),
+    end_of_settings()};
+
+const char* const k_lowpass_keys[] = {"sigma_A", "weight", nullptr};
+const tycho_setting k_lowpass_settings[] = {
+    setting("sigma_A", TYCHO_SETTING_NUMBER, "0.5", "σ of the Gaussian, once per iteration", "Å").above(0),
+    setting("weight", TYCHO_SETTING_NUMBER, "1", "share of the filtered object blended in").above(0).at_most(1),
+    end_of_settings()};
+
+const char* const k_power_keys[] = {"relative_power", nullptr};
+const tycho_setting k_power_settings[] = {
+    setting("relative_power", TYCHO_SETTING_NUMBER, "1",
+            "the probe's total power over the measured patterns' mean total intensity").above(0),
+    end_of_settings()};
+
+const char* const k_aperture_keys[] = {"semiangle_factor", nullptr};
+const tycho_setting k_aperture_settings[] = {
+    setting("semiangle_factor", TYCHO_SETTING_NUMBER, "1.1",
+            "the Fourier cut-off over the aperture's semiangle; the probe is 0 beyond it").above(0),
+    end_of_settings()};
+
+const char* const k_affine_keys[] = {"linear", "fast_axis", "residual_weight", "residual_max_A", nullptr};
+const char* const k_linear[] = {"free", "drift", "nominal", nullptr};
+const tycho_setting k_affine_settings[] = {
+    setting("linear", TYCHO_SETTING_STRING, "\"free\"",
+            "\"free\": fit scale, rotation and shear; \"drift\": only those of a drift linear in time; "
+            "\"nominal\": keep the recorded ones")
+        .one_of(k_linear),
+    setting("fast_axis", TYCHO_SETTING_INTEGER, "1",
+            "linear = \"drift\": the scan axis the beam sweeps first (1: the patterns' storage order)")
+        .at_least(0)
+        .at_most(1),
+    setting("residual_weight", TYCHO_SETTING_NUMBER, "1", "the share of each position's residual from the map kept")
+        .at_least(0)
+        .at_most(1),
+    setting("residual_max_A", TYCHO_SETTING_NUMBER, "0", "the largest residual kept per axis (0: no cap)", "Å").at_least(0),
+    end_of_settings()};
+
+const tycho_component k_components[] = {
+    with_settings(component(TYCHO_COMPONENT_CONSTRAINT, "object_amplitude", "1.0.0",
+                            "clamps |O| to [min, max] after each step", k_host, k_amplitude_keys,
+                            constraint_vtable<tc::object_amplitude>("object_amplitude", k_host)),
+                  k_amplitude_settings),
+    with_settings(component(TYCHO_COMPONENT_CONSTRAINT, "object_phase", "1.0.0",
+                            "a pure-phase object: |O| = 1 after each step", k_host, k_no_keys,
+                            constraint_vtable<tc::object_phase>("object_phase", k_host)),
+                  k_no_settings),
+    with_settings(component(TYCHO_COMPONENT_CONSTRAINT, "object_lowpass", "1.0.0",
+                            "blends a Gaussian low-pass of the object in, once per iteration", k_host, k_lowpass_keys,
+                            constraint_vtable<tc::object_lowpass>("object_lowpass", k_host)),
+                  k_lowpass_settings),
+    with_settings(component(TYCHO_COMPONENT_CONSTRAINT, "probe_orthogonal_modes", "1.0.0",
+                            "orthonormalises several probe modes in decreasing power after each step", k_host,
+                            k_no_keys, constraint_vtable<tc::probe_orthogonal_modes>("probe_orthogonal_modes", k_host)),
+                  k_no_settings),
+    with_settings(component(TYCHO_COMPONENT_CONSTRAINT, "probe_power", "1.0.0",
+                            "scales the probe's power to the measured patterns' mean intensity after each step",
+                            k_host, k_power_keys, constraint_vtable<tc::probe_power>("probe_power", k_host)),
+                  k_power_settings),
+    with_settings(component(TYCHO_COMPONENT_CONSTRAINT, "probe_aperture", "1.0.0",
+                            "zeroes the probe's spectrum outside the probe-forming aperture after each step", k_host,
+                            k_aperture_keys, constraint_vtable<tc::probe_aperture>("probe_aperture", k_host)),
+                  k_aperture_settings),
+    with_settings(component(TYCHO_COMPONENT_CONSTRAINT, "positions_affine", "1.0.0",
+                            "keeps the corrected positions an affine map of the nominal scan plus a residual", k_host,
+                            k_affine_keys, constraint_vtable<tc::positions_affine>("positions_affine", k_host)),
+                  k_affine_settings),
+};
+}  // namespace
+
+TYCHO_PLUGIN("constraints", "1.0.0", k_components)

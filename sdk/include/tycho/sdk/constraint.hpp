@@ -1,0 +1,121 @@
+// A constraint component (ABI 1.3) from a C++ class: the tycho_constraint_vtable, its one
+// exception barrier and the checks every constraint makes of its tensors, written once.
+//
+//   struct my_constraint {
+//     my_constraint(const tycho::sdk::config_view& cfg, const tycho_constraint_setup& setup);  // create()
+//     uint32_t acts_on() const;                                  // TYCHO_CONSTRAINT_* bits
+//     void apply(const tycho::sdk::constraint_arguments& a);      // change the tensors in place
+//   };
+//   component(TYCHO_COMPONENT_CONSTRAINT, "mine", "1.0.0", "...", TYCHO_DEVICE_BIT(kDLCPU), keys,
+//             tycho::sdk::constraint_vtable<my_constraint>("mine", TYCHO_DEVICE_BIT(kDLCPU)))
+//
+// `cfg` is the constraint's own entry of [[reconstruct.constraints]]. create refuses an engine
+// device the component does not list in `devices` (TYCHO_ERR_UNSUPPORTED naming the device), so
+// a host-only constraint stops a GPU run before its first iteration. Before the class's apply
+// runs, the tensors it acts on are checked: object 3-D and probe 3-D, C-contiguous, both
+// complex64 or both complex128, on the setup's device; positions (P, 2) float64.
+#pragma once
+
+#include <tycho/sdk.hpp>
+
+#include <complex>
+#include <cstdint>
+
+namespace tycho::sdk {
+
+struct constraint_arguments {
+  DLTensor* object;     // (S, H, W); nullptr unless the constraint acts on the object or probe
+  DLTensor* probe;      // (M, N0, N1), the object's dtype
+  DLTensor* positions;  // (P, 2) float64 px; nullptr unless after a position step
+  bool float64;         // complex128 object and probe (precision = "float64")
+  int64_t iteration;    // 1-based
+  int64_t batch;        // 0-based mini-batch of the iteration; -1 after the position step
+  int64_t batches;      // mini-batches per iteration
+  void* stream;         // the engine's stream; nullptr on the host
+  bool last_batch() const { return batch == batches - 1; }
+};
+
+// Calls f with the tensor's values as std::complex<float>* or std::complex<double>*.
+template <class F>
+void with_complex_values(DLTensor& t, F&& f) {
+  if (same_dtype(t.dtype, dtype_complex128))
+    f(data_of<std::complex<double>>(t));
+  else
+    f(data_of<std::complex<float>>(t));
+}
+
+inline const char* device_type_name(int type) {
+  switch (type) {
+    case kDLCPU: return "the CPU";
+    case kDLCUDA: return "a CUDA device";
+    default: return "another device";
+  }
+}
+
+template <class C>
+struct constraint_adapter {
+  static inline const char* name = "a";
+  static inline uint32_t devices = 0;
+  struct instance {
+    C impl;
+    DLDevice device;
+  };
+  static tycho_status create(const tycho_constraint_setup* setup, tycho_constraint** out) {
+    return guarded([&] {
+      if (setup == nullptr || out == nullptr)
+        fail(TYCHO_ERR_INVALID_ARGUMENT, "constraint '", name, "': create without a setup or an output handle");
+      if (setup->struct_size < sizeof(tycho_constraint_setup))
+        fail(TYCHO_ERR_ABI_MISMATCH, "constraint '", name, "': the host's setup is older than ABI 1.3");
+      const int type = int(setup->device.device_type);
+      if (type >= 32 || (devices & TYCHO_DEVICE_BIT(type)) == 0)
+        fail(TYCHO_ERR_UNSUPPORTED, "constraint '", name, "' changes tensors on the CPU only; the engine keeps its ",
+             "tensors on ", device_type_name(type), " (device type ", type, "): leave it out of [[reconstruct.constraints]]",
+             " or use a host engine");
+      *out = reinterpret_cast<tycho_constraint*>(new instance{C(config_view(setup->config), *setup), setup->device});
+    });
+  }
+  static uint32_t acts_on(const tycho_constraint* self) {
+    return self == nullptr ? 0u : reinterpret_cast<const instance*>(self)->impl.acts_on();
+  }
+  static void check(const DLTensor* t, const char* what, DLDevice dev) {
+    if (t->device.device_type != dev.device_type || t->device.device_id != dev.device_id)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "constraint '", name, "': the ", what, " is not on the engine's device");
+    if (!is_contiguous(*t)) fail(TYCHO_ERR_BAD_DATA, "constraint '", name, "': the ", what, " is not C-contiguous");
+  }
+  static tycho_status apply(tycho_constraint* self, const tycho_constraint_state* state) {
+    return guarded([&] {
+      if (self == nullptr || state == nullptr)
+        fail(TYCHO_ERR_INVALID_ARGUMENT, "constraint '", name, "': apply without an instance or a state");
+      auto& in = *reinterpret_cast<instance*>(self);
+      constraint_arguments a{state->object, state->probe, state->positions, false, state->iteration,
+                             state->batch,  state->batches, state->stream};
+      if (a.object != nullptr && a.probe != nullptr) {
+        a.float64 = same_dtype(a.object->dtype, dtype_complex128);
+        expect_tensor(a.object, "object", a.float64 ? dtype_complex128 : dtype_complex64, 3);
+        expect_tensor(a.probe, "probe", a.float64 ? dtype_complex128 : dtype_complex64, 3);
+        check(a.object, "object", in.device);
+        check(a.probe, "probe", in.device);
+      }
+      if (a.positions != nullptr) {
+        expect_tensor(a.positions, "positions", dtype_float64, 2);
+        if (a.positions->shape[1] != 2)
+          fail(TYCHO_ERR_BAD_DATA, "constraint '", name, "': positions ", shape_string(*a.positions), ", expected (P, 2)");
+      }
+      in.impl.apply(a);
+    });
+  }
+  static void destroy(tycho_constraint* self) { delete reinterpret_cast<instance*>(self); }
+  static inline const tycho_constraint_vtable vtable = {sizeof(tycho_constraint_vtable), TYCHO_ABI_VERSION, &create,
+                                                        &acts_on, &apply, &destroy};
+};
+
+// The vtable of constraint class C, named `name` in messages, for engines on `devices`
+// (TYCHO_DEVICE_BIT(kDLCPU) | ...: the component's own `devices`). One per class C.
+template <class C>
+const tycho_constraint_vtable* constraint_vtable(const char* name, uint32_t devices) {
+  constraint_adapter<C>::name = name;
+  constraint_adapter<C>::devices = devices;
+  return &constraint_adapter<C>::vtable;
+}
+
+}  // namespace tycho::sdk
