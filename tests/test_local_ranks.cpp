@@ -218,3 +218,22 @@ TEST(LocalRanks, PositionCorrectionOnReplicatedRanksIsRefused) {
     EXPECT_NE(std::string(e.what()).find("needs [parallel] sharding = \"patterns\""), std::string::npos) << e.what();
   }
 }
+
+// A constraint on the positions fits the whole scan; on several ranks each holds a share, so it
+// is refused, naming the constraint.
+TEST(LocalRanks, APositionsConstraintOnSeveralRanksIsRefused) {
+  auto doc = mos2_config(1);
+  doc.set_from_text("reconstruct.positions.correct=true");
+  doc.set_from_text("reconstruct.constraints=[{name=\"positions_affine\"}]");
+  std::vector<DLDevice> cpus(2, DLDevice{kDLCPU, 0});
+  try {
+    tycho::host::run_local_ranks(doc, tycho::host::registry::global(), cpus, [&](tycho::host::parallel_context& ctx) {
+      tycho::host::session s(doc.clone(), tycho::host::registry::global(), "", &ctx);
+      s.run(0, {});
+    });
+    ADD_FAILURE() << "two ranks with a positions constraint ran";
+  } catch (const tycho::error& e) {
+    EXPECT_NE(std::string(e.what()).find("positions_affine"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("runs on one rank in this version"), std::string::npos) << e.what();
+  }
+}
