@@ -200,7 +200,7 @@ TEST(PluginAbi, LayoutIsStable) {
   EXPECT_EQ(int(TYCHO_ERR_ABI_MISMATCH), 5);
   EXPECT_EQ(int(TYCHO_ERR_NOT_FOUND), 2);
   EXPECT_EQ(std::string(TYCHO_PLUGIN_ENTRY_SYMBOL), "tycho_plugin_entry");
-  EXPECT_EQ(TYCHO_ABI_VERSION, (1u << 16) | 2u);
+  EXPECT_EQ(TYCHO_ABI_VERSION, (1u << 16) | 3u);
   // ABI 1.2 appended to the engine setup after loss_ref, and one tensor id.
   EXPECT_GT(offsetof(tycho_engine_setup, slice_propagator), offsetof(tycho_engine_setup, loss_ref));
   EXPECT_GT(offsetof(tycho_engine_setup, position_gradient), offsetof(tycho_engine_setup, slice_thickness_A));
@@ -209,7 +209,9 @@ TEST(PluginAbi, LayoutIsStable) {
 #if UINTPTR_MAX == 0xffffffffffffffffu
   EXPECT_EQ(offsetof(tycho_engine_setup, slice_propagator), 104u);
   EXPECT_EQ(offsetof(tycho_engine_setup, position_gradient), 120u);
-  EXPECT_EQ(sizeof(tycho_engine_setup), 128u);
+  // ABI 1.3 appended target_reader (targets per mini-batch).
+  EXPECT_EQ(offsetof(tycho_engine_setup, target_reader), 128u);
+  EXPECT_EQ(sizeof(tycho_engine_setup), 136u);
   EXPECT_EQ(sizeof(tycho_plugin_descriptor), 56u);
   EXPECT_EQ(sizeof(tycho_component), 80u);
   EXPECT_EQ(sizeof(tycho_host_api), 96u);

@@ -13,7 +13,7 @@
 #define TYCHO_VERSION_H
 
 #define TYCHO_ABI_VERSION_MAJOR 1
-#define TYCHO_ABI_VERSION_MINOR 2
+#define TYCHO_ABI_VERSION_MINOR 3
 /* Packed as (major << 16) | minor, the form every descriptor carries. */
 #define TYCHO_ABI_VERSION ((TYCHO_ABI_VERSION_MAJOR << 16) | TYCHO_ABI_VERSION_MINOR)
 #define TYCHO_ABI_MAJOR_OF(v) ((unsigned)(v) >> 16)
@@ -29,7 +29,10 @@
  *        (tycho_component::flags) and declare their keys' types, defaults and docs
  *        (tycho_component::settings, tycho_setting).
  *   1.2  multislice and position correction: tycho_engine_setup::slice_propagator,
- *        slice_thickness_A and position_gradient; TYCHO_TENSOR_POSITIONS_GRAD. */
+ *        slice_thickness_A and position_gradient; TYCHO_TENSOR_POSITIONS_GRAD.
+ *   1.3  targets per mini-batch: tycho_engine_setup::target_reader (tycho_target_reader, the
+ *        host reads each batch's targets on demand: target_residency = "disk") and
+ *        tycho_memory_problem::targets_streamed. */
 
 /* Release version of the tycho runtime (not the ABI). */
 #define TYCHO_VERSION_STRING "0.1.0"

@@ -83,16 +83,36 @@ std::unique_ptr<engine_base> make_engine(const tycho_engine_setup& setup, const 
 
 template <class Real>
 cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_options& options) {
-  if (setup.targets == nullptr || !same_dtype(setup.targets->dtype, DLDataType{kDLUInt, 16, 1}))
-    expect_tensor(setup.targets, "targets", dtype_float32, 3);
-  else
-    expect_tensor(setup.targets, "targets", DLDataType{kDLUInt, 16, 1}, 3);
+  // Targets per batch (ABI 1.3): no targets tensor, a reader instead.
+  const bool has_1_3 = setup.struct_size >= offsetof(tycho_engine_setup, target_reader) + sizeof(void*);
+  reader_ = has_1_3 && setup.targets == nullptr ? setup.target_reader : nullptr;
+  const DLDataType u16{kDLUInt, 16, 1};
+  if (reader_ != nullptr) {
+    if (reader_->struct_size < offsetof(tycho_target_reader, context) + sizeof(void*) || reader_->read == nullptr)
+      fail(TYCHO_ERR_ABI_MISMATCH, "cpu engine: the target reader is incomplete (struct_size ", reader_->struct_size, ")");
+    if (!same_dtype(reader_->dtype, dtype_float32) && !same_dtype(reader_->dtype, u16))
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: the target reader gives ", int(reader_->dtype.code), ":",
+           int(reader_->dtype.bits), " elements; expected float32 or uint16");
+    patterns_ = reader_->shape[0];
+    n0_ = reader_->shape[1];
+    n1_ = reader_->shape[2];
+    if (patterns_ < 1 || n0_ < 1 || n1_ < 1)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: the target reader's shape (", patterns_, ", ", n0_, ", ", n1_,
+           ") is empty");
+    batch_row_.assign(std::size_t(patterns_), 0);
+  } else {
+    if (setup.targets == nullptr || !same_dtype(setup.targets->dtype, u16))
+      expect_tensor(setup.targets, "targets", dtype_float32, 3);
+    else
+      expect_tensor(setup.targets, "targets", u16, 3);
+    patterns_ = setup.targets->shape[0];
+    n0_ = setup.targets->shape[1];
+    n1_ = setup.targets->shape[2];
+  }
+  const std::string targets_shape = cat("(", patterns_, ", ", n0_, ", ", n1_, ")");
   expect_tensor(setup.positions_px, "positions_px", dtype_float64, 2);
   expect_complex(setup.object_init, "object_init");
   expect_complex(setup.probe_init, "probe_init");
-  patterns_ = setup.targets->shape[0];
-  n0_ = setup.targets->shape[1];
-  n1_ = setup.targets->shape[2];
   h_ = setup.object_init->shape[1];
   w_ = setup.object_init->shape[2];
   slices_ = setup.object_init->shape[0];
@@ -110,7 +130,7 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
     expect_tensor(propagator, "slice_propagator", dtype_complex128, 2);
     if (propagator->shape[0] != n0_ || propagator->shape[1] != n1_)
       fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: slice_propagator ", shape_string(*propagator),
-           " does not match the patterns ", shape_string(*setup.targets));
+           " does not match the patterns ", targets_shape);
     const auto* hk = data_of<const std::complex<double>>(*propagator);
     propagator_.resize(std::size_t(n0_ * n1_));
     const double inv_m = 1.0 / double(n0_ * n1_);
@@ -122,7 +142,7 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
   }
   if (setup.probe_init->shape[1] != n0_ || setup.probe_init->shape[2] != n1_)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: probe ", shape_string(*setup.probe_init),
-         " does not match the patterns ", shape_string(*setup.targets));
+         " does not match the patterns ", targets_shape);
   if (setup.positions_px->shape[0] != patterns_ || setup.positions_px->shape[1] != 2)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: positions ", shape_string(*setup.positions_px),
          " expected (", patterns_, ", 2)");
@@ -137,10 +157,12 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
   }
   if (setup.loss.vtable == nullptr || setup.loss.instance == nullptr)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: no loss component given");
-  if (setup.targets->dtype.code == kDLUInt)
-    counts_ = data_of<const uint16_t>(*setup.targets);
-  else
-    targets_ = data_of<const float>(*setup.targets);
+  if (reader_ == nullptr) {
+    if (setup.targets->dtype.code == kDLUInt)
+      counts_ = data_of<const uint16_t>(*setup.targets);
+    else
+      targets_ = data_of<const float>(*setup.targets);
+  }
   target_scale_ = setup.target_scale;
   loss_ = setup.loss;
 
@@ -241,10 +263,11 @@ void cpu_engine<Real>::evaluate_loss(int64_t j, thread_scratch& s) {
   const int64_t m = n0_ * n1_;
   // Model intensity and dL/dI in the engine's precision, the measured data float32.
   tensor_view model(s.intensity.data(), real_dtype<Real>(), {1, n0_, n1_});
-  const float* measured_data = counts_ != nullptr ? nullptr : targets_ + j * m;
+  const int64_t row = reader_ != nullptr ? batch_row_[std::size_t(j)] : j;  // streamed: the batch's row
+  const float* measured_data = counts_ != nullptr ? nullptr : targets_ + row * m;
   if (counts_ != nullptr) {
     s.measured.resize(std::size_t(m));
-    const uint16_t* c = counts_ + j * m;
+    const uint16_t* c = counts_ + row * m;
     for (int64_t k = 0; k < m; ++k) s.measured[std::size_t(k)] = float(c[k]);
     measured_data = s.measured.data();
   }
@@ -448,6 +471,20 @@ void cpu_engine<Real>::process_run(const batch_item* items, int64_t count, threa
   if (count > 0) end_group(s);
 }
 
+// Streamed targets: the batch's rows from the host's reader, in the order of `indices`.
+template <class Real>
+void cpu_engine<Real>::read_batch_targets(const int64_t* indices, int64_t count) {
+  const bool u16 = reader_->dtype.code == kDLUInt;
+  batch_targets_.resize(std::size_t(std::max<int64_t>(count, 1) * n0_ * n1_) * (u16 ? 2 : 4));
+  if (const tycho_status st = reader_->read(reader_->context, indices, count, batch_targets_.data()); st != TYCHO_OK) {
+    const char* why = host() != nullptr ? host()->last_error() : nullptr;
+    throw error(st, cat("cpu engine: reading the batch's targets failed: ", why != nullptr && *why ? why : "(no message)"));
+  }
+  for (int64_t i = 0; i < count; ++i) batch_row_[std::size_t(indices[i])] = i;
+  targets_ = u16 ? nullptr : reinterpret_cast<const float*>(batch_targets_.data());
+  counts_ = u16 ? reinterpret_cast<const uint16_t*>(batch_targets_.data()) : nullptr;
+}
+
 template <class Real>
 double cpu_engine<Real>::compute_batch(const int64_t* indices, int64_t count) {
   const int64_t m = n0_ * n1_;
@@ -455,6 +492,7 @@ double cpu_engine<Real>::compute_batch(const int64_t* indices, int64_t count) {
     if (indices[i] < 0 || indices[i] >= patterns_)
       fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: pattern index ", indices[i], " outside [0, ",
            patterns_, ")");
+  if (reader_ != nullptr) read_batch_targets(indices, count);
 
   // F[P_k] / M for every mode k, shared read-only by all threads.
   auto probe_spectrum = make_fft_buffer<Real>(modes_ * m), batch_input = make_fft_buffer<Real>(m);

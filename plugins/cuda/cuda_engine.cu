@@ -366,6 +366,11 @@ struct cuda_engine::impl {
   }
 
   void init(const tycho_engine_setup& setup) {
+    // Targets per batch (ABI 1.3, target_residency = "disk") are not read by this engine yet.
+    if (setup.struct_size >= offsetof(tycho_engine_setup, target_reader) + sizeof(void*) &&
+        setup.targets == nullptr && setup.target_reader != nullptr)
+      fail(TYCHO_ERR_UNSUPPORTED, "cuda engine: streamed targets (target_residency = \"disk\") are not supported by "
+           "this engine yet; set [reconstruct] target_residency = \"device\", or use the cpu engine");
     const bool integer_counts = setup.targets != nullptr && same_dtype(setup.targets->dtype, DLDataType{kDLUInt, 16, 1});
     expect_tensor(setup.targets, "targets", integer_counts ? DLDataType{kDLUInt, 16, 1} : dtype_float32, 3);
     expect_tensor(setup.positions_px, "positions_px", dtype_float64, 2);

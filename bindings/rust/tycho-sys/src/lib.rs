@@ -13,7 +13,7 @@ use std::os::raw::{c_char, c_int, c_void};
 // ---- tycho_version.h
 
 pub const TYCHO_ABI_VERSION_MAJOR: u32 = 1;
-pub const TYCHO_ABI_VERSION_MINOR: u32 = 2;
+pub const TYCHO_ABI_VERSION_MINOR: u32 = 3;
 /// `(major << 16) | minor`, as `tycho_abi_version()` returns it.
 pub const TYCHO_ABI_VERSION: u32 = (TYCHO_ABI_VERSION_MAJOR << 16) | TYCHO_ABI_VERSION_MINOR;
 pub const TYCHO_VERSION_STRING: &str = "0.1.0";

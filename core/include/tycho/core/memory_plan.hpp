@@ -73,6 +73,7 @@ struct memory_problem {
   int64_t fft_plans = 1;               // cuda: work areas alive at once (the plans share one)
   int64_t probe_gradient_slices = 8;   // cuda: partial sums of the probe gradient (G)
   uint64_t reserve_bytes = 0;          // cuda: fixed per-device allowance (context, allocator)
+  bool targets_streamed = false;       // target_residency "disk": one batch held, not the shard
   std::shared_ptr<const memory_reporter> reporter;  // reported: the engine's description
 };
 
