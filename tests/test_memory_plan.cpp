@@ -213,6 +213,7 @@ TEST(MemoryPlan, StreamedTargetsHoldOneBatch) {
   p.targets_streamed = true;
   EXPECT_EQ(plan_memory(p, 0).term("targets").bytes, 5u * 48 * 4);
   EXPECT_EQ(plan_memory(p, 0).term("targets").formula, "5 patterns (streamed per batch) · 8·6 px · 4 B");
+  EXPECT_EQ(plan_memory(p, 0).term("read-ahead").bytes, 5u * 48 * 4);  // the host's next batch
   p.devices = 4;  // ⌈5/4⌉ = 2 per device
   EXPECT_EQ(plan_memory(p, 0).term("targets").bytes, 2u * 48 * 4);
   p.devices = 1;

@@ -124,6 +124,13 @@ const memory_term& memory_plan::term(const std::string& name) const {
   fail(TYCHO_ERR_NOT_FOUND, "memory plan: no term '", name, "'");
 }
 
+// Streamed targets on a host engine: the host's next batch, read ahead in the same process.
+memory_term read_ahead_term(const memory_problem& p) {
+  const uint64_t b = u(std::min(ceil_div(p.batch_size, p.devices), ceil_div(p.patterns, p.devices)));
+  const uint64_t m = mul(u(p.window[0]), u(p.window[1]));
+  return {"read-ahead", mul({b, m, 4}), cat(b, " patterns (the next batch) · ", p.window[0], "·", p.window[1], " px · 4 B")};
+}
+
 std::vector<memory_term> memory_terms(const memory_problem& p) {
   check(p);
   if (p.model == memory_model::reported) {
@@ -131,6 +138,7 @@ std::vector<memory_term> memory_terms(const memory_problem& p) {
       fail(TYCHO_ERR_INVALID_ARGUMENT, "memory plan: the reported model has no engine to report");
     std::vector<memory_term> t = p.reporter->terms(p);
     if (t.empty()) fail(TYCHO_ERR_BAD_DATA, "memory plan: engine '", p.reporter->name, "' reported no terms");
+    if (p.targets_streamed && !p.reporter->on_device) t.push_back(read_ahead_term(p));
     uint64_t total = 0;
     for (const auto& x : t) total = add(total, x.bytes);
     t.push_back({"total", total, ""});
@@ -158,6 +166,7 @@ std::vector<memory_term> memory_terms(const memory_problem& p) {
     const uint64_t held = p.model == memory_model::host_staging ? 2 * b : b;
     t.push_back({"targets", mul({held, m, tb}),
                  cat(held, " patterns (streamed per batch) · ", M, " px · ", tb, " B")});
+    if (p.model == memory_model::cpu) t.push_back(read_ahead_term(p));  // the host's, in the same process
   } else {
     t.push_back({"targets", mul({shard, m, tb}),
                  cat(shard, " patterns · ", M, " px · ", tb, " B", p.model == memory_model::cuda ? "" : " (float32)")});

@@ -29,6 +29,10 @@
 //                                                           not 2^a·3^b·5^c·7^d (Bluestein)
 //   runtime reserve  —                                      a fixed allowance (the CUDA context)
 //
+// Streamed targets (target_residency = "disk", targets_streamed): the targets term is one
+// batch, b·M·4 (host_staging: two), and a host engine's plan adds the host's next batch read
+// ahead in the same process, "read-ahead" b·M·4 (docs/streaming.md).
+//
 // The host_staging model is what the host process itself holds for a device engine: the
 // targets as float32 (every pattern is read before the upload), the initial object and probe,
 // the positions.
