@@ -240,13 +240,15 @@ typedef struct tycho_target_reader {
   uint32_t struct_size;
   DLDataType dtype;   /* what read() writes: float32, or uint16 integer counts */
   int64_t shape[3];   /* (P, N0, N1): the targets the engine would otherwise hold */
-  /* Writes the targets of the `count` patterns `indices` (each in [0, P)), in that order, into
-   * `dst`: host memory of count·N0·N1 elements of `dtype`, C-contiguous (count, N0, N1), FFT
-   * natural order, as `targets` would hold them (the same values, bit for bit). count may be 0.
-   * Blocking; called by the thread that runs compute_batch, never by two threads at once for
-   * one setup (the host may read ahead on threads of its own). Returns TYCHO_OK, or an error
+  /* Makes the targets of the `count` patterns `indices` (each in [0, P)), in that order,
+   * readable at *batch: host memory of count·N0·N1 elements of `dtype`, C-contiguous
+   * (count, N0, N1), FFT natural order, as `targets` would hold them (the same values, bit for
+   * bit). The memory is the host's (no copy: the host reads the next batch ahead into another
+   * buffer): valid until the next call of read for this setup or the engine's destruction,
+   * read-only for the engine. count may be 0. Blocking; called by the thread that runs
+   * compute_batch, never by two threads at once for one setup. Returns TYCHO_OK, or an error
    * with the thread's last error set (a read failure names the file). */
-  tycho_status (*read)(void* context, const int64_t* indices, int64_t count, void* dst);
+  tycho_status (*read)(void* context, const int64_t* indices, int64_t count, const void** batch);
   void* context;      /* the host's, passed to read */
 } tycho_target_reader;
 

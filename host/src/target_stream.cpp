@@ -110,7 +110,7 @@ void target_stream::read_range(int64_t first, int64_t count, float* dst) {
   read_patterns(indices.data(), count, dst);
 }
 
-void target_stream::read(const int64_t* indices, int64_t count, float* dst) {
+const float* target_stream::read(const int64_t* indices, int64_t count) {
   const int64_t m = layout_.window0 * layout_.window1;
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [&] { return !ahead_pending_; });
@@ -119,10 +119,11 @@ void target_stream::read(const int64_t* indices, int64_t count, float* dst) {
   if (ahead_error_ && hit) std::rethrow_exception(std::exchange(ahead_error_, nullptr));
   ahead_error_ = nullptr;
   if (hit) {
-    std::copy(ahead_.begin(), ahead_.begin() + count * m, dst);
+    current_.swap(ahead_);  // the engine's previous batch buffer becomes the next read-ahead's
     ++hits_;
   } else {
-    read_patterns(indices, count, dst);
+    current_.resize(std::size_t(std::max<int64_t>(count, 1) * m));
+    read_patterns(indices, count, current_.data());
     ++misses_;
   }
   ahead_ready_ = false;
@@ -135,6 +136,7 @@ void target_stream::read(const int64_t* indices, int64_t count, float* dst) {
   } else {
     ahead_indices_.clear();
   }
+  return current_.data();
 }
 
 void target_stream::worker_loop() {
@@ -157,9 +159,9 @@ void target_stream::worker_loop() {
   }
 }
 
-tycho_status target_stream::read_callback(void* context, const int64_t* indices, int64_t count, void* dst) {
+tycho_status target_stream::read_callback(void* context, const int64_t* indices, int64_t count, const void** batch) {
   try {
-    static_cast<target_stream*>(context)->read(indices, count, static_cast<float*>(dst));
+    *batch = static_cast<target_stream*>(context)->read(indices, count);
     return TYCHO_OK;
   } catch (const error& e) {
     return set_last_error(e.status, e.what());

@@ -1,8 +1,8 @@
 // Targets read per mini-batch ([reconstruct] target_residency = "disk", docs/streaming.md): a
 // prepared file's embedded patterns (the zip member patterns.npy, stored uncompressed) are read
 // in place, pattern by pattern, for each batch the engine asks for through its
-// tycho_target_reader (ABI 1.3), while a worker thread reads the next batch ahead. The host
-// holds two batches, never the scan.
+// tycho_target_reader (ABI 1.3), while a worker thread reads the next batch ahead into a second
+// buffer. The host holds two batches, never the scan; the engine reads them in place.
 #pragma once
 
 #include <tycho/tycho_components.h>
@@ -69,9 +69,10 @@ class target_stream {
   target_stream(const target_stream&) = delete;
   target_stream& operator=(const target_stream&) = delete;
 
-  // The local patterns `indices` as targets (count, window0, window1) float32 into dst. Uses the
-  // batch read ahead when it is the one asked for, else reads now; then starts reading the next.
-  void read(const int64_t* indices, int64_t count, float* dst);
+  // The local patterns `indices` as targets (count, window0, window1) float32, in the stream's
+  // own buffer (valid until the next call): the batch read ahead when it is the one asked for,
+  // else read now; then the next batch is read ahead into the other buffer.
+  const float* read(const int64_t* indices, int64_t count);
   // Local patterns [first, first + count) as targets, now (the startup pass).
   void read_range(int64_t first, int64_t count, float* dst);
 
@@ -83,7 +84,7 @@ class target_stream {
  private:
   void read_patterns(const int64_t* indices, int64_t count, float* dst);  // member lock held
   void worker_loop();
-  static tycho_status read_callback(void* context, const int64_t* indices, int64_t count, void* dst);
+  static tycho_status read_callback(void* context, const int64_t* indices, int64_t count, const void** batch);
 
   std::unique_ptr<stored_npy_member> member_;
   int64_t first_, patterns_;
@@ -97,6 +98,7 @@ class target_stream {
   int64_t next_ = 0;                       // the batch number the engine should ask for next
   std::vector<int64_t> ahead_indices_;     // the batch being read ahead (empty: none)
   std::vector<float> ahead_;               // its targets
+  std::vector<float> current_;             // the batch handed to the engine
   bool ahead_pending_ = false, ahead_ready_ = false, stop_ = false;
   std::exception_ptr ahead_error_;
   int64_t hits_ = 0, misses_ = 0;

@@ -471,18 +471,20 @@ void cpu_engine<Real>::process_run(const batch_item* items, int64_t count, threa
   if (count > 0) end_group(s);
 }
 
-// Streamed targets: the batch's rows from the host's reader, in the order of `indices`.
+// Streamed targets: the batch's rows from the host's reader, in the order of `indices`, read in
+// place (the host's memory, valid until the next batch's read).
 template <class Real>
 void cpu_engine<Real>::read_batch_targets(const int64_t* indices, int64_t count) {
   const bool u16 = reader_->dtype.code == kDLUInt;
-  batch_targets_.resize(std::size_t(std::max<int64_t>(count, 1) * n0_ * n1_) * (u16 ? 2 : 4));
-  if (const tycho_status st = reader_->read(reader_->context, indices, count, batch_targets_.data()); st != TYCHO_OK) {
+  const void* batch = nullptr;
+  if (const tycho_status st = reader_->read(reader_->context, indices, count, &batch); st != TYCHO_OK) {
     const char* why = host() != nullptr ? host()->last_error() : nullptr;
     throw error(st, cat("cpu engine: reading the batch's targets failed: ", why != nullptr && *why ? why : "(no message)"));
   }
+  if (batch == nullptr && count > 0) fail(TYCHO_ERR_INTERNAL, "cpu engine: the target reader gave no batch");
   for (int64_t i = 0; i < count; ++i) batch_row_[std::size_t(indices[i])] = i;
-  targets_ = u16 ? nullptr : reinterpret_cast<const float*>(batch_targets_.data());
-  counts_ = u16 ? reinterpret_cast<const uint16_t*>(batch_targets_.data()) : nullptr;
+  targets_ = u16 ? nullptr : static_cast<const float*>(batch);
+  counts_ = u16 ? static_cast<const uint16_t*>(batch) : nullptr;
 }
 
 template <class Real>

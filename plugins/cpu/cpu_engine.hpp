@@ -108,10 +108,9 @@ class cpu_engine final : public engine_base {
   std::vector<complex> propagator_;  // H / (N0·N1): the slice propagator with the round trip's scale
   const float* targets_ = nullptr;            // float32 targets, or
   const uint16_t* counts_ = nullptr;          // integer counts, widened per pattern before the loss
-  // Streamed targets (setup.target_reader, ABI 1.3): each batch's read into batch_targets_ (float32
-  // or uint16 as the reader gives), targets_/counts_ pointing at it; pattern j's row in it.
+  // Streamed targets (setup.target_reader, ABI 1.3): targets_/counts_ point at the host's copy
+  // of the current batch (float32 or uint16 as the reader gives); pattern j's row in it.
   const tycho_target_reader* reader_ = nullptr;
-  std::vector<unsigned char> batch_targets_;
   std::vector<int64_t> batch_row_;  // (P): row of pattern j in the current batch
   const uint8_t* mask_;
   double target_scale_;
