@@ -4,8 +4,9 @@
 # 604 MB of float32) is prepared once with its patterns embedded, then reconstructed with
 # [reconstruct] target_residency = "device" and "disk", alternating, ROUNDS times each. The page
 # cache is warm (the file was just written and read). Prints each run's median s/iteration
-# (the result's history.seconds, warm-up iteration left out), the overhead of "disk", the
-# planner's residency lines, and appends one JSON line to bench/results.jsonl.
+# (the result's history.seconds, warm-up iteration left out) and CPU time (user + system, which
+# other load on the machine skews less than wall time), the overhead of "disk", the planner's
+# residency lines, and appends one JSON line to bench/results.jsonl.
 # Usage: bench/streaming.sh [ITERATIONS] [ROUNDS] [SCAN]   (default 4, 2, 128)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,26 +41,40 @@ s = m["history"]["seconds"]  # wall time of each iteration
 print(f"{statistics.median(s[1:] or s):.4f}")
 PY
 }
-declare -A times
+cpu_seconds() {  # runs the command; prints its CPU time (user + system, s): robust to other load
+  python3 - "$@" <<'PY'
+import resource, subprocess, sys
+subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(f"{u.ru_utime + u.ru_stime:.2f}")
+PY
+}
+declare -A times cpus
 for r in $(seq "$rounds"); do
   for residency in device disk; do
-    $tycho reconstruct --from "$tmp/p.zip" -q --iterations "$iterations" -o "$tmp/$residency.zip" --overwrite \
-      --set reconstruct.target_residency="'$residency'" --set output.previews=false
+    c=$(cpu_seconds $tycho reconstruct --from "$tmp/p.zip" -q --iterations "$iterations" -o "$tmp/$residency.zip" \
+      --overwrite --set reconstruct.target_residency="'$residency'" --set output.previews=false)
     t=$(median "$tmp/$residency.zip")
-    echo "round $r $residency: $t s/iteration"
+    echo "round $r $residency: $t s/iteration, $c s CPU for the run"
     times[$residency]="${times[$residency]:-} $t"
+    cpus[$residency]="${cpus[$residency]:-} $c"
   done
 done
 best() { tr ' ' '\n' | grep . | sort -n | head -1; }
 device=$(echo "${times[device]}" | best)
 disk=$(echo "${times[disk]}" | best)
+device_cpu=$(echo "${cpus[device]}" | best)
+disk_cpu=$(echo "${cpus[disk]}" | best)
 overhead=$(python3 -c "print(f'{($disk / $device - 1) * 100:.1f}')")
-echo "best median s/iteration: device $device, disk $disk: overhead $overhead %"
+cpu_overhead=$(python3 -c "print(f'{($disk_cpu - $device_cpu) / $iterations:.3f}')")
+cpu_overhead_percent=$(python3 -c "print(f'{($disk_cpu / $device_cpu - 1) * 100:.1f}')")
+echo "best median s/iteration: device $device, disk $disk: overhead $overhead % (wall)"
+echo "best CPU per run: device $device_cpu s, disk $disk_cpu s: +$cpu_overhead s CPU per iteration ($cpu_overhead_percent % of the run)"
 load_after=$(cut -d' ' -f1 /proc/loadavg)
 echo "load average before: $load_before, after: $load_after ($(nproc) cores)"
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD 2>/dev/null || commit="$commit-dirty"
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
-printf '{"date":"%s","commit":"%s","benchmark":"streaming","machine":{"cpu":"%s","cores":%s},"engine":"cpu","case":"simulate","scan_shape":[%s,%s],"detector":[96,96],"batch":128,"threads":2,"iterations":%s,"rounds":%s,"s_per_iteration_device":%s,"s_per_iteration_disk":%s,"disk_overhead_percent":%s,"load_average_before":%s,"load_average_after":%s,"note":"warm page cache; best of the rounds of the median s/iteration"}\n' \
+printf '{"date":"%s","commit":"%s","benchmark":"streaming","machine":{"cpu":"%s","cores":%s},"engine":"cpu","case":"simulate","scan_shape":[%s,%s],"detector":[96,96],"batch":128,"threads":2,"iterations":%s,"rounds":%s,"s_per_iteration_device":%s,"s_per_iteration_disk":%s,"disk_overhead_percent":%s,"cpu_s_device_run":%s,"cpu_s_disk_run":%s,"disk_cpu_s_per_iteration":%s,"disk_cpu_overhead_percent":%s,"load_average_before":%s,"load_average_after":%s,"note":"warm page cache; best of the rounds of the median s/iteration"}\n' \
   "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$commit" "$cpu" "$(nproc)" "$scan" "$scan" "$iterations" "$rounds" "$device" "$disk" \
-  "$overhead" "$load_before" "$load_after" >>bench/results.jsonl
+  "$overhead" "$device_cpu" "$disk_cpu" "$cpu_overhead" "$cpu_overhead_percent" "$load_before" "$load_after" >>bench/results.jsonl
