@@ -9,6 +9,7 @@
 #include <tycho/core/memory_plan.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -193,10 +194,43 @@ TEST(MemoryPlan, CpuRemediesNameThreads) {
   EXPECT_EQ(plan.devices_to_fit, 0);
   EXPECT_EQ(plan.threads_to_fit, 2);
   EXPECT_EQ(plan.binning_to_fit, 2);
-  ASSERT_EQ(plan.remedies.size(), 3u);
+  ASSERT_EQ(plan.remedies.size(), 4u);
   EXPECT_EQ(plan.remedies[0].rfind("more devices would not help", 0), 0u) << plan.remedies[0];
   EXPECT_EQ(plan.remedies[1].rfind("binning the detector by 2 (window 4 x 3)", 0), 0u) << plan.remedies[1];
   EXPECT_EQ(plan.remedies[2].rfind("fewer engine threads: [reconstruct] threads = 2", 0), 0u) << plan.remedies[2];
+  // Targets per batch from disk: the batch's 5 patterns instead of 12 (the targets are small here).
+  memory_problem streamed = small_cpu();
+  streamed.targets_streamed = true;
+  EXPECT_EQ(plan.remedies[3], "targets read per batch from a prepared file (target_residency = \"disk\"; tycho "
+                              "preprocess --save-raw-data, then reconstruct --from it) need " +
+                                  tycho::human_bytes(tycho::memory_total(streamed)) + ": not enough alone");
+}
+
+// target_residency = "disk" (ABI 1.3 targets_streamed): the engine holds one batch of targets,
+// min(⌈B/W⌉, ⌈P/W⌉) patterns, the host staging two; a 1.2 problem (shorter struct) is not streamed.
+TEST(MemoryPlan, StreamedTargetsHoldOneBatch) {
+  memory_problem p = small_cpu();  // 12 patterns of 8 x 6, batch 5
+  p.targets_streamed = true;
+  EXPECT_EQ(plan_memory(p, 0).term("targets").bytes, 5u * 48 * 4);
+  EXPECT_EQ(plan_memory(p, 0).term("targets").formula, "5 patterns (streamed per batch) · 8·6 px · 4 B");
+  EXPECT_EQ(plan_memory(p, 0).term("read-ahead").bytes, 5u * 48 * 4);  // the host's next batch
+  p.devices = 4;  // ⌈5/4⌉ = 2 per device
+  EXPECT_EQ(plan_memory(p, 0).term("targets").bytes, 2u * 48 * 4);
+  p.devices = 1;
+  p.batch_size = 100;  // a batch larger than the scan holds the scan
+  EXPECT_EQ(plan_memory(p, 0).term("targets").bytes, 12u * 48 * 4);
+  p.batch_size = 5;
+  p.model = memory_model::host_staging;
+  EXPECT_EQ(plan_memory(p, 0).term("targets").bytes, 10u * 48 * 4);
+
+  tycho_memory_problem a = to_abi(small_cpu());
+  EXPECT_EQ(a.targets_streamed, 0);
+  a.targets_streamed = 1;
+  EXPECT_TRUE(from_abi(a, memory_model::cpu).targets_streamed);
+  a.struct_size = uint32_t(offsetof(tycho_memory_problem, targets_streamed));  // a 1.2 host
+  EXPECT_FALSE(from_abi(a, memory_model::cpu).targets_streamed);
+  a.struct_size -= 8;
+  EXPECT_THROW(from_abi(a, memory_model::cpu), tycho::error);
 }
 
 TEST(MemoryPlan, LargeScanTargetsExactly) {

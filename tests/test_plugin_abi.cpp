@@ -210,7 +210,9 @@ TEST(PluginAbi, LayoutIsStable) {
 #if UINTPTR_MAX == 0xffffffffffffffffu
   EXPECT_EQ(offsetof(tycho_engine_setup, slice_propagator), 104u);
   EXPECT_EQ(offsetof(tycho_engine_setup, position_gradient), 120u);
-  EXPECT_EQ(sizeof(tycho_engine_setup), 128u);
+  // ABI 1.3 appended target_reader (targets per mini-batch).
+  EXPECT_EQ(offsetof(tycho_engine_setup, target_reader), 128u);
+  EXPECT_EQ(sizeof(tycho_engine_setup), 136u);
   EXPECT_EQ(sizeof(tycho_plugin_descriptor), 56u);
   EXPECT_EQ(sizeof(tycho_component), 80u);
   EXPECT_EQ(sizeof(tycho_host_api), 96u);

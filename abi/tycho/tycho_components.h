@@ -155,6 +155,9 @@ typedef struct tycho_memory_problem {
   int64_t complex_bytes;           /* 8: complex64, 16: complex128 ([reconstruct] precision) */
   int64_t object_optimizer_arrays; /* state arrays per object element (the optimizer's state_arrays) */
   int64_t probe_optimizer_arrays;  /* the same for the probe */
+  /* ---- appended in ABI 1.3 */
+  int32_t targets_streamed;        /* 1: the engine holds no targets, only one mini-batch's (its
+                                    * share of batch_size), read through a tycho_target_reader */
 } tycho_memory_problem;
 
 /* One term of a memory report: bytes per device and how they were counted. */
@@ -224,7 +227,32 @@ typedef struct tycho_engine_setup {
    * pattern j of the batch (entries of other patterns are left as they were). 0: it need not.
    * An engine that cannot refuses 1 at create. */
   int32_t position_gradient;
+  /* ---- appended in ABI 1.3: targets per mini-batch. NULL: the targets are in `targets`.
+   * Non-NULL, with `targets` NULL: the engine holds no targets; it asks the host for each
+   * mini-batch's through the reader (docs/streaming.md). An engine that cannot refuses at
+   * create (the built-in cuda engine does in this version). */
+  const struct tycho_target_reader* target_reader;
 } tycho_engine_setup;
+
+/* ---- added in ABI 1.3: the host's reader of the targets of a mini-batch, handed to an engine
+ * through tycho_engine_setup::target_reader when the targets are streamed (target_residency
+ * "disk"). Append-only: read struct_size first. Valid, with its context, until the engine is
+ * destroyed. */
+typedef struct tycho_target_reader {
+  uint32_t struct_size;
+  DLDataType dtype;   /* what read() writes: float32, or uint16 integer counts */
+  int64_t shape[3];   /* (P, N0, N1): the targets the engine would otherwise hold */
+  /* Makes the targets of the `count` patterns `indices` (each in [0, P)), in that order,
+   * readable at *batch: host memory of count·N0·N1 elements of `dtype`, C-contiguous
+   * (count, N0, N1), FFT natural order, as `targets` would hold them (the same values, bit for
+   * bit). The memory is the host's (no copy: the host reads the next batch ahead into another
+   * buffer): valid until the next call of read for this setup or the engine's destruction,
+   * read-only for the engine. count may be 0. Blocking; called by the thread that runs
+   * compute_batch, never by two threads at once for one setup. Returns TYCHO_OK, or an error
+   * with the thread's last error set (a read failure names the file). */
+  tycho_status (*read)(void* context, const int64_t* indices, int64_t count, const void** batch);
+  void* context;      /* the host's, passed to read */
+} tycho_target_reader;
 
 /* Tensors an engine exposes as views on its own memory (valid until the next call). Object,
  * probe and their gradients are complex64, or complex128 for an engine computing in float64

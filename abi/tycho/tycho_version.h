@@ -31,7 +31,10 @@
  *   1.2  multislice and position correction: tycho_engine_setup::slice_propagator,
  *        slice_thickness_A and position_gradient; TYCHO_TENSOR_POSITIONS_GRAD.
  *   1.3  constraints as components: TYCHO_COMPONENT_CONSTRAINT, tycho_constraint_vtable,
- *        tycho_constraint_setup, tycho_constraint_state, TYCHO_CONSTRAINT_* bits. */
+ *        tycho_constraint_setup, tycho_constraint_state, TYCHO_CONSTRAINT_* bits; targets per
+ *        mini-batch: tycho_engine_setup::target_reader (tycho_target_reader, the host reads
+ *        each batch's targets on demand: target_residency = "disk") and
+ *        tycho_memory_problem::targets_streamed. */
 
 /* Release version of the tycho runtime (not the ABI). */
 #define TYCHO_VERSION_STRING "0.1.0"

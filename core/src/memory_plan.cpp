@@ -4,6 +4,7 @@
 #include <tycho/core/fft_size.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -123,6 +124,13 @@ const memory_term& memory_plan::term(const std::string& name) const {
   fail(TYCHO_ERR_NOT_FOUND, "memory plan: no term '", name, "'");
 }
 
+// Streamed targets on a host engine: the host's next batch, read ahead in the same process.
+memory_term read_ahead_term(const memory_problem& p) {
+  const uint64_t b = u(std::min(ceil_div(p.batch_size, p.devices), ceil_div(p.patterns, p.devices)));
+  const uint64_t m = mul(u(p.window[0]), u(p.window[1]));
+  return {"read-ahead", mul({b, m, 4}), cat(b, " patterns (the next batch) · ", p.window[0], "·", p.window[1], " px · 4 B")};
+}
+
 std::vector<memory_term> memory_terms(const memory_problem& p) {
   check(p);
   if (p.model == memory_model::reported) {
@@ -130,6 +138,7 @@ std::vector<memory_term> memory_terms(const memory_problem& p) {
       fail(TYCHO_ERR_INVALID_ARGUMENT, "memory plan: the reported model has no engine to report");
     std::vector<memory_term> t = p.reporter->terms(p);
     if (t.empty()) fail(TYCHO_ERR_BAD_DATA, "memory plan: engine '", p.reporter->name, "' reported no terms");
+    if (p.targets_streamed && !p.reporter->on_device) t.push_back(read_ahead_term(p));
     uint64_t total = 0;
     for (const auto& x : t) total = add(total, x.bytes);
     t.push_back({"total", total, ""});
@@ -148,10 +157,20 @@ std::vector<memory_term> memory_terms(const memory_problem& p) {
 
   std::vector<memory_term> t;
   // Targets: a shard of ⌈P/W⌉ patterns per device (all of them on the host for a device engine).
+  // Streamed targets (target_residency = "disk"): the engine holds one mini-batch's share,
+  // b = min(⌈B/W⌉, ⌈P/W⌉) patterns, and the host its read-ahead (host_staging: 2 batches).
   const uint64_t shard = p.model == memory_model::host_staging ? u(p.patterns) : u(ceil_div(p.patterns, w));
   const uint64_t tb = p.model == memory_model::cuda ? u(p.target_bytes) : 4;
-  t.push_back({"targets", mul({shard, m, tb}),
-               cat(shard, " patterns · ", M, " px · ", tb, " B", p.model == memory_model::cuda ? "" : " (float32)")});
+  if (p.targets_streamed) {
+    const uint64_t b = std::min(u(ceil_div(p.batch_size, w)), u(ceil_div(p.patterns, w)));
+    const uint64_t held = p.model == memory_model::host_staging ? 2 * b : b;
+    t.push_back({"targets", mul({held, m, tb}),
+                 cat(held, " patterns (streamed per batch) · ", M, " px · ", tb, " B")});
+    if (p.model == memory_model::cpu) t.push_back(read_ahead_term(p));  // the host's, in the same process
+  } else {
+    t.push_back({"targets", mul({shard, m, tb}),
+                 cat(shard, " patterns · ", M, " px · ", tb, " B", p.model == memory_model::cuda ? "" : " (float32)")});
+  }
   t.push_back({"object", mul(obj, c), cat(O, " px · ", c, " B")});
   t.push_back({"probe", mul(probe, c), cat(KM, " px · ", c, " B")});
   t.push_back({"positions", mul(u(p.patterns), 16), cat(p.patterns, " · 2 · 8 B (float64)")});
@@ -317,6 +336,14 @@ memory_plan plan_memory(const memory_problem& p, uint64_t capacity) {
                                   human_bytes(memory_total(q))));
     }
   }
+  if (!on_device && !p.targets_streamed && p.model != memory_model::host_staging) {
+    memory_problem q = p;
+    q.targets_streamed = true;
+    const uint64_t streamed = memory_total(q);
+    plan.remedies.push_back(cat("targets read per batch from a prepared file (target_residency = \"disk\"; "
+                                "tycho preprocess --save-raw-data, then reconstruct --from it) need ",
+                                human_bytes(streamed), streamed <= capacity ? ": fits" : ": not enough alone"));
+  }
   return plan;
 }
 
@@ -337,13 +364,16 @@ tycho_memory_problem to_abi(const memory_problem& p) {
   a.complex_bytes = p.complex_bytes;
   a.object_optimizer_arrays = p.object_optimizer_arrays;
   a.probe_optimizer_arrays = p.probe_optimizer_arrays;
+  a.targets_streamed = p.targets_streamed ? 1 : 0;
   return a;
 }
 
 memory_problem from_abi(const tycho_memory_problem& a, memory_model model) {
-  if (a.struct_size < sizeof(tycho_memory_problem))
-    fail(TYCHO_ERR_ABI_MISMATCH, "memory plan: the problem struct is ", a.struct_size, " bytes, expected ",
-         sizeof(tycho_memory_problem));
+  // A 1.1/1.2 host's problem ends before targets_streamed (appended in ABI 1.3): not streamed.
+  constexpr std::size_t k_before_1_3 = offsetof(tycho_memory_problem, targets_streamed);
+  if (a.struct_size < k_before_1_3)
+    fail(TYCHO_ERR_ABI_MISMATCH, "memory plan: the problem struct is ", a.struct_size, " bytes, expected at least ",
+         k_before_1_3);
   memory_problem p;
   p.model = model;
   p.patterns = a.patterns;
@@ -360,6 +390,8 @@ memory_problem from_abi(const tycho_memory_problem& a, memory_model model) {
   p.complex_bytes = a.complex_bytes;
   p.object_optimizer_arrays = a.object_optimizer_arrays;
   p.probe_optimizer_arrays = a.probe_optimizer_arrays;
+  p.targets_streamed = a.struct_size >= offsetof(tycho_memory_problem, targets_streamed) + sizeof(int32_t) &&
+                       a.targets_streamed != 0;
   return p;
 }
 

@@ -108,10 +108,12 @@ detector_padding pad_detector(dataset& d, std::array<int64_t, 2> window) {
   }
 
   const int64_t n = d.n0 * d.n1, m = window[0] * window[1];
-  std::vector<float> padded(std::size_t(d.patterns * m));
-  for (int64_t j = 0; j < d.patterns; ++j)
-    pad_fft_order_pattern(d.targets.data() + j * n, d.n0, d.n1, padded.data() + j * m, window[0], window[1]);
-  d.targets = std::move(padded);
+  if (!d.streamed) {  // streamed targets are padded as they are read (target_stream)
+    std::vector<float> padded(std::size_t(d.patterns * m));
+    for (int64_t j = 0; j < d.patterns; ++j)
+      pad_fft_order_pattern(d.targets.data() + j * n, d.n0, d.n1, padded.data() + j * m, window[0], window[1]);
+    d.targets = std::move(padded);
+  }
   if (d.detector_mask.empty()) {
     p.mask = padding_mask_fft_order(d.n0, d.n1, window[0], window[1]);
   } else {

@@ -10,6 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
+#include <zip.h>
+
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -25,6 +28,7 @@
 #include "tycho/host/run_plan.hpp"
 #include "settings/settings_read.hpp"
 #include "tycho/host/stop_signals.hpp"
+#include "data/target_stream.hpp"
 
 namespace tycho::host {
 
@@ -32,8 +36,9 @@ namespace fs = std::filesystem;
 
 struct prepared_file::detail {
   nlohmann::json manifest;
-  loaded_record record;
+  loaded_record record;  // empty when read from a zip's manifest alone (patterns_in_zip)
   std::string config_toml;
+  bool patterns_in_zip = false;  // embedded patterns read in place (target_stream.hpp), not loaded
 };
 
 prepared_file::prepared_file() : d(std::make_unique<detail>()) {}
@@ -120,11 +125,52 @@ tycho_dataset_info recorded_info(const prepared_file& p) {
   return info;
 }
 
+// The manifest.json of a zip file, without reading its other members (a prepared file's
+// patterns stay on disk until they are read, per batch or at once); nullopt when `path` is not a
+// zip or has no manifest.
+std::optional<std::string> zip_manifest(const std::string& path) {
+  int err = 0;
+  std::unique_ptr<zip_t, void (*)(zip_t*)> za(zip_open(path.c_str(), ZIP_RDONLY, &err), [](zip_t* z) {
+    if (z) zip_discard(z);
+  });
+  if (!za) return std::nullopt;
+  zip_stat_t st;
+  zip_stat_init(&st);
+  if (zip_stat(za.get(), "manifest.json", 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE) || st.size > (uint64_t(64) << 20))
+    return std::nullopt;
+  std::unique_ptr<zip_file_t, int (*)(zip_file_t*)> f(zip_fopen_index(za.get(), st.index, 0), &zip_fclose);
+  if (!f) return std::nullopt;
+  std::string text(std::size_t(st.size), '\0');
+  if (zip_fread(f.get(), text.data(), st.size) != zip_int64_t(st.size)) return std::nullopt;
+  return text;
+}
+
 }  // namespace
 
 std::optional<prepared_file> try_load_prepared(const registry& reg, const std::string& path,
                                                std::optional<loaded_record>* other) {
   if (!fs::is_regular_file(path)) return std::nullopt;
+  // A zip whose manifest says it is a prepared file: the manifest alone; the patterns are read in
+  // place later (prepared_dataset), so a scan larger than memory can be streamed (target_residency).
+  if (std::optional<std::string> text = zip_manifest(path)) {
+    nlohmann::json m = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (m.is_object() && m.value("format", std::string()) == k_format) {
+      prepared_file p;
+      p.path = path;
+      check_format_version(m, k_prepared_format_version, path, "prepared file",
+                           "prepare it again with this tycho (tycho preprocess)");
+      try {
+        p.embedded = at(p, at(p, m, "data"), "embedded").get<bool>();
+        p.d->config_toml = at(p, m, "config_toml").get<std::string>();
+      } catch (const nlohmann::json::exception& e) {
+        fail(TYCHO_ERR_BAD_DATA, "'", path, "' is an incomplete prepared file (", e.what(), ")");
+      }
+      p.d->manifest = std::move(m);
+      p.d->patterns_in_zip = true;
+      if (p.embedded) stored_npy_member(path, "patterns.npy");  // refuses a file without them
+      return p;
+    }
+  }
   loaded_record rec;
   try {
     rec = load_record(format_for_path(reg, path), path);
@@ -181,8 +227,63 @@ void merge_prepared_config(config_document& doc, const prepared_file& p) {
   }
 }
 
+namespace {
+// Embedded patterns in a zip: this rank's block checked, summed and averaged in one pass over the
+// member in chunks of ~4 MiB, none kept (dataset::streamed); `member` receives the open member
+// (the session keeps the targets there, or reads them into memory, target_residency).
+dataset streamed_prepared_dataset(const prepared_file& p, const config_document& merged, int64_t part, int64_t parts,
+                                  std::string& preprocess_json, std::unique_ptr<stored_npy_member>& member) {
+  const auto& m = p.d->manifest;
+  const auto& data = at(p, m, "data");
+  dataset d;
+  d.info = recorded_info(p);
+  d.description = cat(at(p, data, "description").get<std::string>(), " (prepared in '", p.path, "')");
+  d.source_name = at(p, data, "source").get<std::string>();
+  d.all_patterns = d.info.scan_shape[0] * d.info.scan_shape[1];
+  d.n0 = d.info.detector_shape[0];
+  d.n1 = d.info.detector_shape[1];
+  member = std::make_unique<stored_npy_member>(p.path, "patterns.npy");
+  if (member->shape() != std::vector<int64_t>{d.info.scan_shape[0], d.info.scan_shape[1], d.n0, d.n1})
+    fail(TYCHO_ERR_BAD_DATA, "'", p.path, "': patterns.npy is not float32 of shape (", d.info.scan_shape[0], ", ",
+         d.info.scan_shape[1], ", ", d.n0, ", ", d.n1, ") as its manifest says");
+  block_of(d.all_patterns, parts, part, d.first, d.patterns);
+  d.streamed = true;
+  // The window the engine gets (detector padding), for the mean pattern in its layout.
+  const auto window = padded_window(read_detector_padding(merged.table_at("preprocess"), merged.origin()), d.n0, d.n1);
+  const int64_t n = d.n0 * d.n1, w = window[0] * window[1];
+  const int64_t chunk = std::max<int64_t>(1, (int64_t(4) << 20) / (n * 4));  // ~4 MiB: small beside a batch
+  std::vector<float> stored(static_cast<std::size_t>(std::min(chunk, std::max<int64_t>(d.patterns, 1)) * n));
+  std::vector<float> shifted(static_cast<std::size_t>(n)), padded(static_cast<std::size_t>(w));
+  d.streamed_mean.assign(std::size_t(w), 0.0);
+  double total = 0;
+  for (int64_t first = 0; first < d.patterns; first += chunk) {
+    const int64_t count = std::min(chunk, d.patterns - first);
+    member->read(uint64_t(d.first + first) * uint64_t(n), uint64_t(count * n), stored.data());
+    require_valid_patterns(stored.data(), count, d.n0, d.n1, d.first + first, p.path, "patterns");
+    for (int64_t l = 0; l < count; ++l) {
+      // As prepared_dataset's in-memory path, recompute_totals and mean_pattern, value for value.
+      ifftshift_pattern(stored.data() + l * n, shifted.data(), d.n0, d.n1);
+      total += pattern_total(shifted.data(), d.n0, d.n1, d.info.patterns_centred != 0);
+      const float* out = shifted.data();
+      if (w != n) {
+        pad_fft_order_pattern(shifted.data(), d.n0, d.n1, padded.data(), window[0], window[1]);
+        out = padded.data();
+      }
+      for (int64_t k = 0; k < w; ++k)
+        if (std::isfinite(out[k])) d.streamed_mean[std::size_t(k)] += out[k];
+    }
+  }
+  for (double& v : d.streamed_mean) v /= double(std::max<int64_t>(d.patterns, 1));
+  d.total_intensity = total;
+  d.mean_total_intensity = d.patterns > 0 ? total / double(d.patterns) : 0.0;
+  preprocess_json = m.contains("preprocess") && !m["preprocess"].is_null() ? m["preprocess"].dump() : "";
+  return d;
+}
+}  // namespace
+
 dataset prepared_dataset(const prepared_file& p, const config_document& merged, const registry& reg, int64_t part,
-                         int64_t parts, const rank_sum& sum_across_ranks, std::string& preprocess_json) {
+                         int64_t parts, const rank_sum& sum_across_ranks, std::string& preprocess_json,
+                         std::unique_ptr<stored_npy_member>& member) {
   const auto& m = p.d->manifest;
   try {
     const auto& data = at(p, m, "data");
@@ -212,6 +313,7 @@ dataset prepared_dataset(const prepared_file& p, const config_document& merged, 
       preprocess_json = preprocess_dataset(d, merged, sum_across_ranks).to_json();
       return d;
     }
+    if (p.d->patterns_in_zip) return streamed_prepared_dataset(p, merged, part, parts, preprocess_json, member);
     // Embedded: this rank's block of the centred (Rx, Ry, N0, N1) float32 patterns.
     dataset d;
     d.info = recorded_info(p);

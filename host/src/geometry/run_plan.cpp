@@ -12,20 +12,66 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <vector>
 #include <ostream>
 #include <string>
 #include <thread>
 
+#include "settings/config_read.hpp"
+#include "data/target_residency.hpp"
 #include "tycho/host/log.hpp"
 
 namespace tycho::host {
 
 namespace {
+int64_t ceil_div_i64(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : a; }
+
 std::string dtype_text(DLDataType t) {
   const char* kind = t.code == kDLUInt ? "uint" : t.code == kDLInt ? "int" : t.code == kDLFloat ? "float" : "type";
   return cat(kind, int(t.bits));
 }
+// Host memory bandwidth, bytes/s: the best of three 64 MiB copies, what reading patterns from a
+// warm page cache costs at most (a cold read is the disk's speed).
+double copy_bandwidth() {
+  const std::size_t n = std::size_t(64) << 20;
+  std::vector<char> a(n, 1), b(n, 0);
+  double best = 0;
+  for (int k = 0; k < 3; ++k) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(b.data(), a.data(), n);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > 0) best = std::max(best, double(n) / s);
+    a[std::size_t(k)] = b[n - 1 - std::size_t(k)];  // keeps the copies from being elided
+  }
+  return best;
+}
+
+// The target residencies of a host engine's run: the bytes of each, and what reading the targets
+// per batch from disk costs per iteration.
+std::string residency_options(const memory_problem& p, const tycho_dataset_info& info, const config_document& doc) {
+  memory_problem in_memory = p, streamed = p;
+  in_memory.targets_streamed = false;
+  streamed.targets_streamed = true;
+  const uint64_t per_iteration = uint64_t(ceil_div_i64(p.patterns, p.devices)) * uint64_t(info.detector_shape[0]) *
+                                 uint64_t(info.detector_shape[1]) * 4u;
+  const double bandwidth = copy_bandwidth();
+  const std::string asked =
+      read_key<std::string>(doc.table_at("reconstruct"), "target_residency", "reconstruct").value_or("auto");
+  return cat("target residency ([reconstruct] target_residency = \"", asked, "\"; docs/streaming.md):\n",
+             "  device, host  ", human_bytes(memory_total(in_memory)), " in all: every target in memory\n",
+             "  disk          ", human_bytes(memory_total(streamed)),
+             " in all: one batch held, the next read ahead, from a prepared file's patterns; reads ",
+             human_bytes(per_iteration), " per iteration (per process), ",
+             bandwidth > 0 ? cat(std::lround(double(per_iteration) / bandwidth * 1e3), " ms at this machine's ",
+                                 std::lround(bandwidth / 1e9 * 10) / 10.0, " GB/s copy bandwidth (a warm page cache)")
+                           : std::string("bandwidth unknown"),
+             "\n");
+}
+
 }  // namespace
 
 uint64_t physical_memory_bytes() {
@@ -65,11 +111,11 @@ uint64_t cuda_device_memory_bytes(int ordinal) {
   return 0;
 }
 
-void check_host_memory(const memory_problem& problem, const std::string& hint) {
+void check_host_memory(const memory_problem& problem, const std::string& hint, uint64_t capacity) {
   memory_problem host = problem;
   // A device engine's terms are in device memory; the host holds the staging copy.
   if (memory_on_device(host)) host.model = memory_model::host_staging;
-  const memory_plan plan = plan_memory(host, physical_memory_bytes());
+  const memory_plan plan = plan_memory(host, capacity > 0 ? capacity : physical_memory_bytes());
   if (!plan.fits) fail(TYCHO_ERR_OUT_OF_MEMORY, memory_plan_summary(plan), "; ", hint);
   log_info("session", cat("memory plan (", memory_plan_name(host), "): ", human_bytes(plan.total), " of ",
                           human_bytes(plan.capacity), " (largest term: ", plan.largest_term, ")"));
@@ -110,8 +156,9 @@ int run_plan_command(const config_document& doc, const registry& reg, const plan
     capacity = cuda_device_memory_bytes(ordinal);
     capacity_source = cat("CUDA device ", ordinal);
   } else {
-    capacity = physical_memory_bytes();
-    capacity_source = "this machine's physical memory";
+    const host_capacity host = host_memory_capacity(doc);  // [reconstruct] host_memory_GiB, rlimits
+    capacity = host.bytes;
+    capacity_source = host.source;
   }
 
   const memory_plan plan = plan_memory(p, capacity);
@@ -121,6 +168,7 @@ int run_plan_command(const config_document& doc, const registry& reg, const plan
     return 2;
   }
   out << "(memory: " << capacity_source << ")\n\n";
+  if (!device_model) out << residency_options(p, r.info, doc) << "\n";
   if (plan.fits && !plan.batch_shrunk) {
     out << "fits: " << human_bytes(plan.total) << (device_model ? " per device" : "") << " of "
         << human_bytes(plan.capacity) << "\n";

@@ -34,6 +34,8 @@
 #include "tycho/host/progress.hpp"
 #include "tycho/host/result_record.hpp"
 #include "tycho/host/run_plan.hpp"
+#include "data/target_residency.hpp"
+#include "data/target_stream.hpp"
 #include "tycho/host/settings.hpp"
 #include "settings/settings_read.hpp"
 
@@ -619,6 +621,12 @@ struct session::state {
 
   std::vector<uint16_t> targets_u16;  // the targets as integer counts (pack_integer_targets)
   std::string targets_dtype = "float32";
+  // target_residency (target_residency.hpp): a prepared file's patterns member, and the stream
+  // that reads each batch from it when the run reads from disk (declared before the engine's
+  // destruction in ~state, so they outlive it).
+  std::unique_ptr<stored_npy_member> patterns_member;
+  std::unique_ptr<target_stream> stream;
+  std::string residency = "device";
   std::unique_ptr<parallel_context> owned_parallel;  // when the caller gave none
   parallel_context* par = nullptr;
   std::vector<double> all_positions_px;  // (P, 2): every rank's, whichever patterns this one holds
@@ -804,7 +812,7 @@ void session::state::read_data(state& s, start& st) {
   };
   if (st.prepared) {
     s.data = prepared_dataset(*st.prepared, s.config, reg, replicated ? 0 : s.par->rank(), replicated ? 1 : world,
-                              sum_across_ranks, s.preprocess_json);
+                              sum_across_ranks, s.preprocess_json, s.patterns_member);
   } else {
     auto t0 = std::chrono::steady_clock::now();
     s.data = read_dataset(source, &data_cfg, replicated ? 0 : s.par->rank(), replicated ? 1 : world);
@@ -830,7 +838,7 @@ void session::state::read_data(state& s, start& st) {
   check_intensity_scale(s.data);  // data a float32 run can compute with (e.g. not scaled to 1e-40)
   // Before any geometry: the window (and so dx, positions, object, probe) is the padded one.
   s.padding = apply_detector_padding(s.data, s.config.table_at("preprocess"), s.config.origin());
-  s.measured_mean = mean_pattern(s.data);
+  s.measured_mean = s.data.streamed ? s.data.streamed_mean : mean_pattern(s.data);
 }
 
 // 3. Optics and geometry (the config overrides the file), the memory check, the initial probe.
@@ -848,11 +856,34 @@ void session::state::resolve_geometry(state& s, start& st) {
   // anything that size is allocated (a wrong scan step or pixel size makes a huge object)
   memory_problem need = run_memory_problem(s.config, *s.reg, info, s.data.n0, s.data.n1, s.layout);
   need.patterns = s.data.patterns;  // this rank's share
-  check_host_memory(need,
-                    cat("the object is ", s.layout.shape[0], " x ", s.layout.shape[1], " px: check [data] scan_step_A (",
-                        s.geometry.step_A[0], " Å), the pixel size (", s.geometry.pixel_A[0], " Å from a ", s.data.n0,
-                        " x ", s.data.n1, " window) and [preprocess] object_padding_px (", s.geometry.padding_px, ")"));
-
+  {
+    // Where the targets live: in memory, or read per batch from the prepared file's patterns.
+    const bool on_device = s.par->device().device_type != kDLCPU;
+    const host_capacity capacity = host_memory_capacity(s.config);
+    const residency_choice where =
+        choose_residency(read_target_residency(s.config), need, capacity, s.data.streamed,
+                         st.prepared ? "the prepared file does not embed its patterns (prepare it with tycho preprocess "
+                                    "--save-raw-data)"
+                                  : "only a prepared file's patterns are read per batch: run tycho preprocess "
+                                    "--save-raw-data -o prepared.zip, then reconstruct --from prepared.zip",
+                         on_device);
+    s.residency = where.name;
+    need.targets_streamed = where.streamed;
+    log_info("session", cat("targets: ", where.name, " (", where.why, ")"));
+    check_host_memory(need,
+                      cat("the object is ", s.layout.shape[0], " x ", s.layout.shape[1], " px: check [data] scan_step_A (",
+                          s.geometry.step_A[0], " Å), the pixel size (", s.geometry.pixel_A[0], " Å from a ", s.data.n0,
+                          " x ", s.data.n1, " window) and [preprocess] object_padding_px (", s.geometry.padding_px, ")"),
+                      capacity.bytes);
+    if (s.data.streamed && !where.streamed) {
+      // In memory after all: every pattern read once from the prepared file, as the batches would.
+      pattern_layout layout{info.detector_shape[0], info.detector_shape[1], s.data.n0, s.data.n1};
+      target_stream all(std::move(s.patterns_member), s.data.first, s.data.patterns, layout, nullptr);
+      s.data.targets.resize(std::size_t(s.data.patterns * s.data.n0 * s.data.n1));
+      all.read_range(0, s.data.patterns, s.data.targets.data());
+      s.data.streamed = false;
+    }
+  }
   // ---- initial probe, normalised so Σ|P|² = 1: the model intensity is in units of the mean
   // measured total (targets are scaled by 1 / mean total below), whatever the dose.
   st.probe = make_probe(s.optics, s.sampling, 1.0);
@@ -867,6 +898,7 @@ void session::state::resolve_geometry(state& s, start& st) {
 // 4. The loss and the engine, set up with the targets, the positions and the initial arrays.
 void session::state::create_engine(state& s, start& st) {
   const registry& reg = *s.reg;
+  const int32_t world = s.par->world_size();
   const reconstruct_settings& settings = st.settings;
   const std::optional<resume_data>& resume = st.resume;
   const auto& info = s.data.info;
@@ -924,13 +956,36 @@ void session::state::create_engine(state& s, start& st) {
   // peak for a host engine that reads the targets in place ([preprocess] integer_targets = true
   // still asks for it, for the lower memory after the start).
   const bool integer_targets =
+      !s.data.streamed &&
       read_key<bool>(s.config.table_at("preprocess"), "integer_targets", "preprocess")
           .value_or(s.par->device().device_type != kDLCPU) &&
       pack_integer_targets(s.data, s.targets_u16);
+  if (s.data.streamed) {
+    // Read per batch: the driver's batches, predicted, are read ahead on the stream's thread.
+    const int64_t all = s.data.all_patterns, batch = settings.driver.batch_size;
+    const uint64_t seed = settings.driver.seed;
+    const int64_t batches = (all + batch - 1) / batch, first_epoch = (resume ? resume->done : 0) + 1;
+    const shard share = shard::of(all, s.par->rank(), world, s.par->sharding());
+    auto cached = std::make_shared<std::pair<int64_t, std::vector<int64_t>>>(0, std::vector<int64_t>());
+    batch_schedule schedule = [=](int64_t k, std::vector<int64_t>& local) {
+      const int64_t epoch = first_epoch + k / batches, start = (k % batches) * batch;
+      if (cached->first != epoch) *cached = {epoch, epoch_permutation(all, seed, epoch)};
+      const int64_t count = std::min(batch, all - start);
+      if (world > 1) {
+        share.select(cached->second.data() + start, count, local);
+      } else {
+        local.assign(cached->second.begin() + start, cached->second.begin() + start + count);
+      }
+      return true;
+    };
+    pattern_layout layout{info.detector_shape[0], info.detector_shape[1], s.data.n0, s.data.n1};
+    s.stream = std::make_unique<target_stream>(std::move(s.patterns_member), s.data.first, s.data.patterns, layout,
+                                               std::move(schedule));
+  }
   DLTensor targets{integer_targets ? static_cast<void*>(s.targets_u16.data()) : static_cast<void*>(s.data.targets.data()),
                    {kDLCPU, 0}, 3, integer_targets ? DLDataType{kDLUInt, 16, 1} : DLDataType{kDLFloat, 32, 1},
                    target_shape, nullptr, 0};
-  s.targets_dtype = integer_targets ? "uint16" : "float32";
+  s.targets_dtype = cat(integer_targets ? "uint16" : "float32", s.stream ? " read per batch from disk" : "");
   DLTensor positions{positions_data, {kDLCPU, 0}, 2, k_float64, pos_shape, nullptr, 0};
   // complex64 (ones and the optics' probe), or a resumed file's arrays in their own dtype.
   const DLDataType init_dtype = resume ? resume->record.array("object", resume->path).dtype : k_complex64;
@@ -939,7 +994,8 @@ void session::state::create_engine(state& s, start& st) {
   tycho_engine_setup setup{};
   setup.struct_size = sizeof(setup);
   setup.config = &s.reconstruct_cfg;
-  setup.targets = &targets;
+  setup.targets = s.stream ? nullptr : &targets;
+  setup.target_reader = s.stream ? s.stream->reader() : nullptr;
   int64_t mask_shape[2] = {s.data.n0, s.data.n1};
   DLTensor mask_t{s.padding.mask.data(), {kDLCPU, 0}, 2, {kDLUInt, 8, 1}, mask_shape, nullptr, 0};
   setup.mask = s.padding.mask.empty() ? nullptr : &mask_t;

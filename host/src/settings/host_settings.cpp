@@ -103,6 +103,9 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         at_least(decl("slices", I, "1", "", "object slices (multislice); > 1 needs slice_thickness_A"), 1),
         at_least(decl("slice_thickness_A", N, none, "Å", "distance between consecutive slices (needed when slices > 1)"), 0, true),
         decl("devices", IL, "[0]", "", "GPUs for an engine that runs on one, each >= 0"),
+        one_of(decl("target_residency", S, "\"auto\"", "", "where the targets live: the engine's memory, host memory, or read per batch from disk"),
+               {"auto", "device", "host", "disk"}),
+        at_least(decl("host_memory_GiB", N, none, "GiB", "host memory the planner may use (default: physical memory, or a lower RLIMIT_AS/RLIMIT_DATA)"), 0, true),
     };
     m["reconstruct.object"] = parameter_keys();
     m["reconstruct.object"].push_back(

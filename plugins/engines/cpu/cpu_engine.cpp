@@ -76,10 +76,20 @@ std::unique_ptr<engine_base> make_engine(const tycho_engine_setup& setup, const 
 template <class Real>
 cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_options& options) {
   // The setup's tensors, shapes, loss and windows were checked by the SDK's engine adapter
-  // (tycho/sdk/engine.hpp) before this runs.
-  patterns_ = setup.targets->shape[0];
-  n0_ = setup.targets->shape[1];
-  n1_ = setup.targets->shape[2];
+  // (tycho/sdk/engine.hpp) before this runs; the targets come as a tensor or, streamed
+  // (ABI 1.3), through the host's reader (checked there too).
+  const bool has_1_3 = setup.struct_size >= offsetof(tycho_engine_setup, target_reader) + sizeof(void*);
+  reader_ = has_1_3 && setup.targets == nullptr ? setup.target_reader : nullptr;
+  if (reader_ != nullptr) {
+    patterns_ = reader_->shape[0];
+    n0_ = reader_->shape[1];
+    n1_ = reader_->shape[2];
+    batch_row_.assign(std::size_t(patterns_), 0);
+  } else {
+    patterns_ = setup.targets->shape[0];
+    n0_ = setup.targets->shape[1];
+    n1_ = setup.targets->shape[2];
+  }
   h_ = setup.object_init->shape[1];
   w_ = setup.object_init->shape[2];
   slices_ = setup.object_init->shape[0];
@@ -98,10 +108,12 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
     }
   }
   mask_ = setup.mask != nullptr ? data_of<const uint8_t>(*setup.mask) : nullptr;
-  if (setup.targets->dtype.code == kDLUInt)
-    counts_ = data_of<const uint16_t>(*setup.targets);
-  else
-    targets_ = data_of<const float>(*setup.targets);
+  if (reader_ == nullptr) {
+    if (setup.targets->dtype.code == kDLUInt)
+      counts_ = data_of<const uint16_t>(*setup.targets);
+    else
+      targets_ = data_of<const float>(*setup.targets);
+  }
   target_scale_ = setup.target_scale;
   loss_ = setup.loss;
 
@@ -190,10 +202,11 @@ void cpu_engine<Real>::evaluate_loss(int64_t j, thread_scratch& s) {
   const int64_t m = n0_ * n1_;
   // Model intensity and dL/dI in the engine's precision, the measured data float32.
   tensor_view model(s.intensity.data(), real_dtype<Real>(), {1, n0_, n1_});
-  const float* measured_data = counts_ != nullptr ? nullptr : targets_ + j * m;
+  const int64_t row = reader_ != nullptr ? batch_row_[std::size_t(j)] : j;  // streamed: the batch's row
+  const float* measured_data = counts_ != nullptr ? nullptr : targets_ + row * m;
   if (counts_ != nullptr) {
     s.measured.resize(std::size_t(m));
-    const uint16_t* c = counts_ + j * m;
+    const uint16_t* c = counts_ + row * m;
     for (int64_t k = 0; k < m; ++k) s.measured[std::size_t(k)] = float(c[k]);
     measured_data = s.measured.data();
   }
@@ -397,9 +410,26 @@ void cpu_engine<Real>::process_run(const batch_item* items, int64_t count, threa
   if (count > 0) end_group(s);
 }
 
+// Streamed targets: the batch's rows from the host's reader, in the order of `indices`, read in
+// place (the host's memory, valid until the next batch's read).
+template <class Real>
+void cpu_engine<Real>::read_batch_targets(const int64_t* indices, int64_t count) {
+  const bool u16 = reader_->dtype.code == kDLUInt;
+  const void* batch = nullptr;
+  if (const tycho_status st = reader_->read(reader_->context, indices, count, &batch); st != TYCHO_OK) {
+    const char* why = host() != nullptr ? host()->last_error() : nullptr;
+    throw error(st, cat("cpu engine: reading the batch's targets failed: ", why != nullptr && *why ? why : "(no message)"));
+  }
+  if (batch == nullptr && count > 0) fail(TYCHO_ERR_INTERNAL, "cpu engine: the target reader gave no batch");
+  for (int64_t i = 0; i < count; ++i) batch_row_[std::size_t(indices[i])] = i;
+  targets_ = u16 ? nullptr : static_cast<const float*>(batch);
+  counts_ = u16 ? static_cast<const uint16_t*>(batch) : nullptr;
+}
+
 template <class Real>
 double cpu_engine<Real>::compute_batch(const int64_t* indices, int64_t count) {
   const int64_t m = n0_ * n1_;  // the adapter has checked the indices
+  if (reader_ != nullptr) read_batch_targets(indices, count);
 
   // F[P_k] / M for every mode k, shared read-only by all threads.
   auto probe_spectrum = make_fft_buffer<Real>(modes_ * m), batch_input = make_fft_buffer<Real>(m);

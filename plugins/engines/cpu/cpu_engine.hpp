@@ -96,6 +96,7 @@ class cpu_engine final : public engine_base {
   void process_run(const batch_item* items, int64_t count, thread_scratch& s, const complex* probe_spectrum);
   void begin_group(double delta0, thread_scratch& s, const complex* probe_spectrum);
   void end_group(thread_scratch& s);
+  void read_batch_targets(const int64_t* indices, int64_t count);
   // The loss component on s.intensity (pattern j's model): s.loss, s.dloss.
   void evaluate_loss(int64_t j, thread_scratch& s);
   // Exit wave, loss, g = ∂L/∂ψ*, the object gradient; leaves conj(O_patch)·g in s.input.
@@ -109,6 +110,10 @@ class cpu_engine final : public engine_base {
   std::vector<complex> propagator_;  // H / (N0·N1): the slice propagator with the round trip's scale
   const float* targets_ = nullptr;            // float32 targets, or
   const uint16_t* counts_ = nullptr;          // integer counts, widened per pattern before the loss
+  // Streamed targets (setup.target_reader, ABI 1.3): targets_/counts_ point at the host's copy
+  // of the current batch (float32 or uint16 as the reader gives); pattern j's row in it.
+  const tycho_target_reader* reader_ = nullptr;
+  std::vector<int64_t> batch_row_;  // (P): row of pattern j in the current batch
   const uint8_t* mask_;
   double target_scale_;
   tycho_loss_binding loss_;

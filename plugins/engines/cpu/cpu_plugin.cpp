@@ -52,7 +52,8 @@ class cpu_component {
 };
 
 constexpr engine_capabilities k_caps{"cpu", TYCHO_DEVICE_BIT(kDLCPU), /*float64=*/true, /*multislice=*/true,
-                                     /*probe_modes=*/true, /*position_gradient=*/true};
+                                     /*probe_modes=*/true, /*position_gradient=*/true, /*alternative=*/nullptr,
+                                     /*streamed_targets=*/true};
 
 const char* const k_keys[] = {"threads", "fft_planning", "shift_groups", nullptr};
 const char* const k_planning[] = {"estimate", "measure", nullptr};

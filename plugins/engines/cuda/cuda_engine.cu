@@ -367,7 +367,8 @@ struct cuda_engine::impl {
 
   void init(const tycho_engine_setup& setup) {
     // The setup's tensors, shapes, loss, device type and windows were checked by the SDK's engine
-    // adapter (tycho/sdk/engine.hpp, the capabilities in cuda_description.hpp) before this runs.
+    // adapter (tycho/sdk/engine.hpp, the capabilities in cuda_description.hpp) before this runs;
+    // it refuses streamed targets (ABI 1.3), which this engine does not read yet.
     const bool integer_counts = same_dtype(setup.targets->dtype, dtype_uint16);
     patterns = setup.targets->shape[0];
     n0 = setup.targets->shape[1];

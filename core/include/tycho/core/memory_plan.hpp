@@ -29,6 +29,10 @@
 //                                                           not 2^a·3^b·5^c·7^d (Bluestein)
 //   runtime reserve  —                                      a fixed allowance (the CUDA context)
 //
+// Streamed targets (target_residency = "disk", targets_streamed): the targets term is one
+// batch, b·M·4 (host_staging: two), and a host engine's plan adds the host's next batch read
+// ahead in the same process, "read-ahead" b·M·4 (docs/streaming.md).
+//
 // The host_staging model is what the host process itself holds for a device engine: the
 // targets as float32 (every pattern is read before the upload), the initial object and probe,
 // the positions.
@@ -73,6 +77,7 @@ struct memory_problem {
   int64_t fft_plans = 1;               // cuda: work areas alive at once (the plans share one)
   int64_t probe_gradient_slices = 8;   // cuda: partial sums of the probe gradient (G)
   uint64_t reserve_bytes = 0;          // cuda: fixed per-device allowance (context, allocator)
+  bool targets_streamed = false;       // target_residency "disk": one batch held, not the shard
   std::shared_ptr<const memory_reporter> reporter;  // reported: the engine's description
 };
 

@@ -42,6 +42,10 @@ struct dataset {
   // (all_patterns, 2) probe positions in Å listed by the source (read_positions), for every
   // pattern whichever this rank holds; empty when the source knows only a raster.
   std::vector<double> positions_A;
+  // Streamed (a prepared file's patterns left on disk, target_residency): `targets` is empty, the
+  // totals above are set, and streamed_mean is mean_pattern's (N0, N1) of the padded window.
+  bool streamed = false;
+  std::vector<double> streamed_mean;
 };
 
 // The source's read_positions for `info`'s scan: (P, 2) positions in Å, or empty when the

@@ -26,6 +26,8 @@
 
 namespace tycho::host {
 
+class stored_npy_member;  // host/src/target_stream.hpp
+
 // Version of the prepared file's layout (its manifest's "format_version").
 constexpr int k_prepared_format_version = 1;
 
@@ -62,8 +64,13 @@ void merge_prepared_config(config_document& doc, const prepared_file& p);
 // leave them in a run straight from the config: from the embedded patterns, or by re-reading the
 // source (refused when it is gone or its SHA-256 differs) and re-running the stage.
 // `preprocess_json` receives the stage's report for the result's manifest.
+// Embedded patterns in a zip file (every prepared file this tycho writes) are not loaded: the
+// dataset comes back streamed (dataset::streamed: totals and mean pattern from one pass, no
+// targets) and `member` holds the open patterns member, which the session reads per batch or at
+// once (target_residency, host/src/target_stream.hpp). `member` stays empty otherwise.
 dataset prepared_dataset(const prepared_file& p, const config_document& merged, const registry& reg, int64_t part,
-                         int64_t parts, const rank_sum& sum_across_ranks, std::string& preprocess_json);
+                         int64_t parts, const rank_sum& sum_across_ranks, std::string& preprocess_json,
+                         std::unique_ptr<stored_npy_member>& member);
 
 // `tycho preprocess CONFIG -o OUTPUT`: writes the prepared file (atomically, through the format
 // whose extension matches OUTPUT, else zip; the command has checked that OUTPUT's folder exists); `save_raw_data` (or [preprocess] save_raw_data)

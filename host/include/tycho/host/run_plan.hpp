@@ -74,7 +74,8 @@ uint64_t cuda_device_memory_bytes(int ordinal);
 // Refuses a run whose host-side plan does not fit this machine's physical memory, with the
 // planner's message (the largest term, the remedies) and `hint`. A device engine's own plan is
 // not checked here (its device memory is not known to the host): its host side is.
-void check_host_memory(const memory_problem& problem, const std::string& hint);
+// `capacity`: the host memory to compare with (0: this machine's physical memory).
+void check_host_memory(const memory_problem& problem, const std::string& hint, uint64_t capacity = 0);
 
 struct plan_options {
   int64_t devices = 0;             // > 0: overrides [reconstruct] devices

@@ -57,6 +57,7 @@ struct engine_capabilities {
   bool position_gradient = false;  // setup->position_gradient = 1
   // An engine to suggest in refusals ("engine = \"cpu\""); NULL: none.
   const char* alternative = nullptr;
+  bool streamed_targets = false;  // targets per batch through setup->target_reader (ABI 1.3)
 };
 
 // The setup, checked, and the sizes read from it.
@@ -73,6 +74,9 @@ struct engine_setup {
   const DLTensor* slice_propagator = nullptr;  // (N0, N1) complex128 when S > 1, else NULL
   double slice_thickness_A = 0;
   bool position_gradient = false;           // compute_batch also writes dL/dr
+  // ABI 1.3: no targets tensor; the batch's targets come from this reader (checked: complete,
+  // float32 or uint16, a non-empty shape). NULL when the setup holds the targets.
+  const tycho_target_reader* target_reader = nullptr;
 };
 
 namespace detail {
@@ -114,8 +118,34 @@ inline engine_setup check_engine_setup(const engine_capabilities& caps, const ty
     fail(TYCHO_ERR_UNSUPPORTED, who, ": runs on ", device_names(caps.devices), " only, device type ",
          int(s.device.device_type), " was requested");
 
-  out.integer_counts = s.targets != nullptr && same_dtype(s.targets->dtype, dtype_uint16);
-  expect_tensor(s.targets, "targets", out.integer_counts ? dtype_uint16 : dtype_float32, 3);
+  // ABI 1.3: targets per batch through a reader instead of a tensor.
+  const bool has_1_3 = s.struct_size >= offsetof(tycho_engine_setup, target_reader) + sizeof(void*);
+  out.target_reader = has_1_3 && s.targets == nullptr ? s.target_reader : nullptr;
+  if (out.target_reader != nullptr) {
+    const tycho_target_reader& r = *out.target_reader;
+    if (!caps.streamed_targets)
+      fail(TYCHO_ERR_UNSUPPORTED, who, ": streamed targets (target_residency = \"disk\") are not supported by this ",
+           "engine yet; use target_residency = \"device\"", use_instead(caps, ""));
+    if (r.struct_size < offsetof(tycho_target_reader, context) + sizeof(void*) || r.read == nullptr)
+      fail(TYCHO_ERR_ABI_MISMATCH, who, ": the target reader is incomplete (struct_size ", r.struct_size, ")");
+    if (!same_dtype(r.dtype, dtype_float32) && !same_dtype(r.dtype, dtype_uint16))
+      fail(TYCHO_ERR_INVALID_ARGUMENT, who, ": the target reader gives ", int(r.dtype.code), ":", int(r.dtype.bits),
+           " elements; expected float32 or uint16");
+    if (r.shape[0] < 1 || r.shape[1] < 1 || r.shape[2] < 1)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, who, ": the target reader's shape (", r.shape[0], ", ", r.shape[1], ", ",
+           r.shape[2], ") is empty");
+    out.integer_counts = same_dtype(r.dtype, dtype_uint16);
+    out.patterns = r.shape[0];
+    out.n0 = r.shape[1];
+    out.n1 = r.shape[2];
+  } else {
+    out.integer_counts = s.targets != nullptr && same_dtype(s.targets->dtype, dtype_uint16);
+    expect_tensor(s.targets, "targets", out.integer_counts ? dtype_uint16 : dtype_float32, 3);
+    out.patterns = s.targets->shape[0];
+    out.n0 = s.targets->shape[1];
+    out.n1 = s.targets->shape[2];
+  }
+  const std::string targets_shape = cat("(", out.patterns, ", ", out.n0, ", ", out.n1, ")");
   expect_tensor(s.positions_px, "positions_px", dtype_float64, 2);
   for (const auto& [t, name] : {std::pair{s.object_init, "object_init"}, std::pair{s.probe_init, "probe_init"}}) {
     const bool c128 = caps.float64 && t != nullptr && same_dtype(t->dtype, dtype_complex128);
@@ -123,9 +153,6 @@ inline engine_setup check_engine_setup(const engine_capabilities& caps, const ty
   }
   for (const DLTensor* t : {s.targets, s.positions_px, s.object_init, s.probe_init, s.mask})
     if (t != nullptr && !on_host(*t)) fail(TYCHO_ERR_INVALID_ARGUMENT, who, ": the setup's tensors must be host tensors");
-  out.patterns = s.targets->shape[0];
-  out.n0 = s.targets->shape[1];
-  out.n1 = s.targets->shape[2];
   out.slices = s.object_init->shape[0];
   out.height = s.object_init->shape[1];
   out.width = s.object_init->shape[2];
@@ -152,13 +179,13 @@ inline engine_setup check_engine_setup(const engine_capabilities& caps, const ty
     expect_tensor(propagator, "slice_propagator", dtype_complex128, 2);
     if (propagator->shape[0] != out.n0 || propagator->shape[1] != out.n1)
       fail(TYCHO_ERR_INVALID_ARGUMENT, who, ": slice_propagator ", shape_string(*propagator),
-           " does not match the patterns ", shape_string(*s.targets));
+           " does not match the patterns ", targets_shape);
     out.slice_propagator = propagator;
     out.slice_thickness_A = s.slice_thickness_A;
   }
   if (s.probe_init->shape[1] != out.n0 || s.probe_init->shape[2] != out.n1)
     fail(TYCHO_ERR_INVALID_ARGUMENT, who, ": probe ", shape_string(*s.probe_init), " does not match the patterns ",
-         shape_string(*s.targets));
+         targets_shape);
   if (s.positions_px->shape[0] != out.patterns || s.positions_px->shape[1] != 2)
     fail(TYCHO_ERR_INVALID_ARGUMENT, who, ": positions ", shape_string(*s.positions_px), " expected (",
          out.patterns, ", 2)");

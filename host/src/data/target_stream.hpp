@@ -1,0 +1,108 @@
+// Targets read per mini-batch ([reconstruct] target_residency = "disk", docs/streaming.md): a
+// prepared file's embedded patterns (the zip member patterns.npy, stored uncompressed) are read
+// in place, pattern by pattern, for each batch the engine asks for through its
+// tycho_target_reader (ABI 1.3), while a worker thread reads the next batch ahead into a second
+// buffer. The host holds two batches, never the scan; the engine reads them in place.
+#pragma once
+
+#include <tycho/tycho_components.h>
+
+#include <zip.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace tycho::host {
+
+// A stored (uncompressed) little-endian C-order float32 .npy member of a zip file, read in place
+// through libzip's seek on stored members: no decompression, no copy of the whole member.
+// Not thread-safe: one thread at a time (target_stream serialises).
+class stored_npy_member {
+ public:
+  // Throws TYCHO_ERR_BAD_DATA naming the file and member when it is missing, compressed, or not
+  // float32 C order.
+  stored_npy_member(const std::string& zip_path, const std::string& member);
+  ~stored_npy_member();
+  stored_npy_member(const stored_npy_member&) = delete;
+  stored_npy_member& operator=(const stored_npy_member&) = delete;
+
+  const std::vector<int64_t>& shape() const { return shape_; }
+  // `count` float32 values from element `first` of the array into dst.
+  void read(uint64_t first, uint64_t count, float* dst);
+  const std::string& where() const { return where_; }
+
+ private:
+  zip_t* zip_ = nullptr;
+  zip_file_t* file_ = nullptr;
+  uint64_t header_bytes_ = 0;
+  std::vector<int64_t> shape_;
+  std::string where_;
+};
+
+// What turns a stored pattern into the engine's target: centred → FFT order (ifftshift), then
+// padded into the window with zeros (detector padding, masked). As prepared_dataset and
+// pad_detector do on a whole array, value for value.
+struct pattern_layout {
+  int64_t n0 = 0, n1 = 0;          // stored detector
+  int64_t window0 = 0, window1 = 0;  // the engine's window (>= n0, n1)
+};
+
+// The batches the driver will ask for, in order: batch k (0-based, over the whole run, the
+// first iteration of this session's driver first) as this rank's local indices. Returns false
+// past the end.
+using batch_schedule = std::function<bool(int64_t k, std::vector<int64_t>& local_indices)>;
+
+class target_stream {
+ public:
+  // Patterns [first, first + patterns) of the member's (Rx, Ry, n0, n1) array are this rank's
+  // local 0 .. patterns-1.
+  target_stream(std::unique_ptr<stored_npy_member> member, int64_t first, int64_t patterns, pattern_layout layout,
+                batch_schedule schedule);
+  ~target_stream();
+  target_stream(const target_stream&) = delete;
+  target_stream& operator=(const target_stream&) = delete;
+
+  // The local patterns `indices` as targets (count, window0, window1) float32, in the stream's
+  // own buffer (valid until the next call): the batch read ahead when it is the one asked for,
+  // else read now; then the next batch is read ahead into the other buffer.
+  const float* read(const int64_t* indices, int64_t count);
+  // Local patterns [first, first + count) as targets, now (the startup pass).
+  void read_range(int64_t first, int64_t count, float* dst);
+
+  // The ABI's view: valid as long as this stream.
+  const tycho_target_reader* reader() const { return &reader_; }
+  int64_t batches_read_ahead() const { return hits_; }  // how many batches came from read-ahead
+  int64_t batches_read_now() const { return misses_; }
+
+ private:
+  void read_patterns(const int64_t* indices, int64_t count, float* dst);  // member lock held
+  void worker_loop();
+  static tycho_status read_callback(void* context, const int64_t* indices, int64_t count, const void** batch);
+
+  std::unique_ptr<stored_npy_member> member_;
+  int64_t first_, patterns_;
+  pattern_layout layout_;
+  batch_schedule schedule_;
+  tycho_target_reader reader_{};
+  std::vector<float> stored_, shifted_;  // one pattern as stored, and in FFT order
+
+  std::mutex mutex_;  // guards everything below and the member
+  std::condition_variable cv_;
+  int64_t next_ = 0;                       // the batch number the engine should ask for next
+  std::vector<int64_t> ahead_indices_;     // the batch being read ahead (empty: none)
+  std::vector<float> ahead_;               // its targets
+  std::vector<float> current_;             // the batch handed to the engine
+  bool ahead_pending_ = false, ahead_ready_ = false, stop_ = false;
+  std::exception_ptr ahead_error_;
+  int64_t hits_ = 0, misses_ = 0;
+  std::thread worker_;
+};
+
+}  // namespace tycho::host
