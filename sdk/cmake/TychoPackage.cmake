@@ -6,6 +6,9 @@
 #   P/lib/tycho/plugins/libtycho_plugin_*.so  the built-in plugins (found from bin/ and lib/)
 #   P/include/tycho/*.h, tycho/sdk.hpp, tycho/sdk/*.hpp   the ABI and the SDK
 #   P/lib/libtycho_sdk_hdf5.a                 the SDK's HDF5 helpers (tycho::sdk_hdf5)
+#   P/lib/libtycho_memory_models.a, libtycho_constraint_kernels.a, P/include/tycho/core/{memory_plan,
+#     fft_size,multislice,accuracy,error}.hpp  what the built-in engines and constraints link
+#     from core (tycho::memory_models, tycho::constraint_kernels), so a third party has them too
 #   P/lib/cmake/tycho/                        tychoConfig.cmake, version, targets, TychoPlugin.cmake
 #   P/lib/pkgconfig/tycho.pc
 include(CMakePackageConfigHelpers)
@@ -14,10 +17,19 @@ set(TYCHO_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/tycho)
 set_target_properties(tycho_abi PROPERTIES EXPORT_NAME abi)
 set_target_properties(tycho_sdk PROPERTIES EXPORT_NAME sdk)
 set_target_properties(tycho_sdk_hdf5 PROPERTIES EXPORT_NAME sdk_hdf5)
+set_target_properties(tycho_memory_models PROPERTIES EXPORT_NAME memory_models)
+set_target_properties(tycho_constraint_kernels PROPERTIES EXPORT_NAME constraint_kernels)
 set_target_properties(tycho_shared PROPERTIES EXPORT_NAME tycho)
 set_target_properties(tycho PROPERTIES EXPORT_NAME cli)
 install(TARGETS tycho_abi tycho_sdk EXPORT tychoTargets)
 install(TARGETS tycho_sdk_hdf5 EXPORT tychoTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(TARGETS tycho_memory_models tycho_constraint_kernels EXPORT tychoTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(FILES
+  ${PROJECT_SOURCE_DIR}/core/include/tycho/core/memory_plan.hpp ${PROJECT_SOURCE_DIR}/core/include/tycho/core/fft_size.hpp
+  ${PROJECT_SOURCE_DIR}/core/include/tycho/core/multislice.hpp ${PROJECT_SOURCE_DIR}/core/include/tycho/core/accuracy.hpp
+  ${PROJECT_SOURCE_DIR}/core/include/tycho/core/error.hpp
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tycho/core)
 install(TARGETS tycho_shared EXPORT tychoTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS tycho EXPORT tychoTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(EXPORT tychoTargets NAMESPACE tycho:: DESTINATION ${TYCHO_CMAKE_INSTALL_DIR})

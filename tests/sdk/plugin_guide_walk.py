@@ -146,6 +146,27 @@ def main():
         if not abs(free) > 1e-4:
             fail(f"without the constraint the object's mean has phase {free} rad: the check cannot tell the two apart")
 
+        # What the built-in plugins link from core is installed too: a project against the prefix
+        # links tycho::memory_models and tycho::constraint_kernels and calls both.
+        models = tmp / "models"
+        models.mkdir()
+        (models / "CMakeLists.txt").write_text(
+            "cmake_minimum_required(VERSION 3.20)\nproject(models CXX)\nset(CMAKE_CXX_STANDARD 20)\n"
+            "find_package(tycho REQUIRED)\nadd_executable(models main.cpp)\n"
+            "target_link_libraries(models PRIVATE tycho::memory_models tycho::constraint_kernels)\n")
+        (models / "main.cpp").write_text(
+            "#include <tycho/core/fft_size.hpp>\n#include <tycho/core/multislice.hpp>\n#include <complex>\n"
+            "#include <cstdio>\n#include <vector>\nint main() {\n"
+            "  std::vector<std::complex<double>> p = {{3, 0}, {4, 0}};\n"
+            "  tycho::orthogonalize_probe_modes(p.data(), 1, 2);\n"
+            "  std::printf(\"%lld %.3f\\n\", (long long)tycho::next_fast_fft_size(97), std::abs(p[0]));\n}\n")
+        run(["cmake", "-S", str(models), "-B", str(models / "build"), f"-DCMAKE_PREFIX_PATH={prefix}"], env, tmp)
+        run(["cmake", "--build", str(models / "build")], env, tmp)
+        got = run([str(models / "build/models")], env, tmp).strip()
+        words = got.split()
+        if len(words) != 2 or words[0] != "98" or not np.isfinite(float(words[1])) or float(words[1]) <= 0:
+            fail(f"the installed tycho::memory_models / tycho::constraint_kernels gave '{got}', expected '98 <|mode|>'")
+
         # pkg-config: a C program against the installed libtycho only.
         pc_env = dict(env, PKG_CONFIG_PATH=str(prefix / "lib/pkgconfig"))
         flags = run(["pkg-config", "--cflags", "--libs", "tycho"], pc_env, tmp).split()

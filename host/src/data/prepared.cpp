@@ -150,22 +150,27 @@ std::optional<std::string> zip_manifest(const std::string& path) {
 std::optional<prepared_file> try_load_prepared(const registry& reg, const std::string& path,
                                                std::optional<loaded_record>* other) {
   if (!fs::is_regular_file(path)) return std::nullopt;
+  // A prepared file from its manifest (checked: version, data.embedded, config_toml).
+  const auto from_manifest = [&](nlohmann::json m) {
+    prepared_file p;
+    p.path = path;
+    check_format_version(m, k_prepared_format_version, path, "prepared file",
+                         "prepare it again with this tycho (tycho preprocess)");
+    try {
+      p.embedded = at(p, at(p, m, "data"), "embedded").get<bool>();
+      p.d->config_toml = at(p, m, "config_toml").get<std::string>();
+    } catch (const nlohmann::json::exception& e) {
+      fail(TYCHO_ERR_BAD_DATA, "'", path, "' is an incomplete prepared file (", e.what(), ")");
+    }
+    p.d->manifest = std::move(m);
+    return p;
+  };
   // A zip whose manifest says it is a prepared file: the manifest alone; the patterns are read in
   // place later (prepared_dataset), so a scan larger than memory can be streamed (target_residency).
   if (std::optional<std::string> text = zip_manifest(path)) {
     nlohmann::json m = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
     if (m.is_object() && m.value("format", std::string()) == k_format) {
-      prepared_file p;
-      p.path = path;
-      check_format_version(m, k_prepared_format_version, path, "prepared file",
-                           "prepare it again with this tycho (tycho preprocess)");
-      try {
-        p.embedded = at(p, at(p, m, "data"), "embedded").get<bool>();
-        p.d->config_toml = at(p, m, "config_toml").get<std::string>();
-      } catch (const nlohmann::json::exception& e) {
-        fail(TYCHO_ERR_BAD_DATA, "'", path, "' is an incomplete prepared file (", e.what(), ")");
-      }
-      p.d->manifest = std::move(m);
+      prepared_file p = from_manifest(std::move(m));
       p.d->patterns_in_zip = true;
       if (p.embedded) stored_npy_member(path, "patterns.npy");  // refuses a file without them
       return p;
@@ -187,17 +192,7 @@ std::optional<prepared_file> try_load_prepared(const registry& reg, const std::s
     if (other) *other = std::move(rec);
     return std::nullopt;
   }
-  prepared_file p;
-  p.path = path;
-  check_format_version(m, k_prepared_format_version, path, "prepared file",
-                       "prepare it again with this tycho (tycho preprocess)");
-  try {
-    p.embedded = at(p, at(p, m, "data"), "embedded").get<bool>();
-    p.d->config_toml = at(p, m, "config_toml").get<std::string>();
-  } catch (const nlohmann::json::exception& e) {
-    fail(TYCHO_ERR_BAD_DATA, "'", path, "' is an incomplete prepared file (", e.what(), ")");
-  }
-  p.d->manifest = std::move(m);
+  prepared_file p = from_manifest(std::move(m));
   p.d->record = std::move(rec);
   if (p.embedded) p.d->record.array("patterns", path);  // refuses a file without them
   return p;
