@@ -6,24 +6,17 @@
 #include <new>
 
 #include "parallel/bootstrap_channels.hpp"
+#include "runtime/status_barrier.hpp"
 
 namespace tycho::host {
 namespace {
 
 tycho_status c_broadcast(void* context, void* data, size_t bytes, int32_t root) noexcept {
-  try {
+  return status_barrier("bootstrap", [&] {
     if (context == nullptr) return set_last_error(TYCHO_ERR_INVALID_ARGUMENT, "bootstrap: no channel");
     static_cast<bootstrap_channel*>(context)->broadcast(data, bytes, root);
     return TYCHO_OK;
-  } catch (const error& e) {
-    return set_last_error(e.status, e.what());
-  } catch (const std::bad_alloc&) {
-    return set_last_error(TYCHO_ERR_OUT_OF_MEMORY, "bootstrap: out of host memory");
-  } catch (const std::exception& e) {
-    return set_last_error(TYCHO_ERR_INTERNAL, e.what());
-  } catch (...) {
-    return set_last_error(TYCHO_ERR_INTERNAL, "bootstrap: unknown exception");
-  }
+  });
 }
 
 }  // namespace

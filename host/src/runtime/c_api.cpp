@@ -13,7 +13,9 @@
 #include <filesystem>
 #include <memory>
 #include <new>
+#include <utility>
 
+#include "runtime/status_barrier.hpp"
 #include "tycho/host/parallel.hpp"
 #include "tycho/host/registry.hpp"
 #include "tycho/host/session.hpp"
@@ -27,21 +29,8 @@ namespace {
 
 template <class F>
 tycho_status guarded(F&& f) noexcept {
-  try {
-    tycho::set_last_error(TYCHO_OK, "");
-    return f();
-  } catch (const tycho::error& e) {
-    return tycho::set_last_error(e.status, e.what());
-  } catch (const std::bad_alloc&) {
-    return tycho::set_last_error(TYCHO_ERR_OUT_OF_MEMORY, "out of host memory");
-  } catch (const std::filesystem::filesystem_error& e) {  // its own text names no file: say which
-    return tycho::set_last_error(TYCHO_ERR_IO, tycho::cat("cannot access '", e.path1().string(), "': ",
-                                                          e.code().message()));
-  } catch (const std::exception& e) {
-    return tycho::set_last_error(TYCHO_ERR_INTERNAL, e.what());
-  } catch (...) {
-    return tycho::set_last_error(TYCHO_ERR_INTERNAL, "unknown exception");
-  }
+  tycho::set_last_error(TYCHO_OK, "");
+  return tycho::host::status_barrier("", std::forward<F>(f));
 }
 
 // After tycho_shutdown() no session may be made (MPI cannot start twice).
