@@ -223,13 +223,9 @@ void merge_prepared_config(config_document& doc, const prepared_file& p) {
 }
 
 namespace {
-// Embedded patterns in a zip: this rank's block checked, summed and averaged in one pass over the
-// member in chunks of ~4 MiB, none kept (dataset::streamed); `member` receives the open member
-// (the session keeps the targets there, or reads them into memory, target_residency).
-dataset streamed_prepared_dataset(const prepared_file& p, const config_document& merged, int64_t part, int64_t parts,
-                                  std::string& preprocess_json, std::unique_ptr<stored_npy_member>& member) {
-  const auto& m = p.d->manifest;
-  const auto& data = at(p, m, "data");
+// The dataset a prepared file records (info, description, source, sizes), without its patterns.
+dataset recorded_dataset(const prepared_file& p) {
+  const auto& data = at(p, p.d->manifest, "data");
   dataset d;
   d.info = recorded_info(p);
   d.description = cat(at(p, data, "description").get<std::string>(), " (prepared in '", p.path, "')");
@@ -237,6 +233,16 @@ dataset streamed_prepared_dataset(const prepared_file& p, const config_document&
   d.all_patterns = d.info.scan_shape[0] * d.info.scan_shape[1];
   d.n0 = d.info.detector_shape[0];
   d.n1 = d.info.detector_shape[1];
+  return d;
+}
+
+// Embedded patterns in a zip: this rank's block checked, summed and averaged in one pass over the
+// member in chunks of ~4 MiB, none kept (dataset::streamed); `member` receives the open member
+// (the session keeps the targets there, or reads them into memory, target_residency).
+dataset streamed_prepared_dataset(const prepared_file& p, const config_document& merged, int64_t part, int64_t parts,
+                                  std::string& preprocess_json, std::unique_ptr<stored_npy_member>& member) {
+  const auto& m = p.d->manifest;
+  dataset d = recorded_dataset(p);
   member = std::make_unique<stored_npy_member>(p.path, "patterns.npy");
   if (member->shape() != std::vector<int64_t>{d.info.scan_shape[0], d.info.scan_shape[1], d.n0, d.n1})
     fail(TYCHO_ERR_BAD_DATA, "'", p.path, "': patterns.npy is not float32 of shape (", d.info.scan_shape[0], ", ",
@@ -310,13 +316,7 @@ dataset prepared_dataset(const prepared_file& p, const config_document& merged, 
     }
     if (p.d->patterns_in_zip) return streamed_prepared_dataset(p, merged, part, parts, preprocess_json, member);
     // Embedded: this rank's block of the centred (Rx, Ry, N0, N1) float32 patterns.
-    dataset d;
-    d.info = recorded_info(p);
-    d.description = cat(at(p, data, "description").get<std::string>(), " (prepared in '", p.path, "')");
-    d.source_name = at(p, data, "source").get<std::string>();
-    d.all_patterns = d.info.scan_shape[0] * d.info.scan_shape[1];
-    d.n0 = d.info.detector_shape[0];
-    d.n1 = d.info.detector_shape[1];
+    dataset d = recorded_dataset(p);
     const owned_array& a = p.d->record.array("patterns", p.path);
     if (a.dtype.code != kDLFloat || a.dtype.bits != 32 ||
         a.shape != std::vector<int64_t>{d.info.scan_shape[0], d.info.scan_shape[1], d.n0, d.n1})
