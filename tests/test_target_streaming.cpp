@@ -93,6 +93,23 @@ TEST(TargetStreaming, DiskHostAndDeviceGiveOneResultBitForBit) {
   EXPECT_LT(h.as<double>()[2], h.as<double>()[0]);
 }
 
+// Batches of 2 patterns: the engine asks for the next batch almost as soon as the worker (at idle
+// priority) is told to read it ahead, so both threads read patterns of one batch, claiming them
+// from a shared counter, on their own file handles. Whoever reads which pattern, the batches and
+// the result are those of the in-memory run, and every batch after the first counts as read ahead.
+TEST(TargetStreaming, ReadAheadSharedWithTheEngineThreadGivesTheInMemoryResult) {
+  tycho::test::temp_folder tmp;
+  const std::string p = prepare(tmp, 12, 12, 32, "");
+  const std::string small = "reconstruct.batch_size=2";
+  auto device = reconstruct(p, tmp / "device.zip", {"reconstruct.target_residency='device'", small});
+  ASSERT_TRUE(device.exited_with(0)) << device.describe();
+  auto disk = reconstruct(p, tmp / "disk.zip", {"reconstruct.target_residency='disk'", small});
+  ASSERT_TRUE(disk.exited_with(0)) << disk.describe();
+  // 72 batches in each of 3 iterations.
+  EXPECT_TRUE(contains(disk.err, "216 batches read from disk, 215 of them read ahead (")) << disk.err;
+  expect_identical(tmp / "device.zip", tmp / "disk.zip");
+}
+
 // Targets of 4 MiB against a stated 3 MiB: "auto" reads them from disk and says why; "device" is
 // refused with the remedy; "disk" without a prepared file is refused with what to do.
 TEST(TargetStreaming, AutoReadsFromDiskWhenTheTargetsExceedTheStatedMemory) {

@@ -3,12 +3,18 @@
 // in place, pattern by pattern, for each batch the engine asks for through its
 // tycho_target_reader (ABI 1.3), while a worker thread reads the next batch ahead into a second
 // buffer. The host holds two batches, never the scan; the engine reads them in place.
+//
+// The worker reads at idle priority (SCHED_IDLE), so it runs on the cores the engine leaves
+// idle and does not slow one of the engine's threads, which the others would wait for. It
+// cannot starve the run: when the engine asks for a batch still being read, the asking thread
+// claims the remaining patterns itself (one shared counter), through its own handle on the file.
 #pragma once
 
 #include <tycho/tycho_components.h>
 
 #include <zip.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -23,7 +29,7 @@ namespace tycho::host {
 
 // A stored (uncompressed) little-endian C-order float32 .npy member of a zip file, read in place
 // through libzip's seek on stored members: no decompression, no copy of the whole member.
-// Not thread-safe: one thread at a time (target_stream serialises).
+// Not thread-safe: one thread per handle (target_stream gives each thread its own, reopen()).
 class stored_npy_member {
  public:
   // Throws TYCHO_ERR_BAD_DATA naming the file and member when it is missing, compressed, or not
@@ -37,8 +43,11 @@ class stored_npy_member {
   // `count` float32 values from element `first` of the array into dst.
   void read(uint64_t first, uint64_t count, float* dst);
   const std::string& where() const { return where_; }
+  // Another handle on the same member, independent of this one (for a second thread).
+  std::unique_ptr<stored_npy_member> reopen() const;
 
  private:
+  std::string zip_path_, member_;
   zip_t* zip_ = nullptr;
   zip_file_t* file_ = nullptr;
   uint64_t header_bytes_ = 0;
@@ -73,35 +82,47 @@ class target_stream {
   // own buffer (valid until the next call): the batch read ahead when it is the one asked for,
   // else read now; then the next batch is read ahead into the other buffer.
   const float* read(const int64_t* indices, int64_t count);
-  // Local patterns [first, first + count) as targets, now (the startup pass).
+  // Local patterns [first, first + count) as targets, now (the startup pass; not while read() runs).
   void read_range(int64_t first, int64_t count, float* dst);
 
   // The ABI's view: valid as long as this stream.
   const tycho_target_reader* reader() const { return &reader_; }
   int64_t batches_read_ahead() const { return hits_; }  // how many batches came from read-ahead
   int64_t batches_read_now() const { return misses_; }
+  int64_t batches_finished_by_engine() const { return shared_; }  // read-ahead the asking thread joined
 
  private:
-  void read_patterns(const int64_t* indices, int64_t count, float* dst);  // member lock held
+  // One thread's way to the file: its handle and one pattern's scratch.
+  struct pattern_reader {
+    std::unique_ptr<stored_npy_member> member;
+    std::vector<float> stored, shifted;  // one pattern as stored, and in FFT order
+  };
+  // Local pattern j into `out` (window0 x window1), through `r`.
+  void read_pattern(pattern_reader& r, int64_t j, float* out) const;
+  // Claims patterns of the read-ahead batch (claim_) and reads them until none is left;
+  // returns the first error, if any.
+  std::exception_ptr read_claimed(pattern_reader& r);
   void worker_loop();
   static tycho_status read_callback(void* context, const int64_t* indices, int64_t count, const void** batch);
 
-  std::unique_ptr<stored_npy_member> member_;
   int64_t first_, patterns_;
   pattern_layout layout_;
   batch_schedule schedule_;
   tycho_target_reader reader_{};
-  std::vector<float> stored_, shifted_;  // one pattern as stored, and in FFT order
+  pattern_reader own_, worker_reader_;  // the engine's thread's, the worker's
 
-  std::mutex mutex_;  // guards everything below and the member
+  std::mutex mutex_;  // guards the job state below (not the patterns' reading)
   std::condition_variable cv_;
   int64_t next_ = 0;                       // the batch number the engine should ask for next
   std::vector<int64_t> ahead_indices_;     // the batch being read ahead (empty: none)
   std::vector<float> ahead_;               // its targets
   std::vector<float> current_;             // the batch handed to the engine
-  bool ahead_pending_ = false, ahead_ready_ = false, stop_ = false;
+  std::atomic<int64_t> claim_{0};          // the next pattern of ahead_indices_ to read
+  bool job_open_ = false;      // a read-ahead is issued and not yet complete
+  bool worker_in_job_ = false; // the worker is reading patterns of it
+  bool stop_ = false;
   std::exception_ptr ahead_error_;
-  int64_t hits_ = 0, misses_ = 0;
+  int64_t hits_ = 0, misses_ = 0, shared_ = 0;
   std::thread worker_;
 };
 
