@@ -282,6 +282,31 @@ TEST_F(UnderMpirun, TwoRanksResumeBitForBit) {
   }
 }
 
+TEST_F(UnderMpirun, TwoRanksReadingTheirTargetsFromDiskGiveTheInMemoryResultBitForBit) {
+  // Each rank streams its own share of the prepared patterns (its patterns of each global batch,
+  // predicted and read ahead): the run equals the same two ranks with the targets in memory.
+  const std::string prepared = tmp_ / "p.zip";
+  auto prep = run_command({tycho::test::tycho_exe(), "preprocess", tycho::test::source_dir() + "/examples/mos2.toml",
+                           "--save-raw-data", "-q", "-o", prepared});
+  ASSERT_TRUE(prep.exited_with(0)) << prep.describe();
+  std::map<std::string, std::string> out;
+  for (const std::string residency : {"device", "disk"}) {
+    out[residency] = tmp_ / (residency + ".zip");
+    auto r = mpirun(2, {"reconstruct", "--from", prepared, "--iterations", "3", "-o", out[residency],
+                        "--set", "output.previews=false", "--set", "reconstruct.threads=1",
+                        "--set", "reconstruct.target_residency='" + residency + "'"});
+    ASSERT_TRUE(r.exited_with(0)) << r.describe();
+    EXPECT_NE(r.err.find(residency == "disk" ? "targets float32 read per batch from disk, 2 ranks"
+                                             : "targets float32, 2 ranks"),
+              std::string::npos)
+        << r.err;
+  }
+  const auto device = tycho::test::load_result(out["device"]), disk = tycho::test::load_result(out["disk"]);
+  for (const char* name : {"object", "probe", "loss_history", "positions_px"})
+    EXPECT_TRUE(device.array(name, out["device"]).bytes == disk.array(name, out["disk"]).bytes)
+        << name << " differs between targets in memory and read from disk on 2 ranks";
+}
+
 TEST_F(UnderMpirun, SigtermToOneRankSavesAStateTwoRanksContinueBitForBit) {
   // A SLURM time limit signals the ranks; here only rank 1 gets SIGTERM, after the first
   // checkpoint. Every rank stops at the end of that iteration and rank 0 saves; two ranks
