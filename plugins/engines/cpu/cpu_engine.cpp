@@ -122,6 +122,8 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
   assign_complex(object_, *setup.object_init, slices_ * h_ * w_);
   assign_complex(probe_, *setup.probe_init, modes_ * n0_ * n1_);
   position_grad_.assign(positions_.size(), 0.0);
+  frequency1_.resize(std::size_t(n1_));
+  for (int64_t b = 0; b < n1_; ++b) frequency1_[std::size_t(b)] = double(frequency(b, n1_)) / double(n1_);
   object_grad_.assign(object_.size(), complex(0));
   probe_grad_.assign(probe_.size(), complex(0));
 
@@ -279,18 +281,28 @@ void cpu_engine<Real>::process_pattern(const batch_item& it, thread_scratch& s, 
     if (!position_gradient_) return;
     // dL/dc_a = 2 Re Σ_k conj(W) · S · (−2πi f_a / N_a), S = F[P_kj] (unnormalised: the
     // spectrum with its 1/M times the ramp), W = F[∂L/∂P*] unnormalised.
+    // Per row a: Σ_b Im t and Σ_b f1 · Im t in double, then grad0 += 4π f0 Σ Im t,
+    // grad1 += 4π Σ f1 Im t. One vectorised pass over interleaved (re, im) values: S = (P̂ · r0) · r1
+    // as std::complex computes it (-fcx-limited-range), Im t = Re W · Im S − Im W · Re S in double.
     const complex* ps = probe_spectrum + k * m;
+    const Real* r1 = pointwise::re(s.ramp1.data());
+    const double* f1 = frequency1_.data();
     for (int64_t a = 0; a < n0_; ++a) {
-      const double f0 = double(frequency(a, n0_)) / double(n0_);
+      const Real* p = pointwise::re(ps + a * n1_);
+      const Real* w = pointwise::re(work + a * n1_);
+      const Real r0r = s.ramp0[std::size_t(a)].real(), r0i = s.ramp0[std::size_t(a)].imag();
+      double row = 0, row_f1 = 0;
+#pragma omp simd reduction(+ : row, row_f1)
       for (int64_t b = 0; b < n1_; ++b) {
-        const double f1 = double(frequency(b, n1_)) / double(n1_);
-        const std::complex<double> sk =
-            std::complex<double>(ps[a * n1_ + b] * s.ramp0[std::size_t(a)] * s.ramp1[std::size_t(b)]);
-        const std::complex<double> t = std::conj(std::complex<double>(work[a * n1_ + b])) * sk;
-        // 2 Re[t · (−2πi f)] = 4π f · Im t
-        grad0 += 4.0 * M_PI * f0 * t.imag();
-        grad1 += 4.0 * M_PI * f1 * t.imag();
+        const Real xr = p[2 * b] * r0r - p[2 * b + 1] * r0i, xi = p[2 * b] * r0i + p[2 * b + 1] * r0r;
+        const Real sr = xr * r1[2 * b] - xi * r1[2 * b + 1], si = xr * r1[2 * b + 1] + xi * r1[2 * b];
+        const double im = double(w[2 * b]) * double(si) - double(w[2 * b + 1]) * double(sr);
+        row += im;
+        row_f1 += f1[b] * im;
       }
+      // 2 Re[t · (−2πi f)] = 4π f · Im t
+      grad0 += 4.0 * M_PI * (double(frequency(a, n0_)) / double(n0_)) * row;
+      grad1 += 4.0 * M_PI * row_f1;
     }
   };
 

@@ -119,6 +119,7 @@ class cpu_engine final : public engine_base {
   tycho_loss_binding loss_;
   std::vector<double> positions_;  // (P, 2) probe centres
   std::vector<double> position_grad_;  // (P, 2) dL/dc, written for the patterns of each batch
+  std::vector<double> frequency1_;     // (N1) f1(b) / N1: the position gradient's axis-1 factor
   std::vector<complex> object_, probe_, object_grad_, probe_grad_;
   std::unique_ptr<fft_plan_2d<Real>> fft_;
   std::unique_ptr<fft_plan_axis<Real>> rows_, columns_;  // along axis 1, axis 0
