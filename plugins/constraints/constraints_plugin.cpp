@@ -37,7 +37,7 @@ const tycho_setting k_potential_settings[] = {
 
 const char* const k_tv_keys[] = {"weight", "iterations", nullptr};
 const tycho_setting k_tv_settings[] = {
-    setting("weight", TYCHO_SETTING_NUMBER, "0.01",
+    setting("weight", TYCHO_SETTING_NUMBER, "0.001",
             "λ of the step, in the object's units (|O| ≈ 1: radians); 0: no change").at_least(0),
     setting("iterations", TYCHO_SETTING_INTEGER, "20", "Chambolle iterations per step").at_least(1).at_most(1000),
     end_of_settings()};
@@ -62,7 +62,7 @@ const tycho_setting k_aperture_settings[] = {
 
 const char* const k_centre_keys[] = {"tolerance_A", "shift_object", nullptr};
 const tycho_setting k_centre_settings[] = {
-    setting("tolerance_A", TYCHO_SETTING_NUMBER, "0",
+    setting("tolerance_A", TYCHO_SETTING_NUMBER, "0.01",
             "the distance from the window centre the probe's centroid may keep (0: always centred)", "Å")
         .at_least(0),
     setting("shift_object", TYCHO_SETTING_BOOL, "true",

@@ -62,7 +62,7 @@ int64_t mirror(int64_t t, int64_t n) {
 }  // namespace
 
 object_tv::object_tv(const config_view& cfg, const tycho_constraint_setup&) {
-  weight_ = cfg.get_double("weight").value_or(0.01);
+  weight_ = cfg.get_double("weight").value_or(0.001);
   iterations_ = cfg.get_int("iterations").value_or(20);
   if (!(weight_ >= 0) || !std::isfinite(weight_))
     fail(TYCHO_ERR_INVALID_ARGUMENT, "config key 'weight' in ", cfg.table_name(), " must be >= 0, got ", weight_);

@@ -112,7 +112,7 @@ void fourier_shift(Value* x, int64_t n0, int64_t n1, const double s[2]) {
 }  // namespace
 
 probe_centre::probe_centre(const config_view& cfg, const tycho_constraint_setup& setup) {
-  tolerance_A_ = cfg.get_double("tolerance_A").value_or(0.0);
+  tolerance_A_ = cfg.get_double("tolerance_A").value_or(0.01);
   if (!(tolerance_A_ >= 0) || !std::isfinite(tolerance_A_))
     fail(TYCHO_ERR_INVALID_ARGUMENT, "config key 'tolerance_A' in ", cfg.table_name(), " must be >= 0 (Å), got ", tolerance_A_);
   shift_object_ = cfg.get_bool("shift_object").value_or(true);
