@@ -608,6 +608,28 @@ TEST_F(ConstraintRuns, ProbeCentreKeepsTheMos2Accuracy) {
   EXPECT_GT(with, without - 0.01);
 }
 
+// The four constraints of issue 11's second round together, in a float64 run of two slices:
+// the run completes and, object_potential listed last, every slice is exp(iφ) with φ ≥ 0.
+TEST_F(ConstraintRuns, TheNewConstraintsRunTogetherInFloat64) {
+  auto r = reconstruct({"reconstruct.iterations=2", "reconstruct.precision=\"float64\"", "reconstruct.slices=2",
+                        "reconstruct.slice_thickness_A=5",
+                        "reconstruct.constraints=[{name=\"probe_centre\", tolerance_A=0}, {name=\"object_tv\"}, "
+                        "{name=\"object_depth\"}, {name=\"object_potential\"}]"},
+                       "f64.zip");
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  auto rec = tycho::test::load_result((tmp_.path() / "f64.zip").string());
+  const auto& obj = rec.array("object", "f64.zip");
+  ASSERT_EQ(obj.count() % 2, 0);
+  const auto* z = obj.as<std::complex<double>>();
+  double amplitude_error = 0, lowest_phase = 0;
+  for (int64_t k = 0; k < obj.count(); ++k) {
+    amplitude_error = std::max(amplitude_error, std::abs(std::abs(z[k]) - 1.0));
+    lowest_phase = std::min(lowest_phase, std::arg(z[k]));
+  }
+  EXPECT_LT(amplitude_error, 1e-12);
+  EXPECT_EQ(lowest_phase, 0.0);
+}
+
 TEST_F(ConstraintRuns, BadEntriesAreRefusedNamingTheEntryAndTheKey) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"reconstruct.constraints=[{name=\"object_amplitud\"}]",
