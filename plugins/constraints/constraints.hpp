@@ -50,7 +50,7 @@ class object_lowpass {
 };
 
 // The object's slices kept exp(iσV) with V real and ≥ 0 (a non-negative projected potential):
-// |O| = 1 and arg O clipped to [0, π) (reference = "zero": the vacuum's phase, the initial
+// |O| = 1 and arg O clipped to [0, π] (reference = "zero": the vacuum's phase, the initial
 // object's) or shifted so each slice's smallest phase is 0 (reference = "minimum"). The
 // potential is V = arg O / σ (V·Å), σ the interaction constant of the beam (logged at create).
 class object_potential {
@@ -128,9 +128,9 @@ class probe_aperture {
 // centroid of Σ_m |P_m|² lies at the window centre (index ⌊N/2⌋ per axis, where the initial
 // probe is), when it is off by more than tolerance_A; the centroid is the periodic window's
 // (per axis, the phase of the intensity's first Fourier coefficient), so a probe that has
-// wrapped across the window's edge is measured where it is. With shift_object the object's slices are
-// shifted by the same displacement, so every exit wave only translates and the model
-// intensities stay as they were (else the next steps have to catch up).
+// wrapped across the window's edge is measured where it is. With shift_object the object's
+// slices are shifted by the same displacement, so every exit wave only translates and the
+// model intensities stay as they were (else the next steps have to catch up).
 class probe_centre {
  public:
   probe_centre(const config_view& cfg, const tycho_constraint_setup& setup);
