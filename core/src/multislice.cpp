@@ -176,4 +176,15 @@ void orthogonalize_probe_modes(std::complex<T>* probe, int64_t modes, int64_t n)
 template void orthogonalize_probe_modes<float>(std::complex<float>*, int64_t, int64_t);
 template void orthogonalize_probe_modes<double>(std::complex<double>*, int64_t, int64_t);
 
+double interaction_constant_rad_per_VA(double wavelength_A) {
+  if (!(wavelength_A > 0) || !std::isfinite(wavelength_A))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "interaction constant: the wavelength ", wavelength_A, " Å is not a number > 0");
+  constexpr double h = 6.62607015e-34, e = 1.602176634e-19;  // J s, C (exact, SI 2019)
+  constexpr double m0 = 9.1093837015e-31;                     // kg (CODATA 2018)
+  constexpr double compton_A = 0.0242631023867;               // h / (m0 c), Å (CODATA 2018)
+  const double gamma = std::sqrt(1.0 + (compton_A / wavelength_A) * (compton_A / wavelength_A));
+  // 2π γ m0 e λ / h² in 1/(V·m) with λ in m; × 1e-10 for 1/(V·Å).
+  return 2.0 * k_pi * gamma * m0 * e * (wavelength_A * 1e-10) / (h * h) * 1e-10;
+}
+
 }  // namespace tycho

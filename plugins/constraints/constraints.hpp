@@ -49,6 +49,48 @@ class object_lowpass {
   double sigma_px_ = 0, weight_ = 1;
 };
 
+// The object's slices kept exp(iσV) with V real and ≥ 0 (a non-negative projected potential):
+// |O| = 1 and arg O clipped to [0, π] (reference = "zero": the vacuum's phase, the initial
+// object's) or shifted so each slice's smallest phase is 0 (reference = "minimum"). The
+// potential is V = arg O / σ (V·Å), σ the interaction constant of the beam (logged at create).
+class object_potential {
+ public:
+  object_potential(const config_view& cfg, const tycho_constraint_setup& setup);
+  uint32_t acts_on() const { return TYCHO_CONSTRAINT_OBJECT; }
+  void apply(const constraint_arguments& a);
+
+ private:
+  bool subtract_minimum_ = false;
+};
+
+// One proximal step of λ·TV per slice, once per iteration (its last mini-batch): O ← argmin_u
+// ½‖u − O‖² + λ Σ sqrt(|∂₀u|² + |∂₁u|²), the isotropic total variation of the complex values
+// (Rudin, Osher & Fatemi 1992), by Chambolle's dual projection (2004) in its vectorial form
+// (Bresson & Chan 2008). λ = weight; weight 0 leaves the object bit for bit.
+class object_tv {
+ public:
+  object_tv(const config_view& cfg, const tycho_constraint_setup& setup);
+  uint32_t acts_on() const { return TYCHO_CONSTRAINT_OBJECT; }
+  void apply(const constraint_arguments& a);
+
+ private:
+  double weight_ = 0;
+  int64_t iterations_ = 20;
+};
+
+// ln O (ln|O| + i·arg O) low-passed along the slices, once per iteration: blended with a
+// Gaussian of σ = sigma_A in depth (mirror edges), O ← exp((1 − w)·ln O + w·G_σ ⊛_z ln O).
+// A multislice regulariser (S > 1); refused for one slice.
+class object_depth {
+ public:
+  object_depth(const config_view& cfg, const tycho_constraint_setup& setup);
+  uint32_t acts_on() const { return TYCHO_CONSTRAINT_OBJECT; }
+  void apply(const constraint_arguments& a);
+
+ private:
+  double sigma_slices_ = 0, weight_ = 1;
+};
+
 // Several probe modes orthonormalised in decreasing power (a unitary mixture: the model does
 // not change); the runtime's [reconstruct.probe] orthogonalize_modes.
 class probe_orthogonal_modes {
@@ -80,6 +122,24 @@ class probe_aperture {
 
  private:
   double k_cut_invA_ = 0, pixel_A_[2] = {0, 0};
+};
+
+// After each probe step all modes are shifted by one common sub-pixel Fourier shift so the
+// centroid of Σ_m |P_m|² lies at the window centre (index ⌊N/2⌋ per axis, where the initial
+// probe is), when it is off by more than tolerance_A; the centroid is the periodic window's
+// (per axis, the phase of the intensity's first Fourier coefficient), so a probe that has
+// wrapped across the window's edge is measured where it is. With shift_object the object's
+// slices are shifted by the same displacement, so every exit wave only translates and the
+// model intensities stay as they were (else the next steps have to catch up).
+class probe_centre {
+ public:
+  probe_centre(const config_view& cfg, const tycho_constraint_setup& setup);
+  uint32_t acts_on() const { return TYCHO_CONSTRAINT_PROBE | (shift_object_ ? TYCHO_CONSTRAINT_OBJECT : 0u); }
+  void apply(const constraint_arguments& a);
+
+ private:
+  double tolerance_A_ = 0, pixel_A_[2] = {0, 0};
+  bool shift_object_ = true;
 };
 
 // The least-squares affine map p ≈ linear · n + shift from `count` nominal positions n to

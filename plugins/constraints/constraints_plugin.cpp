@@ -27,6 +27,27 @@ const tycho_setting k_lowpass_settings[] = {
     setting("weight", TYCHO_SETTING_NUMBER, "1", "share of the filtered object blended in").above(0).at_most(1),
     end_of_settings()};
 
+const char* const k_potential_keys[] = {"reference", nullptr};
+const char* const k_references[] = {"zero", "minimum", nullptr};
+const tycho_setting k_potential_settings[] = {
+    setting("reference", TYCHO_SETTING_STRING, "\"zero\"",
+            "\"zero\": negative phases become 0 (the vacuum's); \"minimum\": each slice's smallest phase becomes 0")
+        .one_of(k_references),
+    end_of_settings()};
+
+const char* const k_tv_keys[] = {"weight", "iterations", nullptr};
+const tycho_setting k_tv_settings[] = {
+    setting("weight", TYCHO_SETTING_NUMBER, "0.001",
+            "λ of the step, in the object's units (|O| ≈ 1: radians); 0: no change").at_least(0),
+    setting("iterations", TYCHO_SETTING_INTEGER, "20", "Chambolle iterations per step").at_least(1).at_most(1000),
+    end_of_settings()};
+
+const char* const k_depth_keys[] = {"sigma_A", "weight", nullptr};
+const tycho_setting k_depth_settings[] = {
+    setting("sigma_A", TYCHO_SETTING_NUMBER, "5", "σ of the Gaussian along the depth, once per iteration", "Å").above(0),
+    setting("weight", TYCHO_SETTING_NUMBER, "1", "share of the filtered slices blended in").above(0).at_most(1),
+    end_of_settings()};
+
 const char* const k_power_keys[] = {"relative_power", nullptr};
 const tycho_setting k_power_settings[] = {
     setting("relative_power", TYCHO_SETTING_NUMBER, "1",
@@ -37,6 +58,15 @@ const char* const k_aperture_keys[] = {"semiangle_factor", nullptr};
 const tycho_setting k_aperture_settings[] = {
     setting("semiangle_factor", TYCHO_SETTING_NUMBER, "1.1",
             "the Fourier cut-off over the aperture's semiangle; the probe is 0 beyond it").above(0),
+    end_of_settings()};
+
+const char* const k_centre_keys[] = {"tolerance_A", "shift_object", nullptr};
+const tycho_setting k_centre_settings[] = {
+    setting("tolerance_A", TYCHO_SETTING_NUMBER, "0.01",
+            "the distance from the window centre the probe's centroid may keep (0: always centred)", "Å")
+        .at_least(0),
+    setting("shift_object", TYCHO_SETTING_BOOL, "true",
+            "shift the object with the probe, so the model intensities do not change"),
     end_of_settings()};
 
 const char* const k_affine_keys[] = {"linear", "fast_axis", "residual_weight", "residual_max_A", nullptr};
@@ -69,6 +99,18 @@ const tycho_component k_components[] = {
                             "blends a Gaussian low-pass of the object in, once per iteration", k_host, k_lowpass_keys,
                             constraint_vtable<tc::object_lowpass>("object_lowpass", k_host)),
                   k_lowpass_settings),
+    with_settings(component(TYCHO_COMPONENT_CONSTRAINT, "object_potential", "1.0.0",
+                            "a real, non-negative potential: O = exp(iσV), V ≥ 0, after each step", k_host,
+                            k_potential_keys, constraint_vtable<tc::object_potential>("object_potential", k_host)),
+                  k_potential_settings),
+    with_settings(component(TYCHO_COMPONENT_CONSTRAINT, "object_tv", "1.0.0",
+                            "a total-variation (ROF) proximal step on each slice, once per iteration", k_host, k_tv_keys,
+                            constraint_vtable<tc::object_tv>("object_tv", k_host)),
+                  k_tv_settings),
+    with_settings(component(TYCHO_COMPONENT_CONSTRAINT, "object_depth", "1.0.0",
+                            "blends a Gaussian low-pass along the slices in, once per iteration (slices > 1)", k_host,
+                            k_depth_keys, constraint_vtable<tc::object_depth>("object_depth", k_host)),
+                  k_depth_settings),
     with_settings(component(TYCHO_COMPONENT_CONSTRAINT, "probe_orthogonal_modes", "1.0.0",
                             "orthonormalises several probe modes in decreasing power after each step", k_host,
                             k_no_keys, constraint_vtable<tc::probe_orthogonal_modes>("probe_orthogonal_modes", k_host)),
@@ -81,6 +123,10 @@ const tycho_component k_components[] = {
                             "zeroes the probe's spectrum outside the probe-forming aperture after each step", k_host,
                             k_aperture_keys, constraint_vtable<tc::probe_aperture>("probe_aperture", k_host)),
                   k_aperture_settings),
+    with_settings(component(TYCHO_COMPONENT_CONSTRAINT, "probe_centre", "1.0.0",
+                            "keeps the probe's intensity centroid at the window centre, the object shifted alike",
+                            k_host, k_centre_keys, constraint_vtable<tc::probe_centre>("probe_centre", k_host)),
+                  k_centre_settings),
     with_settings(component(TYCHO_COMPONENT_CONSTRAINT, "positions_affine", "1.0.0",
                             "keeps the corrected positions an affine map of the nominal scan plus a residual", k_host,
                             k_affine_keys, constraint_vtable<tc::positions_affine>("positions_affine", k_host)),

@@ -1,8 +1,13 @@
-// The constraints on the object: amplitude range, pure phase, Gaussian low-pass.
+// The constraints on the object: amplitude range, pure phase, non-negative potential, Gaussian
+// low-pass.
 #include <tycho/core/accuracy.hpp>
+#include <tycho/core/multislice.hpp>
 
 #include <cmath>
+#include <algorithm>
 #include <complex>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "constraints.hpp"
@@ -59,6 +64,39 @@ object_phase::object_phase(const config_view&, const tycho_constraint_setup&) {}
 void object_phase::apply(const constraint_arguments& a) {
   const int64_t n = element_count(*a.object);
   with_complex_values(*a.object, [&](auto* z) { project_phase(z, n); });
+}
+
+object_potential::object_potential(const config_view& cfg, const tycho_constraint_setup& setup) {
+  const std::string reference = cfg.get_string("reference").value_or("zero");
+  if (reference != "zero" && reference != "minimum")
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key 'reference' in ", cfg.table_name(), " must be \"zero\" or \"minimum\", got \"",
+         reference, "\"");
+  subtract_minimum_ = reference == "minimum";
+  if (setup.wavelength_A > 0 && std::isfinite(setup.wavelength_A)) {
+    const double sigma = tycho::interaction_constant_rad_per_VA(setup.wavelength_A);
+    log(TYCHO_LOG_INFO, "object_potential",
+        cat("σ = ", sigma, " rad/(V·Å) at λ = ", setup.wavelength_A,
+            " Å: each slice's projected potential is V = arg O / σ, in V·Å (1 rad = ", 1.0 / sigma, " V·Å)"));
+  }
+}
+
+void object_potential::apply(const constraint_arguments& a) {
+  const int64_t slices = a.object->shape[0], n = a.object->shape[1] * a.object->shape[2];
+  with_complex_values(*a.object, [&](auto* z) {
+    using value = std::remove_pointer_t<decltype(z)>;
+    using real = typename value::value_type;
+    for (int64_t s = 0; s < slices; ++s) {
+      value* o = z + s * n;
+      // arg in (−π, π]: a slice's phase is taken to lie in (−π, π) (thin slices), so a negative
+      // one is a potential below the vacuum's, which V ≥ 0 does not allow.
+      real floor = 0;
+      if (subtract_minimum_) {
+        floor = std::numeric_limits<real>::max();
+        for (int64_t k = 0; k < n; ++k) floor = std::min(floor, std::arg(o[k]));
+      }
+      for (int64_t k = 0; k < n; ++k) o[k] = std::polar(real(1), std::max(std::arg(o[k]) - floor, real(0)));
+    }
+  });
 }
 
 object_lowpass::object_lowpass(const config_view& cfg, const tycho_constraint_setup& setup) {

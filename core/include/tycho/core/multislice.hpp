@@ -35,4 +35,12 @@ std::vector<std::complex<double>> initial_probe_modes(const std::vector<std::com
 template <class T>
 void orthogonalize_probe_modes(std::complex<T>* probe, int64_t modes, int64_t n);
 
+// The interaction constant σ in rad/(V·Å) of electrons of wavelength λ (Å): a slice of
+// projected potential V (V·Å) transmits exp(iσV). σ = 2π m e λ / h² with the relativistic mass
+// m = γ m₀, γ = sqrt(1 + (λ_C/λ)²) (λ_C = h / (m₀c), the Compton wavelength), CODATA 2018
+// constants (Kirkland 2010, "Advanced Computing in Electron Microscopy", eq. 5.6): 80 keV →
+// 1.0087e-3, 200 keV → 7.2884e-4, 300 keV → 6.5262e-4. Throws tycho::error
+// (TYCHO_ERR_INVALID_ARGUMENT) for a wavelength that is not a finite number > 0.
+double interaction_constant_rad_per_VA(double wavelength_A);
+
 }  // namespace tycho
