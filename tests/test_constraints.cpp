@@ -564,6 +564,27 @@ TEST_F(ConstraintRuns, AListEntryEqualsTheShorthandKeyBitForBit) {
   EXPECT_EQ(constraints, 1);
 }
 
+// [reconstruct.object] kind = "potential" is the constraint object_potential with its defaults,
+// applied from the first iteration: bit for bit the list entry, and |O| = 1 with phases >= 0.
+TEST_F(ConstraintRuns, ThePotentialKindIsTheObjectPotentialConstraint) {
+  auto key = reconstruct({"reconstruct.iterations=2", "reconstruct.object.kind=\"potential\""}, "key.zip");
+  ASSERT_TRUE(key.exited_with(0)) << key.describe();
+  auto list = reconstruct({"reconstruct.iterations=2", "reconstruct.constraints=[{name=\"object_potential\"}]"},
+                          "list.zip");
+  ASSERT_TRUE(list.exited_with(0)) << list.describe();
+  for (const char* a : {"object", "probe", "loss_history"}) EXPECT_EQ(bytes("key.zip", a), bytes("list.zip", a)) << a;
+  auto rec = tycho::test::load_result((tmp_.path() / "key.zip").string());
+  const auto& obj = rec.array("object", "key.zip");
+  const auto* z = obj.as<cfloat>();
+  double worst_modulus = 0, lowest_phase = 0;
+  for (int64_t k = 0; k < obj.count(); ++k) {
+    worst_modulus = std::max(worst_modulus, double(std::abs(std::abs(z[k]) - 1.0f)));
+    lowest_phase = std::min(lowest_phase, double(std::arg(z[k])));
+  }
+  EXPECT_LT(worst_modulus, 1e-6);
+  EXPECT_GE(lowest_phase, 0.0);
+}
+
 // object_phase within iterations [3, 3] of 3 leaves |O| = 1; within [2, 2] iteration 3 moves it off.
 TEST_F(ConstraintRuns, AConstraintAppliesOnlyWithinItsIterations) {
   auto last = reconstruct({"reconstruct.iterations=3",

@@ -89,7 +89,9 @@ void constraint_list::read(const config_document& doc, const registry& reg, cons
   };
   // As the driver of ABI 1.2 applied them: a pure phase, else the amplitude clamp; the probe's
   // modes orthonormalised from the probe's first step on.
-  if (sh.pure_phase)
+  if (sh.potential)  // the constraint's own defaults (reference = "zero")
+    shorthand(defaults::potential_constraint, "[reconstruct.object] kind = \"potential\"", {}, 1);
+  else if (sh.pure_phase)
     shorthand(defaults::phase_constraint, "[reconstruct.object] kind = \"phase\"", {}, 1);
   else if (sh.amplitude_max > 0)
     shorthand(defaults::amplitude_constraint, "[reconstruct.object] amplitude_max", toml::table{{"max", sh.amplitude_max}},

@@ -30,6 +30,7 @@ struct constraint_entry {
 struct constraint_shorthands {
   double amplitude_max = 0;           // [reconstruct.object] amplitude_max (> 0: on)
   bool pure_phase = false;            // [reconstruct.object] kind = "phase"
+  bool potential = false;             // [reconstruct.object] kind = "potential"
   bool orthogonalize_modes = true;    // [reconstruct.probe] orthogonalize_modes
   int64_t probe_modes = 1;
   int64_t probe_first_iteration = 1;  // the orthonormalisation follows the probe's steps

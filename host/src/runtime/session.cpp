@@ -173,9 +173,11 @@ reconstruct_settings read_reconstruct_settings(const config_document& doc) {
       *setting_value<double>(doc.table_at("reconstruct.object"), "reconstruct.object", "amplitude_max");
   {
     const std::string kind = *setting_value<std::string>(doc.table_at("reconstruct.object"), "reconstruct.object", "kind");
-    if (kind != "complex" && kind != "phase")
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct.object] kind = \"", kind, "\": must be \"complex\" or \"phase\"");
+    if (kind != "complex" && kind != "phase" && kind != "potential")
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct.object] kind = \"", kind,
+           "\": must be \"complex\", \"phase\" or \"potential\"");
     r.constraints.pure_phase = kind == "phase";
+    r.constraints.potential = kind == "potential";
   }
   r.object = read_parameter_settings(doc, "object", r.iterations);
   r.probe = read_parameter_settings(doc, "probe", r.iterations);

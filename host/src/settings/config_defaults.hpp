@@ -16,6 +16,7 @@ inline constexpr const char* format = "zip";          // [output] format, and of
 // The built-in constraints the runtime's shorthand keys stand for (host/src/constraint_list.cpp).
 inline constexpr const char* amplitude_constraint = "object_amplitude";  // [reconstruct.object] amplitude_max
 inline constexpr const char* phase_constraint = "object_phase";          // [reconstruct.object] kind = "phase"
+inline constexpr const char* potential_constraint = "object_potential";  // [reconstruct.object] kind = "potential"
 inline constexpr const char* mode_constraint = "probe_orthogonal_modes"; // [reconstruct.probe] orthogonalize_modes
 // [parallel] rendezvous = "mpi": the ranks of a GPU run meet through a host reducer under mpirun.
 inline constexpr const char* rendezvous_host_reducer = "mpi";

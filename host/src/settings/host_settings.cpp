@@ -111,8 +111,10 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
     m["reconstruct.object"].push_back(
         at_least(decl("amplitude_max", N, "0", "", "after each step clip |O| to at most this, if > 0 (0: off)"), 0));
     m["reconstruct.object"].push_back(one_of(
-        decl("kind", S, "\"complex\"", "", "complex transmission, or a pure phase (|O| = 1 after each step)"),
-        {"complex", "phase"}));
+        decl("kind", S, "\"complex\"", "",
+             "complex transmission, a pure phase (|O| = 1 after each step), or a real non-negative potential "
+             "(|O| = 1 and phase >= 0: the constraint object_potential)"),
+        {"complex", "phase", "potential"}));
     m["reconstruct.probe"] = parameter_keys();
     m["reconstruct.probe"].push_back(at_most(
         at_least(decl("mode_power", N, "0.1", "", "share of the power the initial modes beyond the first carry together"), 0),
