@@ -880,7 +880,7 @@ void session::state::resolve_geometry(state& s, start& st) {
   // anything that size is allocated (a wrong scan step or pixel size makes a huge object)
   memory_problem need = run_memory_problem(s.config, *s.reg, info, s.data.n0, s.data.n1, s.layout);
   need.patterns = s.data.patterns;  // this rank's share
-  if (!s.data.counts.empty()) need.target_bytes = 2;  // uint16 counts
+  if (!s.data.counts.empty()) need.target_bytes = 2;  // uint16 counts, read as such
   {
     // Where the targets live: in memory, or read per batch from the prepared file's patterns.
     const bool on_device = s.par->device().device_type != kDLCPU;
