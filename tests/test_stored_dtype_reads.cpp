@@ -274,6 +274,38 @@ TEST_F(StoredDtypeReads, ASourceClaimingADtypeItDoesNotDeliverIsRefused) {
   }
 }
 
+// A preprocessing stage that only measures (the centre-of-mass plane fit) measures it on the
+// counts: the MoS2 counts read as uint16 give the fit and the result of the float32 path (forced
+// by a no-op crop) bit for bit.
+TEST(StoredDtypeRun, CentreOfMassFitOnCountsEqualsTheFloat32Path) {
+  tycho::test::temp_folder tmp;
+  auto run = [&](const std::string& out, std::vector<std::string> extra) {
+    std::vector<std::string> argv = {tycho::test::tycho_exe(), "reconstruct",
+                                     tycho::test::source_dir() + "/examples/mos2.toml", "--iterations", "2",
+                                     "--set", "output.previews=false", "--set", "reconstruct.threads=2",
+                                     "--set", "preprocess.integer_targets=true", "--set", "preprocess.com_fit='plane'",
+                                     "-o", tmp / out};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto r = tycho::test::run_command(argv);
+    EXPECT_TRUE(r.exited_with(0)) << r.describe();
+    return r;
+  };
+  const auto counts = run("counts.zip", {});
+  const auto floats = run("float32.zip", {"--set", "preprocess.crop_detector=[96, 96]"});
+  EXPECT_TRUE(contains(counts.err, "patterns (14 MiB as uint16 counts, read as the stored uint16)")) << counts.err;
+  EXPECT_TRUE(contains(floats.err, "patterns (27 MiB as float32)")) << floats.err;
+  auto fit_line = [](const std::string& log) {
+    const std::size_t at = log.find("centre of mass (px from the detector centre)");
+    return at == std::string::npos ? std::string() : log.substr(at, log.find('\n', at) - at);
+  };
+  ASSERT_FALSE(fit_line(counts.err).empty()) << counts.err;
+  EXPECT_EQ(fit_line(counts.err), fit_line(floats.err));
+  const auto a = tycho::test::load_result(tmp / "counts.zip"), b = tycho::test::load_result(tmp / "float32.zip");
+  for (const char* name : {"object", "probe", "loss_history", "positions_px"})
+    EXPECT_TRUE(a.array(name, tmp / "counts.zip").bytes == b.array(name, tmp / "float32.zip").bytes)
+        << name << " differs between the counts and the float32 path";
+}
+
 // Runs `argv` with RLIMIT_DATA = limit; returns its exit status and its peak RSS (bytes).
 std::pair<int, uint64_t> run_limited(const std::vector<std::string>& argv, uint64_t limit, const std::string& log) {
   const pid_t pid = fork();

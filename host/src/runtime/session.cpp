@@ -831,10 +831,10 @@ void session::state::read_data(state& s, start& st) {
     auto t0 = std::chrono::steady_clock::now();
     // Integer counts read as such (in the source's stored dtype, chunk by chunk: no float32 copy
     // of the scan) when they become uint16 targets anyway and the preprocessing stage, which
-    // computes in float32, leaves the patterns as they are (bad pixels are masked on counts).
-    const bool as_counts =
-        wants_integer_targets(s.config, s.par->device()) &&
-        !read_preprocess_settings(s.config.table_at("preprocess"), s.config.origin()).active();
+    // computes in float32, leaves the patterns as they are (bad pixels are masked on counts; a
+    // stage that only measures the centre of mass measures it on the counts).
+    const preprocess_settings stage = read_preprocess_settings(s.config.table_at("preprocess"), s.config.origin());
+    const bool as_counts = wants_integer_targets(s.config, s.par->device()) && (!stage.active() || stage.only_measures());
     s.data = read_dataset(source, &data_cfg, replicated ? 0 : s.par->rank(), replicated ? 1 : world, as_counts);
     const bool counts = !s.data.counts.empty();
     log_info("session", cat("read ", s.data.patterns, " patterns (",
