@@ -54,6 +54,7 @@ class CxiSource : public ::testing::Test {
   void close() { source_.close(); }
   tycho_dataset_info info() { return source_.info(); }
   std::vector<float> read(int64_t first, int64_t count) { return source_.read(first, count); }
+  std::vector<uint16_t> read_uint16(int64_t first, int64_t count) { return source_.read_uint16(first, count); }
   tycho_status positions(std::vector<double>& out) { return source_.positions(out); }
   std::vector<double> positions() {
     std::vector<double> p;
@@ -392,6 +393,15 @@ std::vector<uint16_t> permuted_counts(const std::vector<int>& order, std::vector
 }
 
 TEST_F(CxiSource, Hdf5PermutedAxesReadLikeEmdBitForBit) {
+  // The emd source delivers the stored uint16 too (ABI 1.3): the counts, in two pieces.
+  ASSERT_EQ(open_path(tycho::test::example_data("mos2_80kV_32x24_counts.h5"), "", "emd"), TYCHO_OK)
+      << tycho::last_error();
+  EXPECT_EQ(info().reads_stored_dtype, 1);
+  std::vector<uint16_t> emd_counts = read_uint16(0, 37);
+  const std::vector<uint16_t> rest = read_uint16(37, k_patterns - 37);
+  emd_counts.insert(emd_counts.end(), rest.begin(), rest.end());
+  EXPECT_TRUE(emd_counts == tycho::test::mos2_counts());
+  close();
   const std::vector<float> emd = emd_patterns();
   struct variant {
     std::vector<int> order;
@@ -422,6 +432,12 @@ TEST_F(CxiSource, Hdf5PermutedAxesReadLikeEmdBitForBit) {
     // Pieces: the end of a row, whole rows, the start of a row; a single pattern.
     EXPECT_TRUE(same_bits(read(5, 60), std::vector<float>(emd.begin() + 5 * k_pattern_px, emd.begin() + 65 * k_pattern_px)));
     EXPECT_TRUE(same_bits(read(767, 1), std::vector<float>(emd.end() - k_pattern_px, emd.end())));
+    // In the stored dtype (ABI 1.3, reads_stored_dtype): the counts themselves, in scan order.
+    const auto& counts = tycho::test::mos2_counts();
+    EXPECT_EQ(i.reads_stored_dtype, 1);
+    EXPECT_TRUE(read_uint16(0, k_patterns) == counts);
+    EXPECT_TRUE(read_uint16(5, 60) ==
+                std::vector<uint16_t>(counts.begin() + 5 * k_pattern_px, counts.begin() + 65 * k_pattern_px));
     std::vector<double> p;
     EXPECT_EQ(positions(p), TYCHO_ERR_UNSUPPORTED);  // a raster: the host lays it out from scan_step_A
   }

@@ -126,6 +126,17 @@ TEST(MemoryPlan, HostStagingHoldsEveryPattern) {
   EXPECT_EQ(plan.terms.size(), 4u);
 }
 
+// Integer counts read as such (the source delivers its stored uint16): the cpu engine reads the
+// host's uint16 targets, 2 bytes per pixel; a device engine's host staging stays float32.
+TEST(MemoryPlan, CpuCountsReadAsSuchTakeTwoBytesPerPixel) {
+  memory_problem p = small_cpu();
+  EXPECT_EQ(plan_memory(p, 0).term("targets").bytes, 12u * 48 * 4);
+  p.target_bytes = 2;
+  const memory_plan plan = plan_memory(p, 0);
+  EXPECT_EQ(plan.term("targets").bytes, 12u * 48 * 2);
+  EXPECT_EQ(plan.term("targets").formula, "12 patterns · 8·6 px · 2 B (uint16 counts)");
+}
+
 TEST(MemoryPlan, FitsAtExactlyTheCapacity) {
   EXPECT_TRUE(plan_memory(small_cpu(), 47952).fits);
   memory_plan over = plan_memory(small_cpu(), 47951);

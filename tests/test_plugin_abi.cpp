@@ -232,6 +232,10 @@ TEST(PluginAbi, LayoutIsStable) {
   EXPECT_EQ(offsetof(tycho_constraint_vtable, create), 8u);
   EXPECT_EQ(offsetof(tycho_constraint_vtable, destroy), 32u);
   EXPECT_EQ(sizeof(tycho_constraint_vtable), 40u);
+  // ABI 1.3 appended reads_stored_dtype to the data set's info (sources deliver their stored dtype).
+  EXPECT_EQ(offsetof(tycho_dataset_info, description), 112u);
+  EXPECT_EQ(offsetof(tycho_dataset_info, reads_stored_dtype), 120u);
+  EXPECT_EQ(sizeof(tycho_dataset_info), 128u);
 #endif
   // The vtables and the host table: struct_size then abi_version.
   EXPECT_EQ(offsetof(tycho_source_vtable, abi_version), 4u);

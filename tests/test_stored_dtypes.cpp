@@ -206,8 +206,9 @@ TEST_F(StoredDtypes, Float16IsExact) {
 namespace {
 
 // Integer counts stay integer until the loss: asked for (the default for device engines), the MoS2
-// counts (uint16) reach the engine as uint16 targets (half the memory), widened exactly before the
-// loss, so the run equals the float32 one bit for bit; data that are no longer whole numbers
+// counts (uint16) are read as uint16 (the source delivers its stored dtype) and reach the engine
+// as uint16 targets (half the memory), widened exactly before the loss, so the run equals the
+// float32 one bit for bit; data that are no longer whole numbers
 // (normalised) go as float32.
 TEST(IntegerTargets, CountsReachTheEngineAsUint16AndChangeNothing) {
   tycho::test::temp_folder tmp;
@@ -223,6 +224,8 @@ TEST(IntegerTargets, CountsReachTheEngineAsUint16AndChangeNothing) {
   };
   auto u = run("u.zip", {"--set", "preprocess.integer_targets=true"});
   EXPECT_NE(u.err.find("targets uint16"), std::string::npos) << u.err;
+  // Read as counts in the stored dtype (the emd source delivers uint16): no float32 copy.
+  EXPECT_NE(u.err.find("patterns (14 MiB as uint16 counts, read as the stored uint16)"), std::string::npos) << u.err;
   auto f = run("f.zip", {});  // the cpu engine's default: float32 (see docs/config-reference.md)
   EXPECT_NE(f.err.find("targets float32"), std::string::npos) << f.err;
   auto n = run("n.zip", {"--set", "preprocess.normalise=true", "--set", "preprocess.integer_targets=true"});

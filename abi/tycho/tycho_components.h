@@ -71,6 +71,12 @@ typedef struct tycho_dataset_info {
   double C10_A;                   /* defocus aberration C10 (= −defocus), Å */
   int32_t patterns_centred;       /* 1: zero frequency at index N/2 (fftshift order) */
   const char* description;        /* e.g. "file.h5:/datacube_root/datacube/data"; owned by source */
+  /* ---- appended in ABI 1.3: the source delivers its stored dtype. 1: read() also fills a `dst`
+   * whose dtype is stored_dtype (uint8, uint16 or float16; float32 is read()'s own), with the
+   * values as stored, unconverted, so a host can keep integer counts as integers without a
+   * float32 copy of the scan. 0, or a struct_size that ends before this field (an older
+   * source): read() fills float32 only, and a host never asks for another dtype. */
+  int32_t reads_stored_dtype;
 } tycho_dataset_info;
 
 typedef struct tycho_source_vtable {
@@ -80,7 +86,10 @@ typedef struct tycho_source_vtable {
   tycho_status (*open)(const tycho_config* cfg, tycho_source** out);
   tycho_status (*info)(tycho_source* src, tycho_dataset_info* out);
   /* Reads patterns [first, first+count) in scan order (C order over Rx, Ry) into `dst`:
-   * a host float32 tensor of shape (count, Qx, Qy), C-contiguous, as stored (still centred). */
+   * a host float32 tensor of shape (count, Qx, Qy), C-contiguous, as stored (still centred).
+   * Since ABI 1.3, when info() set reads_stored_dtype = 1, `dst` may instead have the dtype
+   * stored_dtype (the same shape): the stored values, unconverted. Any other dtype is refused
+   * (TYCHO_ERR_INVALID_ARGUMENT). */
   tycho_status (*read)(tycho_source* src, int64_t first, int64_t count, DLTensor* dst);
   void (*close)(tycho_source* src);
   /* ---- appended (in ABI 1.0, before its release): positions listed by the data set (CXI translations, a positions dataset).

@@ -160,7 +160,11 @@ std::vector<memory_term> memory_terms(const memory_problem& p) {
   // Streamed targets (target_residency = "disk"): the engine holds one mini-batch's share,
   // b = min(⌈B/W⌉, ⌈P/W⌉) patterns, and the host its read-ahead (host_staging: 2 batches).
   const uint64_t shard = p.model == memory_model::host_staging ? u(p.patterns) : u(ceil_div(p.patterns, w));
-  const uint64_t tb = p.model == memory_model::cuda ? u(p.target_bytes) : 4;
+  // The cuda engine's dtype; the cpu engine reads the host's float32 targets, or its uint16 counts
+  // read as such (the host then says target_bytes 2); a device engine's host staging: float32.
+  const uint64_t tb = p.model == memory_model::cuda || (p.model == memory_model::cpu && p.target_bytes == 2)
+                          ? u(p.target_bytes)
+                          : 4;
   if (p.targets_streamed) {
     const uint64_t b = std::min(u(ceil_div(p.batch_size, w)), u(ceil_div(p.patterns, w)));
     const uint64_t held = p.model == memory_model::host_staging ? 2 * b : b;
@@ -169,7 +173,8 @@ std::vector<memory_term> memory_terms(const memory_problem& p) {
     if (p.model == memory_model::cpu) t.push_back(read_ahead_term(p));  // the host's, in the same process
   } else {
     t.push_back({"targets", mul({shard, m, tb}),
-                 cat(shard, " patterns · ", M, " px · ", tb, " B", p.model == memory_model::cuda ? "" : " (float32)")});
+                 cat(shard, " patterns · ", M, " px · ", tb, " B",
+                                 p.model == memory_model::cuda ? "" : tb == 2 ? " (uint16 counts)" : " (float32)")});
   }
   t.push_back({"object", mul(obj, c), cat(O, " px · ", c, " B")});
   t.push_back({"probe", mul(probe, c), cat(KM, " px · ", c, " B")});

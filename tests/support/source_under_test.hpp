@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,22 @@ class source_under_test {
     t.device = {kDLCPU, 0};
     t.ndim = 3;
     t.dtype = {kDLFloat, 32, 1};
+    t.shape = shape;
+    EXPECT_EQ(vt->read(src, first, count, &t), TYCHO_OK) << tycho::last_error();
+    return buf;
+  }
+
+  // Patterns [first, first + count) as (count, Qx, Qy) uint16, the stored dtype of a source that
+  // delivers it (tycho_dataset_info::reads_stored_dtype), the buffer filled with `fill` first.
+  std::vector<uint16_t> read_uint16(int64_t first, int64_t count, uint16_t fill = 0xabcd) {
+    tycho_dataset_info i = info();
+    std::vector<uint16_t> buf(size_t(count * i.detector_shape[0] * i.detector_shape[1]), fill);
+    int64_t shape[3] = {count, i.detector_shape[0], i.detector_shape[1]};
+    DLTensor t{};
+    t.data = buf.data();
+    t.device = {kDLCPU, 0};
+    t.ndim = 3;
+    t.dtype = {kDLUInt, 16, 1};
     t.shape = shape;
     EXPECT_EQ(vt->read(src, first, count, &t), TYCHO_OK) << tycho::last_error();
     return buf;

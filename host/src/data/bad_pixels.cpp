@@ -135,11 +135,14 @@ std::string mask_bad_pixels(dataset& d, const bad_pixel_settings& settings, cons
   std::vector<example> first_seen(static_cast<std::size_t>(m));
   const bool check_saturation = settings.saturation_value.has_value();
   const double saturation = settings.saturation_value.value_or(0);
+  // The patterns as float32 (d.targets) or as uint16 counts (d.counts): the same values, exactly.
+  const bool counts = d.targets.empty() && !d.counts.empty();
   for (int64_t local = 0; local < d.patterns; ++local) {
-    const float* p = d.targets.data() + local * m;
+    const float* p = counts ? nullptr : d.targets.data() + local * m;
+    const uint16_t* c = counts ? d.counts.data() + local * m : nullptr;
     bool any = false;
     for (int64_t k = 0; k < m; ++k) {
-      const float v = p[k];
+      const float v = counts ? float(c[k]) : p[k];
       const bool nonfinite = !std::isfinite(v);
       const bool saturated = !nonfinite && check_saturation && double(v) >= saturation;
       if (!nonfinite && !saturated) continue;
@@ -204,15 +207,23 @@ std::string mask_bad_pixels(dataset& d, const bad_pixel_settings& settings, cons
                           : "Raise [preprocess] max_masked_fraction if so many pixels are really bad");
 
   // Masked pixels are 0 in every pattern; the totals leave them out.
+  // (In the order of the float32 sums: a uint16 count converts to the same double as its float32.)
   double total = 0;
-  for (int64_t local = 0; local < d.patterns; ++local) {
-    float* p = d.targets.data() + local * m;
-    double pattern_sum = 0;
-    for (int64_t k = 0; k < m; ++k) {
-      if (all.bad[std::size_t(k)]) p[k] = 0.f;
-      pattern_sum += p[k];
+  auto mask_and_sum = [&](auto* targets) {
+    for (int64_t local = 0; local < d.patterns; ++local) {
+      auto* p = targets + local * m;
+      double pattern_sum = 0;
+      for (int64_t k = 0; k < m; ++k) {
+        if (all.bad[std::size_t(k)]) p[k] = 0;
+        pattern_sum += p[k];
+      }
+      total += pattern_sum;
     }
-    total += pattern_sum;
+  };
+  if (counts) {
+    mask_and_sum(d.counts.data());
+  } else {
+    mask_and_sum(d.targets.data());
   }
   d.total_intensity = total;
   d.mean_total_intensity = d.patterns > 0 ? total / double(d.patterns) : 0.0;

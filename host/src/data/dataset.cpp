@@ -2,7 +2,9 @@
 
 #include <tycho/core/driver.hpp>
 #include <tycho/core/error.hpp>
+#include <tycho/core/last_error.hpp>
 #include <tycho/core/sharding.hpp>
+#include <tycho/sdk.hpp>
 #include <tycho/sdk/checked.hpp>
 
 #include <algorithm>
@@ -19,11 +21,91 @@ namespace tycho::host {
 namespace {
 // Swaps the quadrants of one (n0, n1) pattern: centred (zero frequency at N/2) → FFT order.
 // ifftshift for odd sizes too.
-void ifftshift(float* p, int64_t n0, int64_t n1, std::vector<float>& tmp) {
+template <class T>
+void ifftshift(T* p, int64_t n0, int64_t n1, std::vector<T>& tmp) {
   tmp.assign(p, p + n0 * n1);
   for (int64_t i = 0; i < n0; ++i)
     for (int64_t j = 0; j < n1; ++j)
       p[i * n1 + j] = tmp[std::size_t(((i + n0 / 2) % n0) * n1 + (j + n1 / 2) % n1)];
+}
+
+constexpr DLDataType k_uint8{kDLUInt, 8, 1}, k_uint16{kDLUInt, 16, 1}, k_float16{kDLFloat, 16, 1},
+    k_float32{kDLFloat, 32, 1};
+bool same_dtype(DLDataType a, DLDataType b) { return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes; }
+
+// Whether the source delivers its stored dtype (tycho_dataset_info::reads_stored_dtype, ABI 1.3):
+// only when its info covers the field and sets it. A source that claims it for a dtype no host
+// takes is refused.
+bool source_reads_stored_dtype(const dataset& d) {
+  if (d.info.struct_size < offsetof(tycho_dataset_info, reads_stored_dtype) + sizeof(d.info.reads_stored_dtype) ||
+      d.info.reads_stored_dtype == 0)
+    return false;
+  const DLDataType t = d.info.stored_dtype;
+  if (!same_dtype(t, k_uint8) && !same_dtype(t, k_uint16) && !same_dtype(t, k_float16) && !same_dtype(t, k_float32))
+    fail(TYCHO_ERR_BAD_DATA, "source '", d.source_name, "' (data '", d.description, "') declares that it delivers ",
+         "its stored dtype (reads_stored_dtype = ", d.info.reads_stored_dtype, ") for data stored as ",
+         sdk::dtype_name(t), "; a source may deliver uint8, uint16, float16 or float32 (docs/plugin-guide.md)");
+  return true;
+}
+
+// Reads patterns [first, first + count) of the source through read() into `dst`, whose dtype
+// says what is asked: float32, or the stored dtype of a source that delivers it.
+void read_patterns(const tycho_source_vtable* vt, tycho_source* src, const dataset& d, int64_t first, int64_t count,
+                   void* dst, DLDataType dtype) {
+  int64_t shape[3] = {count, d.n0, d.n1};
+  DLTensor t{};
+  t.data = dst;
+  t.device = {kDLCPU, 0};
+  t.ndim = 3;
+  t.dtype = dtype;
+  t.shape = shape;
+  const tycho_status st = vt->read(src, first, count, &t);
+  if (st == TYCHO_OK) return;
+  if (same_dtype(dtype, k_float32)) check_status(st, "source read");
+  const std::string why = last_error();
+  fail(st, "source '", d.source_name, "' declares that it delivers the stored dtype of '", d.description, "' (",
+       sdk::dtype_name(dtype), ", reads_stored_dtype = 1) but did not read patterns [", first, ", ", first + count,
+       ") as ", sdk::dtype_name(dtype), ": ", why.empty() ? cat("status ", int(st)) : why);
+}
+
+// The patterns of d's block as uint16 counts, read in the stored dtype (uint8 or uint16) in
+// chunks straight into d.counts: no float32 copy of the scan. Returns false, reading nothing,
+// when the source does not deliver such a dtype.
+bool read_counts(const tycho_source_vtable* vt, tycho_source* src, dataset& d) {
+  const DLDataType t = d.info.stored_dtype;
+  if (!source_reads_stored_dtype(d) || !(same_dtype(t, k_uint8) || same_dtype(t, k_uint16))) return false;
+  const int64_t m = d.n0 * d.n1;
+  const uint64_t target_bytes = uint64_t(d.patterns) * uint64_t(m) * 2u;  // < 2^63: checked by the caller
+  if (const uint64_t have = physical_memory_bytes(); have > 0 && target_bytes > have)
+    fail(TYCHO_ERR_OUT_OF_MEMORY, "data '", d.description, "': ", d.patterns, " patterns of ", d.n0, " x ", d.n1,
+         " pixels need ", human_bytes(target_bytes), " as uint16 counts, more than this machine's ", human_bytes(have),
+         " of memory (check the file's shape; run `tycho plan` for the remedies: more ranks, binning)");
+  d.counts.resize(std::size_t(d.patterns * m));
+  const int64_t chunk = std::max<int64_t>(1, (int64_t(16) << 20) / m);  // ~16 MiB of uint8 staging
+  std::vector<uint8_t> staging;
+  report_stage("reading", 0, d.patterns);
+  for (int64_t first = 0; first < d.patterns; first += chunk) {
+    const int64_t count = std::min(chunk, d.patterns - first);
+    uint16_t* out = d.counts.data() + first * m;
+    if (same_dtype(t, k_uint16)) {
+      read_patterns(vt, src, d, d.first + first, count, out, t);
+    } else {
+      staging.resize(std::size_t(count * m));
+      read_patterns(vt, src, d, d.first + first, count, staging.data(), t);
+      std::copy(staging.begin(), staging.end(), out);  // widened, exactly
+    }
+    report_stage("reading", first + count, d.patterns);
+  }
+  // No negative or non-finite value exists; the largest, and the shift to FFT order.
+  std::vector<uint16_t> tmp;
+  uint16_t max_value = 0;
+  for (int64_t local = 0; local < d.patterns; ++local) {
+    uint16_t* p = d.counts.data() + local * m;
+    max_value = std::max(max_value, *std::max_element(p, p + m));
+    if (d.info.patterns_centred) ifftshift(p, d.n0, d.n1, tmp);
+  }
+  d.max_value = float(max_value);
+  return true;
 }
 }  // namespace
 
@@ -54,7 +136,8 @@ std::vector<double> read_source_positions(const tycho_source_vtable* vt, tycho_s
   return positions;
 }
 
-dataset read_dataset(const component_ref& source, const tycho_config* data_table, int64_t part, int64_t parts) {
+dataset read_dataset(const component_ref& source, const tycho_config* data_table, int64_t part, int64_t parts,
+                     bool as_counts) {
   const auto* vt = source.as<tycho_source_vtable>();
   tycho_source* src = nullptr;
   check_status(vt->open(data_table, &src), "source open");
@@ -79,6 +162,7 @@ dataset read_dataset(const component_ref& source, const tycho_config* data_table
 
   block_of(d.all_patterns, parts, part, d.first, d.patterns);
   const int64_t m = d.n0 * d.n1;
+  if (as_counts && read_counts(vt, src, d)) return d;
   // This rank's patterns as float32, bounded by this machine's memory before they are allocated
   // (the session's memory plan, which counts the rest of the run, comes after the read).
   const uint64_t target_bytes = uint64_t(d.patterns) * uint64_t(m) * 4u;  // < 2^63: checked above
@@ -91,14 +175,7 @@ dataset read_dataset(const component_ref& source, const tycho_config* data_table
   report_stage("reading", 0, d.patterns);  // the `tycho` command's progress bar
   for (int64_t first = 0; first < d.patterns; first += chunk) {
     int64_t count = std::min(chunk, d.patterns - first);
-    int64_t shape[3] = {count, d.n0, d.n1};
-    DLTensor t{};
-    t.data = d.targets.data() + first * m;
-    t.device = {kDLCPU, 0};
-    t.ndim = 3;
-    t.dtype = {kDLFloat, 32, 1};
-    t.shape = shape;
-    check_status(vt->read(src, d.first + first, count, &t), "source read");
+    read_patterns(vt, src, d, d.first + first, count, d.targets.data() + first * m, k_float32);
     report_stage("reading", first + count, d.patterns);
   }
 

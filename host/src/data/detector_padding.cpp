@@ -108,7 +108,12 @@ detector_padding pad_detector(dataset& d, std::array<int64_t, 2> window) {
   }
 
   const int64_t n = d.n0 * d.n1, m = window[0] * window[1];
-  if (!d.streamed) {  // streamed targets are padded as they are read (target_stream)
+  if (!d.streamed && !d.counts.empty()) {  // uint16 counts (read_dataset's as_counts)
+    std::vector<uint16_t> padded(std::size_t(d.patterns * m));
+    for (int64_t j = 0; j < d.patterns; ++j)
+      pad_fft_order(d.counts.data() + j * n, d.n0, d.n1, padded.data() + j * m, window[0], window[1]);
+    d.counts = std::move(padded);
+  } else if (!d.streamed) {  // streamed targets are padded as they are read (target_stream)
     std::vector<float> padded(std::size_t(d.patterns * m));
     for (int64_t j = 0; j < d.patterns; ++j)
       pad_fft_order_pattern(d.targets.data() + j * n, d.n0, d.n1, padded.data() + j * m, window[0], window[1]);

@@ -531,14 +531,21 @@ preprocess_report preprocess_dataset(dataset& d, const config_document& doc, con
   // 3. centre of mass of each pattern, px from the zero-frequency pixel.
   if (s.needs_com()) {
     rep.com.assign(std::size_t(2 * d.patterns), nan);
+    // The patterns as float32, or as uint16 counts when the stage only measures (read_dataset's
+    // as_counts): the same values, converted to the same doubles, summed in the same order.
+    const bool counts = d.targets.empty() && !d.counts.empty();
+    if (counts && !s.only_measures())
+      fail(TYCHO_ERR_INTERNAL, "the preprocessing stage changes the patterns but they were read as counts");
     for (int64_t l = 0; l < d.patterns; ++l) {
-      const float* p = d.targets.data() + l * m;
+      const float* pf = counts ? nullptr : d.targets.data() + l * m;
+      const uint16_t* pc = counts ? d.counts.data() + l * m : nullptr;
+      auto value = [&](int64_t k) { return counts ? double(pc[k]) : double(pf[k]); };
       double tot = 0, m0 = 0, m1 = 0;
       for (int64_t i = 0; i < d.n0; ++i) {
         const double f0 = double(fft_frequency(i, d.n0));
         double row = 0, row1 = 0;
         for (int64_t j = 0; j < d.n1; ++j) {
-          const double v = p[i * d.n1 + j];
+          const double v = value(i * d.n1 + j);
           row += v;
           row1 += v * double(fft_frequency(j, d.n1));
         }

@@ -6,6 +6,7 @@
 #include <tycho/core/geometry.hpp>
 #include <tycho/core/multislice.hpp>
 #include <tycho/host/optics.hpp>
+#include <tycho/sdk.hpp>
 
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
@@ -375,15 +376,28 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 // The mean of the patterns held, (N0, N1) in the targets' order; non-finite pixels count 0.
+// The targets as float32 or as uint16 counts (the same values, summed in the same order).
 std::vector<double> mean_pattern(const dataset& d) {
   const std::size_t n = std::size_t(d.n0 * d.n1);
   std::vector<double> mean(n, 0.0);
-  if (d.patterns <= 0 || d.targets.size() < n * std::size_t(d.patterns)) return mean;
+  const bool counts = d.targets.empty() && !d.counts.empty();
+  if (d.patterns <= 0 || (counts ? d.counts.size() : d.targets.size()) < n * std::size_t(d.patterns)) return mean;
   for (int64_t p = 0; p < d.patterns; ++p)
     for (std::size_t k = 0; k < n; ++k)
-      if (const float v = d.targets[std::size_t(p) * n + k]; std::isfinite(v)) mean[k] += v;
+      if (counts) {
+        mean[k] += d.counts[std::size_t(p) * n + k];
+      } else if (const float v = d.targets[std::size_t(p) * n + k]; std::isfinite(v)) {
+        mean[k] += v;
+      }
   for (double& v : mean) v /= double(d.patterns);
   return mean;
+}
+
+// Whether the run hands integer counts to the engine as uint16 when the data allow
+// ([preprocess] integer_targets; by default for an engine on a device).
+bool wants_integer_targets(const config_document& config, DLDevice device) {
+  return read_key<bool>(config.table_at("preprocess"), "integer_targets", "preprocess")
+      .value_or(device.device_type != kDLCPU);
 }
 
 }  // namespace
@@ -817,9 +831,19 @@ void session::state::read_data(state& s, start& st) {
                               sum_across_ranks, s.preprocess_json, s.patterns_member);
   } else {
     auto t0 = std::chrono::steady_clock::now();
-    s.data = read_dataset(source, &data_cfg, replicated ? 0 : s.par->rank(), replicated ? 1 : world);
-    log_info("session", cat("read ", s.data.patterns, " patterns (", std::llround(double(s.data.targets.size()) * 4 / (1 << 20)),
-                            " MiB as float32) in ", seconds_since(t0), " s"));
+    // Integer counts read as such (in the source's stored dtype, chunk by chunk: no float32 copy
+    // of the scan) when they become uint16 targets anyway and the preprocessing stage, which
+    // computes in float32, leaves the patterns as they are (bad pixels are masked on counts; a
+    // stage that only measures the centre of mass measures it on the counts).
+    const preprocess_settings stage = read_preprocess_settings(s.config.table_at("preprocess"), s.config.origin());
+    const bool as_counts = wants_integer_targets(s.config, s.par->device()) && (!stage.active() || stage.only_measures());
+    s.data = read_dataset(source, &data_cfg, replicated ? 0 : s.par->rank(), replicated ? 1 : world, as_counts);
+    const bool counts = !s.data.counts.empty();
+    log_info("session", cat("read ", s.data.patterns, " patterns (",
+                            std::llround(double(counts ? s.data.counts.size() * 2 : s.data.targets.size() * 4) / (1 << 20)),
+                            counts ? cat(" MiB as uint16 counts, read as the stored ", sdk::dtype_name(s.data.info.stored_dtype))
+                                   : std::string(" MiB as float32"),
+                            ") in ", seconds_since(t0), " s"));
     t0 = std::chrono::steady_clock::now();
     report_stage("preprocessing", 0, 1);
     mask_bad_pixels(s.data, s.config.table_at("preprocess"), s.config.origin(), *s.par);  // NaN, saturated
@@ -858,6 +882,7 @@ void session::state::resolve_geometry(state& s, start& st) {
   // anything that size is allocated (a wrong scan step or pixel size makes a huge object)
   memory_problem need = run_memory_problem(s.config, *s.reg, info, s.data.n0, s.data.n1, s.layout);
   need.patterns = s.data.patterns;  // this rank's share
+  if (!s.data.counts.empty()) need.target_bytes = 2;  // uint16 counts, read as such
   {
     // Where the targets live: in memory, or read per batch from the prepared file's patterns.
     const bool on_device = s.par->device().device_type != kDLCPU;
@@ -957,11 +982,12 @@ void session::state::create_engine(state& s, start& st) {
   // targets it halves: packing on the host briefly holds both arrays, which raises the host's
   // peak for a host engine that reads the targets in place ([preprocess] integer_targets = true
   // still asks for it, for the lower memory after the start).
+  // Counts read as such (read_data) are the uint16 targets already.
+  if (!s.data.counts.empty()) s.targets_u16 = std::move(s.data.counts);
   const bool integer_targets =
       !s.data.streamed &&
-      read_key<bool>(s.config.table_at("preprocess"), "integer_targets", "preprocess")
-          .value_or(s.par->device().device_type != kDLCPU) &&
-      pack_integer_targets(s.data, s.targets_u16);
+      (!s.targets_u16.empty() ||
+       (wants_integer_targets(s.config, s.par->device()) && pack_integer_targets(s.data, s.targets_u16)));
   if (s.data.streamed) {
     // Read per batch: the driver's batches, predicted, are read ahead on the stream's thread.
     const int64_t all = s.data.all_patterns, batch = settings.driver.batch_size;

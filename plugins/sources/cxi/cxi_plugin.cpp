@@ -1,7 +1,8 @@
 // The `cxi` plugin: two HDF5 sources that read patterns whose positions the file lists.
 //   cxi   CXI / NeXus NXcxi_ptycho ptychography files (cxi_source.cpp)
 //   hdf5  any HDF5 dataset with an axis map, positions from another dataset (hdf5_source.cpp)
-// Both convert patterns to float32 on read (pattern_reader.cpp) and hand out their positions
+// Both convert patterns to float32 on read, or deliver uint8/uint16/float16 data as stored
+// (tycho_dataset_info::reads_stored_dtype; pattern_reader.cpp), and hand out their positions
 // through read_positions.
 #include <tycho/sdk.hpp>
 #include <tycho/sdk/source.hpp>
@@ -40,6 +41,10 @@ class hdf5_file_source {
   const tycho_dataset_info& info() const { return s_.info; }
   void read(int64_t first, int64_t count, float* dst) const {
     cxi::read_patterns(s_.dataset.get(), s_.layout, first, count, dst, s_.description);
+  }
+  // The stored values, unconverted (uint8, uint16, float16: the SDK offers these to the host).
+  void read_stored(int64_t first, int64_t count, void* dst) const {
+    cxi::read_stored_patterns(s_.dataset.get(), s_.layout, first, count, s_.info.stored_dtype, dst, s_.description);
   }
   const std::vector<double>& positions_A() const { return s_.positions_A; }
 

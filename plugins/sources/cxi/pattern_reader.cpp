@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 
+#include <tycho/sdk/hdf5/h5_memory_type.hpp>
 #include <tycho/sdk/hdf5/h5_read.hpp>
 
 namespace tycho::cxi {
@@ -87,9 +88,11 @@ bool canonical(const pattern_layout& l) {
 }
 
 // Reads the box of scan rows [row, row + n_rows) x columns [col, col + n_cols) (whole detector)
-// into dst, which holds those patterns in C order over (row, col), each (Qx, Qy).
+// into dst, which holds those patterns in C order over (row, col), each (Qx, Qy), as elements
+// of HDF5's `memory_type` (T: float, or an integer of the stored dtype's size).
+template <class T>
 void read_box(hid_t dataset, const pattern_layout& l, int64_t row, int64_t col, int64_t n_rows,
-              int64_t n_cols, float* dst, std::vector<float>& staging, const std::string& description) {
+              int64_t n_cols, hid_t memory_type, T* dst, std::vector<T>& staging, const std::string& description) {
   const std::size_t rank = l.dims.size();
   std::vector<hsize_t> start(rank), count(rank);
   std::vector<int64_t> dst_stride(rank);  // elements of dst per step along each dataset axis
@@ -107,12 +110,12 @@ void read_box(hid_t dataset, const pattern_layout& l, int64_t row, int64_t col, 
   const bool direct = canonical(l);
   const std::size_t n = std::size_t(n_rows * n_cols * pattern);
   if (!direct) staging.resize(n);
-  float* buffer = direct ? dst : staging.data();
+  T* buffer = direct ? dst : staging.data();
   h5::h5_id file_space(H5Dget_space(dataset));
   h5::h5_id mem_space(H5Screate_simple(int(rank), count.data(), nullptr));
   if (!file_space || !mem_space ||
       H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0 ||
-      H5Dread(dataset, H5T_NATIVE_FLOAT, mem_space.get(), file_space.get(), H5P_DEFAULT, buffer) < 0)
+      H5Dread(dataset, memory_type, mem_space.get(), file_space.get(), H5P_DEFAULT, buffer) < 0)
     fail(TYCHO_ERR_IO, "reading patterns [", row * l.scan[1] + col, ", ",
          row * l.scan[1] + col + n_rows * n_cols, ") of '", description,
          "' failed (the file may be truncated or use an unavailable filter)");
@@ -124,8 +127,8 @@ void read_box(hid_t dataset, const pattern_layout& l, int64_t row, int64_t col, 
   const int64_t inner = int64_t(count[rank - 1]), inner_stride = dst_stride[rank - 1];
   int64_t offset = 0;  // dst offset of `index` with the last axis at 0
   for (std::size_t k = 0; k < n; k += std::size_t(inner)) {
-    const float* src = buffer + k;
-    float* out = dst + offset;
+    const T* src = buffer + k;
+    T* out = dst + offset;
     for (int64_t j = 0; j < inner; ++j) out[j * inner_stride] = src[j];
     for (std::size_t a = rank - 1; a-- > 0;) {  // advance the outer axes
       if (++index[a] < int64_t(count[a])) {
@@ -138,14 +141,13 @@ void read_box(hid_t dataset, const pattern_layout& l, int64_t row, int64_t col, 
   }
 }
 
-}  // namespace
-
-void read_patterns(hid_t dataset, const pattern_layout& l, int64_t first, int64_t count, float* dst,
-                   const std::string& description) {
+template <class T>
+void read_patterns_as(hid_t dataset, const pattern_layout& l, int64_t first, int64_t count, hid_t memory_type, T* dst,
+                      const std::string& description) {
   const int64_t ry = l.scan[1], pattern = l.detector[0] * l.detector[1];
   // Patterns per read: bounded so that a transposing read's staging buffer stays near 16 MiB.
-  const int64_t most = std::max<int64_t>(1, (int64_t(16) << 20) / (pattern * int64_t(sizeof(float))));
-  std::vector<float> staging;
+  const int64_t most = std::max<int64_t>(1, (int64_t(16) << 20) / (pattern * int64_t(sizeof(T))));
+  std::vector<T> staging;
   int64_t pos = first;
   const int64_t end = first + count;
   while (pos < end) {
@@ -157,8 +159,27 @@ void read_patterns(hid_t dataset, const pattern_layout& l, int64_t first, int64_
       n_cols = ry;  // whole rows
       n_rows = std::min((end - pos) / ry, std::max<int64_t>(1, most / ry));
     }
-    read_box(dataset, l, row, col, n_rows, n_cols, dst + (pos - first) * pattern, staging, description);
+    read_box(dataset, l, row, col, n_rows, n_cols, memory_type, dst + (pos - first) * pattern, staging, description);
     pos += n_rows * n_cols;
+  }
+}
+
+}  // namespace
+
+void read_patterns(hid_t dataset, const pattern_layout& l, int64_t first, int64_t count, float* dst,
+                   const std::string& description) {
+  read_patterns_as(dataset, l, first, count, H5T_NATIVE_FLOAT, dst, description);
+}
+
+void read_stored_patterns(hid_t dataset, const pattern_layout& l, int64_t first, int64_t count, DLDataType stored,
+                          void* dst, const std::string& description) {
+  const h5::h5_id type = h5::memory_type_of(stored);
+  if (stored.bits == 8) {
+    read_patterns_as(dataset, l, first, count, type.get(), static_cast<uint8_t*>(dst), description);
+  } else if (stored.bits == 16) {
+    read_patterns_as(dataset, l, first, count, type.get(), static_cast<uint16_t*>(dst), description);
+  } else {
+    read_patterns_as(dataset, l, first, count, type.get(), static_cast<float*>(dst), description);
   }
 }
 

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <tycho/tycho_components.h>
+
 #include <tycho/sdk/hdf5/h5_handle.hpp>
 
 namespace tycho::cxi {
@@ -40,5 +42,10 @@ std::string roles_text(const std::vector<axis_role>& roles);
 // a staging buffer of at most about 16 MiB, transposed in memory. Run inside an h5_session.
 void read_patterns(hid_t dataset, const pattern_layout& layout, int64_t first, int64_t count,
                    float* dst, const std::string& description);
+
+// The same patterns in the dtype `stored` (uint8, uint16, float16 or float32: the dataset's
+// stored dtype, tycho_dataset_info::reads_stored_dtype), unconverted, into `dst`.
+void read_stored_patterns(hid_t dataset, const pattern_layout& layout, int64_t first, int64_t count,
+                          DLDataType stored, void* dst, const std::string& description);
 
 }  // namespace tycho::cxi

@@ -12,6 +12,7 @@
 #include <string>
 
 #include <tycho/sdk/hdf5/h5_guard.hpp>
+#include <tycho/sdk/hdf5/h5_memory_type.hpp>
 
 #include "emd_calibration.hpp"
 #include "emd_locate.hpp"
@@ -76,8 +77,9 @@ void fill_info(emd_data& s) {
 }
 
 // Reads patterns [first, first + n) as one hyperslab: either part of one scan row, or whole
-// rows. The destination is C order over (Rx, Ry), as the file is, so the pieces are contiguous.
-void read_slab(const emd_data& s, int64_t first, int64_t n_rows, int64_t n_cols, float* dst) {
+// rows. The destination is C order over (Rx, Ry), as the file is, so the pieces are contiguous;
+// its elements are HDF5's `memory_type` (float32, or the stored dtype).
+void read_slab(const emd_data& s, int64_t first, int64_t n_rows, int64_t n_cols, hid_t memory_type, void* dst) {
   const int64_t ry = s.scan[1];
   hsize_t start[4] = {hsize_t(first / ry), hsize_t(first % ry), 0, 0};
   hsize_t count[4] = {hsize_t(n_rows), hsize_t(n_cols), hsize_t(s.detector[0]),
@@ -86,8 +88,7 @@ void read_slab(const emd_data& s, int64_t first, int64_t n_rows, int64_t n_cols,
   h5::h5_id mem_space(H5Screate_simple(4, count, nullptr));
   if (!file_space || !mem_space ||
       H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) < 0 ||
-      H5Dread(s.dataset.get(), H5T_NATIVE_FLOAT, mem_space.get(), file_space.get(), H5P_DEFAULT,
-              dst) < 0)
+      H5Dread(s.dataset.get(), memory_type, mem_space.get(), file_space.get(), H5P_DEFAULT, dst) < 0)
     fail(TYCHO_ERR_IO, "reading patterns [", first, ", ", first + n_rows * n_cols, ") of '",
          s.description, "' failed (the file may be truncated or use an unavailable filter)");
 }
@@ -124,8 +125,19 @@ class emd_source {
 
   const tycho_dataset_info& info() const { return s_.info; }
 
-  void read(int64_t first, int64_t count, float* out) const {
-    const int64_t ry = s_.scan[1], pattern = s_.detector[0] * s_.detector[1];
+  void read(int64_t first, int64_t count, float* out) const { read_as(first, count, H5T_NATIVE_FLOAT, 4, out); }
+
+  // The stored values, unconverted (uint8, uint16, float16: the SDK offers these to the host).
+  void read_stored(int64_t first, int64_t count, void* out) const {
+    const h5::h5_id type = h5::memory_type_of(s_.info.stored_dtype);
+    read_as(first, count, type.get(), s_.info.stored_dtype.bits / 8, out);
+  }
+
+ private:
+  // Patterns [first, first + count) as `memory_type` elements of `element` bytes.
+  void read_as(int64_t first, int64_t count, hid_t memory_type, int64_t element, void* dst) const {
+    auto* out = static_cast<unsigned char*>(dst);
+    const int64_t ry = s_.scan[1], pattern = s_.detector[0] * s_.detector[1] * element;
     int64_t pos = first;
     const int64_t end = first + count;
     // At most three reads: the rest of the first row, the whole rows, the start of the last.
@@ -133,18 +145,17 @@ class emd_source {
       int64_t n = 0;
       if (pos % ry != 0 || end - pos < ry) {
         n = std::min(ry - pos % ry, end - pos);
-        read_slab(s_, pos, 1, n, out);
+        read_slab(s_, pos, 1, n, memory_type, out);
       } else {
         int64_t rows = (end - pos) / ry;
         n = rows * ry;
-        read_slab(s_, pos, rows, ry, out);
+        read_slab(s_, pos, rows, ry, memory_type, out);
       }
       pos += n;
       out += n * pattern;
     }
   }
 
- private:
   emd_data s_;
 };
 

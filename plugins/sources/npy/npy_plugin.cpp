@@ -355,6 +355,16 @@ class npy_source {
     }
   }
 
+  // The stored values, unconverted (uint8, uint16, float16: the SDK offers these to the host):
+  // little-endian like the host, so the file's bytes are the patterns.
+  void read_stored(int64_t first, int64_t count, void* outp) {
+    npy_data& s = s_;
+    const uint64_t element = s.dtype.bits / 8;
+    const uint64_t pattern = uint64_t(s.detector[0] * s.detector[1]);
+    read_bytes(s, uint64_t(first) * pattern * element, std::size_t(uint64_t(count) * pattern * element),
+               static_cast<unsigned char*>(outp));
+  }
+
  private:
   npy_data s_;
 };

@@ -29,6 +29,9 @@ struct dataset {
   std::string description;       // "file:path" from the source
   std::string source_name;
   std::vector<float> targets;    // (patterns, N0, N1), FFT natural order
+  // Instead of `targets` when read as counts (read_dataset's as_counts): the same patterns as
+  // uint16, read in the source's stored dtype (uint8, uint16). Exactly one of the two is filled.
+  std::vector<uint16_t> counts;
   int64_t patterns = 0, n0 = 0, n1 = 0;  // patterns: those held, [first, first + patterns)
   int64_t first = 0, all_patterns = 0;   // all_patterns: the scan's Rx·Ry
   double max_value = 0;             // the largest finite value read (as float32)
@@ -60,8 +63,13 @@ std::vector<double> read_source_positions(const tycho_source_vtable* vt, tycho_s
 // subtraction) and shifts centred patterns to FFT order. Non-finite values are left in place
 // and the totals at 0: mask_bad_pixels (host/src/data/bad_pixels.hpp) masks them and sums the rest.
 // A share's mean_total_intensity is its own mean; the caller combines the shares' totals.
+// as_counts: when the source delivers its stored dtype (tycho_dataset_info::reads_stored_dtype)
+// and that is uint8 or uint16, the patterns are read in it, chunk by chunk, into d.counts
+// (uint16, the same values as float32 would hold, exactly) and d.targets stays empty: the peak
+// is the counts plus one chunk. Otherwise (and always without as_counts) into d.targets.
+// A source that declares its stored dtype but refuses to read in it is an error naming it.
 dataset read_dataset(const component_ref& source, const tycho_config* data_table, int64_t part = 0,
-                     int64_t parts = 1);
+                     int64_t parts = 1, bool as_counts = false);
 
 // For data stored as integers: a warning when the largest value reaches 2^24 = 16777216, above
 // which float32 (what sources deliver) does not hold every integer; "" otherwise.

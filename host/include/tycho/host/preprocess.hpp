@@ -83,6 +83,10 @@ struct preprocess_settings {
   bool active() const {
     return needs_com() || transpose || rotation_deg != 0 || binning != 1 || crop[0] > 0 || normalise;
   }
+  // Whether the stage only measures (the centre of mass and its fit, for the report) and leaves
+  // the patterns as they are: it then works on uint16 counts as well (dataset::counts).
+  bool only_measures() const { return active() && !rotation_auto && !recentre && !transpose && rotation_deg == 0 &&
+                                      binning == 1 && crop[0] == 0 && !normalise; }
 };
 
 // Bad detector pixels (mask_bad_pixels) are masked in the detector's own geometry, and the

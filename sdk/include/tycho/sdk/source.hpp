@@ -8,6 +8,11 @@
 //     // Patterns [first, first + count) in scan order into (count, Qx, Qy) float32 host memory;
 //     // the request is checked against info() and count > 0.
 //     void read(int64_t first, int64_t count, float* dst);
+//     // Optional: the same patterns in the stored dtype, unconverted: count·Qx·Qy elements of
+//     // info().stored_dtype at `dst`. Offered to the host (tycho_dataset_info::reads_stored_dtype)
+//     // only when the stored dtype is uint8, uint16 or float16, so integer counts reach the host
+//     // as integers, without a float32 copy of the scan (docs/plugin-guide.md).
+//     void read_stored(int64_t first, int64_t count, void* dst);
 //     // Optional: a data set that lists its positions: (P, 2) Å in scan order (empty: a raster,
 //     // whose read_positions answers TYCHO_ERR_UNSUPPORTED).
 //     const std::vector<double>& positions_A() const;
@@ -53,11 +58,18 @@ inline void copy_dataset_info(const tycho_dataset_info& info, tycho_dataset_info
   std::memcpy(out, &copy, n);
 }
 
+// The stored dtypes a source may deliver unconverted (tycho_dataset_info::reads_stored_dtype):
+// uint8 and uint16 counts, float16. (float32 is what read() always delivers.)
+inline bool deliverable_stored_dtype(DLDataType t) {
+  return t.lanes == 1 && ((t.code == kDLUInt && (t.bits == 8 || t.bits == 16)) || (t.code == kDLFloat && t.bits == 16));
+}
+
 // Throws unless patterns [first, first+count) exist in a (scan[0] x scan[1]) data set and `dst`
-// is a host float32 (count, detector[0], detector[1]) array. `source` names the component.
+// is a host (count, detector[0], detector[1]) array of float32, or of `stored` when given (a
+// source whose info() sets reads_stored_dtype). `source` names the component.
 inline void check_read_request(const char* source, const std::string& description,
                                const int64_t scan[2], const int64_t detector[2], int64_t first,
-                               int64_t count, const DLTensor* dst) {
+                               int64_t count, const DLTensor* dst, const DLDataType* stored = nullptr) {
   const int64_t total = checked_mul(scan[0], scan[1]).value_or(-1);
   if (total < 0)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "'", description, "' declares ", scan[0], " x ", scan[1],
@@ -66,7 +78,16 @@ inline void check_read_request(const char* source, const std::string& descriptio
     fail(TYCHO_ERR_INVALID_ARGUMENT, "patterns [", first, ", ", first + count,
          ") are out of range: '", description, "' holds ", total, " patterns (", scan[0], " x ",
          scan[1], ")");
-  expect_tensor(dst, "patterns", dtype_float32, 3);
+  if (stored != nullptr && dst != nullptr && dst->dtype.code == stored->code && dst->dtype.bits == stored->bits &&
+      dst->dtype.lanes == stored->lanes) {
+    expect_tensor(dst, "patterns", *stored, 3);
+  } else if (dst != nullptr && !(dst->dtype.code == kDLFloat && dst->dtype.bits == 32 && dst->dtype.lanes == 1)) {
+    fail(TYCHO_ERR_INVALID_ARGUMENT, source, " source: the patterns array is ", dtype_name(dst->dtype), ", expected float32",
+         stored != nullptr ? cat(" or the stored ", dtype_name(*stored)) : std::string(), " to read '", description,
+         "' (a host asks for the stored dtype only when info() sets reads_stored_dtype)");
+  } else {
+    expect_tensor(dst, "patterns", dtype_float32, 3);
+  }
   if (dst->device.device_type != kDLCPU && dst->device.device_type != kDLCUDAHost)
     fail(TYCHO_ERR_INVALID_ARGUMENT, source, " source: the patterns array must be in host memory");
   if (dst->shape[0] != count || dst->shape[1] != detector[0] || dst->shape[2] != detector[1])
@@ -90,6 +111,7 @@ inline void check_positions_request(const char* source, const std::string& descr
 namespace detail {
 TYCHO_SDK_DETECT(source_has_positions, std::declval<const T&>().positions_A());
 TYCHO_SDK_DETECT(source_has_scope, typename T::call_scope{});
+TYCHO_SDK_DETECT(source_has_read_stored, std::declval<T&>().read_stored(int64_t{}, int64_t{}, static_cast<void*>(nullptr)));
 struct no_scope {};
 template <class S, bool = source_has_scope<S>::value>
 struct scope_of {
@@ -123,18 +145,34 @@ struct source_adapter {
     return guarded([&] {
       const S& s = self(src, "info");
       if (out == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, id.who(), ": info() needs an output");
-      copy_dataset_info(s.info(), out);
+      tycho_dataset_info i = s.info();
+      i.reads_stored_dtype = reads_stored(i) ? 1 : 0;
+      copy_dataset_info(i, out);
     });
+  }
+  // Whether S delivers `i`'s stored dtype unconverted: it has read_stored and the dtype is one
+  // a host may ask for.
+  static bool reads_stored(const tycho_dataset_info& i) {
+    if constexpr (detail::source_has_read_stored<S>::value) {
+      return deliverable_stored_dtype(i.stored_dtype);
+    } else {
+      return false;
+    }
   }
   static tycho_status read(tycho_source* src, int64_t first, int64_t count, DLTensor* dst) {
     return guarded([&] {
       S& s = self(src, "read");
       const tycho_dataset_info& i = s.info();
+      const bool stored = reads_stored(i);
       check_read_request(id.name, i.description != nullptr ? i.description : id.name, i.scan_shape,
-                         i.detector_shape, first, count, dst);
+                         i.detector_shape, first, count, dst, stored ? &i.stored_dtype : nullptr);
       if (count == 0) return;
       [[maybe_unused]] scope held;
-      s.read(first, count, data_of<float>(*dst));
+      if (dst->dtype.code == kDLFloat && dst->dtype.bits == 32) {
+        s.read(first, count, data_of<float>(*dst));
+      } else if constexpr (detail::source_has_read_stored<S>::value) {
+        s.read_stored(first, count, static_cast<unsigned char*>(dst->data) + dst->byte_offset);
+      }
     });
   }
   static tycho_status read_positions(tycho_source* src, DLTensor* dst) {
