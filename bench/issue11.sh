@@ -52,14 +52,20 @@ PY
 run si110-10-slices si110.toml si110/si110_ground_truth.npz
 run si110-1-slice si110.toml si110/si110_ground_truth.npz --set reconstruct.slices=1
 run bilayer-4-slices bilayer.toml bilayer/bilayer_ground_truth.npz
+# The coherent MoS2 counts file (nominal positions, one mode) with each loss: the figure the
+# jitter and partial files are compared with, loss for loss.
+coherent=(--set 'data.path="../../shared/data/mos2/mos2_80kV_32x24_counts.h5"')
+run coherent-amplitude mos2.toml mos2/mos2_ground_truth.npz "${coherent[@]}" --set 'reconstruct.loss="amplitude"'
+run coherent-poisson mos2.toml mos2/mos2_ground_truth.npz "${coherent[@]}" --set 'reconstruct.loss="poisson"'
 run jitter-positions mos2_jitter.toml mos2_partial/mos2_jitter_ground_truth.npz
+run jitter-positions-amplitude mos2_jitter.toml mos2_partial/mos2_jitter_ground_truth.npz \
+  --set 'reconstruct.loss="amplitude"'
 run jitter-positions-no-drift mos2_jitter.toml mos2_partial/mos2_jitter_ground_truth.npz --set 'reconstruct.constraints=[]'
-run jitter-positions-poisson mos2_jitter.toml mos2_partial/mos2_jitter_ground_truth.npz --set reconstruct.loss='"poisson"'
 run partial-1-mode-fixed mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz \
   --set reconstruct.probe_modes=1 --set reconstruct.positions.correct=false
-run partial-4-modes-fixed mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz \
+run partial-modes-fixed mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz \
   --set reconstruct.positions.correct=false
-run partial-4-modes-positions mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz
-run partial-4-modes-positions-no-drift mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz \
-  --set 'reconstruct.constraints=[]'
+run partial-1-mode-positions mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz \
+  --set reconstruct.probe_modes=1
+run partial-modes-positions mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz
 echo "load average: $(cut -d' ' -f1 /proc/loadavg) ($(nproc) cores); $iterations iterations each"
