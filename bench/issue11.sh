@@ -3,7 +3,7 @@
 # sets of ../shared/data (si110, bilayer, mos2_partial, mos2_jitter), each run as written (or with
 # one key changed, to compare) and scored by `tycho evaluate`. Prints one line per run and appends
 # one JSON line each (the evaluate output, the run's median s/iteration) to bench/results.jsonl.
-# Takes ~35 minutes on 2 cores. Usage: bench/issue11.sh [ITERATIONS]   (default 100);
+# Takes ~25 minutes on 2 cores. Usage: bench/issue11.sh [ITERATIONS]   (default 100);
 # ISSUE11_CASES=REGEX runs only the cases whose names match (e.g. ISSUE11_CASES='coherent|jitter|partial').
 set -euo pipefail
 cd "$(dirname "$0")/.."
