@@ -3,8 +3,8 @@
 # sets of ../shared/data (si110, bilayer, mos2_partial, mos2_jitter), each run as written (or with
 # one key changed, to compare) and scored by `tycho evaluate`. Prints one line per run and appends
 # one JSON line each (the evaluate output, the run's median s/iteration) to bench/results.jsonl.
-# Takes ~20 minutes on 2 cores. Usage: bench/issue11.sh [ITERATIONS]   (default 100);
-# ISSUE11_CASES=REGEX runs only the cases whose names match (e.g. ISSUE11_CASES='jitter|partial').
+# Takes ~25 minutes on 2 cores. Usage: bench/issue11.sh [ITERATIONS]   (default 100);
+# ISSUE11_CASES=REGEX runs only the cases whose names match (e.g. ISSUE11_CASES='coherent|jitter|partial').
 set -euo pipefail
 cd "$(dirname "$0")/.."
 iterations=${1:-100}
@@ -52,14 +52,28 @@ PY
 run si110-10-slices si110.toml si110/si110_ground_truth.npz
 run si110-1-slice si110.toml si110/si110_ground_truth.npz --set reconstruct.slices=1
 run bilayer-4-slices bilayer.toml bilayer/bilayer_ground_truth.npz
+# The coherent MoS2 counts file (nominal positions, one mode) with each loss: the figure the
+# jitter and partial files are compared with, loss for loss.
+coherent=(--set 'data.path="../../shared/data/mos2/mos2_80kV_32x24_counts.h5"')
+run coherent-amplitude mos2.toml mos2/mos2_ground_truth.npz "${coherent[@]}" --set 'reconstruct.loss="amplitude"'
+run coherent-poisson mos2.toml mos2/mos2_ground_truth.npz "${coherent[@]}" --set 'reconstruct.loss="poisson"'
 run jitter-positions mos2_jitter.toml mos2_partial/mos2_jitter_ground_truth.npz
+run jitter-positions-amplitude mos2_jitter.toml mos2_partial/mos2_jitter_ground_truth.npz \
+  --set 'reconstruct.loss="amplitude"'
 run jitter-positions-no-drift mos2_jitter.toml mos2_partial/mos2_jitter_ground_truth.npz --set 'reconstruct.constraints=[]'
-run jitter-positions-poisson mos2_jitter.toml mos2_partial/mos2_jitter_ground_truth.npz --set reconstruct.loss='"poisson"'
 run partial-1-mode-fixed mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz \
   --set reconstruct.probe_modes=1 --set reconstruct.positions.correct=false
-run partial-4-modes-fixed mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz \
+run partial-modes-fixed mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz \
   --set reconstruct.positions.correct=false
-run partial-4-modes-positions mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz
-run partial-4-modes-positions-no-drift mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz \
-  --set 'reconstruct.constraints=[]'
+run partial-1-mode-positions mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz \
+  --set reconstruct.probe_modes=1
+run partial-modes-positions mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz
+# Step 2 of the two-step recipe: a fresh 8-mode Poisson run at the positions step 1 corrected
+# (needs numpy and h5py for bench/positions_hdf5.py; skipped without them or without step 1).
+if [[ -f $tmp/partial-modes-positions.zip ]] && python3 -c 'import h5py, numpy' 2>/dev/null; then
+  bench/positions_hdf5.py "$tmp/partial-modes-positions.zip" "$data/mos2_partial/mos2_partial_80kV_32x24_counts.h5" \
+    "$tmp/partial-positions.h5" >/dev/null
+  run partial-two-step-8-modes mos2_partial_refine.toml mos2_partial/mos2_partial_ground_truth.npz \
+    --set "data.path=\"$tmp/partial-positions.h5\""
+fi
 echo "load average: $(cut -d' ' -f1 /proc/loadavg) ($(nproc) cores); $iterations iterations each"
