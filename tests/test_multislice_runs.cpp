@@ -103,7 +103,7 @@ TEST_F(MultisliceRuns, PhaseObjectsKeepUnitModulus) {
   };
   EXPECT_LT(worst("phase.zip"), 1e-6);
   EXPECT_GT(worst("complex.zip"), 1e-3);
-  auto bad = reconstruct({"reconstruct.iterations=1", "reconstruct.object.kind=\"potential\""}, "bad.zip");
+  auto bad = reconstruct({"reconstruct.iterations=1", "reconstruct.object.kind=\"amplitude\""}, "bad.zip");
   EXPECT_FALSE(bad.exited_with(0));
   EXPECT_NE(bad.err.find("kind"), std::string::npos) << bad.err;
 }
