@@ -6,12 +6,6 @@
 // source that claims a dtype it does not deliver is refused, naming it.
 #include <gtest/gtest.h>
 
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <fcntl.h>
-
 #include <tycho/core/config.hpp>
 #include <tycho/core/error.hpp>
 #include <tycho/core/last_error.hpp>
@@ -30,28 +24,11 @@
 #include "../host/src/data/bad_pixels.hpp"
 #include "../host/src/data/detector_padding.hpp"
 #include "built_in_plugins.hpp"
+#include "npy_file.hpp"
 #include "run_command.hpp"
 #include "test_paths.hpp"
 
 namespace {
-
-// A .npy file (version 1.0) of `descr` and `shape`, C order.
-void write_npy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape,
-               const void* data, std::size_t bytes) {
-  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (";
-  for (std::size_t i = 0; i < shape.size(); ++i) dict += (i ? ", " : "") + std::to_string(shape[i]);
-  dict += "), }";
-  const std::size_t total = (10 + dict.size() + 1 + 63) / 64 * 64;
-  std::string out("\x93NUMPY\x01\x00", 8);
-  out += char((total - 10) & 0xff);
-  out += char((total - 10) >> 8);
-  out += dict;
-  out.append(total - out.size() - 1, ' ');
-  out += '\n';
-  std::ofstream f(path, std::ios::binary);
-  f.write(out.data(), std::streamsize(out.size()));
-  f.write(static_cast<const char*>(data), std::streamsize(bytes));
-}
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -128,13 +105,13 @@ TEST_F(StoredDtypeReads, TheNpySourceDeliversUint8Uint16AndFloat16AsStored) {
   std::mt19937 gen(3);
   std::vector<uint16_t> u16(2 * 3 * 5 * 7);
   for (auto& v : u16) v = uint16_t(gen());
-  write_npy(tmp_ / "u16.npy", "<u2", {2, 3, 5, 7}, u16.data(), u16.size() * 2);
-  write_npy(tmp_ / "f16.npy", "<f2", {2, 3, 5, 7}, u16.data(), u16.size() * 2);  // the same bits as float16
+  tycho::test::write_npy(tmp_ / "u16.npy", "<u2", {2, 3, 5, 7}, u16.data(), u16.size() * 2);
+  tycho::test::write_npy(tmp_ / "f16.npy", "<f2", {2, 3, 5, 7}, u16.data(), u16.size() * 2);  // the same bits as float16
   std::vector<uint8_t> u8(u16.size());
   for (std::size_t k = 0; k < u8.size(); ++k) u8[k] = uint8_t(u16[k] >> 3);
-  write_npy(tmp_ / "u8.npy", "|u1", {2, 3, 5, 7}, u8.data(), u8.size());
+  tycho::test::write_npy(tmp_ / "u8.npy", "|u1", {2, 3, 5, 7}, u8.data(), u8.size());
   std::vector<int32_t> i32(u16.begin(), u16.end());
-  write_npy(tmp_ / "i32.npy", "<i4", {2, 3, 5, 7}, i32.data(), i32.size() * 4);
+  tycho::test::write_npy(tmp_ / "i32.npy", "<i4", {2, 3, 5, 7}, i32.data(), i32.size() * 4);
 
   const tycho_source_vtable* vt = npy_vt();
   auto open = [&](const std::string& file, tycho_dataset_info& info) {
@@ -198,10 +175,10 @@ TEST_F(StoredDtypeReads, CountsEqualTheFloat32PathBitForBit) {
   for (auto& v : u16) v = uint16_t(counts(gen));
   u16[2 * 900 + 31] = 65535;  // saturated: masked in every pattern
   u16[3 * 900 + 7] = 40000;
-  write_npy(tmp_ / "u16.npy", "<u2", {4, 5, 30, 30}, u16.data(), u16.size() * 2);
+  tycho::test::write_npy(tmp_ / "u16.npy", "<u2", {4, 5, 30, 30}, u16.data(), u16.size() * 2);
   std::vector<uint8_t> u8(u16.size());
   for (std::size_t k = 0; k < u8.size(); ++k) u8[k] = uint8_t(std::min<int>(u16[k] / 2, 250));
-  write_npy(tmp_ / "u8.npy", "|u1", {4, 5, 30, 30}, u8.data(), u8.size());
+  tycho::test::write_npy(tmp_ / "u8.npy", "|u1", {4, 5, 30, 30}, u8.data(), u8.size());
 
   for (const char* file : {"u16.npy", "u8.npy"}) {
     tycho::host::detector_padding pf, pc;
@@ -226,7 +203,7 @@ TEST_F(StoredDtypeReads, CountsEqualTheFloat32PathBitForBit) {
   EXPECT_EQ(u.max_value, 65535.0);
 
   std::vector<float> f32(u16.begin(), u16.end());
-  write_npy(tmp_ / "f32.npy", "<f4", {4, 5, 30, 30}, f32.data(), f32.size() * 4);
+  tycho::test::write_npy(tmp_ / "f32.npy", "<f4", {4, 5, 30, 30}, f32.data(), f32.size() * 4);
   const auto f = read(npy(), tmp_ / "f32.npy", true);
   EXPECT_TRUE(f.counts.empty());
   EXPECT_EQ(f.targets.size(), u16.size());
@@ -237,7 +214,7 @@ TEST_F(StoredDtypeReads, CountsEqualTheFloat32PathBitForBit) {
 TEST_F(StoredDtypeReads, AnOlderSourceStillReadsFloat32) {
   std::vector<uint16_t> u16(3 * 4 * 8 * 8);
   for (std::size_t k = 0; k < u16.size(); ++k) u16[k] = uint16_t(k * 37 % 1000);
-  write_npy(tmp_ / "u16.npy", "<u2", {3, 4, 8, 8}, u16.data(), u16.size() * 2);
+  tycho::test::write_npy(tmp_ / "u16.npy", "<u2", {3, 4, 8, 8}, u16.data(), u16.size() * 2);
   const auto old = wrapped("old_npy", role::old_source);
   const auto d = read(old, tmp_ / "u16.npy", true, false);
   EXPECT_EQ(g_non_float_reads, 0);
@@ -250,7 +227,7 @@ TEST_F(StoredDtypeReads, AnOlderSourceStillReadsFloat32) {
 // it, and is refused naming both; one claiming to deliver int32 is refused before any read.
 TEST_F(StoredDtypeReads, ASourceClaimingADtypeItDoesNotDeliverIsRefused) {
   std::vector<uint16_t> u16(2 * 2 * 4 * 4, 9);
-  write_npy(tmp_ / "u16.npy", "<u2", {2, 2, 4, 4}, u16.data(), u16.size() * 2);
+  tycho::test::write_npy(tmp_ / "u16.npy", "<u2", {2, 2, 4, 4}, u16.data(), u16.size() * 2);
   const std::string file = tmp_ / "u16.npy";
   try {
     read(wrapped("liar", role::claims_uint8), file, true);
@@ -306,28 +283,6 @@ TEST(StoredDtypeRun, CentreOfMassFitOnCountsEqualsTheFloat32Path) {
         << name << " differs between the counts and the float32 path";
 }
 
-// Runs `argv` with RLIMIT_DATA = limit; returns its exit status and its peak RSS (bytes).
-std::pair<int, uint64_t> run_limited(const std::vector<std::string>& argv, uint64_t limit, const std::string& log) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const rlimit l{rlim_t(limit), rlim_t(limit)};
-    setrlimit(RLIMIT_DATA, &l);
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 2);
-    const int null = open("/dev/null", O_WRONLY);
-    dup2(null, 1);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  int status = 0;
-  rusage usage{};
-  wait4(pid, &status, 0, &usage);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, uint64_t(usage.ru_maxrss) * 1024u};
-}
-
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -343,7 +298,7 @@ TEST_F(StoredDtypeReads, Uint16ScanLargerThanTheLimitAsFloat32LoadsAsCounts) {
   std::mt19937 gen(11);
   std::poisson_distribution<int> dose(20.0);
   for (auto& v : data) v = uint16_t(dose(gen));
-  write_npy(tmp_ / "big.npy", "<u2", {r, r, n, n}, data.data(), data.size() * 2);
+  tycho::test::write_npy(tmp_ / "big.npy", "<u2", {r, r, n, n}, data.data(), data.size() * 2);
   std::vector<uint16_t>().swap(data);
   const uint64_t limit = uint64_t(120) << 20, float32 = uint64_t(r * r * n * n) * 4;
   ASSERT_GT(float32, limit);
@@ -354,7 +309,7 @@ TEST_F(StoredDtypeReads, Uint16ScanLargerThanTheLimitAsFloat32LoadsAsCounts) {
                                    "preprocess.integer_targets=true", "--set", "reconstruct.batch_size=1024",
                                    "--set", "reconstruct.threads=2", "--set", "output.previews=false",
                                    "--iterations", "1", "-o", tmp_ / "counts.zip"};
-  const auto [status, peak] = run_limited(argv, limit, tmp_ / "counts.log");
+  const auto [status, peak] = tycho::test::run_with_data_limit(argv, limit, tmp_ / "counts.log");
   const std::string log = read_text(tmp_ / "counts.log");
   ASSERT_EQ(status, 0) << log;
   EXPECT_TRUE(contains(log, "patterns (72 MiB as uint16 counts, read as the stored uint16)")) << log;
@@ -365,7 +320,7 @@ TEST_F(StoredDtypeReads, Uint16ScanLargerThanTheLimitAsFloat32LoadsAsCounts) {
 
   argv.back() = tmp_ / "float32.zip";
   argv.insert(argv.end(), {"--set", "preprocess.crop_detector=[48, 48]"});
-  const auto [float_status, float_peak] = run_limited(argv, limit, tmp_ / "float32.log");
+  const auto [float_status, float_peak] = tycho::test::run_with_data_limit(argv, limit, tmp_ / "float32.log");
   const std::string float_log = read_text(tmp_ / "float32.log");
   EXPECT_EQ(float_status, 2) << "the float32 path loaded a scan larger than the limit: " << float_log;
   EXPECT_TRUE(contains(float_log, "tycho: error: out of host memory")) << float_log;

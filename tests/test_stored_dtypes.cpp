@@ -24,29 +24,12 @@
 
 #include "../host/src/data/bad_pixels.hpp"
 #include "built_in_plugins.hpp"
+#include "npy_file.hpp"
 #include "run_command.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
-
-// A .npy file (version 1.0) of `descr` and `shape`, C order.
-void write_npy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape,
-               const void* data, std::size_t bytes) {
-  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (";
-  for (std::size_t i = 0; i < shape.size(); ++i) dict += (i ? ", " : "") + std::to_string(shape[i]);
-  dict += "), }";
-  const std::size_t total = (10 + dict.size() + 1 + 63) / 64 * 64;
-  std::string out("\x93NUMPY\x01\x00", 8);
-  out += char((total - 10) & 0xff);
-  out += char((total - 10) >> 8);
-  out += dict;
-  out.append(total - out.size() - 1, ' ');
-  out += '\n';
-  std::ofstream f(path, std::ios::binary);
-  f.write(out.data(), std::streamsize(out.size()));
-  f.write(static_cast<const char*>(data), std::streamsize(bytes));
-}
 
 // float16 bits → value, computed from the definition (not the plugin's bit manipulation):
 // (−1)^s · mant · 2^−24 for exponent 0, (−1)^s · (1024 + mant) · 2^(e − 25) otherwise.
@@ -108,10 +91,10 @@ class StoredDtypes : public ::testing::Test {
 TEST_F(StoredDtypes, Uint8AndUint16AreExact) {
   std::vector<uint8_t> u8(16 * 16);  // one pattern holding every value
   for (std::size_t k = 0; k < u8.size(); ++k) u8[k] = uint8_t(k);
-  write_npy(tmp_ / "u8.npy", "|u1", {1, 1, 16, 16}, u8.data(), u8.size());
+  tycho::test::write_npy(tmp_ / "u8.npy", "|u1", {1, 1, 16, 16}, u8.data(), u8.size());
   std::vector<uint16_t> u16(256 * 256);
   for (std::size_t k = 0; k < u16.size(); ++k) u16[k] = uint16_t(k);
-  write_npy(tmp_ / "u16.npy", "<u2", {1, 1, 256, 256}, u16.data(), u16.size() * 2);
+  tycho::test::write_npy(tmp_ / "u16.npy", "<u2", {1, 1, 256, 256}, u16.data(), u16.size() * 2);
 
   const auto s8 = source_read(tmp_ / "u8.npy");
   ASSERT_EQ(s8.size(), u8.size());
@@ -138,7 +121,7 @@ TEST_F(StoredDtypes, Uint32IsExactUpTo2To24) {
   std::vector<uint32_t> exact = {0, 1, 2, 3, 1000, 65535, 65536, 1u << 20, (1u << 24) - 1, 1u << 24};
   std::mt19937 gen(5);
   while (exact.size() < 2 * 3 * 4 * 4) exact.push_back(std::uniform_int_distribution<uint32_t>(0, 1u << 24)(gen));
-  write_npy(tmp_ / "exact.npy", "<u4", {2, 3, 4, 4}, exact.data(), exact.size() * 4);
+  tycho::test::write_npy(tmp_ / "exact.npy", "<u4", {2, 3, 4, 4}, exact.data(), exact.size() * 4);
   std::string w;
   const auto d = host_read(tmp_ / "exact.npy", &w);
   EXPECT_EQ(w, "");
@@ -153,7 +136,7 @@ TEST_F(StoredDtypes, Uint32IsExactUpTo2To24) {
   large[5] = (1u << 24) + 1;  // → 16777216
   large[9] = 4000000000u;     // exactly representable: 15625000 · 2^8
   large[10] = 4000000001u;    // → 4000000000
-  write_npy(tmp_ / "large.npy", "<u4", {2, 3, 4, 4}, large.data(), large.size() * 4);
+  tycho::test::write_npy(tmp_ / "large.npy", "<u4", {2, 3, 4, 4}, large.data(), large.size() * 4);
   const auto l = host_read(tmp_ / "large.npy");
   EXPECT_EQ(l.targets[5], 16777216.f);
   EXPECT_EQ(l.targets[10], 4000000000.f);
@@ -170,7 +153,7 @@ TEST_F(StoredDtypes, Uint32IsExactUpTo2To24) {
 TEST_F(StoredDtypes, Float16IsExact) {
   std::vector<uint16_t> all(4 * 4 * 64 * 64);
   for (std::size_t k = 0; k < all.size(); ++k) all[k] = uint16_t(k);
-  write_npy(tmp_ / "all.npy", "<f2", {4, 4, 64, 64}, all.data(), all.size() * 2);
+  tycho::test::write_npy(tmp_ / "all.npy", "<f2", {4, 4, 64, 64}, all.data(), all.size() * 2);
   const auto s = source_read(tmp_ / "all.npy");
   ASSERT_EQ(s.size(), all.size());
   for (std::size_t k = 0; k < all.size(); ++k)
@@ -183,7 +166,7 @@ TEST_F(StoredDtypes, Float16IsExact) {
   std::vector<uint16_t> finite(124 * 256);
   for (std::size_t k = 0; k < finite.size(); ++k) finite[k] = uint16_t(k);
   ASSERT_EQ(finite.back(), 0x7bff);
-  write_npy(tmp_ / "finite.npy", "<f2", {1, 1, 124, 256}, finite.data(), finite.size() * 2);
+  tycho::test::write_npy(tmp_ / "finite.npy", "<f2", {1, 1, 124, 256}, finite.data(), finite.size() * 2);
   std::string w;
   const auto d = host_read(tmp_ / "finite.npy", &w);
   EXPECT_EQ(w, "");
@@ -193,7 +176,7 @@ TEST_F(StoredDtypes, Float16IsExact) {
 
   // inf and NaN are masked (in both patterns), the largest finite value is kept.
   const std::vector<uint16_t> special = {0x3c00, 0x7c00, 0x7e00, 0x7bff, 0x4000, 0x4200, 0x7c01, 0x4400};
-  write_npy(tmp_ / "special.npy", "<f2", {1, 2, 2, 2}, special.data(), special.size() * 2);
+  tycho::test::write_npy(tmp_ / "special.npy", "<f2", {1, 2, 2, 2}, special.data(), special.size() * 2);
   const auto sp = host_read(tmp_ / "special.npy", &w);
   EXPECT_EQ(sp.bad_pixels.nonfinite_values, 3) << w;
   EXPECT_EQ(sp.bad_pixels.masked_pixels, 2) << w;  // 2 of 4: at max_masked_fraction = 0.5, accepted

@@ -6,12 +6,6 @@
 // reconstructs from disk under that limit, with a peak RSS below it and the in-memory result.
 #include <gtest/gtest.h>
 
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <fcntl.h>
-
 #include <cstdint>
 #include <fstream>
 #include <iostream>
@@ -141,28 +135,6 @@ TEST(TargetStreaming, AutoReadsFromDiskWhenTheTargetsExceedTheStatedMemory) {
       << no_file.err;
 }
 
-// Runs `argv` with RLIMIT_DATA = limit; returns its exit status and its peak RSS (bytes).
-std::pair<int, uint64_t> run_limited(const std::vector<std::string>& argv, uint64_t limit, const std::string& log) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const rlimit l{rlim_t(limit), rlim_t(limit)};
-    setrlimit(RLIMIT_DATA, &l);
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 2);
-    const int null = open("/dev/null", O_WRONLY);
-    dup2(null, 1);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  int status = 0;
-  rusage usage{};
-  wait4(pid, &status, 0, &usage);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, uint64_t(usage.ru_maxrss) * 1024u};
-}
-
 // 96 x 96 patterns of 48 x 48 pixels: 85 MiB of float32 targets. Under RLIMIT_DATA = 64 MiB the
 // planner ("auto") reads them from disk, the run needs far less than the limit, and its result
 // is the in-memory run's.
@@ -174,7 +146,7 @@ TEST(TargetStreaming, ADataSetLargerThanTheMemoryLimitReconstructsFromDisk) {
   std::vector<std::string> argv = {tycho::test::tycho_exe(), "reconstruct", "--from", p, "-o", tmp / "disk.zip",
                                    "--iterations", "2", "--set", "reconstruct.batch_size=256",
                                    "--set", "reconstruct.threads=2", "--set", "output.previews=false"};
-  const auto [status, peak] = run_limited(argv, limit, tmp / "disk.log");
+  const auto [status, peak] = tycho::test::run_with_data_limit(argv, limit, tmp / "disk.log");
   std::ifstream in(tmp / "disk.log");
   const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   ASSERT_EQ(status, 0) << log;

@@ -10,12 +10,15 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +26,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "test_paths.hpp"
@@ -188,5 +192,28 @@ class temp_folder {
  private:
   std::filesystem::path path_;
 };
+
+// Runs `argv` (argv[0] a path, no shell) with RLIMIT_DATA = limit, stderr into the file `log`,
+// stdout discarded; returns its exit status (-1 if killed) and its peak RSS (bytes).
+inline std::pair<int, uint64_t> run_with_data_limit(const std::vector<std::string>& argv, uint64_t limit, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const rlimit l{rlim_t(limit), rlim_t(limit)};
+    setrlimit(RLIMIT_DATA, &l);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  int status = 0;
+  rusage usage{};
+  wait4(pid, &status, 0, &usage);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, uint64_t(usage.ru_maxrss) * 1024u};
+}
 
 }  // namespace tycho::test
