@@ -48,6 +48,17 @@ bool source_reads_stored_dtype(const dataset& d) {
   return true;
 }
 
+// d's block of patterns at `bytes_per_pixel`, bounded by this machine's memory before it is
+// allocated (the session's memory plan, which counts the rest of the run, comes after the read).
+// The shape was checked for overflow before (check_data_shape): the product is < 2^63.
+void require_memory(const dataset& d, unsigned bytes_per_pixel, const char* as) {
+  const uint64_t target_bytes = uint64_t(d.patterns) * uint64_t(d.n0 * d.n1) * bytes_per_pixel;
+  if (const uint64_t have = physical_memory_bytes(); have > 0 && target_bytes > have)
+    fail(TYCHO_ERR_OUT_OF_MEMORY, "data '", d.description, "': ", d.patterns, " patterns of ", d.n0, " x ", d.n1,
+         " pixels need ", human_bytes(target_bytes), " as ", as, ", more than this machine's ", human_bytes(have),
+         " of memory (check the file's shape; run `tycho plan` for the remedies: more ranks, binning)");
+}
+
 // Reads patterns [first, first + count) of the source through read() into `dst`, whose dtype
 // says what is asked: float32, or the stored dtype of a source that delivers it.
 void read_patterns(const tycho_source_vtable* vt, tycho_source* src, const dataset& d, int64_t first, int64_t count,
@@ -75,11 +86,7 @@ bool read_counts(const tycho_source_vtable* vt, tycho_source* src, dataset& d) {
   const DLDataType t = d.info.stored_dtype;
   if (!source_reads_stored_dtype(d) || !(same_dtype(t, k_uint8) || same_dtype(t, k_uint16))) return false;
   const int64_t m = d.n0 * d.n1;
-  const uint64_t target_bytes = uint64_t(d.patterns) * uint64_t(m) * 2u;  // < 2^63: checked by the caller
-  if (const uint64_t have = physical_memory_bytes(); have > 0 && target_bytes > have)
-    fail(TYCHO_ERR_OUT_OF_MEMORY, "data '", d.description, "': ", d.patterns, " patterns of ", d.n0, " x ", d.n1,
-         " pixels need ", human_bytes(target_bytes), " as uint16 counts, more than this machine's ", human_bytes(have),
-         " of memory (check the file's shape; run `tycho plan` for the remedies: more ranks, binning)");
+  require_memory(d, 2, "uint16 counts");
   d.counts.resize(std::size_t(d.patterns * m));
   const int64_t chunk = std::max<int64_t>(1, (int64_t(16) << 20) / m);  // ~16 MiB of uint8 staging
   std::vector<uint8_t> staging;
@@ -163,13 +170,8 @@ dataset read_dataset(const component_ref& source, const tycho_config* data_table
   block_of(d.all_patterns, parts, part, d.first, d.patterns);
   const int64_t m = d.n0 * d.n1;
   if (as_counts && read_counts(vt, src, d)) return d;
-  // This rank's patterns as float32, bounded by this machine's memory before they are allocated
-  // (the session's memory plan, which counts the rest of the run, comes after the read).
-  const uint64_t target_bytes = uint64_t(d.patterns) * uint64_t(m) * 4u;  // < 2^63: checked above
-  if (const uint64_t have = physical_memory_bytes(); have > 0 && target_bytes > have)
-    fail(TYCHO_ERR_OUT_OF_MEMORY, "data '", d.description, "': ", d.patterns, " patterns of ", d.n0, " x ", d.n1,
-         " pixels need ", human_bytes(target_bytes), " as float32, more than this machine's ", human_bytes(have),
-         " of memory (check the file's shape; run `tycho plan` for the remedies: more ranks, binning)");
+  // This rank's patterns as float32.
+  require_memory(d, 4, "float32");
   d.targets.resize(std::size_t(d.patterns * m));
   const int64_t chunk = std::max<int64_t>(1, (int64_t(64) << 20) / (m * 4));  // ~64 MiB reads
   report_stage("reading", 0, d.patterns);  // the `tycho` command's progress bar
