@@ -521,7 +521,8 @@ TEST(CudaMath, ComplexProductsAsStdComplex) {
   EXPECT_FLOAT_EQ(tycho::cuda_math::norm(ca), std::norm(a));
 }
 
-// The device kernel's per-pixel function against the host loss loop (amplitude_loss.cpp).
+// The per-pixel function the device kernel calls (amplitude_pixel.hpp), pixel by pixel, against
+// the host loop (amplitude_loss.cpp): its masks, periods and per-pattern sums.
 TEST(CudaMath, AmplitudePixelMatchesHostLoss) {
   const int64_t period = 37, patterns = 5, n = period * patterns;
   std::mt19937 rng(3);
@@ -538,7 +539,8 @@ TEST(CudaMath, AmplitudePixelMatchesHostLoss) {
                                                     host_grad.data());
   double device_style = 0;
   for (int64_t k = 0; k < n; ++k) {
-    const auto r = tycho::losses::amplitude_pixel(model[size_t(k)], measured[size_t(k)], scale, mask[size_t(k % period)] != 0);
+    const auto r = tycho::losses::amplitude_pixel<float>{scale}(model[size_t(k)], measured[size_t(k)],
+                                                                 mask[size_t(k % period)] != 0);
     EXPECT_EQ(r.dloss_dI, host_grad[size_t(k)]) << k;
     device_style += r.loss;
   }

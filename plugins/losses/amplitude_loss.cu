@@ -6,23 +6,11 @@
 #include "pixel_loss_kernel.cuh"
 
 namespace tycho::losses {
-namespace {
-
-// amplitude_pixel() as the functor the generic kernel calls.
-struct amplitude_pixel_functor {
-  float measured_scale;
-  __device__ pixel_loss_result<float> operator()(float model_intensity, float measured, bool use) const {
-    const amplitude_pixel_result r = amplitude_pixel(model_intensity, measured, measured_scale, use);
-    return {r.loss, r.dloss_dI};
-  }
-};
-
-}  // namespace
 
 void amplitude_loss_cuda(const float* model_intensity, const float* measured, const uint8_t* mask,
                          int64_t mask_period, int64_t n, float measured_scale, float* dloss_dI,
                          double* loss_sum, void* stream, int device) {
-  launch_pixel_loss("amplitude loss", amplitude_pixel_functor{measured_scale}, model_intensity, measured, mask,
+  launch_pixel_loss("amplitude loss", amplitude_pixel<float>{measured_scale}, model_intensity, measured, mask,
                     mask_period, n, dloss_dI, loss_sum, stream, device);
 }
 

@@ -1,6 +1,6 @@
-// The host loop of a per-pixel loss (intensity_loss.cpp, poisson_loss.cpp): dL/dI of every
-// pixel and Σ L, each pattern summed in Real (the engine's precision) and the patterns in double,
-// as the amplitude loss's loop does.
+// The host loop of a per-pixel loss (amplitude_loss.cpp, intensity_loss.cpp, poisson_loss.cpp):
+// dL/dI of every pixel and Σ L, each pattern summed in Real (the engine's precision) and the
+// patterns in double.
 #pragma once
 
 #include <algorithm>
