@@ -87,50 +87,54 @@ const tycho_setting k_affine_settings[] = {
     end_of_settings()};
 
 const tycho_component k_components[] = {
-    with_settings(component(TYCHO_COMPONENT_CONSTRAINT, "object_amplitude", "1.0.0",
-                            "clamps |O| to [min, max] after each step", k_host, k_amplitude_keys,
-                            constraint_vtable<tc::object_amplitude>("object_amplitude", k_host)),
-                  k_amplitude_settings),
-    with_settings(component(TYCHO_COMPONENT_CONSTRAINT, "object_phase", "1.0.0",
-                            "a pure-phase object: |O| = 1 after each step", k_host, k_no_keys,
-                            constraint_vtable<tc::object_phase>("object_phase", k_host)),
+    with_settings(
+        constraint_component<tc::object_amplitude>(
+            "object_amplitude", "1.0.0", "clamps |O| to [min, max] after each step", k_host, k_amplitude_keys),
+        k_amplitude_settings),
+    with_settings(constraint_component<tc::object_phase>(
+                      "object_phase", "1.0.0", "a pure-phase object: |O| = 1 after each step", k_host, k_no_keys),
                   k_no_settings),
-    with_settings(component(TYCHO_COMPONENT_CONSTRAINT, "object_lowpass", "1.0.0",
-                            "blends a Gaussian low-pass of the object in, once per iteration", k_host, k_lowpass_keys,
-                            constraint_vtable<tc::object_lowpass>("object_lowpass", k_host)),
+    with_settings(constraint_component<tc::object_lowpass>(
+                      "object_lowpass", "1.0.0", "blends a Gaussian low-pass of the object in, once per iteration",
+                      k_host, k_lowpass_keys),
                   k_lowpass_settings),
-    with_settings(component(TYCHO_COMPONENT_CONSTRAINT, "object_potential", "1.0.0",
-                            "a real, non-negative potential: O = exp(iσV), V ≥ 0, after each step", k_host,
-                            k_potential_keys, constraint_vtable<tc::object_potential>("object_potential", k_host)),
+    with_settings(constraint_component<tc::object_potential>(
+                      "object_potential", "1.0.0",
+                      "a real, non-negative potential: O = exp(iσV), V ≥ 0, after each step", k_host, k_potential_keys),
                   k_potential_settings),
-    with_settings(component(TYCHO_COMPONENT_CONSTRAINT, "object_tv", "1.0.0",
-                            "a total-variation (ROF) proximal step on each slice, once per iteration", k_host, k_tv_keys,
-                            constraint_vtable<tc::object_tv>("object_tv", k_host)),
+    with_settings(constraint_component<tc::object_tv>(
+                      "object_tv", "1.0.0", "a total-variation (ROF) proximal step on each slice, once per iteration",
+                      k_host, k_tv_keys),
                   k_tv_settings),
-    with_settings(component(TYCHO_COMPONENT_CONSTRAINT, "object_depth", "1.0.0",
-                            "blends a Gaussian low-pass along the slices in, once per iteration (slices > 1)", k_host,
-                            k_depth_keys, constraint_vtable<tc::object_depth>("object_depth", k_host)),
-                  k_depth_settings),
-    with_settings(component(TYCHO_COMPONENT_CONSTRAINT, "probe_orthogonal_modes", "1.0.0",
-                            "orthonormalises several probe modes in decreasing power after each step", k_host,
-                            k_no_keys, constraint_vtable<tc::probe_orthogonal_modes>("probe_orthogonal_modes", k_host)),
+    with_settings(
+        constraint_component<tc::object_depth>(
+            "object_depth", "1.0.0", "blends a Gaussian low-pass along the slices in, once per iteration (slices > 1)",
+            k_host, k_depth_keys),
+        k_depth_settings),
+    with_settings(constraint_component<tc::probe_orthogonal_modes>(
+                      "probe_orthogonal_modes", "1.0.0",
+                      "orthonormalises several probe modes in decreasing power after each step", k_host, k_no_keys),
                   k_no_settings),
-    with_settings(component(TYCHO_COMPONENT_CONSTRAINT, "probe_power", "1.0.0",
-                            "scales the probe's power to the measured patterns' mean intensity after each step",
-                            k_host, k_power_keys, constraint_vtable<tc::probe_power>("probe_power", k_host)),
-                  k_power_settings),
-    with_settings(component(TYCHO_COMPONENT_CONSTRAINT, "probe_aperture", "1.0.0",
-                            "zeroes the probe's spectrum outside the probe-forming aperture after each step", k_host,
-                            k_aperture_keys, constraint_vtable<tc::probe_aperture>("probe_aperture", k_host)),
-                  k_aperture_settings),
-    with_settings(component(TYCHO_COMPONENT_CONSTRAINT, "probe_centre", "1.0.0",
-                            "keeps the probe's intensity centroid at the window centre, the object shifted alike",
-                            k_host, k_centre_keys, constraint_vtable<tc::probe_centre>("probe_centre", k_host)),
+    with_settings(
+        constraint_component<tc::probe_power>(
+            "probe_power", "1.0.0", "scales the probe's power to the measured patterns' mean intensity after each step",
+            k_host, k_power_keys),
+        k_power_settings),
+    with_settings(
+        constraint_component<tc::probe_aperture>(
+            "probe_aperture", "1.0.0", "zeroes the probe's spectrum outside the probe-forming aperture after each step",
+            k_host, k_aperture_keys),
+        k_aperture_settings),
+    with_settings(constraint_component<tc::probe_centre>(
+                      "probe_centre", "1.0.0",
+                      "keeps the probe's intensity centroid at the window centre, the object shifted alike", k_host,
+                      k_centre_keys),
                   k_centre_settings),
-    with_settings(component(TYCHO_COMPONENT_CONSTRAINT, "positions_affine", "1.0.0",
-                            "keeps the corrected positions an affine map of the nominal scan plus a residual", k_host,
-                            k_affine_keys, constraint_vtable<tc::positions_affine>("positions_affine", k_host)),
-                  k_affine_settings),
+    with_settings(
+        constraint_component<tc::positions_affine>(
+            "positions_affine", "1.0.0",
+            "keeps the corrected positions an affine map of the nominal scan plus a residual", k_host, k_affine_keys),
+        k_affine_settings),
 };
 }  // namespace
 

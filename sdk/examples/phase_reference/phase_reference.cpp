@@ -40,9 +40,10 @@ const char* const k_keys[] = {nullptr};  // no keys of its own
 constexpr uint32_t k_devices = TYCHO_DEVICE_BIT(kDLCPU);
 
 const tycho_component k_components[] = {
-    component(TYCHO_COMPONENT_CONSTRAINT, "phase_reference", "1.0.0",
-              "sets the object's global phase (the phase of its mean) to zero after each step", k_devices, k_keys,
-              constraint_vtable<phase_reference>("phase_reference", k_devices)),
+    constraint_component<phase_reference>("phase_reference", "1.0.0",
+                                          "sets the object's global phase (the phase of its mean) to zero after "
+                                          "each step",
+                                          k_devices, k_keys),
 };
 }  // namespace
 

@@ -6,8 +6,8 @@
 //     uint32_t acts_on() const;                                  // TYCHO_CONSTRAINT_* bits
 //     void apply(const tycho::sdk::constraint_arguments& a);      // change the tensors in place
 //   };
-//   component(TYCHO_COMPONENT_CONSTRAINT, "mine", "1.0.0", "...", TYCHO_DEVICE_BIT(kDLCPU), keys,
-//             tycho::sdk::constraint_vtable<my_constraint>("mine", TYCHO_DEVICE_BIT(kDLCPU)))
+//   tycho::sdk::constraint_component<my_constraint>("mine", "1.0.0", "...", TYCHO_DEVICE_BIT(kDLCPU), keys)
+//   (= component(TYCHO_COMPONENT_CONSTRAINT, "mine", ..., constraint_vtable<my_constraint>("mine", devices)))
 //
 // `cfg` is the constraint's own entry of [[reconstruct.constraints]]. create refuses an engine
 // device the component does not list in `devices` (TYCHO_ERR_UNSUPPORTED naming the device), so
@@ -116,6 +116,15 @@ const tycho_constraint_vtable* constraint_vtable(const char* name, uint32_t devi
   constraint_adapter<C>::name = name;
   constraint_adapter<C>::devices = devices;
   return &constraint_adapter<C>::vtable;
+}
+
+// The component record of constraint class C: its name and devices said once, for the record and
+// for the vtable (constraint_vtable above).
+template <class C>
+tycho_component constraint_component(const char* name, const char* version, const char* description,
+                                     uint32_t devices, const char* const* config_keys) {
+  return component(TYCHO_COMPONENT_CONSTRAINT, name, version, description, devices, config_keys,
+                   constraint_vtable<C>(name, devices));
 }
 
 }  // namespace tycho::sdk
