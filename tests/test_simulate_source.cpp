@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "npy_file.hpp"
 #include "run_command.hpp"
 #include "built_in_plugins.hpp"
 #include "source_under_test.hpp"
@@ -35,28 +36,14 @@ using tycho::test::run_command;
 
 using tycho::test::plugins;
 
-// Writes a 2-D C-order .npy (version 1.0) of float32 or float64 values.
+// A 2-D C-order .npy (version 1.0) of the values as float32 or float64.
 void write_npy(const std::string& path, const std::vector<double>& v, int64_t rows, int64_t cols,
                bool float64) {
-  std::string dict = std::string("{'descr': '") + (float64 ? "<f8" : "<f4") +
-                     "', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
-                     std::to_string(cols) + "), }";
-  std::size_t total = (10 + dict.size() + 1 + 63) / 64 * 64;
-  dict.append(total - 10 - dict.size() - 1, ' ');
-  dict += '\n';
-  std::ofstream out(path, std::ios::binary);
-  out.write("\x93NUMPY\x01\x00", 8);
-  const uint16_t len = uint16_t(dict.size());
-  const char len_bytes[2] = {char(len & 0xff), char(len >> 8)};
-  out.write(len_bytes, 2);
-  out << dict;
-  for (double x : v) {
-    if (float64) {
-      out.write(reinterpret_cast<const char*>(&x), 8);
-    } else {
-      float f = float(x);
-      out.write(reinterpret_cast<const char*>(&f), 4);
-    }
+  if (float64) {
+    tycho::test::write_npy(path, "<f8", {rows, cols}, v.data(), v.size() * sizeof(double));
+  } else {
+    const std::vector<float> f(v.begin(), v.end());
+    tycho::test::write_npy(path, "<f4", {rows, cols}, f.data(), f.size() * sizeof(float));
   }
 }
 
