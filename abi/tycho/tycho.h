@@ -101,6 +101,32 @@ TYCHO_API int32_t tycho_session_rank(const tycho_session* session);
 TYCHO_API int32_t tycho_session_world_size(const tycho_session* session);
 /* Returns when every rank's session has called it (for a script's own files and timing). */
 TYCHO_API tycho_status tycho_session_barrier(tycho_session* session);
+/* ---- accuracy against a ground truth (ABI 1.3): what `tycho evaluate` prints */
+
+/* Options of tycho_evaluate. Zero-initialise, set struct_size; a field left 0 takes its default.
+ * Append-only. */
+typedef struct tycho_evaluate_options {
+  uint32_t struct_size;
+  double sigma_A;           /* σ of the local-phase Gaussian, Å, > 0; 0: 2 (the data READMEs' metric) */
+  double fov_fraction;      /* inner fraction of the scanned field of view compared, (0, 1]; 0: 0.8 */
+  double slice_thickness_A; /* depth of each slice of a multislice result, Å, > 0; 0: the result's own */
+} tycho_evaluate_options;
+
+/* The accuracy of a saved result (`result_path`, written by tycho_session_save or `tycho
+ * reconstruct`) against a ground truth (`truth_path`: an .npz with phase or phase_total,
+ * pixel_size_A and scan_origin_A; optionally phase_slices, phase_top/phase_bottom with
+ * layer_depths_A, positions_true_A; docs/embedding.md): the local-phase Pearson correlation and
+ * RMS error in the inner field of view after integer registration, per-depth figures for a
+ * multislice result, and the corrected positions' RMS error, as one JSON object, the text `tycho
+ * evaluate` prints. `*json` is a NUL-terminated UTF-8 string owned by the caller: free it with
+ * tycho_free_string. `options` NULL: the defaults. On failure *json is NULL and the status
+ * (TYCHO_ERR_NOT_FOUND, _IO, _BAD_DATA, _INVALID_ARGUMENT) comes with a message naming the file,
+ * array or option. Reads only; thread-safe (no session involved). */
+TYCHO_API tycho_status tycho_evaluate(const char* result_path, const char* truth_path,
+                                      const tycho_evaluate_options* options, char** json);
+/* Frees a string tycho returned (tycho_evaluate's JSON); NULL is a no-op. */
+TYCHO_API void tycho_free_string(char* text);
+
 /* After the last session is destroyed: releases what tycho started for the process (MPI, when
  * tycho initialised it). Optional: otherwise that happens at exit. No session may be created
  * after it. */

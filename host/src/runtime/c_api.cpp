@@ -7,15 +7,20 @@
 #include <tycho/core/launch.hpp>
 
 #include <atomic>
+#include <cmath>
+#include <cstdlib>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 #include <new>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "runtime/status_barrier.hpp"
+#include "tycho/host/evaluate.hpp"
 #include "tycho/host/parallel.hpp"
 #include "tycho/host/registry.hpp"
 #include "tycho/host/session.hpp"
@@ -197,5 +202,51 @@ TYCHO_API tycho_status tycho_session_save(tycho_session* session, const char* pa
 }
 
 TYCHO_API void tycho_session_destroy(tycho_session* session) { delete session; }
+
+TYCHO_API tycho_status tycho_evaluate(const char* result_path, const char* truth_path,
+                                      const tycho_evaluate_options* options, char** json) {
+  if (json == nullptr) return null_argument("tycho_evaluate", "json");
+  *json = nullptr;
+  if (result_path == nullptr) return null_argument("tycho_evaluate", "result_path");
+  if (truth_path == nullptr) return null_argument("tycho_evaluate", "truth_path");
+  tycho_evaluate_options o{};
+  if (options != nullptr) {
+    if (options->struct_size < offsetof(tycho_evaluate_options, slice_thickness_A) + sizeof(double))
+      return tycho::set_last_error(TYCHO_ERR_ABI_MISMATCH,
+                                   "tycho_evaluate: options->struct_size is smaller than this ABI's "
+                                   "tycho_evaluate_options; set it to sizeof(tycho_evaluate_options)");
+    o = *options;
+  }
+  // 0 takes the default (that of `tycho evaluate`); anything else must be finite and in range.
+  auto option = [](const char* name, double v, double fallback, double max, double& out) {
+    if (v == 0) {
+      out = fallback;
+      return TYCHO_OK;
+    }
+    if (!std::isfinite(v) || v < 0 || v > max)
+      return tycho::set_last_error(TYCHO_ERR_INVALID_ARGUMENT,
+                                   tycho::cat("tycho_evaluate: options->", name, " = ", v, ": expected 0 (the default) or a "
+                                              "finite number in (0, ", max, "]"));
+    out = v;
+    return TYCHO_OK;
+  };
+  double sigma_A = 0, fov = 0, thickness = 0;
+  if (tycho_status st = option("sigma_A", o.sigma_A, 2.0, 1e6, sigma_A); st != TYCHO_OK) return st;
+  if (tycho_status st = option("fov_fraction", o.fov_fraction, 0.8, 1.0, fov); st != TYCHO_OK) return st;
+  if (tycho_status st = option("slice_thickness_A", o.slice_thickness_A, 0.0, 1e6, thickness); st != TYCHO_OK)
+    return st;
+  return guarded([&] {
+    const std::string text =
+        tycho::host::evaluate_result(tycho::host::registry::global(), result_path, truth_path, sigma_A, fov,
+                                     thickness > 0 ? std::optional<double>(thickness) : std::nullopt);
+    char* copy = static_cast<char*>(std::malloc(text.size() + 1));
+    if (copy == nullptr) return tycho::set_last_error(TYCHO_ERR_OUT_OF_MEMORY, "tycho_evaluate: out of memory");
+    std::memcpy(copy, text.c_str(), text.size() + 1);
+    *json = copy;
+    return TYCHO_OK;
+  });
+}
+
+TYCHO_API void tycho_free_string(char* text) { std::free(text); }
 
 }  // extern "C"
