@@ -5,8 +5,8 @@ mechanically against abi/tycho/tycho.h:
   wrapper, and every wrapper names a declared function;
 - each wrapper has the C function's number of arguments, and each argument's and the return's
   Julia type is one that has the C type's size and meaning (table below);
-- the Julia structs Progress and SessionOptions have the fields of tycho_progress and
-  tycho_session_options, in order, with matching types (a layout mismatch would corrupt memory);
+- the Julia structs Progress, SessionOptions and EvaluateOptions have the fields of
+  tycho_progress, tycho_session_options and tycho_evaluate_options, in order, with matching types (a layout mismatch would corrupt memory);
 - the Julia DLPack structs have the fields of <dlpack/dlpack.h>'s, in order, with matching types;
 - every `Tycho.name` the Julia page of the docs uses is defined in the module.
 
@@ -37,6 +37,8 @@ C_TO_JULIA: Dict[str, Set[str]] = {
     "tycho_session**": {"Ptr{Ptr{Cvoid}}"},
     "DLManagedTensor**": {"Ptr{Ptr{DLManagedTensor}}"},
     "tycho_session_options*": {"Ptr{SessionOptions}"},
+    "tycho_evaluate_options*": {"Ptr{EvaluateOptions}"},
+    "char**": {"Ptr{Ptr{UInt8}}", "Ptr{Ptr{Cchar}}"},
     "tycho_progress_fn": {"Ptr{Cvoid}"},
     # DLPack 0.6 (<dlpack/dlpack.h>)
     "uint16_t": {"UInt16"},
@@ -149,7 +151,8 @@ def check(header: str, jl: str, doc: str = "", dlpack: str = "") -> List[str]:
             problems.append(f"{name}: returns C '{cret}' but Julia '{jret}'")
     for name in sorted(set(wrappers) - set(cfuns)):
         problems.append(f"{name}: wrapped in Julia but not declared in the header")
-    for c_name, j_name in (("tycho_progress", "Progress"), ("tycho_session_options", "SessionOptions")):
+    for c_name, j_name in (("tycho_progress", "Progress"), ("tycho_session_options", "SessionOptions"),
+                           ("tycho_evaluate_options", "EvaluateOptions")):
         cf, jf = c_struct(header, c_name), julia_struct(jl, j_name)
         if len(cf) != len(jf):
             problems.append(f"{j_name}: {len(jf)} fields, {c_name} has {len(cf)}")
@@ -206,7 +209,7 @@ def main() -> int:
         print("FAIL:", p)
     if not problems:
         print(f"{len(c_functions(header))} functions of tycho.h: each has one @ccall wrapper with matching "
-              "argument count and types; Progress and SessionOptions match their C structs"
+              "argument count and types; Progress, SessionOptions and EvaluateOptions match their C structs"
               + ("; DLDevice, DLDataType, DLTensor, DLManagedTensor match dlpack.h" if dlpack else ""))
     return 1 if problems else 0
 

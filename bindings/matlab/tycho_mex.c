@@ -258,13 +258,36 @@ static void cmd_rank(int nlhs, mxArray* plhs[], int nrhs, const mxArray* prhs[])
   if (nlhs > 1) plhs[1] = mxCreateDoubleScalar(tycho_session_world_size(sessions[h]));
 }
 
+static void cmd_evaluate(int nlhs, mxArray* plhs[], int nrhs, const mxArray* prhs[]) {
+  need_args(nrhs, 4, "json = tycho_mex('evaluate', result_path, truth_path, [sigma_A, fov_fraction, slice_thickness_A])");
+  (void)nlhs;
+  char* result = string_arg(prhs[1], "the result path");
+  char* truth = string_arg(prhs[2], "the truth path");
+  if (!mxIsDouble(prhs[3]) || mxIsComplex(prhs[3]) || mxGetNumberOfElements(prhs[3]) != 3)
+    fail("tycho:TYCHO_ERR_INVALID_ARGUMENT", "tycho_mex: the options must be [sigma_A, fov_fraction, slice_thickness_A] (0: the default)");
+  const double* o = mxGetPr(prhs[3]);
+  tycho_evaluate_options options;
+  memset(&options, 0, sizeof options);
+  options.struct_size = sizeof options;
+  options.sigma_A = o[0];
+  options.fov_fraction = o[1];
+  options.slice_thickness_A = o[2];
+  char* json = NULL;
+  tycho_status st = tycho_evaluate(result, truth, &options, &json);
+  mxFree(result);
+  mxFree(truth);
+  if (st != TYCHO_OK) fail_status(st);
+  plhs[0] = mxCreateString(json);
+  tycho_free_string(json);
+}
+
 void mexFunction(int nlhs, mxArray* plhs[], int nrhs, const mxArray* prhs[]) {
   static int registered = 0;
   if (!registered) {
     mexAtExit(free_all_sessions);
     registered = 1;
   }
-  if (nrhs < 1 || !mxIsChar(prhs[0])) fail("tycho:TYCHO_ERR_INVALID_ARGUMENT", "tycho_mex: the first argument is a command ('create', 'run', 'get', 'save', 'free', 'rank', 'version')");
+  if (nrhs < 1 || !mxIsChar(prhs[0])) fail("tycho:TYCHO_ERR_INVALID_ARGUMENT", "tycho_mex: the first argument is a command ('create', 'run', 'get', 'save', 'free', 'rank', 'evaluate', 'version')");
   char* cmd = mxArrayToString(prhs[0]);
   if (strcmp(cmd, "version") == 0) {
     if (tycho_abi_version() >> 16 != TYCHO_ABI_VERSION_MAJOR) fail("tycho:TYCHO_ERR_ABI_MISMATCH", "tycho_mex: the loaded libtycho has another ABI major version than tycho.h of this build");
@@ -275,6 +298,7 @@ void mexFunction(int nlhs, mxArray* plhs[], int nrhs, const mxArray* prhs[]) {
   else if (strcmp(cmd, "save") == 0) cmd_save(nlhs, plhs, nrhs, prhs);
   else if (strcmp(cmd, "free") == 0) cmd_free(nlhs, plhs, nrhs, prhs);
   else if (strcmp(cmd, "rank") == 0) cmd_rank(nlhs, plhs, nrhs, prhs);
+  else if (strcmp(cmd, "evaluate") == 0) cmd_evaluate(nlhs, plhs, nrhs, prhs);
   else {
     char message[200];
     snprintf(message, sizeof message, "tycho_mex: unknown command '%s'", cmd);

@@ -5,6 +5,7 @@
 """
 import os
 import pathlib
+import subprocess
 
 import pytest
 
@@ -26,3 +27,12 @@ def cli() -> str:
     path = os.environ.get("TYCHO_CLI", str(REPO / "build" / "bin" / "tycho"))
     assert os.path.exists(path), f"the tycho command '{path}' does not exist (set TYCHO_CLI)"
     return path
+
+
+@pytest.fixture(scope="session")
+def cli_result(cli, mos2, tmp_path_factory) -> pathlib.Path:
+    """The result of `tycho reconstruct examples/mos2.toml --iterations 3` (no previews)."""
+    out = tmp_path_factory.mktemp("cli") / "cli.zip"
+    subprocess.run([cli, "reconstruct", str(mos2), "--iterations", "3", "--output", str(out), "-q",
+                    "--set", "output.previews=false"], check=True)
+    return out

@@ -11,15 +11,7 @@ import pytest
 
 import tycho
 
-ITERATIONS = 3
-
-
-@pytest.fixture(scope="module")
-def cli_result(cli, mos2, tmp_path_factory) -> pathlib.Path:
-    out = tmp_path_factory.mktemp("cli") / "cli.zip"
-    subprocess.run([cli, "reconstruct", str(mos2), "--iterations", str(ITERATIONS), "--output", str(out), "-q",
-                    "--set", "output.previews=false"], check=True)
-    return out
+ITERATIONS = 3  # as conftest.py's cli_result
 
 
 @pytest.fixture(scope="module")

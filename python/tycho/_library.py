@@ -53,6 +53,17 @@ class SessionOptions(ctypes.Structure):
     ]
 
 
+class EvaluateOptions(ctypes.Structure):
+    """``tycho_evaluate_options`` (zero-initialised, ``struct_size`` set; 0: the default)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("sigma_A", ctypes.c_double),
+        ("fov_fraction", ctypes.c_double),
+        ("slice_thickness_A", ctypes.c_double),
+    ]
+
+
 def candidates() -> List[Tuple[str, str]]:
     """Where libtycho is looked for, in order: (how it was found, what is passed to dlopen)."""
     out: List[Tuple[str, str]] = []
@@ -92,6 +103,9 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         "tycho_session_world_size": (c.c_int32, [session_p]),
         "tycho_session_barrier": (c.c_int, [session_p]),
         "tycho_shutdown": (None, []),
+        # The JSON comes back as a tycho-owned char*: kept as a void pointer so that it can be freed.
+        "tycho_evaluate": (c.c_int, [c.c_char_p, c.c_char_p, c.POINTER(EvaluateOptions), c.POINTER(c.c_void_p)]),
+        "tycho_free_string": (None, [c.c_void_p]),
     }
     for name, (restype, argtypes) in table.items():
         fn = getattr(lib, name)

@@ -12,7 +12,7 @@ its plugins beside itself. Use a session from one task at a time.
 """
 module Tycho
 
-export Session, run!, result, result_raw, save, rank, world_size, barrier, TychoError
+export Session, run!, result, result_raw, save, rank, world_size, barrier, evaluate, TychoError
 
 const libtycho = get(ENV, "TYCHO_LIBRARY", "libtycho.so.1")
 
@@ -67,6 +67,14 @@ struct SessionOptions
     communicator::Ptr{Cvoid}        # an MPI_Comm* or ncclComm_t*; NULL: the launcher decides
 end
 
+"`tycho_evaluate_options` (for `tycho_evaluate`); a field left 0 takes its default."
+struct EvaluateOptions
+    struct_size::UInt32
+    sigma_A::Cdouble              # σ of the local-phase Gaussian, Å (0: 2)
+    fov_fraction::Cdouble         # inner fraction of the scanned field of view (0: 0.8)
+    slice_thickness_A::Cdouble    # depth of each slice, Å (0: the result's own)
+end
+
 const TYCHO_OK = Cint(0)
 const TYCHO_ERR_CANCELLED = Cint(8)
 const TYCHO_SAVE_NEW = Cint(0)
@@ -88,6 +96,8 @@ tycho_session_rank(session) = @ccall libtycho.tycho_session_rank(session::Ptr{Cv
 tycho_session_world_size(session) = @ccall libtycho.tycho_session_world_size(session::Ptr{Cvoid})::Int32
 tycho_session_barrier(session) = @ccall libtycho.tycho_session_barrier(session::Ptr{Cvoid})::Cint
 tycho_shutdown() = @ccall libtycho.tycho_shutdown()::Cvoid
+tycho_evaluate(result_path, truth_path, options, json) = @ccall libtycho.tycho_evaluate(result_path::Cstring, truth_path::Cstring, options::Ptr{EvaluateOptions}, json::Ptr{Ptr{UInt8}})::Cint
+tycho_free_string(text) = @ccall libtycho.tycho_free_string(text::Ptr{UInt8})::Cvoid
 
 # ---------------------------------------------------------------- errors
 
@@ -277,5 +287,27 @@ rank(s::Session) = Int(tycho_session_rank(handle(s)))
 world_size(s::Session) = Int(tycho_session_world_size(handle(s)))
 "Returns when every rank's session has called it."
 barrier(s::Session) = check(tycho_session_barrier(handle(s)))
+
+# ---------------------------------------------------------------- accuracy against a truth
+
+"""
+    evaluate(result, truth; sigma_A=0, fov_fraction=0, slice_thickness_A=0) -> String
+
+The accuracy of a saved result file against a ground truth (.npz), as `tycho evaluate` prints
+it: JSON text with `pearson`, `rms_rad`, per-depth figures and `positions_rms_A` (parse it with
+JSON.jl). 0 keeps an option's default (σ 2 Å, the inner 0.8 of the field of view, the result's
+own slice thickness). Throws [`TychoError`](@ref) naming the file, array or option at fault.
+"""
+function evaluate(result::AbstractString, truth::AbstractString; sigma_A::Real=0, fov_fraction::Real=0,
+                  slice_thickness_A::Real=0)
+    options = Ref(EvaluateOptions(UInt32(sizeof(EvaluateOptions)), sigma_A, fov_fraction, slice_thickness_A))
+    out = Ref{Ptr{UInt8}}(C_NULL)
+    check(tycho_evaluate(String(result), String(truth), options, out))
+    try
+        return unsafe_string(out[])
+    finally
+        tycho_free_string(out[])
+    end
+end
 
 end # module

@@ -35,6 +35,21 @@ function tycho_octave_test(repo, cli, out_dir)
   assert(isequal(r.loss_history, history(:)) && isequal(size(r.loss_history), [3 1]), 'loss_history');
   assert(r.loss_history(3) < r.loss_history(1), 'the loss falls');
 
+  % The command's result against the ground truth: the figures `tycho evaluate` prints.
+  truth = fullfile(repo, 'examples', 'data', 'mos2_ground_truth.npz');
+  [status, printed] = system(sprintf('"%s" evaluate "%s" --truth "%s" 2>/dev/null', cli, cli_zip, truth));
+  assert(status == 0, 'tycho evaluate failed');
+  [f, json] = tycho_evaluate(cli_zip, truth);
+  assert(strcmp(json, strtrim(printed)), 'tycho_evaluate differs from tycho evaluate');
+  assert(f.iterations == 3 && f.sigma_A == 2 && f.pearson > 0.3 && f.pearson < 0.9, 'evaluate figures');
+  try
+    tycho_evaluate(cli_zip, truth, 'fov_fraction', 2);
+    error('tycho_octave_test:noerror', 'a bad option did not raise');
+  catch err
+    assert(strcmp(err.identifier, 'tycho:TYCHO_ERR_INVALID_ARGUMENT'), err.identifier);
+    assert(~isempty(strfind(err.message, 'options->fov_fraction')), err.message);
+  end
+
   % A bad config is an error with tycho's status as identifier and the key in the message.
   try
     tycho_reconstruct(sprintf('[reconstruct]\nbatchsize = 3\n'));
@@ -51,7 +66,7 @@ function tycho_octave_test(repo, cli, out_dir)
   end
 
   run_doc_examples(fullfile(repo, 'docs', 'embedding', 'matlab.md'), repo);
-  fprintf('tycho_octave_test: passed (object, probe, positions, loss history bit for bit; errors; doc page)\n');
+  fprintf('tycho_octave_test: passed (object, probe, positions, loss history bit for bit; evaluate; errors; doc page)\n');
 end
 
 function run_doc_examples(page, repo)

@@ -1,4 +1,4 @@
-//! Raw declarations of tycho's embedding API, `abi/tycho/tycho.h` (ABI 1.0), and of the DLPack
+//! Raw declarations of tycho's embedding API, `abi/tycho/tycho.h` (ABI 1.3), and of the DLPack
 //! 0.6 structs it returns (`<dlpack/dlpack.h>`, Debian's libdlpack-dev, `DLPACK_VERSION` 60).
 //!
 //! Written by hand and checked mechanically: `tests/header.rs` parses `tycho.h` and compares
@@ -78,6 +78,18 @@ pub struct tycho_session_options {
     pub communicator: *mut c_void,
 }
 
+/// Options of `tycho_evaluate`. Zero-initialise, set `struct_size`; a field left 0 takes its
+/// default (σ 2 Å, the inner 0.8 of the field of view, the result's own slice thickness).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+#[allow(non_snake_case)]
+pub struct tycho_evaluate_options {
+    pub struct_size: u32,
+    pub sigma_A: f64,
+    pub fov_fraction: f64,
+    pub slice_thickness_A: f64,
+}
+
 extern "C" {
     pub fn tycho_abi_version() -> u32;
     pub fn tycho_version() -> *const c_char;
@@ -114,6 +126,13 @@ extern "C" {
     pub fn tycho_session_world_size(session: *const tycho_session) -> i32;
     pub fn tycho_session_barrier(session: *mut tycho_session) -> tycho_status;
     pub fn tycho_shutdown();
+    pub fn tycho_evaluate(
+        result_path: *const c_char,
+        truth_path: *const c_char,
+        options: *const tycho_evaluate_options,
+        json: *mut *mut c_char,
+    ) -> tycho_status;
+    pub fn tycho_free_string(text: *mut c_char);
 }
 
 // ---- dlpack/dlpack.h, version 0.6 (DLPACK_VERSION 60)

@@ -101,7 +101,7 @@ fn every_function_of_tycho_h_is_declared_alike() {
     let source = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).unwrap();
     let c = c_functions(&header);
     let rust = rust_functions(&source);
-    assert_eq!(c.len(), 14, "tycho.h declares 14 functions (ABI 1.0): {:?}", c.keys());
+    assert_eq!(c.len(), 16, "tycho.h declares 16 functions (ABI 1.3): {:?}", c.keys());
     assert_eq!(c, rust, "tycho.h (left) and tycho-sys (right) differ");
 }
 
@@ -132,6 +132,7 @@ fn struct_layouts_and_constants_match_the_c_headers() {
     let mut checks: Vec<(String, u64, String)> = Vec::new();
     layout!(checks, tycho_progress { struct_size, iteration, iterations_total, loss, seconds });
     layout!(checks, tycho_session_options { struct_size, base_dir, overrides, n_overrides, communicator });
+    layout!(checks, tycho_evaluate_options { struct_size, sigma_A, fov_fraction, slice_thickness_A });
     layout!(checks, DLDevice { device_type, device_id });
     layout!(checks, DLDataType { code, bits, lanes });
     layout!(checks, DLTensor { data, device, ndim, dtype, shape, strides, byte_offset });

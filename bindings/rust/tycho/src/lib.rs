@@ -3,10 +3,12 @@
 //! (This page is docs/embedding/rust.md; `cargo test` runs its examples.)
 
 mod error;
+mod evaluate;
 mod session;
 mod tensor;
 
 pub use error::{Error, Result, Status};
+pub use evaluate::{evaluate, EvaluateOptions};
 pub use session::{Options, Progress, SaveMode, Session};
 pub use tensor::{Complex, Complex32, Complex64, DType, Element, Tensor, View};
 /// The raw C API (`tycho.h`), for what this crate does not wrap.

@@ -57,7 +57,7 @@ fn c_string(what: &str, text: &str) -> Result<CString> {
     CString::new(text).map_err(|_| Error::new(Status::InvalidArgument, format!("{what} contains a NUL byte")))
 }
 
-fn c_path(path: &Path) -> Result<CString> {
+pub(crate) fn c_path(path: &Path) -> Result<CString> {
     #[cfg(unix)]
     {
         use std::os::unix::ffi::OsStrExt;

@@ -8,7 +8,7 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use tycho::{Complex32, DType, SaveMode, Session, Status};
+use tycho::{Complex32, DType, EvaluateOptions, SaveMode, Session, Status};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..")
@@ -111,6 +111,20 @@ fn three_iterations_equal_the_command_line_result_bit_for_bit() {
     session.save(&saved, SaveMode::Overwrite).unwrap();
     let again = session.save(&saved, SaveMode::New).unwrap_err();
     assert_eq!(again.status(), Status::Io);
+
+    // The saved result against the ground truth: the text `tycho evaluate` prints.
+    let truth = repo().join("examples/data/mos2_ground_truth.npz");
+    let printed = Command::new(&cli).arg("evaluate").arg(&cli_result).arg("--truth").arg(&truth).output().unwrap();
+    assert!(printed.status.success());
+    let figures = tycho::evaluate(&cli_result, &truth, &EvaluateOptions::default()).unwrap();
+    assert_eq!(figures, String::from_utf8(printed.stdout).unwrap().trim_end());
+    assert!(figures.contains("\"iterations\": 3"), "{figures}");
+    let bad = EvaluateOptions { fov_fraction: 2.0, ..EvaluateOptions::default() };
+    let err = tycho::evaluate(&cli_result, &truth, &bad).unwrap_err();
+    assert_eq!(err.status(), Status::InvalidArgument);
+    assert!(err.message().contains("options->fov_fraction"), "{err}");
+    let missing = tycho::evaluate(&cli_result, out.join("no-truth.npz"), &EvaluateOptions::default()).unwrap_err();
+    assert!(missing.message().contains("no-truth.npz"), "{missing}");
 }
 
 #[test]
