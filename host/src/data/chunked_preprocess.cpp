@@ -12,11 +12,6 @@
 
 namespace tycho::host {
 
-namespace {
-// Counts read per source call: 4 MiB of uint16 (and as much float32 for one pattern at a time).
-constexpr int64_t k_chunk_bytes = int64_t(4) << 20;
-}  // namespace
-
 bool stage_changes_patterns(const config_document& doc) {
   const preprocess_settings s = read_preprocess_settings(doc.table_at("preprocess"), doc.origin());
   return s.active() && !s.only_measures();
@@ -25,13 +20,13 @@ bool stage_changes_patterns(const config_document& doc) {
 std::optional<chunked_read> read_preprocessed_counts(const component_ref& source, const tycho_config* data_table,
                                                      int64_t part, int64_t parts, const config_document& doc,
                                                      const rank_sum& sum_across_ranks, const gather_texts& gather,
-                                                     bool integer_targets) {
+                                                     bool integer_targets, int64_t chunk_bytes) {
   source_reader reader(source, data_table, part, parts);
   if (!reader.reads_counts()) return std::nullopt;
   chunked_read out;
   dataset& d = reader.header();
   const int64_t n = d.n0 * d.n1;
-  const int64_t chunk = std::max<int64_t>(1, k_chunk_bytes / (2 * n));
+  const int64_t chunk = std::max<int64_t>(1, chunk_bytes / (2 * n));
   std::vector<uint16_t> counts(std::size_t(std::min(chunk, std::max<int64_t>(d.patterns, 1)) * n));
   // One pass: every chunk of the block read, its patterns handed over in order.
   auto each_pattern = [&](auto&& use) {

@@ -12,7 +12,7 @@
 #include <optional>
 #include <string>
 
-#include "data/bad_pixels.hpp"
+#include "bad_pixels.hpp"
 #include "tycho/host/dataset.hpp"
 #include "tycho/host/preprocess.hpp"
 #include "tycho/host/registry.hpp"
@@ -34,9 +34,10 @@ bool stage_changes_patterns(const config_document& doc);
 // `sum_across_ranks` and `gather` combine the ranks' fits and bad pixels as the whole-scan path
 // does. `integer_targets`: uint16 results where the steps keep whole counts. Returns none,
 // reading no pattern, when the source does not deliver counts (the caller reads float32).
+// `chunk_bytes`: the counts read per source call (at least one pattern).
 std::optional<chunked_read> read_preprocessed_counts(const component_ref& source, const tycho_config* data_table,
                                                      int64_t part, int64_t parts, const config_document& doc,
                                                      const rank_sum& sum_across_ranks, const gather_texts& gather,
-                                                     bool integer_targets);
+                                                     bool integer_targets, int64_t chunk_bytes = int64_t(4) << 20);
 
 }  // namespace tycho::host

@@ -6,7 +6,7 @@
 
 #include <functional>
 
-#include "data/pattern_steps.hpp"
+#include "pattern_steps.hpp"
 #include "tycho/host/preprocess.hpp"
 
 namespace tycho::host {
