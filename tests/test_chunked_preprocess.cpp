@@ -67,7 +67,7 @@ void expect_same(const stage_result& f, const tycho::host::chunked_read& c, cons
   EXPECT_EQ(b.detector_mask, a.detector_mask) << what;
   EXPECT_EQ(b.bad_pixels.masked_pixels, a.bad_pixels.masked_pixels) << what;
   EXPECT_EQ(b.bad_pixels.saturated_values, a.bad_pixels.saturated_values) << what;
-  EXPECT_EQ(c.preprocess_json, f.json) << what;
+  EXPECT_EQ(c.report.to_json(), f.json) << what;
   ASSERT_TRUE(a.counts.empty()) << what;
   if (!b.counts.empty()) {
     ASSERT_TRUE(b.targets.empty()) << what;
@@ -182,6 +182,33 @@ TEST(ChunkedPreprocess, SyntheticCountsInChunksAndSharesEqualTheWholeScanPath) {
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->data.bad_pixels.masked_pixels, 1);
   EXPECT_NE(r->bad_pixel_warning.find("1 of 360 detector pixels"), std::string::npos) << r->bad_pixel_warning;
+}
+
+// `tycho preprocess --save-raw-data` with a stage that changes the patterns prepares them from
+// chunks of the MoS2 counts: its patterns.npy holds the whole-scan float32 path's patterns
+// (centred), bit for bit.
+TEST(ChunkedPreprocess, APreparedFileFromChunksHoldsTheWholeScanPatterns) {
+  tycho::test::temp_folder tmp;
+  const std::string stage = "crop_detector = [64, 60]\ncom_fit = \"plane\"\nrecentre = true\nscan_rotation_deg = 90";
+  auto r = tycho::test::run_command(
+      {tycho::test::tycho_exe(), "preprocess", tycho::test::source_dir() + "/examples/mos2.toml", "--save-raw-data",
+       "--set", "data.path=\"" + tycho::test::shared_data("mos2_80kV_32x24_counts.h5") + "\"", "--set",
+       "preprocess.crop_detector=[64, 60]", "--set", "preprocess.com_fit=\"plane\"", "--set",
+       "preprocess.recentre=true", "--set", "preprocess.scan_rotation_deg=90", "-o", tmp / "prepared.zip"});
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_NE(r.err.find("read and preprocessed 768 patterns in chunks of the stored uint16 counts (3 passes)"),
+            std::string::npos)
+      << r.err;
+  const stage_result f = whole_scan("emd", mos2_config(stage), 0, 1);
+  ASSERT_EQ(f.d.n0, 60);
+  const auto record = tycho::test::load_result(tmp / "prepared.zip");
+  const auto& patterns = record.array("patterns", tmp / "prepared.zip");
+  ASSERT_EQ(patterns.bytes.size(), f.d.targets.size() * sizeof(float));
+  const int64_t n = f.d.n0 * f.d.n1;
+  std::vector<float> centred(f.d.targets.size());
+  for (int64_t l = 0; l < f.d.patterns; ++l)
+    tycho::host::fftshift_pattern(f.d.targets.data() + l * n, centred.data() + l * n, f.d.n0, f.d.n1);
+  EXPECT_EQ(std::memcmp(patterns.bytes.data(), centred.data(), patterns.bytes.size()), 0);
 }
 
 // Float32 data (a source that delivers float32 only for them) are not read as counts: none.

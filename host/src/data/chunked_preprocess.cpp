@@ -84,9 +84,9 @@ std::optional<chunked_read> read_preprocessed_counts(const component_ref& source
   // uint16 results when every step keeps whole counts and a bin's sum cannot pass 65535.
   const double largest_result = double(max_value) * double(s.binning * s.binning);
   const bool as_counts = integer_targets && !s.normalise && largest_result <= 65535.0;
-  out.preprocess_json =
-      run_preprocess_stage(d, doc, sum_across_ranks, feed, as_counts ? stage_output::counts : stage_output::float32)
-          .to_json();
+  out.source_info = d.info;
+  out.report =
+      run_preprocess_stage(d, doc, sum_across_ranks, feed, as_counts ? stage_output::counts : stage_output::float32);
   out.data = std::move(d);
   return out;
 }

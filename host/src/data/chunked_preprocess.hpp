@@ -21,7 +21,8 @@ namespace tycho::host {
 
 struct chunked_read {
   dataset data;                   // targets or counts (uint16) preprocessed, bad pixels masked
-  std::string preprocess_json;    // preprocess_report::to_json
+  tycho_dataset_info source_info{};  // data.info as the source gave it, before the stage
+  preprocess_report report;       // what the stage did (to_json for the manifest)
   std::string bad_pixel_warning;  // mask_bad_pixels's ("" when nothing is masked)
   int64_t passes = 0;             // reads of the source's block
 };

@@ -840,7 +840,7 @@ void session::state::read_data(state& s, start& st) {
     // A stage that changes the patterns runs on chunks of the stored counts when the source
     // delivers them: the targets are formed chunk by chunk, never the scan as float32.
     s.data = std::move(chunked->data);
-    s.preprocess_json = std::move(chunked->preprocess_json);
+    s.preprocess_json = chunked->report.to_json();
     if (!chunked->bad_pixel_warning.empty() && s.par->is_root()) log_warning("preprocess", chunked->bad_pixel_warning);
     const bool counts = !s.data.counts.empty();
     log_info("session", cat("read and preprocessed ", s.data.patterns, " patterns in chunks of the stored ",
