@@ -14,6 +14,7 @@
 #include <toml++/toml.h>
 
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -105,11 +106,11 @@ TEST(ChunkedPreprocess, MoS2CountsEqualTheWholeScanFloat32PathBitForBit) {
     tycho_config cfg{&doc.table_at("data"), "[data]", doc.base_dir()};
     for (bool integer : {false, true}) {
       if (integer && !also_counts) continue;
-      const auto c = tycho::host::read_preprocessed_counts(source("emd"), &cfg, 0, 1, doc, tycho::host::sum_on_one_rank,
+      const auto c = tycho::host::read_preprocessed_in_chunks(source("emd"), &cfg, 0, 1, doc, tycho::host::sum_on_one_rank,
                                                            {}, integer, int64_t(1) << 20);
-      ASSERT_TRUE(c.has_value()) << "the emd source delivers the MoS2 uint16 counts as stored";
-      EXPECT_EQ(c->data.counts.empty(), !integer) << stage;
-      expect_same(f, *c, stage + (integer ? " (uint16 targets)" : " (float32 targets)"));
+      EXPECT_EQ(c.read_as, "the stored uint16 counts") << "the emd source delivers the MoS2 counts as stored";
+      EXPECT_EQ(c.data.counts.empty(), !integer) << stage;
+      expect_same(f, c, stage + (integer ? " (uint16 targets)" : " (float32 targets)"));
     }
   }
 }
@@ -165,11 +166,10 @@ TEST(ChunkedPreprocess, SyntheticCountsInChunksAndSharesEqualTheWholeScanPath) {
     ASSERT_EQ(f.d.first, 48) << what;
     tycho_config cfg{&doc.table_at("data"), "[data]", doc.base_dir()};
     for (bool integer : {false, true}) {
-      const auto r = tycho::host::read_preprocessed_counts(source("npy"), &cfg, 1, 3, doc, tycho::host::sum_on_one_rank,
+      const auto r = tycho::host::read_preprocessed_in_chunks(source("npy"), &cfg, 1, 3, doc, tycho::host::sum_on_one_rank,
                                                            {}, integer, 7 * n * 2);
-      ASSERT_TRUE(r.has_value()) << what;
-      EXPECT_EQ(r->data.counts.empty(), !(integer && c.counts)) << what;
-      expect_same(f, *r, what + (integer ? " (integer targets)" : ""));
+      EXPECT_EQ(r.data.counts.empty(), !(integer && c.counts)) << what;
+      expect_same(f, r, what + (integer ? " (integer targets)" : ""));
     }
   }
   // The saturated pixel is masked on the chunks as on the scan.
@@ -177,11 +177,10 @@ TEST(ChunkedPreprocess, SyntheticCountsInChunksAndSharesEqualTheWholeScanPath) {
                                                      "\"\ncentred = true\n" + calibration + "[preprocess]\nnormalise = true",
                                                  "<test>", tmp.path().string());
   tycho_config cfg{&doc.table_at("data"), "[data]", doc.base_dir()};
-  const auto r = tycho::host::read_preprocessed_counts(source("npy"), &cfg, 0, 1, doc, tycho::host::sum_on_one_rank, {},
+  const auto r = tycho::host::read_preprocessed_in_chunks(source("npy"), &cfg, 0, 1, doc, tycho::host::sum_on_one_rank, {},
                                                        false);
-  ASSERT_TRUE(r.has_value());
-  EXPECT_EQ(r->data.bad_pixels.masked_pixels, 1);
-  EXPECT_NE(r->bad_pixel_warning.find("1 of 360 detector pixels"), std::string::npos) << r->bad_pixel_warning;
+  EXPECT_EQ(r.data.bad_pixels.masked_pixels, 1);
+  EXPECT_NE(r.bad_pixel_warning.find("1 of 360 detector pixels"), std::string::npos) << r.bad_pixel_warning;
 }
 
 // `tycho preprocess --save-raw-data` with a stage that changes the patterns prepares them from
@@ -211,19 +210,58 @@ TEST(ChunkedPreprocess, APreparedFileFromChunksHoldsTheWholeScanPatterns) {
   EXPECT_EQ(std::memcmp(patterns.bytes.data(), centred.data(), patterns.bytes.size()), 0);
 }
 
-// Float32 data (a source that delivers float32 only for them) are not read as counts: none.
-TEST(ChunkedPreprocess, Float32DataAreLeftToTheWholeScanPath) {
+// Float32 data (non-integer values, a NaN pixel masked) and int32 counts, which the npy source
+// delivers as float32 only, are read in float32 chunks: the same targets, totals and report
+// as the whole-scan path, bit for bit; a negative value is refused with the whole-scan path's
+// message.
+TEST(ChunkedPreprocess, Float32ChunksEqualTheWholeScanPathAndRefuseNegativeValues) {
   tycho::test::temp_folder tmp;
-  std::vector<float> f32(2 * 3 * 8 * 8, 1.0f);
-  tycho::test::write_npy(tmp / "f32.npy", "<f4", {2, 3, 8, 8}, f32.data(), f32.size() * 4);
-  const auto doc = tycho::config_document::parse(
-      "[data]\nsource = \"npy\"\npath = \"" + (tmp / "f32.npy") + "\"\n[preprocess]\nnormalise = true",
-      "<test>", tmp.path().string());
+  const int64_t rx = 6, ry = 5, n0 = 16, n1 = 14, n = n0 * n1;
+  std::mt19937 gen(9);
+  std::gamma_distribution<float> dose(2.0f, 40.0f);
+  std::vector<float> f32(std::size_t(rx * ry * n));
+  for (auto& v : f32) v = dose(gen);
+  std::vector<int32_t> i32(f32.size());
+  for (std::size_t k = 0; k < f32.size(); ++k) i32[k] = int32_t(f32[k] * 1000.0f);
+  f32[std::size_t(7 * n + 33)] = std::numeric_limits<float>::quiet_NaN();
+  tycho::test::write_npy(tmp / "f32.npy", "<f4", {rx, ry, n0, n1}, f32.data(), f32.size() * 4);
+  tycho::test::write_npy(tmp / "i32.npy", "<i4", {rx, ry, n0, n1}, i32.data(), i32.size() * 4);
+  f32[std::size_t(7 * n + 33)] = -2.5f;
+  tycho::test::write_npy(tmp / "negative.npy", "<f4", {rx, ry, n0, n1}, f32.data(), f32.size() * 4);
+  auto config = [&](const char* file, const std::string& stage) {
+    return tycho::config_document::parse("[data]\nsource = \"npy\"\npath = \"" + (tmp / file) +
+                                             "\"\ncentred = true\n[preprocess]\n" + stage,
+                                         "<test>", tmp.path().string());
+  };
+  for (const auto& [file, stage] : {std::pair{"f32.npy", std::string("normalise = true\ncom_fit = \"plane\"")},
+                                    std::pair{"i32.npy", std::string("crop_detector = [12, 13]\ncom_fit = \"plane\"\n"
+                                                                     "recentre = true\nscan_transpose = true")}}) {
+    const auto doc = config(file, stage);
+    const std::string what = std::string(file) + ": " + stage;
+    const stage_result f = whole_scan("npy", doc, 0, 1);
+    tycho_config cfg{&doc.table_at("data"), "[data]", doc.base_dir()};
+    const auto r = tycho::host::read_preprocessed_in_chunks(source("npy"), &cfg, 0, 1, doc,
+                                                            tycho::host::sum_on_one_rank, {}, true, 4 * n * 4);
+    EXPECT_EQ(r.read_as, "float32") << what;
+    EXPECT_TRUE(r.data.counts.empty()) << what;
+    expect_same(f, r, what);
+  }
+  const auto doc = config("negative.npy", "normalise = true");
   tycho_config cfg{&doc.table_at("data"), "[data]", doc.base_dir()};
-  EXPECT_TRUE(tycho::host::stage_changes_patterns(doc));
-  EXPECT_FALSE(tycho::host::read_preprocessed_counts(source("npy"), &cfg, 0, 1, doc, tycho::host::sum_on_one_rank, {},
-                                                     false)
-                   .has_value());
+  std::string whole, chunked;
+  try {
+    whole_scan("npy", doc, 0, 1);
+  } catch (const tycho::error& e) {
+    whole = e.what();
+  }
+  try {
+    tycho::host::read_preprocessed_in_chunks(source("npy"), &cfg, 0, 1, doc, tycho::host::sum_on_one_rank, {}, false,
+                                             4 * n * 4);
+  } catch (const tycho::error& e) {
+    chunked = e.what();
+  }
+  EXPECT_NE(whole.find("pattern 7 (scan position 1, 2), pixel (2, 5) is negative (-2.5)"), std::string::npos) << whole;
+  EXPECT_EQ(chunked, whole);
 }
 
 }  // namespace

@@ -175,6 +175,25 @@ void source_reader::read_counts(int64_t first, int64_t count, uint16_t* out) {
     for (int64_t l = 0; l < count; ++l) ifftshift(out + l * m, d.n0, d.n1, shift_);
 }
 
+void source_reader::read_float32(int64_t first, int64_t count, float* out, float& max_value) {
+  const dataset& d = d_;
+  const int64_t m = d.n0 * d.n1;
+  read_patterns(vt_, src_.get(), d, d.first + first, count, out, k_float32);
+  for (int64_t l = 0; l < count; ++l) {
+    const int64_t j = d.first + first + l;  // the pattern's number in the scan, for messages
+    float* p = out + l * m;
+    for (int64_t k = 0; k < m; ++k) {
+      if (p[k] < 0 && std::isfinite(p[k]))
+        fail(TYCHO_ERR_BAD_DATA, "data '", d.description, "': pattern ", j, " (scan position ",
+             j / d.info.scan_shape[1], ", ", j % d.info.scan_shape[1], "), pixel (", k / d.n1, ", ",
+             k % d.n1, ") is negative (", p[k], "); expected intensities >= 0 (a negative value "
+             "means a wrong dark or background subtraction: clip or fix the data)");
+      if (p[k] > max_value && std::isfinite(p[k])) max_value = p[k];
+    }
+    if (d.info.patterns_centred) ifftshift(p, d.n0, d.n1, float_shift_);
+  }
+}
+
 dataset read_dataset(const component_ref& source, const tycho_config* data_table, int64_t part, int64_t parts,
                      bool as_counts) {
   source_reader r(source, data_table, part, parts);
@@ -186,28 +205,13 @@ dataset read_dataset(const component_ref& source, const tycho_config* data_table
   d.targets.resize(std::size_t(d.patterns * m));
   const int64_t chunk = std::max<int64_t>(1, (int64_t(64) << 20) / (m * 4));  // ~64 MiB reads
   report_stage("reading", 0, d.patterns);  // the `tycho` command's progress bar
-  for (int64_t first = 0; first < d.patterns; first += chunk) {
-    int64_t count = std::min(chunk, d.patterns - first);
-    read_patterns(r.vtable(), r.source(), d, d.first + first, count, d.targets.data() + first * m, k_float32);
-    report_stage("reading", first + count, d.patterns);
-  }
-
   // Negative values mean a wrong dark (or background) subtraction: refused, not masked.
   // Non-finite and saturated values are masked afterwards (mask_bad_pixels).
-  std::vector<float> tmp;
   float max_value = 0;
-  for (int64_t local = 0; local < d.patterns; ++local) {
-    const int64_t j = d.first + local;  // the pattern's number in the scan, for messages
-    float* p = d.targets.data() + local * m;
-    for (int64_t k = 0; k < m; ++k) {
-      if (p[k] < 0 && std::isfinite(p[k]))
-        fail(TYCHO_ERR_BAD_DATA, "data '", d.description, "': pattern ", j, " (scan position ",
-             j / d.info.scan_shape[1], ", ", j % d.info.scan_shape[1], "), pixel (", k / d.n1, ", ",
-             k % d.n1, ") is negative (", p[k], "); expected intensities >= 0 (a negative value "
-             "means a wrong dark or background subtraction: clip or fix the data)");
-      if (p[k] > max_value && std::isfinite(p[k])) max_value = p[k];
-    }
-    if (d.info.patterns_centred) ifftshift(p, d.n0, d.n1, tmp);
+  for (int64_t first = 0; first < d.patterns; first += chunk) {
+    int64_t count = std::min(chunk, d.patterns - first);
+    r.read_float32(first, count, d.targets.data() + first * m, max_value);
+    report_stage("reading", first + count, d.patterns);
   }
   d.max_value = max_value;
   if (const std::string w = float32_rounding_warning(d); !w.empty()) log_warning("data", w);

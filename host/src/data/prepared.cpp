@@ -315,12 +315,12 @@ dataset prepared_dataset(const prepared_file& p, const config_document& merged, 
           reg.find(TYCHO_COMPONENT_SOURCE, *setting_value<std::string>(data_t, "data", "source"));
       tycho_config data_cfg{&data_t, "[data]", merged.base_dir()};
       // As a run from the config: on chunks of the stored counts when the stage changes them.
-      if (auto chunked = stage_changes_patterns(merged) ? read_preprocessed_counts(src, &data_cfg, part, parts, merged,
-                                                                                   sum_across_ranks, {}, false)
-                                                        : std::nullopt) {
-        refuse_masked_pixels(chunked->data);
-        preprocess_json = chunked->report.to_json();
-        return std::move(chunked->data);
+      if (stage_changes_patterns(merged)) {
+        chunked_read chunked =
+            read_preprocessed_in_chunks(src, &data_cfg, part, parts, merged, sum_across_ranks, {}, false);
+        refuse_masked_pixels(chunked.data);
+        preprocess_json = chunked.report.to_json();
+        return std::move(chunked.data);
       }
       dataset d = read_dataset(src, &data_cfg, part, parts);
       refuse_bad_pixels(d, merged);
@@ -369,18 +369,16 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
   dataset d;
   preprocess_report rep;
   tycho_dataset_info source_info{};  // what the source recorded, before the stage touched the detector
-  // A stage that changes the patterns runs on chunks of the stored counts when the source
-  // delivers them (chunked_preprocess.hpp): the scan is never held as float32.
-  if (auto chunked = stage_changes_patterns(doc)
-                         ? read_preprocessed_counts(source, &data_cfg, 0, 1, doc, sum_on_one_rank, {}, false)
-                         : std::nullopt) {
-    refuse_masked_pixels(chunked->data);
-    log_info("preprocess", cat("read and preprocessed ", chunked->data.patterns, " patterns in chunks of the stored ",
-                               sdk::dtype_name(chunked->data.info.stored_dtype), " counts (", chunked->passes,
-                               " passes)"));
-    d = std::move(chunked->data);
-    rep = std::move(chunked->report);
-    source_info = chunked->source_info;
+  // A stage that changes the patterns runs on chunks of the source (chunked_preprocess.hpp):
+  // the scan is never held.
+  if (stage_changes_patterns(doc)) {
+    chunked_read chunked = read_preprocessed_in_chunks(source, &data_cfg, 0, 1, doc, sum_on_one_rank, {}, false);
+    refuse_masked_pixels(chunked.data);
+    log_info("preprocess", cat("read and preprocessed ", chunked.data.patterns, " patterns in chunks of ",
+                               chunked.read_as, " (", chunked.passes, " passes)"));
+    d = std::move(chunked.data);
+    rep = std::move(chunked.report);
+    source_info = chunked.source_info;
   } else {
     d = read_dataset(source, &data_cfg);
     refuse_bad_pixels(d, doc);

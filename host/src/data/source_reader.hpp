@@ -32,8 +32,9 @@ class source_reader {
   // order, into `out` (count·N0·N1); only when reads_counts(). Not thread-safe.
   void read_counts(int64_t first, int64_t count, uint16_t* out);
 
-  const tycho_source_vtable* vtable() const { return vt_; }
-  tycho_source* source() const { return src_.get(); }
+  // The same as float32 (any source), refusing negative values (naming the pattern and pixel)
+  // and raising `max_value` to the largest finite value.
+  void read_float32(int64_t first, int64_t count, float* out, float& max_value);
 
  private:
   const tycho_source_vtable* vt_;
@@ -42,6 +43,7 @@ class source_reader {
   bool counts_ = false;
   std::vector<uint8_t> staging_;
   std::vector<uint16_t> shift_;
+  std::vector<float> float_shift_;
 };
 
 }  // namespace tycho::host

@@ -831,20 +831,18 @@ void session::state::read_data(state& s, start& st) {
   if (st.prepared) {
     s.data = prepared_dataset(*st.prepared, s.config, reg, replicated ? 0 : s.par->rank(), replicated ? 1 : world,
                               sum_across_ranks, s.preprocess_json, s.patterns_member);
-  } else if (auto chunked = stage_changes_patterns(s.config)
-                                 ? read_preprocessed_counts(source, &data_cfg, replicated ? 0 : s.par->rank(),
-                                                            replicated ? 1 : world, s.config, sum_across_ranks,
-                                                            bad_pixel_gather(*s.par),
-                                                            wants_integer_targets(s.config, s.par->device()))
-                                 : std::nullopt) {
-    // A stage that changes the patterns runs on chunks of the stored counts when the source
-    // delivers them: the targets are formed chunk by chunk, never the scan as float32.
-    s.data = std::move(chunked->data);
-    s.preprocess_json = chunked->report.to_json();
-    if (!chunked->bad_pixel_warning.empty() && s.par->is_root()) log_warning("preprocess", chunked->bad_pixel_warning);
+  } else if (stage_changes_patterns(s.config)) {
+    chunked_read chunked = read_preprocessed_in_chunks(
+        source, &data_cfg, replicated ? 0 : s.par->rank(), replicated ? 1 : world, s.config, sum_across_ranks,
+        bad_pixel_gather(*s.par), wants_integer_targets(s.config, s.par->device()));
+    // A stage that changes the patterns runs on chunks of the source's patterns (the stored
+    // counts when it delivers them): the targets are formed chunk by chunk, never holding the scan.
+    s.data = std::move(chunked.data);
+    s.preprocess_json = chunked.report.to_json();
+    if (!chunked.bad_pixel_warning.empty() && s.par->is_root()) log_warning("preprocess", chunked.bad_pixel_warning);
     const bool counts = !s.data.counts.empty();
-    log_info("session", cat("read and preprocessed ", s.data.patterns, " patterns in chunks of the stored ",
-                            sdk::dtype_name(s.data.info.stored_dtype), " counts (", chunked->passes, " passes) into ",
+    log_info("session", cat("read and preprocessed ", s.data.patterns, " patterns in chunks of ", chunked.read_as,
+                            " (", chunked.passes, " passes) into ",
                             std::llround(double(counts ? s.data.counts.size() * 2 : s.data.targets.size() * 4) /
                                          (1 << 20)),
                             counts ? " MiB of uint16 counts" : " MiB of float32", " in ", seconds_since(t0), " s"));
