@@ -252,8 +252,8 @@ TEST_F(StoredDtypeReads, ASourceClaimingADtypeItDoesNotDeliverIsRefused) {
 }
 
 // A preprocessing stage that only measures (the centre-of-mass plane fit) measures it on the
-// counts: the MoS2 counts read as uint16 give the fit and the result of the float32 path (forced
-// by a no-op crop) bit for bit.
+// counts: the MoS2 counts read as uint16 give the fit and the result of the chunked stage (forced
+// by a no-op crop; itself the float32 path's bit for bit, test_chunked_preprocess.cpp) bit for bit.
 TEST(StoredDtypeRun, CentreOfMassFitOnCountsEqualsTheFloat32Path) {
   tycho::test::temp_folder tmp;
   auto run = [&](const std::string& out, std::vector<std::string> extra) {
@@ -270,7 +270,9 @@ TEST(StoredDtypeRun, CentreOfMassFitOnCountsEqualsTheFloat32Path) {
   const auto counts = run("counts.zip", {});
   const auto floats = run("float32.zip", {"--set", "preprocess.crop_detector=[96, 96]"});
   EXPECT_TRUE(contains(counts.err, "patterns (14 MiB as uint16 counts, read as the stored uint16)")) << counts.err;
-  EXPECT_TRUE(contains(floats.err, "patterns (27 MiB as float32)")) << floats.err;
+  EXPECT_TRUE(contains(floats.err, "read and preprocessed 768 patterns in chunks of the stored uint16 counts (3 passes) "
+                                   "into 14 MiB of uint16 counts"))
+      << floats.err;
   auto fit_line = [](const std::string& log) {
     const std::size_t at = log.find("centre of mass (px from the detector centre)");
     return at == std::string::npos ? std::string() : log.substr(at, log.find('\n', at) - at);
@@ -290,8 +292,9 @@ std::string read_text(const std::string& path) {
 
 // 128 x 128 patterns of 48 x 48 uint16 counts: 72 MiB as counts, 144 MiB as float32. Under
 // RLIMIT_DATA = 120 MiB the run reads them as counts and reconstructs, its peak RSS below the
-// limit; the float32 path (forced by a no-op crop, which makes the preprocessing stage active)
-// cannot load them under the same limit.
+// limit; so does a run whose preprocessing stage changes the patterns (crop, centre-of-mass fit,
+// recentre), which reads them in chunks of counts (the whole-scan float32 path needed the scan as
+// float32, 144 MiB, and could not load it under this limit).
 TEST_F(StoredDtypeReads, Uint16ScanLargerThanTheLimitAsFloat32LoadsAsCounts) {
   const int64_t r = 128, n = 48;
   std::vector<uint16_t> data(std::size_t(r * r * n * n));
@@ -318,13 +321,18 @@ TEST_F(StoredDtypeReads, Uint16ScanLargerThanTheLimitAsFloat32LoadsAsCounts) {
   std::cout << "peak RSS under RLIMIT_DATA " << (limit >> 20) << " MiB: " << double(peak) / double(1 << 20)
             << " MiB; the scan is " << (float32 >> 20) << " MiB as float32\n";
 
-  argv.back() = tmp_ / "float32.zip";
-  argv.insert(argv.end(), {"--set", "preprocess.crop_detector=[48, 48]"});
-  const auto [float_status, float_peak] = tycho::test::run_with_data_limit(argv, limit, tmp_ / "float32.log");
-  const std::string float_log = read_text(tmp_ / "float32.log");
-  EXPECT_EQ(float_status, 2) << "the float32 path loaded a scan larger than the limit: " << float_log;
-  EXPECT_TRUE(contains(float_log, "tycho: error: out of host memory")) << float_log;
-  (void)float_peak;
+  argv.back() = tmp_ / "chunked.zip";
+  argv.insert(argv.end(), {"--set", "preprocess.crop_detector=[40, 40]", "--set", "preprocess.com_fit=\"plane\"",
+                           "--set", "preprocess.recentre=true"});
+  const auto [chunked_status, chunked_peak] = tycho::test::run_with_data_limit(argv, limit, tmp_ / "chunked.log");
+  const std::string chunked_log = read_text(tmp_ / "chunked.log");
+  ASSERT_EQ(chunked_status, 0) << chunked_log;
+  EXPECT_TRUE(contains(chunked_log, "read and preprocessed 16384 patterns in chunks of the stored uint16 counts "
+                                    "(3 passes) into 50 MiB of uint16 counts"))
+      << chunked_log;
+  EXPECT_LT(chunked_peak, limit) << "peak RSS " << chunked_peak << " bytes";
+  std::cout << "cropped and recentred in chunks under RLIMIT_DATA " << (limit >> 20)
+            << " MiB: peak RSS " << double(chunked_peak) / double(1 << 20) << " MiB\n";
 }
 
 }  // namespace

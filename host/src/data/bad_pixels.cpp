@@ -120,45 +120,59 @@ bad_pixel_settings read_bad_pixel_settings(const toml::table& pre, const std::st
   return s;
 }
 
-std::string mask_bad_pixels(dataset& d, const bad_pixel_settings& settings, const gather_texts& gather) {
-  const int64_t n0 = d.n0, n1 = d.n1, m = n0 * n1;
-  if (n0 != d.info.detector_shape[0] || n1 != d.info.detector_shape[1])
+struct bad_pixel_scan::findings {
+  rank_findings mine;
+  std::vector<example> first_seen;
+};
+
+bad_pixel_scan::bad_pixel_scan(const dataset& d, const bad_pixel_settings& settings)
+    : f_(std::make_unique<findings>()), settings_(settings), n0_(d.n0), n1_(d.n1) {
+  if (d.n0 != d.info.detector_shape[0] || d.n1 != d.info.detector_shape[1])
     fail(TYCHO_ERR_INTERNAL, "bad pixels are masked on the measured detector, before any padding");
+  f_->mine.bad.assign(std::size_t(n0_ * n1_), 0);
+  f_->first_seen.resize(std::size_t(n0_ * n1_));
+}
+bad_pixel_scan::~bad_pixel_scan() = default;
+
+template <class T>
+void bad_pixel_scan::add(const T* p, int64_t pattern) {
+  const int64_t m = n0_ * n1_;
+  const bool check_saturation = settings_.saturation_value.has_value();
+  const double saturation = settings_.saturation_value.value_or(0);
+  rank_findings& mine = f_->mine;
+  bool any = false;
+  for (int64_t k = 0; k < m; ++k) {
+    const float v = float(p[k]);  // a uint16 count is its float32 exactly
+    const bool nonfinite = !std::isfinite(v);
+    const bool saturated = !nonfinite && check_saturation && double(v) >= saturation;
+    if (!nonfinite && !saturated) continue;
+    any = true;
+    mine.nonfinite += nonfinite;
+    mine.saturated += saturated;
+    if (!mine.bad[std::size_t(k)]) {
+      mine.bad[std::size_t(k)] = 1;
+      f_->first_seen[std::size_t(k)] = {pattern, v};
+    }
+  }
+  mine.patterns += any;
+}
+template void bad_pixel_scan::add<float>(const float*, int64_t);
+template void bad_pixel_scan::add<uint16_t>(const uint16_t*, int64_t);
+
+std::string bad_pixel_scan::finish(dataset& d, const gather_texts& gather) {
+  const int64_t n0 = n0_, n1 = n1_, m = n0 * n1;
+  const bad_pixel_settings& settings = settings_;
+  const bool check_saturation = settings.saturation_value.has_value();
+  const double saturation = settings.saturation_value.value_or(0);
   // Stored (as in the file) index of FFT-order pixel k: the patterns were shifted on read.
   auto stored_index = [&](int64_t k) {
     if (!d.info.patterns_centred) return k;
     return ((k / n1 + n0 / 2) % n0) * n1 + (k % n1 + n1 / 2) % n1;
   };
-
-  rank_findings mine;
-  mine.bad.assign(std::size_t(m), 0);
-  std::vector<example> first_seen(static_cast<std::size_t>(m));
-  const bool check_saturation = settings.saturation_value.has_value();
-  const double saturation = settings.saturation_value.value_or(0);
-  // The patterns as float32 (d.targets) or as uint16 counts (d.counts): the same values, exactly.
-  const bool counts = d.targets.empty() && !d.counts.empty();
-  for (int64_t local = 0; local < d.patterns; ++local) {
-    const float* p = counts ? nullptr : d.targets.data() + local * m;
-    const uint16_t* c = counts ? d.counts.data() + local * m : nullptr;
-    bool any = false;
-    for (int64_t k = 0; k < m; ++k) {
-      const float v = counts ? float(c[k]) : p[k];
-      const bool nonfinite = !std::isfinite(v);
-      const bool saturated = !nonfinite && check_saturation && double(v) >= saturation;
-      if (!nonfinite && !saturated) continue;
-      any = true;
-      mine.nonfinite += nonfinite;
-      mine.saturated += saturated;
-      if (!mine.bad[std::size_t(k)]) {
-        mine.bad[std::size_t(k)] = 1;
-        first_seen[std::size_t(k)] = {d.first + local, v};
-      }
-    }
-    mine.patterns += any;
-  }
+  rank_findings& mine = f_->mine;
   for (int64_t k = 0; k < m; ++k)
     if (mine.bad[std::size_t(k)]) {
-      mine.examples[stored_index(k)] = first_seen[std::size_t(k)];
+      mine.examples[stored_index(k)] = f_->first_seen[std::size_t(k)];
       if (mine.examples.size() > k_examples) mine.examples.erase(std::prev(mine.examples.end()));
     }
 
@@ -205,47 +219,65 @@ std::string mask_bad_pixels(dataset& d, const bad_pixel_settings& settings, cons
          check_saturation ? "Is the saturation value right? Set [preprocess] saturation_value (false: no "
                             "saturation check), or raise max_masked_fraction if so many pixels are really bad"
                           : "Raise [preprocess] max_masked_fraction if so many pixels are really bad");
-
-  // Masked pixels are 0 in every pattern; the totals leave them out.
-  // (In the order of the float32 sums: a uint16 count converts to the same double as its float32.)
-  double total = 0;
-  auto mask_and_sum = [&](auto* targets) {
-    for (int64_t local = 0; local < d.patterns; ++local) {
-      auto* p = targets + local * m;
-      double pattern_sum = 0;
-      for (int64_t k = 0; k < m; ++k) {
-        if (all.bad[std::size_t(k)]) p[k] = 0;
-        pattern_sum += p[k];
-      }
-      total += pattern_sum;
-    }
-  };
-  if (counts) {
-    mask_and_sum(d.counts.data());
-  } else {
-    mask_and_sum(d.targets.data());
-  }
-  d.total_intensity = total;
-  d.mean_total_intensity = d.patterns > 0 ? total / double(d.patterns) : 0.0;
-  if (d.patterns == d.all_patterns && !(d.mean_total_intensity > 0))
-    fail(TYCHO_ERR_BAD_DATA, "data '", d.description, "' holds no intensity (all patterns are zero",
-         masked > 0 ? " outside the masked pixels" : "", ")");
-
+  bad_ = std::move(all.bad);
   d.detector_mask.clear();
   if (masked == 0) return "";
   d.detector_mask.resize(std::size_t(m));
-  for (int64_t k = 0; k < m; ++k) d.detector_mask[std::size_t(k)] = all.bad[std::size_t(k)] ? 0 : 1;
+  for (int64_t k = 0; k < m; ++k) d.detector_mask[std::size_t(k)] = bad_[std::size_t(k)] ? 0 : 1;
   return cat("masked ", found, ". They are left out of the loss in every pattern and saved as the result's "
              "'mask'");
 }
 
-void mask_bad_pixels(dataset& d, const toml::table& preprocess, const std::string& origin, parallel_context& par) {
-  const bad_pixel_settings settings = read_bad_pixel_settings(preprocess, origin, d.info.stored_dtype);
-  gather_texts gather;
+template <class T>
+double bad_pixel_scan::mask(T* p) const {
+  // In the order of the float32 sums: a uint16 count converts to the same double as its float32.
+  const int64_t m = n0_ * n1_;
+  double pattern_sum = 0;
+  for (int64_t k = 0; k < m; ++k) {
+    if (bad_[std::size_t(k)]) p[k] = 0;
+    pattern_sum += p[k];
+  }
+  return pattern_sum;
+}
+template double bad_pixel_scan::mask<float>(float*) const;
+template double bad_pixel_scan::mask<uint16_t>(uint16_t*) const;
+
+void refuse_no_intensity(const dataset& d, bool holds_intensity) {
+  if (d.patterns == d.all_patterns && !holds_intensity)
+    fail(TYCHO_ERR_BAD_DATA, "data '", d.description, "' holds no intensity (all patterns are zero",
+         d.bad_pixels.masked_pixels > 0 ? " outside the masked pixels" : "", ")");
+}
+
+std::string mask_bad_pixels(dataset& d, const bad_pixel_settings& settings, const gather_texts& gather) {
+  const int64_t m = d.n0 * d.n1;
+  bad_pixel_scan scan(d, settings);
+  // The patterns as float32 (d.targets) or as uint16 counts (d.counts): the same values, exactly.
+  const bool counts = d.targets.empty() && !d.counts.empty();
+  for (int64_t local = 0; local < d.patterns; ++local) {
+    if (counts) scan.add(d.counts.data() + local * m, d.first + local);
+    else scan.add(d.targets.data() + local * m, d.first + local);
+  }
+  const std::string warning = scan.finish(d, gather);
+  // Masked pixels are 0 in every pattern; the totals leave them out.
+  double total = 0;
+  for (int64_t local = 0; local < d.patterns; ++local)
+    total += counts ? scan.mask(d.counts.data() + local * m) : scan.mask(d.targets.data() + local * m);
+  d.total_intensity = total;
+  d.mean_total_intensity = d.patterns > 0 ? total / double(d.patterns) : 0.0;
+  refuse_no_intensity(d, d.mean_total_intensity > 0);
+  return warning;
+}
+
+gather_texts bad_pixel_gather(parallel_context& par) {
   // Ranks holding every pattern ("replicated") find the same pixels; sharded ones combine theirs.
   if (par.world_size() > 1 && par.sharding() == shard::mode::patterns)
-    gather = [&par](const std::string& mine) { return par.all_texts(mine); };
-  const std::string warning = mask_bad_pixels(d, settings, gather);
+    return [&par](const std::string& mine) { return par.all_texts(mine); };
+  return {};
+}
+
+void mask_bad_pixels(dataset& d, const toml::table& preprocess, const std::string& origin, parallel_context& par) {
+  const bad_pixel_settings settings = read_bad_pixel_settings(preprocess, origin, d.info.stored_dtype);
+  const std::string warning = mask_bad_pixels(d, settings, bad_pixel_gather(par));
   if (!warning.empty() && par.is_root()) log_warning("preprocess", warning);
 }
 

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,6 +48,35 @@ bad_pixel_settings read_bad_pixel_settings(const toml::table& preprocess, const 
 // (or ranks that all hold every pattern).
 using gather_texts = std::function<std::vector<std::string>(const std::string&)>;
 
+// The same, pattern by pattern (the chunked reads, which never hold the scan): add() every
+// pattern held (FFT order, float32 or uint16 counts, in the order of their scan numbers), then
+// finish() once (combines the ranks' pixels through `gather`, fills d.bad_pixels and
+// d.detector_mask, refuses as mask_bad_pixels does, returns its warning), then mask() each
+// pattern as it is used: the masked pixels set to 0, returning the pattern's remaining sum (the
+// sum mask_bad_pixels adds to d.total_intensity, bit for bit). Not thread-safe.
+class bad_pixel_scan {
+ public:
+  bad_pixel_scan(const dataset& d, const bad_pixel_settings& settings);
+  ~bad_pixel_scan();
+  template <class T>
+  void add(const T* pattern, int64_t scan_number);
+  std::string finish(dataset& d, const gather_texts& gather);
+  template <class T>
+  double mask(T* pattern) const;
+  const std::vector<uint8_t>& bad() const { return bad_; }  // FFT order, 1 = masked (after finish)
+
+ private:
+  struct findings;
+  std::unique_ptr<findings> f_;
+  bad_pixel_settings settings_;
+  int64_t n0_ = 0, n1_ = 0;
+  std::vector<uint8_t> bad_;
+};
+
+// Refuses data that hold no intensity (TYCHO_ERR_BAD_DATA) when d holds every pattern and
+// `holds_intensity` (some pattern's total after masking is > 0) is false.
+void refuse_no_intensity(const dataset& d, bool holds_intensity);
+
 // Finds the bad values of d's patterns (FFT order, as read_dataset leaves them), combines the
 // bad pixels with the other ranks' through `gather`, masks them in every pattern (value 0,
 // d.detector_mask 0), sums the remaining intensity (d.total_intensity, d.mean_total_intensity)
@@ -55,6 +85,10 @@ using gather_texts = std::function<std::vector<std::string>(const std::string&)>
 // holds every pattern. Returns the warning to log ("" when nothing is masked): how many pixels,
 // in how many patterns, and the first few pixels, in the data's (stored) detector coordinates.
 std::string mask_bad_pixels(dataset& d, const bad_pixel_settings& settings, const gather_texts& gather = {});
+
+// The gather of a run's ranks: every rank's findings when the patterns are sharded, none when
+// every rank holds every pattern.
+gather_texts bad_pixel_gather(parallel_context& par);
 
 // The session's call: the settings from [preprocess], the ranks' masks combined (when the
 // patterns are sharded), the warning logged once, by rank 0.

@@ -1,5 +1,7 @@
 #include "tycho/host/dataset.hpp"
 
+#include "data/source_reader.hpp"
+
 #include <tycho/core/driver.hpp>
 #include <tycho/core/error.hpp>
 #include <tycho/core/last_error.hpp>
@@ -82,35 +84,21 @@ void read_patterns(const tycho_source_vtable* vt, tycho_source* src, const datas
 // The patterns of d's block as uint16 counts, read in the stored dtype (uint8 or uint16) in
 // chunks straight into d.counts: no float32 copy of the scan. Returns false, reading nothing,
 // when the source does not deliver such a dtype.
-bool read_counts(const tycho_source_vtable* vt, tycho_source* src, dataset& d) {
-  const DLDataType t = d.info.stored_dtype;
-  if (!source_reads_stored_dtype(d) || !(same_dtype(t, k_uint8) || same_dtype(t, k_uint16))) return false;
+bool read_counts(source_reader& r) {
+  dataset& d = r.header();
+  if (!r.reads_counts()) return false;
   const int64_t m = d.n0 * d.n1;
   require_memory(d, 2, "uint16 counts");
   d.counts.resize(std::size_t(d.patterns * m));
   const int64_t chunk = std::max<int64_t>(1, (int64_t(16) << 20) / m);  // ~16 MiB of uint8 staging
-  std::vector<uint8_t> staging;
   report_stage("reading", 0, d.patterns);
   for (int64_t first = 0; first < d.patterns; first += chunk) {
     const int64_t count = std::min(chunk, d.patterns - first);
-    uint16_t* out = d.counts.data() + first * m;
-    if (same_dtype(t, k_uint16)) {
-      read_patterns(vt, src, d, d.first + first, count, out, t);
-    } else {
-      staging.resize(std::size_t(count * m));
-      read_patterns(vt, src, d, d.first + first, count, staging.data(), t);
-      std::copy(staging.begin(), staging.end(), out);  // widened, exactly
-    }
+    r.read_counts(first, count, d.counts.data() + first * m);
     report_stage("reading", first + count, d.patterns);
   }
-  // No negative or non-finite value exists; the largest, and the shift to FFT order.
-  std::vector<uint16_t> tmp;
-  uint16_t max_value = 0;
-  for (int64_t local = 0; local < d.patterns; ++local) {
-    uint16_t* p = d.counts.data() + local * m;
-    max_value = std::max(max_value, *std::max_element(p, p + m));
-    if (d.info.patterns_centred) ifftshift(p, d.n0, d.n1, tmp);
-  }
+  // No negative or non-finite value exists; the largest.
+  const uint16_t max_value = d.counts.empty() ? 0 : *std::max_element(d.counts.begin(), d.counts.end());
   d.max_value = float(max_value);
   return true;
 }
@@ -143,19 +131,18 @@ std::vector<double> read_source_positions(const tycho_source_vtable* vt, tycho_s
   return positions;
 }
 
-dataset read_dataset(const component_ref& source, const tycho_config* data_table, int64_t part, int64_t parts,
-                     bool as_counts) {
-  const auto* vt = source.as<tycho_source_vtable>();
+source_reader::source_reader(const component_ref& source, const tycho_config* data_table, int64_t part,
+                             int64_t parts)
+    : vt_(source.as<tycho_source_vtable>()), src_(nullptr, vt_->close) {
   tycho_source* src = nullptr;
-  check_status(vt->open(data_table, &src), "source open");
-  std::unique_ptr<tycho_source, void (*)(tycho_source*)> guard(src, vt->close);
-
-  dataset d;
+  check_status(vt_->open(data_table, &src), "source open");
+  src_.reset(src);
+  dataset& d = d_;
   d.source_name = source.name;
   d.info.struct_size = sizeof(tycho_dataset_info);
-  check_status(vt->info(src, &d.info), "source info");
+  check_status(vt_->info(src, &d.info), "source info");
   d.description = d.info.description ? d.info.description : source.name;
-  d.info.description = nullptr;  // owned by the source, which closes below
+  d.info.description = nullptr;  // owned by the source
   // The shape is the file's word: checked for overflow before any product of it sizes memory.
   sdk::check_data_shape(d.info.scan_shape, d.info.detector_shape, "data '" + d.description + "'");
   d.all_patterns = d.info.scan_shape[0] * d.info.scan_shape[1];
@@ -164,30 +151,37 @@ dataset read_dataset(const component_ref& source, const tycho_config* data_table
   if (d.all_patterns <= 0 || d.n0 <= 0 || d.n1 <= 0)
     fail(TYCHO_ERR_BAD_DATA, "data '", d.description, "' is empty (scan ", d.info.scan_shape[0],
          " x ", d.info.scan_shape[1], ", detector ", d.n0, " x ", d.n1, ")");
-
-  d.positions_A = read_source_positions(vt, src, d.info, d.description);
-
+  d.positions_A = read_source_positions(vt_, src, d.info, d.description);
   block_of(d.all_patterns, parts, part, d.first, d.patterns);
-  const int64_t m = d.n0 * d.n1;
-  if (as_counts && read_counts(vt, src, d)) return d;
-  // This rank's patterns as float32.
-  require_memory(d, 4, "float32");
-  d.targets.resize(std::size_t(d.patterns * m));
-  const int64_t chunk = std::max<int64_t>(1, (int64_t(64) << 20) / (m * 4));  // ~64 MiB reads
-  report_stage("reading", 0, d.patterns);  // the `tycho` command's progress bar
-  for (int64_t first = 0; first < d.patterns; first += chunk) {
-    int64_t count = std::min(chunk, d.patterns - first);
-    read_patterns(vt, src, d, d.first + first, count, d.targets.data() + first * m, k_float32);
-    report_stage("reading", first + count, d.patterns);
-  }
+  const DLDataType t = d.info.stored_dtype;
+  counts_ = source_reads_stored_dtype(d) && (same_dtype(t, k_uint8) || same_dtype(t, k_uint16));
+}
 
-  // Negative values mean a wrong dark (or background) subtraction: refused, not masked.
-  // Non-finite and saturated values are masked afterwards (mask_bad_pixels).
-  std::vector<float> tmp;
-  float max_value = 0;
-  for (int64_t local = 0; local < d.patterns; ++local) {
-    const int64_t j = d.first + local;  // the pattern's number in the scan, for messages
-    float* p = d.targets.data() + local * m;
+source_reader::~source_reader() = default;
+
+void source_reader::read_counts(int64_t first, int64_t count, uint16_t* out) {
+  if (!counts_) fail(TYCHO_ERR_INTERNAL, "source '", d_.source_name, "' does not deliver counts");
+  const dataset& d = d_;
+  const int64_t m = d.n0 * d.n1;
+  const DLDataType t = d.info.stored_dtype;
+  if (same_dtype(t, k_uint16)) {
+    read_patterns(vt_, src_.get(), d, d.first + first, count, out, t);
+  } else {
+    staging_.resize(std::size_t(count * m));
+    read_patterns(vt_, src_.get(), d, d.first + first, count, staging_.data(), t);
+    std::copy(staging_.begin(), staging_.end(), out);  // widened, exactly
+  }
+  if (d.info.patterns_centred)
+    for (int64_t l = 0; l < count; ++l) ifftshift(out + l * m, d.n0, d.n1, shift_);
+}
+
+void source_reader::read_float32(int64_t first, int64_t count, float* out, float& max_value) {
+  const dataset& d = d_;
+  const int64_t m = d.n0 * d.n1;
+  read_patterns(vt_, src_.get(), d, d.first + first, count, out, k_float32);
+  for (int64_t l = 0; l < count; ++l) {
+    const int64_t j = d.first + first + l;  // the pattern's number in the scan, for messages
+    float* p = out + l * m;
     for (int64_t k = 0; k < m; ++k) {
       if (p[k] < 0 && std::isfinite(p[k]))
         fail(TYCHO_ERR_BAD_DATA, "data '", d.description, "': pattern ", j, " (scan position ",
@@ -196,11 +190,32 @@ dataset read_dataset(const component_ref& source, const tycho_config* data_table
              "means a wrong dark or background subtraction: clip or fix the data)");
       if (p[k] > max_value && std::isfinite(p[k])) max_value = p[k];
     }
-    if (d.info.patterns_centred) ifftshift(p, d.n0, d.n1, tmp);
+    if (d.info.patterns_centred) ifftshift(p, d.n0, d.n1, float_shift_);
+  }
+}
+
+dataset read_dataset(const component_ref& source, const tycho_config* data_table, int64_t part, int64_t parts,
+                     bool as_counts) {
+  source_reader r(source, data_table, part, parts);
+  dataset& d = r.header();
+  const int64_t m = d.n0 * d.n1;
+  if (as_counts && read_counts(r)) return std::move(d);
+  // This rank's patterns as float32.
+  require_memory(d, 4, "float32");
+  d.targets.resize(std::size_t(d.patterns * m));
+  const int64_t chunk = std::max<int64_t>(1, (int64_t(64) << 20) / (m * 4));  // ~64 MiB reads
+  report_stage("reading", 0, d.patterns);  // the `tycho` command's progress bar
+  // Negative values mean a wrong dark (or background) subtraction: refused, not masked.
+  // Non-finite and saturated values are masked afterwards (mask_bad_pixels).
+  float max_value = 0;
+  for (int64_t first = 0; first < d.patterns; first += chunk) {
+    int64_t count = std::min(chunk, d.patterns - first);
+    r.read_float32(first, count, d.targets.data() + first * m, max_value);
+    report_stage("reading", first + count, d.patterns);
   }
   d.max_value = max_value;
   if (const std::string w = float32_rounding_warning(d); !w.empty()) log_warning("data", w);
-  return d;
+  return std::move(d);
 }
 
 std::string float32_rounding_warning(const dataset& d) {

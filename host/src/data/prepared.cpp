@@ -1,11 +1,13 @@
 #include "tycho/host/prepared.hpp"
 
 #include "data/bad_pixels.hpp"
+#include "data/chunked_preprocess.hpp"
 #include "data/finite_values.hpp"
 
 #include <tycho/core/error.hpp>
 #include <tycho/core/launch.hpp>
 #include <tycho/core/sharding.hpp>
+#include <tycho/sdk.hpp>
 
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
@@ -51,12 +53,15 @@ namespace {
 // A prepared file does not carry a bad-pixel mask yet, so data with bad pixels (NaN, inf,
 // saturated; mask_bad_pixels) cannot be prepared: refused, naming the data, rather than saved
 // with the bad pixels indistinguishable from measured zeros.
-void refuse_bad_pixels(dataset& d, const config_document& doc) {
-  mask_bad_pixels(d, read_bad_pixel_settings(doc.table_at("preprocess"), doc.origin(), d.info.stored_dtype));
+void refuse_masked_pixels(const dataset& d) {
   if (d.bad_pixels.masked_pixels > 0)
     fail(TYCHO_ERR_UNSUPPORTED, "data '", d.description, "' has ", d.bad_pixels.masked_pixels,
          " bad detector pixels (NaN, inf or saturated): prepared files do not carry a bad-pixel mask yet; "
          "reconstruct from the config, where they are masked");
+}
+void refuse_bad_pixels(dataset& d, const config_document& doc) {
+  mask_bad_pixels(d, read_bad_pixel_settings(doc.table_at("preprocess"), doc.origin(), d.info.stored_dtype));
+  refuse_masked_pixels(d);
 }
 
 const char* k_format = "tycho-prepared";
@@ -309,6 +314,14 @@ dataset prepared_dataset(const prepared_file& p, const config_document& merged, 
       const component_ref& src =
           reg.find(TYCHO_COMPONENT_SOURCE, *setting_value<std::string>(data_t, "data", "source"));
       tycho_config data_cfg{&data_t, "[data]", merged.base_dir()};
+      // As a run from the config: on chunks of the stored counts when the stage changes them.
+      if (stage_changes_patterns(merged)) {
+        chunked_read chunked =
+            read_preprocessed_in_chunks(src, &data_cfg, part, parts, merged, sum_across_ranks, {}, false);
+        refuse_masked_pixels(chunked.data);
+        preprocess_json = chunked.report.to_json();
+        return std::move(chunked.data);
+      }
       dataset d = read_dataset(src, &data_cfg, part, parts);
       refuse_bad_pixels(d, merged);
       preprocess_json = preprocess_dataset(d, merged, sum_across_ranks).to_json();
@@ -353,12 +366,26 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
   const std::string source_name = *setting_value<std::string>(data_t, "data", "source");
   const component_ref& source = reg.find(TYCHO_COMPONENT_SOURCE, source_name);
   tycho_config data_cfg{&data_t, "[data]", doc.base_dir()};
-  dataset d = read_dataset(source, &data_cfg);
-  refuse_bad_pixels(d, doc);
-  const std::array<int64_t, 2> measured{d.n0, d.n1};
-  // What the source recorded, before the stage touched the detector.
-  const tycho_dataset_info source_info = d.info;
-  const preprocess_report rep = preprocess_dataset(d, doc, sum_on_one_rank);
+  dataset d;
+  preprocess_report rep;
+  tycho_dataset_info source_info{};  // what the source recorded, before the stage touched the detector
+  // A stage that changes the patterns runs on chunks of the source (chunked_preprocess.hpp):
+  // the scan is never held.
+  if (stage_changes_patterns(doc)) {
+    chunked_read chunked = read_preprocessed_in_chunks(source, &data_cfg, 0, 1, doc, sum_on_one_rank, {}, false);
+    refuse_masked_pixels(chunked.data);
+    log_info("preprocess", cat("read and preprocessed ", chunked.data.patterns, " patterns in chunks of ",
+                               chunked.read_as, " (", chunked.passes, " passes)"));
+    d = std::move(chunked.data);
+    rep = std::move(chunked.report);
+    source_info = chunked.source_info;
+  } else {
+    d = read_dataset(source, &data_cfg);
+    refuse_bad_pixels(d, doc);
+    source_info = d.info;
+    rep = preprocess_dataset(d, doc, sum_on_one_rank);
+  }
+  const std::array<int64_t, 2> measured{source_info.detector_shape[0], source_info.detector_shape[1]};
 
   const detector_padding_request pad_request = read_detector_padding(doc.table_at("preprocess"), doc.origin());
   const auto window = padded_window(pad_request, d.n0, d.n1);

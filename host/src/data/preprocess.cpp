@@ -12,6 +12,8 @@
 
 #include "settings/config_read.hpp"
 #include "data/detector_padding.hpp"
+#include "data/pattern_steps.hpp"
+#include "data/preprocess_stage.hpp"
 #include "tycho/host/log.hpp"
 #include "settings/settings_read.hpp"
 
@@ -30,35 +32,9 @@ std::string com_fit_name(com_fit_kind k) {
 // The rotation applied to the patterns, as a number of quarter turns, or nullopt when θ is not a
 // multiple of 90°.
 std::optional<int> quarter_turns(double deg) {
-  const double q = deg / 90.0;
-  const double r = std::round(q);
-  if (std::abs(q - r) > 1e-9) return std::nullopt;
-  return int(((int64_t(r) % 4) + 4) % 4);
-}
-
-// Reorders one FFT-order (n0, n1) pattern into scan axes: out(k) = in(T R(−θ) k), θ = turns · 90°,
-// T the transpose when `transpose` (the convention of rotation_estimate). The output is
-// (m0, m1) = (n1, n0) when the axes swap. An exact permutation (−f of the Nyquist frequency of an
-// even axis is itself, modulo n).
-void orient_pattern(const float* in, int64_t n0, int64_t n1, float* out, int turns, bool transpose) {
-  const bool swap = (turns % 2 == 1) != transpose;
-  const int64_t m0 = swap ? n1 : n0, m1 = swap ? n0 : n1;
-  for (int64_t i = 0; i < m0; ++i) {
-    const int64_t k0 = fft_frequency(i, m0);
-    for (int64_t j = 0; j < m1; ++j) {
-      const int64_t k1 = fft_frequency(j, m1);
-      // R(−θ) k for θ = 0, 90, 180, 270: (k0, k1), (k1, −k0), (−k0, −k1), (−k1, k0).
-      int64_t a = k0, b = k1;
-      switch (turns) {
-        case 1: a = k1; b = -k0; break;
-        case 2: a = -k0; b = -k1; break;
-        case 3: a = -k1; b = k0; break;
-        default: break;
-      }
-      if (transpose) std::swap(a, b);
-      out[i * m1 + j] = in[fft_index(a, n0) * n1 + fft_index(b, n1)];
-    }
-  }
+  int turns = 0;
+  if (!quarter_turns_of(deg, turns)) return std::nullopt;
+  return turns;
 }
 
 // Solves the 3 x 3 system A x = y by Gaussian elimination with partial pivoting; false when A is
@@ -374,7 +350,9 @@ int64_t largest_allowed_binning(const config_document& doc, const binning_optics
 
 // ---------------------------------------------------------------- totals, shifts
 
-double pattern_total(const float* p, int64_t n0, int64_t n1, bool centred) {
+namespace {
+template <class T>
+double total_of(const T* p, int64_t n0, int64_t n1, bool centred) {
   double sum = 0;
   if (!centred) {
     for (int64_t k = 0; k < n0 * n1; ++k) sum += p[k];
@@ -382,17 +360,23 @@ double pattern_total(const float* p, int64_t n0, int64_t n1, bool centred) {
   }
   // Centred pixel (c0, c1) sits at FFT index ((c0 − ⌊n0/2⌋) mod n0, (c1 − ⌊n1/2⌋) mod n1).
   for (int64_t c0 = 0; c0 < n0; ++c0) {
-    const float* row = p + ((c0 - n0 / 2 + n0) % n0) * n1;
+    const T* row = p + ((c0 - n0 / 2 + n0) % n0) * n1;
     for (int64_t c1 = 0; c1 < n1; ++c1) sum += row[(c1 - n1 / 2 + n1) % n1];
   }
   return sum;
 }
+}  // namespace
+
+double pattern_total(const float* p, int64_t n0, int64_t n1, bool centred) { return total_of(p, n0, n1, centred); }
+double pattern_total(const uint16_t* p, int64_t n0, int64_t n1, bool centred) { return total_of(p, n0, n1, centred); }
 
 void recompute_totals(dataset& d) {
   double total = 0;
   const int64_t m = d.n0 * d.n1;
+  const bool counts = d.targets.empty() && !d.counts.empty();
   for (int64_t l = 0; l < d.patterns; ++l)
-    total += pattern_total(d.targets.data() + l * m, d.n0, d.n1, d.info.patterns_centred != 0);
+    total += counts ? pattern_total(d.counts.data() + l * m, d.n0, d.n1, d.info.patterns_centred != 0)
+                    : pattern_total(d.targets.data() + l * m, d.n0, d.n1, d.info.patterns_centred != 0);
   d.total_intensity = total;
   d.mean_total_intensity = d.patterns > 0 ? total / double(d.patterns) : 0.0;
 }
@@ -448,47 +432,34 @@ std::string preprocess_report::to_json() const {
 
 // ---------------------------------------------------------------- the stage
 
-preprocess_report preprocess_dataset(dataset& d, const config_document& doc, const rank_sum& sum_across_ranks) {
+preprocess_report run_preprocess_stage(dataset& d, const config_document& doc, const rank_sum& sum_across_ranks,
+                                       const pattern_feed& feed, stage_output output, pattern_steps* steps_out) {
   preprocess_report rep;
   rep.settings = read_preprocess_settings(doc.table_at("preprocess"), doc.origin());
   preprocess_settings& s = rep.settings;
   rep.detector_in = {d.n0, d.n1};
   rep.detector_out = rep.detector_in;
-  if (!s.active()) return rep;
-  rep.active = true;
+  if (!s.active() && output == stage_output::in_place) return rep;
+  rep.active = s.active();
   const rank_sum sum = sum_across_ranks ? sum_across_ranks : rank_sum(sum_on_one_rank);
   const int64_t rx = d.info.scan_shape[0], ry = d.info.scan_shape[1];
-  std::vector<float> scratch;
+  pattern_steps steps;
+  pattern_scratch scratch;
 
-  // 1. crop: the centred (M0, M1) pixels, frequencies −⌊M/2⌋ … ⌈M/2⌉ − 1, still FFT order.
+  // 1. crop, 2. binning: the shapes (checked), the binning's probe check, the log.
   const auto binned = preprocessed_detector_shape(s, d.n0, d.n1);  // checks the crop and the factor
-  if (s.crop[0] > 0 && (s.crop[0] != d.n0 || s.crop[1] != d.n1)) {
-    const int64_t m0 = s.crop[0], m1 = s.crop[1], n = d.n0 * d.n1, m = m0 * m1;
-    for (int64_t l = 0; l < d.patterns; ++l) {
-      const float* in = d.targets.data() + l * n;
-      scratch.assign(std::size_t(m), 0.f);
-      for (int64_t i = 0; i < m0; ++i)
-        for (int64_t j = 0; j < m1; ++j)
-          scratch[std::size_t(i * m1 + j)] =
-              in[fft_index(fft_frequency(i, m0), d.n0) * d.n1 + fft_index(fft_frequency(j, m1), d.n1)];
-      std::copy(scratch.begin(), scratch.end(), d.targets.begin() + l * m);  // m ≤ n: in place, in order
-    }
-    d.targets.resize(std::size_t(d.patterns * m));
-    d.targets.shrink_to_fit();
-    log_info("preprocess", cat("detector ", d.n0, " x ", d.n1, " cropped to ", m0, " x ", m1));
-    d.n0 = m0;
-    d.n1 = m1;
-  }
-
-  // 2. binning: sum b x b pixels of the centred pattern (block c' = ⌊c / b⌋ of centred index c).
+  steps.set_shape(s, {d.n0, d.n1});
+  if (steps.cropped != steps.in)
+    log_info("preprocess", cat("detector ", d.n0, " x ", d.n1, " cropped to ", steps.cropped[0], " x ",
+                               steps.cropped[1]));
   if (s.binning > 1) {
-    const int64_t b = s.binning;
+    const int64_t b = s.binning, c0 = steps.cropped[0], c1 = steps.cropped[1];
     const binning_optics o = resolve_binning_optics(doc, d.info);
     double edge = 0;
-    const int64_t allowed = largest_allowed_binning(doc, o, d.n0, d.n1, b, &edge);
+    const int64_t allowed = largest_allowed_binning(doc, o, c0, c1, b, &edge);
     if (allowed < b) {
       std::array<int64_t, 2> w{};
-      binned_edge_fraction(doc, o, d.n0, d.n1, b, &w);
+      binned_edge_fraction(doc, o, c0, c1, b, &w);
       auto r2 = [](double v) { return std::round(v * 100) / 100; };
       fail(TYCHO_ERR_INVALID_ARGUMENT, "[preprocess] binning = ", b, ": the probe would not fit the binned window: ",
            w[0], " x ", w[1], " pixels of ", o.dk_invA[0] * double(b), " Å⁻¹ span ",
@@ -499,65 +470,27 @@ preprocess_report preprocess_dataset(dataset& d, const config_document& doc, con
            " mrad); the largest binning factor allowed for these data is ", allowed,
            allowed == 1 ? " (no binning)" : "");
     }
-    const int64_t m0 = binned[0], m1 = binned[1], n = d.n0 * d.n1, m = m0 * m1;
-    std::vector<int64_t> to0(std::size_t(d.n0)), to1(std::size_t(d.n1));
-    for (int64_t i = 0; i < d.n0; ++i) to0[std::size_t(i)] = ((i + d.n0 / 2) % d.n0 / b - m0 / 2 + m0) % m0;
-    for (int64_t j = 0; j < d.n1; ++j) to1[std::size_t(j)] = ((j + d.n1 / 2) % d.n1 / b - m1 / 2 + m1) % m1;
-    std::vector<double> acc(static_cast<std::size_t>(m));
-    for (int64_t l = 0; l < d.patterns; ++l) {
-      const float* in = d.targets.data() + l * n;
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t i = 0; i < d.n0; ++i)
-        for (int64_t j = 0; j < d.n1; ++j) acc[std::size_t(to0[i] * m1 + to1[j])] += in[i * d.n1 + j];
-      float* out = d.targets.data() + l * m;  // m < n: in place, in order
-      for (int64_t k = 0; k < m; ++k) out[k] = float(acc[std::size_t(k)]);
-    }
-    d.targets.resize(std::size_t(d.patterns * m));
-    d.targets.shrink_to_fit();
+    const int64_t m0 = binned[0], m1 = binned[1];
     // The zero frequency's bin: in-block index z of the zero-frequency pixel; the block's centre
     // lies (b − 1)/2 − z raw pixels from it.
     for (int a = 0; a < 2; ++a) {
-      const int64_t nn = a == 0 ? d.n0 : d.n1, mm = a == 0 ? m0 : m1;
+      const int64_t nn = a == 0 ? c0 : c1, mm = a == 0 ? m0 : m1;
       rep.binning_offset_px[std::size_t(a)] = double(b - 1) / 2.0 - double(nn / 2 - b * (mm / 2));
     }
-    log_info("preprocess", cat("detector ", d.n0, " x ", d.n1, " binned by ", b, " to ", m0, " x ", m1,
+    log_info("preprocess", cat("detector ", c0, " x ", c1, " binned by ", b, " to ", m0, " x ", m1,
                                " (detector pixel ", o.dk_invA[0] * double(b), " Å⁻¹; the probe keeps ", edge * 100,
                                " % of its intensity near the window's edge)"));
-    d.n0 = m0;
-    d.n1 = m1;
   }
-  const int64_t m = d.n0 * d.n1;
+  const int64_t n0 = binned[0], n1 = binned[1];
 
-  // 3. centre of mass of each pattern, px from the zero-frequency pixel.
+  // 3. centre of mass of each pattern, px from the zero-frequency pixel, on the binned pattern.
   if (s.needs_com()) {
     rep.com.assign(std::size_t(2 * d.patterns), nan);
-    // The patterns as float32, or as uint16 counts when the stage only measures (read_dataset's
-    // as_counts): the same values, converted to the same doubles, summed in the same order.
-    const bool counts = d.targets.empty() && !d.counts.empty();
-    if (counts && !s.only_measures())
-      fail(TYCHO_ERR_INTERNAL, "the preprocessing stage changes the patterns but they were read as counts");
-    for (int64_t l = 0; l < d.patterns; ++l) {
-      const float* pf = counts ? nullptr : d.targets.data() + l * m;
-      const uint16_t* pc = counts ? d.counts.data() + l * m : nullptr;
-      auto value = [&](int64_t k) { return counts ? double(pc[k]) : double(pf[k]); };
-      double tot = 0, m0 = 0, m1 = 0;
-      for (int64_t i = 0; i < d.n0; ++i) {
-        const double f0 = double(fft_frequency(i, d.n0));
-        double row = 0, row1 = 0;
-        for (int64_t j = 0; j < d.n1; ++j) {
-          const double v = value(i * d.n1 + j);
-          row += v;
-          row1 += v * double(fft_frequency(j, d.n1));
-        }
-        tot += row;
-        m0 += f0 * row;
-        m1 += row1;
-      }
-      if (tot > 0) {
-        rep.com[std::size_t(2 * l)] = m0 / tot;
-        rep.com[std::size_t(2 * l + 1)] = m1 / tot;
-      }
-    }
+    feed([&](int64_t l, const float* raw) {
+      const auto c = pattern_com(steps.shape(raw, scratch), n0, n1);
+      rep.com[std::size_t(2 * l)] = c[0];
+      rep.com[std::size_t(2 * l + 1)] = c[1];
+    });
     // 4. the fit (for "none": the sums still give the mean, for the report).
     com_fit_sums sums = com_sums(rep.com, d.first, ry);
     sum(sums.s.data(), com_fit_sums::size);
@@ -620,78 +553,107 @@ preprocess_report preprocess_dataset(dataset& d, const config_document& doc, con
                                s.transpose ? "true" : "false", " (the multiple of 90° nearest the estimate)"));
   }
 
-  // 6. recentre: shift each pattern by its fitted COM, rounded (pixels from outside are 0).
+  // 6. recentre on the fitted COM, 7. the turns: resolved now; applied with the others below.
+  steps.set_placement(s, rep.fit, ry);
   if (s.recentre) {
     rep.shift_range = {{{std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()},
                         {std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()}}};
     for (int64_t l = 0; l < d.patterns; ++l) {
-      const int64_t j = d.first + l;
-      const double i = double(j / ry), k = double(j % ry);
-      const int64_t s0 = int64_t(std::llround(rep.fit.at(0, i, k))), s1 = int64_t(std::llround(rep.fit.at(1, i, k)));
+      const auto [s0, s1] = steps.shift(d.first + l);
       rep.shift_range[0] = {std::min(rep.shift_range[0][0], s0), std::max(rep.shift_range[0][1], s0)};
       rep.shift_range[1] = {std::min(rep.shift_range[1][0], s1), std::max(rep.shift_range[1][1], s1)};
-      if (s0 == 0 && s1 == 0) continue;
-      float* p = d.targets.data() + l * m;
-      scratch.assign(p, p + m);
-      for (int64_t a = 0; a < d.n0; ++a) {
-        const int64_t f0 = fft_frequency(a, d.n0) + s0;
-        for (int64_t b = 0; b < d.n1; ++b) {
-          const int64_t f1 = fft_frequency(b, d.n1) + s1;
-          p[a * d.n1 + b] = has_frequency(f0, d.n0) && has_frequency(f1, d.n1)
-                                ? scratch[std::size_t(fft_index(f0, d.n0) * d.n1 + fft_index(f1, d.n1))]
-                                : 0.f;
-        }
-      }
     }
     if (d.patterns == 0) rep.shift_range = {};
     log_info("preprocess", cat("patterns recentred on the fitted centre of mass: shifts of ", rep.shift_range[0][0],
                                " to ", rep.shift_range[0][1], " px on axis 0, ", rep.shift_range[1][0], " to ",
                                rep.shift_range[1][1], " px on axis 1 (this rank's patterns)"));
   }
-
-  // 7. transpose and quarter turns: the patterns in scan axes.
-  const int turns = *quarter_turns(s.rotation_deg);
-  if (turns != 0 || s.transpose) {
-    const bool swap = (turns % 2 == 1) != s.transpose;
-    for (int64_t l = 0; l < d.patterns; ++l) {
-      float* p = d.targets.data() + l * m;
-      scratch.assign(p, p + m);
-      orient_pattern(scratch.data(), d.n0, d.n1, p, turns, s.transpose);
-    }
-    if (swap) {
-      std::swap(d.n0, d.n1);
-      std::swap(d.info.detector_pixel_invA[0], d.info.detector_pixel_invA[1]);
-    }
+  const int turns = steps.turns;
+  if (turns != 0 || s.transpose)
     log_info("preprocess", cat("patterns turned to scan axes: rotation ", s.rotation_deg, "°, transpose ",
                                s.transpose ? "true" : "false"));
+  const int64_t o0 = steps.out[0], o1 = steps.out[1], m = o0 * o1;
+  const bool changes = steps.shapes() || steps.moves() || s.normalise;
+
+  // Every pattern through the steps into the targets (float32; uint16 counts when asked, for
+  // steps that keep whole counts: the caller checks that the values stay below 65536).
+  std::vector<double> own;  // normalise: each pattern's total before it
+  if (s.normalise) own.resize(std::size_t(d.patterns));
+  const bool centred = d.info.patterns_centred != 0;
+  if (output == stage_output::counts) {
+    if (s.normalise)
+      fail(TYCHO_ERR_INTERNAL, "the preprocessing stage normalises the patterns but was asked for uint16 counts");
+    d.counts.resize(std::size_t(d.patterns * m));
+    std::vector<float>().swap(d.targets);
+    std::vector<float> out(static_cast<std::size_t>(m));
+    feed([&](int64_t l, const float* raw) {
+      steps.transform(raw, d.first + l, out.data(), scratch);
+      uint16_t* c = d.counts.data() + l * m;
+      for (int64_t k = 0; k < m; ++k) {
+        const float v = out[std::size_t(k)];
+        if (!(v >= 0.f && v <= 65535.f) || v != std::floor(v))
+          fail(TYCHO_ERR_INTERNAL, "the preprocessing stage made pattern ", d.first + l, " hold ", v,
+               ", not a uint16 count");
+        c[k] = uint16_t(v);
+      }
+    });
+  } else if (changes || output == stage_output::float32) {
+    if (d.targets.size() < std::size_t(d.patterns * m)) d.targets.resize(std::size_t(d.patterns * m));
+    // In place: pattern l's result (m ≤ the raw size) lands at or before its raw pixels, after
+    // every earlier pattern's; transform() reads the raw pattern before it writes there.
+    feed([&](int64_t l, const float* raw) {
+      float* dst = d.targets.data() + l * m;
+      steps.transform(raw, d.first + l, dst, scratch);
+      if (s.normalise) own[std::size_t(l)] = pattern_total(dst, o0, o1, centred);
+    });
+    d.targets.resize(std::size_t(d.patterns * m));
+    d.targets.shrink_to_fit();
   }
 
   // 8. normalise: every pattern's total becomes the scan's mean total.
   if (s.normalise) {
-    std::vector<double> own(std::size_t(d.patterns));
     double tot[2] = {0, double(d.patterns)};
-    for (int64_t l = 0; l < d.patterns; ++l) {
-      own[std::size_t(l)] = pattern_total(d.targets.data() + l * m, d.n0, d.n1, d.info.patterns_centred != 0);
-      tot[0] += own[std::size_t(l)];
-    }
+    for (int64_t l = 0; l < d.patterns; ++l) tot[0] += own[std::size_t(l)];
     sum(tot, 2);
     rep.normalised_to = tot[1] > 0 ? tot[0] / tot[1] : 0.0;
-    for (int64_t l = 0; l < d.patterns; ++l) {
-      if (!(own[std::size_t(l)] > 0)) continue;
-      const double f = rep.normalised_to / own[std::size_t(l)];
-      float* p = d.targets.data() + l * m;
-      for (int64_t k = 0; k < m; ++k) p[k] = float(double(p[k]) * f);
-    }
+    for (int64_t l = 0; l < d.patterns; ++l)
+      normalise_pattern(d.targets.data() + l * m, m, own[std::size_t(l)], rep.normalised_to);
     log_info("preprocess", cat("every pattern scaled to the mean total intensity ", rep.normalised_to));
   }
 
+  if ((turns % 2 == 1) != s.transpose) std::swap(d.info.detector_pixel_invA[0], d.info.detector_pixel_invA[1]);
+  d.n0 = o0;
+  d.n1 = o1;
   d.info.detector_shape[0] = d.n0;
   d.info.detector_shape[1] = d.n1;
   rep.detector_out = {d.n0, d.n1};
-  // The COM, its fit and the rotation estimate alone leave the patterns (and read_dataset's
-  // totals) as they were.
-  if (rep.detector_out != rep.detector_in || s.recentre || turns != 0 || s.transpose || s.normalise) recompute_totals(d);
+  if (steps_out) *steps_out = steps;
+  // The COM, its fit and the rotation estimate alone leave the patterns (and the totals of the
+  // bad-pixel masking) as they were.
+  if (changes) recompute_totals(d);
   return rep;
+}
+
+preprocess_report preprocess_dataset(dataset& d, const config_document& doc, const rank_sum& sum_across_ranks) {
+  // The scan in memory: d.targets (float32), or d.counts (uint16, read as counts: only for a
+  // stage that only measures), each pattern handed over in place.
+  const int64_t n = d.n0 * d.n1;
+  const bool counts = d.targets.empty() && !d.counts.empty();
+  const preprocess_settings s = read_preprocess_settings(doc.table_at("preprocess"), doc.origin());
+  if (counts && s.active() && !s.only_measures())
+    fail(TYCHO_ERR_INTERNAL, "the preprocessing stage changes the patterns but they were read as counts");
+  std::vector<float> pattern;
+  const pattern_feed whole_scan = [&](const pattern_visitor& visit) {
+    for (int64_t l = 0; l < d.patterns; ++l) {
+      if (counts) {
+        pattern.assign(d.counts.begin() + l * n, d.counts.begin() + (l + 1) * n);  // exact
+        visit(l, pattern.data());
+      } else {
+        visit(l, d.targets.data() + l * n);
+      }
+    }
+  };
+  return run_preprocess_stage(d, doc, sum_across_ranks, whole_scan, stage_output::in_place);
 }
 
 }  // namespace tycho::host

@@ -27,6 +27,7 @@
 #include "results/manifest_checks.hpp"
 #include "tycho/host/dataset.hpp"
 #include "data/bad_pixels.hpp"
+#include "data/chunked_preprocess.hpp"
 #include "data/finite_values.hpp"
 #include "data/detector_padding.hpp"
 #include "tycho/host/log.hpp"
@@ -826,11 +827,26 @@ void session::state::read_data(state& s, start& st) {
   const rank_sum sum_across_ranks = [&](double* v, int n) {
     if (world > 1 && !replicated) s.par->sum(v, n);
   };
+  auto t0 = std::chrono::steady_clock::now();
   if (st.prepared) {
     s.data = prepared_dataset(*st.prepared, s.config, reg, replicated ? 0 : s.par->rank(), replicated ? 1 : world,
                               sum_across_ranks, s.preprocess_json, s.patterns_member);
+  } else if (stage_changes_patterns(s.config)) {
+    chunked_read chunked = read_preprocessed_in_chunks(
+        source, &data_cfg, replicated ? 0 : s.par->rank(), replicated ? 1 : world, s.config, sum_across_ranks,
+        bad_pixel_gather(*s.par), wants_integer_targets(s.config, s.par->device()));
+    // A stage that changes the patterns runs on chunks of the source's patterns (the stored
+    // counts when it delivers them): the targets are formed chunk by chunk, never holding the scan.
+    s.data = std::move(chunked.data);
+    s.preprocess_json = chunked.report.to_json();
+    if (!chunked.bad_pixel_warning.empty() && s.par->is_root()) log_warning("preprocess", chunked.bad_pixel_warning);
+    const bool counts = !s.data.counts.empty();
+    log_info("session", cat("read and preprocessed ", s.data.patterns, " patterns in chunks of ", chunked.read_as,
+                            " (", chunked.passes, " passes) into ",
+                            std::llround(double(counts ? s.data.counts.size() * 2 : s.data.targets.size() * 4) /
+                                         (1 << 20)),
+                            counts ? " MiB of uint16 counts" : " MiB of float32", " in ", seconds_since(t0), " s"));
   } else {
-    auto t0 = std::chrono::steady_clock::now();
     // Integer counts read as such (in the source's stored dtype, chunk by chunk: no float32 copy
     // of the scan) when they become uint16 targets anyway and the preprocessing stage, which
     // computes in float32, leaves the patterns as they are (bad pixels are masked on counts; a

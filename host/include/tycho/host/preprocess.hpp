@@ -191,7 +191,9 @@ preprocess_report preprocess_dataset(dataset& d, const config_document& doc, con
 // read_dataset sums: the totals of the stage and of a prepared file's loader are those of
 // read_dataset, bit for bit.
 double pattern_total(const float* p, int64_t n0, int64_t n1, bool centred);
-// Recomputes d.total_intensity and d.mean_total_intensity (this rank's) from the patterns.
+double pattern_total(const uint16_t* p, int64_t n0, int64_t n1, bool centred);  // the same on counts
+// Recomputes d.total_intensity and d.mean_total_intensity (this rank's) from the patterns
+// (d.targets, or d.counts when the targets are empty).
 void recompute_totals(dataset& d);
 
 // Centred ↔ FFT natural order of one (n0, n1) pattern (exact permutations).
