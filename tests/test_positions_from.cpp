@@ -1,7 +1,7 @@
 // [data] positions_from (issue 11): a fresh run starts at the positions a result saved, bit for
 // bit, instead of the source's raster; a result of another scan or grid, or a file that is not a
 // result, is refused before any iteration with a message naming the key and the file. A 6 x 5
-// simulated scan of 64 x 64 patterns: five short runs, about 2 s in all.
+// simulated scan of 64 x 64 patterns: nine short runs, about 3 s in all.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -62,6 +62,18 @@ TEST_F(PositionsFrom, AFreshRunStartsAtTheResultsPositionsBitForBit) {
   EXPECT_TRUE(pb.bytes == pa.bytes) << "the run did not start from (or did not keep) the result's positions";
   // A fresh run: one iteration of history, not step 1's three.
   EXPECT_EQ(rb_rec.array("loss_history", b).count(), 1);
+}
+
+// The source's raster stays the nominal positions: a drift model (which needs a raster) fits from
+// it while the run corrects positions that started off the raster.
+TEST_F(PositionsFrom, TheSourcesPositionsStayTheNominalOnes) {
+  const std::string sim = config("sim.toml", "[6, 5]");
+  const std::string a = tmp_ / "a.zip", b = tmp_ / "b.zip";
+  auto ra = reconstruct(sim, a, {"reconstruct.iterations=3", "reconstruct.positions.correct=true"});
+  ASSERT_TRUE(ra.exited_with(0)) << ra.describe();
+  auto rb = reconstruct(sim, b, {"reconstruct.iterations=1", from(a), "reconstruct.positions.correct=true",
+                                 "reconstruct.constraints=[{name=\"positions_affine\",linear=\"drift\"}]"});
+  EXPECT_TRUE(rb.exited_with(0)) << rb.describe();
 }
 
 TEST_F(PositionsFrom, AResultOfAnotherScanOrGridOrNoResultIsRefused) {
