@@ -3,7 +3,7 @@
 # sets of ../shared/data (si110, bilayer, mos2_partial, mos2_jitter), each run as written (or with
 # one key changed, to compare) and scored by `tycho evaluate`. Prints one line per run and appends
 # one JSON line each (the evaluate output, the run's median s/iteration) to bench/results.jsonl.
-# Takes ~25 minutes on 2 cores. Usage: bench/issue11.sh [ITERATIONS]   (default 100);
+# Takes ~30 minutes on 2 cores. Usage: bench/issue11.sh [ITERATIONS]   (default 100);
 # ISSUE11_CASES=REGEX runs only the cases whose names match (e.g. ISSUE11_CASES='coherent|jitter|partial').
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,11 +69,13 @@ run partial-1-mode-positions mos2_partial.toml mos2_partial/mos2_partial_ground_
   --set reconstruct.probe_modes=1
 run partial-modes-positions mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz
 # Step 2 of the two-step recipe: a fresh 8-mode Poisson run at the positions step 1 corrected
-# (needs numpy and h5py for bench/positions_hdf5.py; skipped without them or without step 1).
-if [[ -f $tmp/partial-modes-positions.zip ]] && python3 -c 'import h5py, numpy' 2>/dev/null; then
-  bench/positions_hdf5.py "$tmp/partial-modes-positions.zip" "$data/mos2_partial/mos2_partial_80kV_32x24_counts.h5" \
-    "$tmp/partial-positions.h5" >/dev/null
-  run partial-two-step-8-modes mos2_partial_refine.toml mos2_partial/mos2_partial_ground_truth.npz \
-    --set "data.path=\"$tmp/partial-positions.h5\""
+# ([data] positions_from; skipped without step 1).
+if [[ -f $tmp/partial-modes-positions.zip ]]; then
+  step1=(--set "data.positions_from=\"$tmp/partial-modes-positions.zip\"")
+  run partial-two-step-8-modes mos2_partial_refine.toml mos2_partial/mos2_partial_ground_truth.npz "${step1[@]}"
+  run partial-two-step-4-modes mos2_partial_refine.toml mos2_partial/mos2_partial_ground_truth.npz "${step1[@]}" \
+    --set reconstruct.probe_modes=4 --set reconstruct.probe.mode_power=0.1
+  run partial-two-step-1-mode mos2_partial_refine.toml mos2_partial/mos2_partial_ground_truth.npz "${step1[@]}" \
+    --set reconstruct.probe_modes=1
 fi
 echo "load average: $(cut -d' ' -f1 /proc/loadavg) ($(nproc) cores); $iterations iterations each"

@@ -24,6 +24,7 @@
 
 #include "settings/config_read.hpp"
 #include "runtime/constraint_list.hpp"
+#include "runtime/positions_from.hpp"
 #include "results/manifest_checks.hpp"
 #include "tycho/host/dataset.hpp"
 #include "data/bad_pixels.hpp"
@@ -647,6 +648,9 @@ struct session::state {
   std::unique_ptr<parallel_context> owned_parallel;  // when the caller gave none
   parallel_context* par = nullptr;
   std::vector<double> all_positions_px;  // (P, 2): every rank's, whichever patterns this one holds
+  // The source's positions when [data] positions_from replaced them as the start: still the
+  // nominal ones a constraint on the positions fits its map from (empty otherwise).
+  std::vector<double> nominal_positions_px;
   std::string parallel_json;             // the ranks' reports, for the manifest
   std::string preprocess_json;           // what the preprocessing stage did, for the manifest
   std::vector<double> measured_mean;     // (N0, N1) FFT order: this rank's mean pattern, for the previews
@@ -894,6 +898,24 @@ void session::state::resolve_geometry(state& s, start& st) {
     s.geometry = g.geometry;
     s.layout = std::move(g.layout);
   }
+  // [data] positions_from: a fresh run starts at a result's saved positions instead of the
+  // source's (a resumed run continues from its own file's positions, so the key is left aside).
+  if (auto from = read_key<std::string>(s.config.table_at("data"), "positions_from", "data")) {
+    const std::string path = resolve_path(s.config.base_dir(), *from);
+    if (st.resume) {
+      log_info("session", cat("[data] positions_from '", path, "' is not used: --from resumes with its own positions"));
+    } else {
+      std::vector<double> saved = positions_from_result(*s.reg, path, s.geometry, s.layout);
+      double sum = 0;  // how far they lie from the source's, for the log
+      for (std::size_t k = 0; k < saved.size(); ++k)
+        sum += std::pow((saved[k] - s.layout.positions_px[k]) * s.geometry.pixel_A[k % 2], 2);
+      log_info("session", cat("starting from the ", saved.size() / 2, " positions saved in '", path,
+                              "', ", std::sqrt(sum / double(std::max<std::size_t>(saved.size() / 2, 1))),
+                              " Å RMS from the source's"));
+      s.nominal_positions_px = std::move(s.layout.positions_px);
+      s.layout.positions_px = std::move(saved);
+    }
+  }
   // ---- memory: the planner's count for this engine against this machine's memory, before
   // anything that size is allocated (a wrong scan step or pixel size makes a huge object)
   memory_problem need = run_memory_problem(s.config, *s.reg, info, s.data.n0, s.data.n1, s.layout);
@@ -1101,7 +1123,8 @@ void session::state::create_optimizers(state& s, start& st) {
     // the measured patterns' mean total intensity is 1 in the model's units.
     cs.measured_power = s.data.mean_total_intensity * (1.0 / s.data.mean_total_intensity);
     int64_t pos_shape[2] = {s.data.patterns, 2};  // this rank's patterns
-    DLTensor nominal{s.layout.positions_px.data() + 2 * s.data.first, {kDLCPU, 0}, 2, k_float64, pos_shape, nullptr, 0};
+    std::vector<double>& data_positions = s.nominal_positions_px.empty() ? s.layout.positions_px : s.nominal_positions_px;
+    DLTensor nominal{data_positions.data() + 2 * s.data.first, {kDLCPU, 0}, 2, k_float64, pos_shape, nullptr, 0};
     cs.nominal_positions = &nominal;
     cs.iterations = settings.iterations;
     s.constraints.create(cs, settings.driver.positions.enabled);

@@ -68,6 +68,7 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         decl("source", S, quoted(defaults::source), "", "the source component that reads the data"),
         at_least(decl("scan_step_A", N, none, "Å", "scan step for both scan axes (default: from the file)"), 0, true),
         at_least(decl("detector_pixel_invA", N, none, "Å⁻¹", "reciprocal pixel size for both detector axes (default: from the file)"), 0, true),
+        decl("positions_from", S, none, "", "a tycho result whose saved positions a fresh run starts from (e.g. corrected by an earlier run on the same data), relative to the config's folder"),
     };
     m["optics"] = {
         at_least(decl("energy_eV", N, none, "eV", "beam energy (default: from the file)"), 0, true),
