@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <zip.h>
 
+#include <nlohmann/json.hpp>
 #include <tycho/core/accuracy.hpp>
 #include <tycho/core/error.hpp>
 
@@ -102,6 +103,34 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+// The bytes of member `name` of the zip `path`.
+std::string read_member(const std::string& path, const std::string& name) {
+  int err = 0;
+  zip_t* z = zip_open(path.c_str(), ZIP_RDONLY, &err);
+  EXPECT_NE(z, nullptr) << path;
+  if (z == nullptr) return {};
+  zip_stat_t st;
+  zip_stat_init(&st);
+  EXPECT_EQ(zip_stat(z, name.c_str(), 0, &st), 0) << name;
+  std::string bytes(std::size_t(st.size), '\0');
+  zip_file_t* f = zip_fopen(z, name.c_str(), 0);
+  EXPECT_EQ(zip_fread(f, bytes.data(), st.size), zip_int64_t(st.size));
+  zip_fclose(f);
+  zip_discard(z);
+  return bytes;
+}
+
+// A copy of the zip `from` at `to` with member `name` replaced by `bytes`.
+void replace_member(const std::string& from, const std::string& to, const std::string& name, const std::string& bytes) {
+  fs::copy_file(from, to, fs::copy_options::overwrite_existing);
+  int err = 0;
+  zip_t* z = zip_open(to.c_str(), 0, &err);
+  ASSERT_NE(z, nullptr) << to;
+  zip_source_t* src = zip_source_buffer(z, bytes.data(), bytes.size(), 0);
+  ASSERT_GE(zip_file_add(z, name.c_str(), src, ZIP_FL_OVERWRITE), 0) << zip_strerror(z);
+  ASSERT_EQ(zip_close(z), 0);
+}
+
 class HostileFeatures : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -188,6 +217,31 @@ TEST_F(HostileFeatures, TruthMemberDeclaringHugeShapeIsABadFile) {
   EXPECT_EQ(evaluate_error("huge", {{"phase", npy("<f4", "(4294967296, 4294967296)", std::string(64, '\0'))}}),
             "tycho: error: '" + (dir_ / "huge.npz").string() +
                 "': member 'phase': shape (4294967296, 4294967296) overflows");
+}
+
+// A result edited by hand: an object with one NaN scored Pearson 0 with exit status 0; a
+// manifest without its calibration was an "internal error" (nlohmann's exception).
+TEST_F(HostileFeatures, EvaluatedResultMustBeFiniteAndComplete) {
+  const std::string truth = tycho::test::example_data("mos2_ground_truth.npz");
+  std::string object = read_member(result(), "object.npy");
+  ASSERT_GT(object.size(), 128u + 8u * 1000u);
+  const float nan = std::nanf("");
+  std::memcpy(&object[object.size() - 8 * 1000], &nan, 4);  // the real part of element P - 1000
+  const std::string with_nan = (dir_ / "nan_object.zip").string();
+  replace_member(result(), with_nan, "object.npy", object);
+  const int64_t element = int64_t(2 * (object.size() - 128) / 8) - 2000;  // as float pairs
+  EXPECT_EQ(error_line(run_command({tycho_exe(), "evaluate", with_nan, "--truth", truth})),
+            "tycho: error: '" + with_nan + "': array 'object' holds a non-finite value at element " +
+                std::to_string(element) + "; expected finite complex values");
+
+  auto manifest = nlohmann::json::parse(read_member(result(), "manifest.json"));
+  manifest.erase("calibration");
+  const std::string no_calibration = (dir_ / "no_calibration.zip").string();
+  replace_member(result(), no_calibration, "manifest.json", manifest.dump());
+  EXPECT_EQ(error_line(run_command({tycho_exe(), "evaluate", no_calibration, "--truth", truth})),
+            "tycho: error: '" + no_calibration +
+                "': member 'manifest.json' is not a tycho result's ([json.exception.out_of_range.403] key "
+                "'calibration' not found)");
 }
 
 TEST_F(HostileFeatures, ConstraintNumbersOutOfRangeAreRefused) {
