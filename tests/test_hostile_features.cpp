@@ -244,6 +244,31 @@ TEST_F(HostileFeatures, EvaluatedResultMustBeFiniteAndComplete) {
                 "'calibration' not found)");
 }
 
+// A σ below 1/8 px is a single tap (every local phase 0) and a field of view of 1 px has no
+// variance: both scored Pearson 0 with exit status 0.
+TEST_F(HostileFeatures, DegenerateMetricSettingsAreRefused) {
+  const std::string truth = tycho::test::example_data("mos2_ground_truth.npz");
+  EXPECT_EQ(error_line(run_command({tycho_exe(), "evaluate", result(), "--truth", truth, "--sigma-A", "1e-300"})),
+            "tycho: error: accuracy: sigma_A = 1e-300 Å is below 1/8 of the object's pixel (0.1736111111 Å): the "
+            "Gaussian is a single tap and the local phase is 0 everywhere; expected at least 0.02170138889 Å");
+  EXPECT_EQ(error_line(run_command({tycho_exe(), "evaluate", result(), "--truth", truth, "--fov-fraction", "1e-300"})),
+            "tycho: error: accuracy: the field of view on axis 0 is 1 px (fov_fraction 1e-300 of the positions' "
+            "extent, 89.28 px); expected at least 2 px: give a larger fov_fraction");
+}
+
+// probe_orthogonal_modes with one mode did nothing, silently (positions_affine without
+// position correction already said so).
+TEST_F(HostileFeatures, ModeConstraintWithOneModeWarns) {
+  auto r = run_command({tycho_exe(), "reconstruct", config_, "--iterations", "1", "-o", (dir_ / "one_mode.zip").string(),
+                        "--set", "output.previews=false", "--set", "reconstruct.constraints=[{name=\"probe_orthogonal_modes\"}]"});
+  EXPECT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_NE(r.err.find("[tycho warning] constraints: [[reconstruct.constraints]] 1 (probe_orthogonal_modes): "
+                       "orthonormalises several probe modes, and this run has one ([reconstruct] probe_modes = 1): it "
+                       "does nothing in this run\n"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST_F(HostileFeatures, ConstraintNumbersOutOfRangeAreRefused) {
   EXPECT_EQ(run_error({"reconstruct.constraints=[{name=\"object_lowpass\", sigma_A=1e300}]"}),
             "tycho: error: [[reconstruct.constraints]] 1 (object_lowpass): config key 'sigma_A' in "
