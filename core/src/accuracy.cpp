@@ -108,6 +108,12 @@ void check_input(const accuracy_input& in) {
     bad("scan_origin_A is not finite");
   if (!(in.sigma_A > 0.0) || !std::isfinite(in.sigma_A))
     bad("sigma_A must be positive, got ", in.sigma_A);
+  // Below 1/8 px the Gaussian is one tap (r = int(4σ + 0.5) = 0): the local phase is 0 everywhere
+  // and so is every figure.
+  if (in.sigma_A < 0.125 * in.object_pixel_A)
+    bad("sigma_A = ", in.sigma_A, " Å is below 1/8 of the object's pixel (", in.object_pixel_A,
+        " Å): the Gaussian is a single tap and the local phase is 0 everywhere; expected at least ",
+        0.125 * in.object_pixel_A, " Å");
   if (!(in.fov_fraction > 0.0 && in.fov_fraction <= 1.0))
     bad("fov_fraction must lie in (0, 1], got ", in.fov_fraction);
   if (in.search_radius_px < 0 || in.search_radius_px > 10000)
@@ -131,6 +137,10 @@ void fov_axis(const accuracy_input& in, int axis, int64_t& lo, int64_t& hi) {
   if (lo > hi)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "accuracy: the field of view on axis ", axis, " (positions ",
          mn, "..", mx, " px) lies outside the object of size ", in.object_shape[axis]);
+  // One pixel has no variance: the Pearson figure of it is 0 whatever the object.
+  if (hi == lo)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "accuracy: the field of view on axis ", axis, " is 1 px (fov_fraction ",
+         in.fov_fraction, " of the positions' extent, ", mx - mn, " px); expected at least 2 px: give a larger fov_fraction");
 }
 
 int64_t wrap(int64_t i, int64_t n) {

@@ -23,7 +23,7 @@ const tycho_setting k_amplitude_settings[] = {
 
 const char* const k_lowpass_keys[] = {"sigma_A", "weight", nullptr};
 const tycho_setting k_lowpass_settings[] = {
-    setting("sigma_A", TYCHO_SETTING_NUMBER, "0.5", "σ of the Gaussian, once per iteration", "Å").above(0),
+    setting("sigma_A", TYCHO_SETTING_NUMBER, "0.5", "σ of the Gaussian, once per iteration", "Å").above(0).at_most(1e4),
     setting("weight", TYCHO_SETTING_NUMBER, "1", "share of the filtered object blended in").above(0).at_most(1),
     end_of_settings()};
 
@@ -51,7 +51,7 @@ const tycho_setting k_depth_settings[] = {
 const char* const k_power_keys[] = {"relative_power", nullptr};
 const tycho_setting k_power_settings[] = {
     setting("relative_power", TYCHO_SETTING_NUMBER, "1",
-            "the probe's total power over the measured patterns' mean total intensity").above(0),
+            "the probe's total power over the measured patterns' mean total intensity").above(0).at_most(1e6),
     end_of_settings()};
 
 const char* const k_aperture_keys[] = {"semiangle_factor", nullptr};

@@ -102,7 +102,11 @@ void object_potential::apply(const constraint_arguments& a) {
 object_lowpass::object_lowpass(const config_view& cfg, const tycho_constraint_setup& setup) {
   const double sigma_A = number(cfg, "sigma_A", 0.5);
   weight_ = number(cfg, "weight", 1.0);
-  if (!(sigma_A > 0)) fail(TYCHO_ERR_INVALID_ARGUMENT, "config key 'sigma_A' in ", cfg.table_name(), " must be > 0 (Å)");
+  // At most 1 µm: far wider than any field of view a low-pass is for; the filter's cost and its
+  // kernel grow with σ in pixels (1e5 Å ran for minutes per iteration and ignored SIGTERM).
+  if (!(sigma_A > 0 && sigma_A <= 1e4))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key 'sigma_A' in ", cfg.table_name(), " must be in (0, 10000] (Å), got ",
+         sigma_A);
   if (!(weight_ > 0 && weight_ <= 1))
     fail(TYCHO_ERR_INVALID_ARGUMENT, "config key 'weight' in ", cfg.table_name(), " must be in (0, 1], got ", weight_);
   sigma_px_ = sigma_A / std::sqrt(setup.pixel_A[0] * setup.pixel_A[1]);

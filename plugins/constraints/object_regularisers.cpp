@@ -105,11 +105,14 @@ void object_depth::apply(const constraint_arguments& a) {
   const int64_t slices = a.object->shape[0], n = a.object->shape[1] * a.object->shape[2];
   if (slices < 2) return;
   // Taps g_j ∝ exp(−j²/2σ²) out to 4σ (or the mirrored stack's period), normalised to 1.
-  const int64_t reach = std::min<int64_t>(int64_t(std::ceil(4 * sigma_slices_)), 2 * slices);
+  // The reach is bounded in double before the conversion: sigma_A / slice_thickness_A may be
+  // 1e300 (undefined as int64). The centre tap is 1 whatever σ (σ² = 0 made it 0 / 0 = NaN).
+  const int64_t reach = int64_t(std::min(std::ceil(4 * sigma_slices_), double(2 * slices)));
   std::vector<double> taps(std::size_t(2 * reach + 1));
   double total = 0;
   for (int64_t j = -reach; j <= reach; ++j)
-    total += taps[std::size_t(j + reach)] = std::exp(-0.5 * double(j * j) / (sigma_slices_ * sigma_slices_));
+    total += taps[std::size_t(j + reach)] =
+        j == 0 ? 1.0 : std::exp(-0.5 * double(j * j) / (sigma_slices_ * sigma_slices_));
   for (double& t : taps) t /= total;
   std::vector<cd> logs(static_cast<std::size_t>(slices)), smooth(static_cast<std::size_t>(slices));
   with_complex_values(*a.object, [&](auto* z) {

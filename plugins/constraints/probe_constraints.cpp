@@ -24,8 +24,11 @@ void probe_orthogonal_modes::apply(const constraint_arguments& a) {
 
 probe_power::probe_power(const config_view& cfg, const tycho_constraint_setup& setup) {
   const double relative = cfg.get_double("relative_power").value_or(1.0);
-  if (!(relative > 0) || !std::isfinite(relative))
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key 'relative_power' in ", cfg.table_name(), " must be > 0, got ", relative);
+  // At most 1e6 times the measured power: 1e300 overflowed a float32 probe to inf, and the run
+  // stopped blaming the learning rate.
+  if (!(relative > 0 && relative <= 1e6))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key 'relative_power' in ", cfg.table_name(), " must be in (0, 1e6], got ",
+         relative);
   if (!(setup.measured_power > 0) || !std::isfinite(setup.measured_power))
     fail(TYCHO_ERR_INVALID_ARGUMENT, "constraint 'probe_power': the measured power ", setup.measured_power,
          " is not a number > 0");

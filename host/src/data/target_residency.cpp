@@ -35,6 +35,11 @@ host_capacity host_memory_capacity(const config_document& doc) {
   host_capacity c;
   if (const auto gib = read_key<double>(doc.table_at("reconstruct"), "host_memory_GiB", "reconstruct")) {
     if (!(*gib > 0)) fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] host_memory_GiB = ", *gib, ": must be > 0");
+    // In bytes from 1 to below 2^63: 1e-300 GiB became 0 bytes, read as "unknown", and 1e300
+    // overflowed the conversion.
+    if (!(*gib >= 0x1p-30 && *gib < 0x1p33))
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] host_memory_GiB = ", *gib,
+           ": must be from 1 byte to below 2^63 bytes (9.3e-10 to 8589934592 GiB)");
     c.bytes = uint64_t(*gib * double(uint64_t(1) << 30));
     c.source = cat("[reconstruct] host_memory_GiB = ", *gib);
     return c;

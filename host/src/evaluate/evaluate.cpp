@@ -98,10 +98,35 @@ std::vector<double> nominal_positions(const truth_file& truth, int64_t p) {
 nlohmann::ordered_json figures(const accuracy_result& r) {
   return {{"pearson", r.pearson}, {"rms_rad", r.rms_rad}, {"shift_px", {r.shift_px[0], r.shift_px[1]}}};
 }
+
+// Refuses an array holding NaN or inf, naming the file, the array and the first such element:
+// a figure computed from it is NaN or 0 (an object with one NaN pixel scored Pearson 0).
+template <class T>
+void expect_finite(const T* v, int64_t n, const std::string& path, const owned_array& a, const char* expected) {
+  for (int64_t k = 0; k < n; ++k)
+    if (!std::isfinite(v[k]))
+      fail(TYCHO_ERR_BAD_DATA, "'", path, "': array '", a.name, "' holds a non-finite value at element ", k,
+           "; expected finite ", expected);
+}
+
+std::string evaluate_checked(const registry& reg, const std::string& result_path, const std::string& truth_path,
+                             double sigma_A, double fov_fraction, std::optional<double> slice_thickness_A);
 }  // namespace
 
 std::string evaluate_result(const registry& reg, const std::string& result_path, const std::string& truth_path,
                             double sigma_A, double fov_fraction, std::optional<double> slice_thickness_A) {
+  try {
+    return evaluate_checked(reg, result_path, truth_path, sigma_A, fov_fraction, slice_thickness_A);
+  } catch (const nlohmann::json::exception& e) {
+    // A manifest without calibration or history, or with a value of another type: the
+    // library's message names the key; this names the file (it was an "internal error").
+    fail(TYCHO_ERR_BAD_DATA, "'", result_path, "': member 'manifest.json' is not a tycho result's (", e.what(), ")");
+  }
+}
+
+namespace {
+std::string evaluate_checked(const registry& reg, const std::string& result_path, const std::string& truth_path,
+                             double sigma_A, double fov_fraction, std::optional<double> slice_thickness_A) {
   auto result = load_record(format_for_path(reg, result_path), result_path);
   // Only the members the metrics use are read: others (metadata strings, ...) are ignored.
   const truth_file truth = read_truth_file(truth_path);
@@ -110,6 +135,9 @@ std::string evaluate_result(const registry& reg, const std::string& result_path,
     fail(TYCHO_ERR_BAD_DATA, "'", result_path, "' has no manifest.json: not a tycho result");
   auto manifest = nlohmann::json::parse(result.manifest_json);
   double pixel = manifest.at("calibration").at("object_pixel_A").at(0).get<double>();
+  if (!(pixel > 0) || !std::isfinite(pixel))
+    fail(TYCHO_ERR_BAD_DATA, "'", result_path, "': member 'manifest.json' has calibration.object_pixel_A = ", pixel,
+         "; expected a finite pixel size > 0 in Å");
 
   const owned_array& object = result.array("object", result_path);
   const owned_array& positions = result.array("positions_px", result_path);
@@ -119,6 +147,17 @@ std::string evaluate_result(const registry& reg, const std::string& result_path,
   expect(positions, result_path, kDLFloat, 64, 2);
   if (positions.shape[1] != 2) fail(TYCHO_ERR_BAD_DATA, "'", result_path, "': array 'positions_px' must be (P, 2)");
   if (object.shape[0] < 1) fail(TYCHO_ERR_BAD_DATA, "'", result_path, "': array 'object' has no slices");
+  if (object.shape[1] < 1 || object.shape[2] < 1)
+    fail(TYCHO_ERR_BAD_DATA, "'", result_path, "': array 'object' is ", object.shape[0], " x ", object.shape[1], " x ",
+         object.shape[2], "; expected slices of at least 1 x 1 pixels");
+  // Complex values as pairs of reals: each must be finite.
+  if (object64)
+    expect_finite(reinterpret_cast<const double*>(object.as<std::complex<double>>()), 2 * object.count(), result_path,
+                  object, "complex values");
+  else
+    expect_finite(reinterpret_cast<const float*>(object.as<std::complex<float>>()), 2 * object.count(), result_path,
+                  object, "complex values");
+  expect_finite(positions.as<double>(), positions.count(), result_path, positions, "positions in pixels");
   check_covers_truth_scan(truth, truth_path, positions, pixel, result_path);
   warn_geometry_mismatches(manifest, positions, truth);
   const int64_t slices = object.shape[0], h = object.shape[1], w = object.shape[2];
@@ -272,5 +311,6 @@ std::string evaluate_result(const registry& reg, const std::string& result_path,
   }
   return j.dump(2);
 }
+}  // namespace
 
 }  // namespace tycho::host

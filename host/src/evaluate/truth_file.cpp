@@ -1,6 +1,7 @@
 #include "evaluate/truth_file.hpp"
 
 #include <tycho/core/error.hpp>
+#include <tycho/sdk/checked.hpp>
 #include <tycho/sdk/npy.hpp>
 #include <zip.h>
 
@@ -46,7 +47,15 @@ std::optional<owned_array> read_member(zip_t* za, const std::string& path, const
   auto read = [&](void* dst, std::size_t n) {
     if (zip_fread(f.get(), dst, n) != zip_int64_t(n)) fail(TYCHO_ERR_BAD_DATA, where, ": is truncated");
   };
-  const sdk::npy::header h = sdk::npy::read_header(read, st.size, where);
+  sdk::npy::header h;
+  try {
+    // Nothing is allocated from a declared size its stored bytes cannot produce (a crafted
+    // member declaring gigabytes in a few bytes).
+    sdk::check_member_size(st.size, st.comp_size, st.comp_method, where);
+    h = sdk::npy::read_header(read, st.size, where);
+  } catch (const sdk::error& e) {  // the SDK's error type: rethrown as the host's, so the CLI names it
+    fail(e.status, e.what());
+  }
   if (!h.dtype || h.big_endian)
     fail(TYCHO_ERR_BAD_DATA, where, " has dtype '", h.descr, "'; expected a little-endian number");
   owned_array a;
@@ -80,6 +89,23 @@ std::vector<double> as_doubles(const owned_array& a, const std::string& where) {
   }
   return v;
 }
+// Refuses a member holding NaN or inf (a figure computed from it would be NaN, or silently
+// ignore the pixel), naming the first.
+template <class T>
+void expect_finite(const T* v, std::size_t n, const std::string& where, const char* expected) {
+  for (std::size_t k = 0; k < n; ++k)
+    if (!std::isfinite(v[k]))
+      fail(TYCHO_ERR_BAD_DATA, where, " holds ", double(v[k]), " at element ", k, "; expected finite ", expected);
+}
+
+// One finite value > 0 (a pixel size, a thickness).
+double positive_scalar(const std::vector<double>& v, const std::string& where, const char* unit) {
+  if (v.size() != 1 || !std::isfinite(v[0]) || !(v[0] > 0))
+    fail(TYCHO_ERR_BAD_DATA, where, v.size() == 1 ? cat(" is ", v[0]) : cat(" holds ", v.size(), " values"),
+         "; expected one finite value > 0 (", unit, ")");
+  return v[0];
+}
+
 // A float32 or float64 phase of rank `rank` as float32 values.
 truth_phase phase_values(const owned_array& a, const std::string& where, size_t rank, const char* expected) {
   if (a.shape.size() != rank || a.dtype.code != kDLFloat || (a.dtype.bits != 32 && a.dtype.bits != 64))
@@ -92,6 +118,7 @@ truth_phase phase_values(const owned_array& a, const std::string& where, size_t 
   p.values.resize(std::size_t(a.count()));
   for (std::size_t k = 0; k < p.values.size(); ++k)
     p.values[k] = a.dtype.bits == 64 ? float(a.as<double>()[k]) : a.as<float>()[k];
+  expect_finite(p.values.data(), p.values.size(), where, "phases in radians");
   return p;
 }
 
@@ -132,20 +159,39 @@ truth_file read_truth_file(const std::string& path) {
   if (t.phase.shape.size() != 2 || t.phase.dtype.code != kDLFloat || (t.phase.dtype.bits != 32 && t.phase.dtype.bits != 64))
     fail(TYCHO_ERR_BAD_DATA, where(t.phase.name), " is ", sdk::npy::shape_text(t.phase.shape),
          "; expected a 2-D float32 or float64 phase in radians");
-  const auto pixel = as_doubles(required("pixel_size_A"), where("pixel_size_A"));
-  if (pixel.size() != 1) fail(TYCHO_ERR_BAD_DATA, where("pixel_size_A"), " must hold one value");
-  t.pixel_size_A = pixel[0];
+  if (t.phase.shape[0] < 1 || t.phase.shape[1] < 1)
+    fail(TYCHO_ERR_BAD_DATA, where(t.phase.name), " is ", sdk::npy::shape_text(t.phase.shape),
+         "; expected a phase of at least 1 x 1 pixels");
+  if (t.phase.dtype.bits == 64)
+    expect_finite(t.phase.as<double>(), std::size_t(t.phase.count()), where(t.phase.name), "phases in radians");
+  else
+    expect_finite(t.phase.as<float>(), std::size_t(t.phase.count()), where(t.phase.name), "phases in radians");
+  t.pixel_size_A = positive_scalar(as_doubles(required("pixel_size_A"), where("pixel_size_A")), where("pixel_size_A"), "Å");
   const auto origin = as_doubles(required("scan_origin_A"), where("scan_origin_A"));
-  if (origin.size() != 2) fail(TYCHO_ERR_BAD_DATA, where("scan_origin_A"), " must hold 2 values (Å)");
+  // Within 2^31 pixels: the comparison turns the origin into a whole pixel offset (int64).
+  const double max_origin_A = 2147483648.0 * t.pixel_size_A;
+  if (origin.size() != 2 || !(std::abs(origin[0]) < max_origin_A) || !(std::abs(origin[1]) < max_origin_A))
+    fail(TYCHO_ERR_BAD_DATA, where("scan_origin_A"), " is ",
+         origin.size() == 2 ? cat("[", origin[0], ", ", origin[1], "]") : cat("(", origin.size(), " values)"),
+         "; expected 2 finite values in Å, within 2^31 pixels (", max_origin_A, " Å) of the cell");
   t.scan_origin_A[0] = origin[0];
   t.scan_origin_A[1] = origin[1];
   if (auto a = optional("scan_step_A")) {
     const auto v = as_doubles(*a, where("scan_step_A"));
+    for (double x : v)
+      if (!std::isfinite(x) || !(x > 0))
+        fail(TYCHO_ERR_BAD_DATA, where("scan_step_A"), " holds ", x, "; expected a finite step > 0 in Å");
     if (v.size() == 1 || (v.size() == 2 && v[0] == v[1])) t.scan_step_A = v[0];
   }
   if (auto a = optional("scan_shape")) {
     const auto v = as_doubles(*a, where("scan_shape"));
-    if (v.size() == 2) t.scan_shape = std::vector<int64_t>{int64_t(v[0]), int64_t(v[1])};
+    // Whole numbers from 1 to 2^31 each, so that their product (the positions) fits int64.
+    if (v.size() != 2 || !(v[0] >= 1 && v[0] <= 2147483648.0 && v[0] == std::floor(v[0])) ||
+        !(v[1] >= 1 && v[1] <= 2147483648.0 && v[1] == std::floor(v[1])))
+      fail(TYCHO_ERR_BAD_DATA, where("scan_shape"), " is ",
+           v.size() == 2 ? cat("[", v[0], ", ", v[1], "]") : cat("(", v.size(), " values)"),
+           "; expected 2 whole numbers of positions from 1 to 2^31 (the scan's rows and columns)");
+    t.scan_shape = std::vector<int64_t>{int64_t(v[0]), int64_t(v[1])};
   }
 
   // Every further phase is compared pixel for pixel with the same cell: its (H, W) must be the
@@ -180,20 +226,18 @@ truth_file read_truth_file(const std::string& path) {
       std::optional<double> dz;
       if (auto d = optional("slice_thickness_A")) {
         use("slice_thickness_A");
-        const auto v = as_doubles(*d, where("slice_thickness_A"));
-        if (v.size() == 1) dz = v[0];
+        dz = positive_scalar(as_doubles(*d, where("slice_thickness_A")), where("slice_thickness_A"), "Å");
       } else if (auto total_depth = optional("thickness_A")) {
         use("thickness_A");
-        const auto v = as_doubles(*total_depth, where("thickness_A"));
-        if (v.size() == 1) dz = v[0] / double(g);
+        if (g > 0) dz = positive_scalar(as_doubles(*total_depth, where("thickness_A")), where("thickness_A"), "Å") / double(g);
       }
       if (dz && *dz > 0 && std::isfinite(*dz))
         for (int64_t k = 0; k < g; ++k) edges.insert(edges.end(), {double(k) * *dz, double(k + 1) * *dz});
     }
     for (std::size_t k = 0; k + 1 < edges.size(); k += 2)
-      if (!(std::isfinite(edges[k]) && edges[k + 1] > edges[k]))
+      if (!(std::isfinite(edges[k]) && std::isfinite(edges[k + 1]) && edges[k + 1] > edges[k]))
         fail(TYCHO_ERR_BAD_DATA, where("slice_z_edges_A"), ": slab ", k / 2, " spans [", edges[k], ", ",
-             edges[k + 1], ") Å; expected start < end");
+             edges[k + 1], ") Å; expected finite depths, start < end");
     if (edges.empty()) {
       t.warnings.push_back("the truth's phase_slices has no depths (slice_z_edges_A, slice_thickness_A or "
                            "thickness_A): the per-depth figures are left out");
@@ -244,6 +288,7 @@ truth_file read_truth_file(const std::string& path) {
     use(name);
     if (a->shape.size() != 2 || a->shape[1] != 2)
       fail(TYCHO_ERR_BAD_DATA, where(name), " is ", sdk::npy::shape_text(a->shape), "; expected (P, 2) positions in Å");
+    if (a->shape[0] < 1) fail(TYCHO_ERR_BAD_DATA, where(name), " holds no positions; expected (P, 2) positions in Å");
     auto v = as_doubles(*a, where(name));
     for (double x : v)
       if (!std::isfinite(x)) fail(TYCHO_ERR_BAD_DATA, where(name), " holds a value that is not finite");

@@ -59,8 +59,8 @@ std::string residency_options(const memory_problem& p, const tycho_dataset_info&
   const uint64_t per_iteration = uint64_t(ceil_div_i64(p.patterns, p.devices)) * uint64_t(info.detector_shape[0]) *
                                  uint64_t(info.detector_shape[1]) * 4u;
   const double bandwidth = copy_bandwidth();
-  const std::string asked =
-      read_key<std::string>(doc.table_at("reconstruct"), "target_residency", "reconstruct").value_or("auto");
+  // Refused as the run refuses it ("gpu" is no residency), rather than echoed in the table.
+  const std::string asked = residency_name(read_target_residency(doc));
   return cat("target residency ([reconstruct] target_residency = \"", asked, "\"; docs/streaming.md):\n",
              "  device, host  ", human_bytes(memory_total(in_memory)), " in all: every target in memory\n",
              "  disk          ", human_bytes(memory_total(streamed)),

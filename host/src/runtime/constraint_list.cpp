@@ -102,6 +102,9 @@ void constraint_list::read(const config_document& doc, const registry& reg, cons
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const auto& [name, t] = entries[i];
     const std::string label = entry_label(i, name);
+    if (name == defaults::mode_constraint && sh.probe_modes < 2)  // as positions_affine without correction
+      log_warning("constraints", cat(label, ": orthonormalises several probe modes, and this run has one ([reconstruct] "
+                                            "probe_modes = ", sh.probe_modes, "): it does nothing in this run"));
     entries_.push_back({label, name, t, iteration_key(*t, label, "first_iteration", 1),
                         iteration_key(*t, label, "last_iteration", 0)});
   }

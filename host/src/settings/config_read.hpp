@@ -19,8 +19,9 @@ std::optional<T> read_key(const toml::table& t, const char* key, const std::stri
   if constexpr (std::is_same_v<T, double>) {
     if (node.is_integer() || node.is_floating_point()) {
       // TOML spells nan and inf; no setting means them (they would reach a run's arithmetic).
-      // (value<double>() declines a non-finite float: read the float itself, to name the value.)
-      const double v = node.is_floating_point() ? node.as_floating_point()->get() : *node.template value<double>();
+      // (value<double>() declines a non-finite float, and an integer a double cannot hold exactly,
+      // 2^53 + 1: read the node itself, to name the value.)
+      const double v = node.is_floating_point() ? node.as_floating_point()->get() : double(node.as_integer()->get());
       if (!std::isfinite(v))
         fail(TYCHO_ERR_INVALID_ARGUMENT, "config key '", key, "' in [", where, "] must be a finite number, got ", v);
       return v;

@@ -155,13 +155,15 @@ void check_setting_values(const toml::table& t, const std::string& where, const 
       if (!ok) fail(TYCHO_ERR_INVALID_ARGUMENT, head, allowed_text(d.allowed), " (declared by ", owner, "), got \"", v, "\"");
     }
     if ((d.type == TYCHO_SETTING_INTEGER || d.type == TYCHO_SETTING_NUMBER) && d.bounds != 0) {
-      const double v = *n->value<double>();
+      // An integer node as its int64 value: toml++'s value<double>() is empty for an integer
+      // a double cannot hold exactly (2^53 + 1), whose dereference read garbage.
+      const double v = n->is_integer() ? double(n->as_integer()->get()) : n->as_floating_point()->get();
       if (!std::isfinite(v))
         fail(TYCHO_ERR_INVALID_ARGUMENT, head, "a finite number, ", range_text(d), " (declared by ", owner, "), got ",
              number_text(v));
       if (!in_range(d, v))
         fail(TYCHO_ERR_INVALID_ARGUMENT, head, range_text(d), interval_text(d), " (declared by ", owner, "), got ",
-             number_text(v));
+             n->is_integer() ? std::to_string(n->as_integer()->get()) : number_text(v));
     }
   }
 }

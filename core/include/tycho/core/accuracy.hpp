@@ -76,9 +76,13 @@ accuracy_result evaluate_accuracy(const accuracy_input& in);
 enum class filter_boundary { reflect, wrap };
 
 // Normalised 1-D Gaussian taps exp(-x²/2σ²), x = -r..r, r = int(4σ + 0.5) (scipy's truncate=4).
+// Throws TYCHO_ERR_INVALID_ARGUMENT unless 0 < σ and 4σ + 0.5 < 2^24 px; a σ far below a pixel
+// gives the single tap 1.
 std::vector<double> gaussian_kernel(double sigma_px);
 
 // In-place separable Gaussian filter of an (h, w) C-order image (real and imaginary parts alike).
+// A kernel longer than the boundary's period (w or 2w per row) is folded onto it: the cost is
+// at most h · w · (2h + 2w) whatever σ.
 void gaussian_filter_2d(std::complex<double>* image, int64_t h, int64_t w, double sigma_px,
                         filter_boundary boundary);
 
