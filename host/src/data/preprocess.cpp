@@ -103,7 +103,8 @@ preprocess_settings read_preprocess_settings(const toml::table& pre, const std::
     if (node.is_string() && *node.value<std::string>() == "auto") {
       s.rotation_auto = true;
     } else if (node.is_integer() || node.is_floating_point()) {
-      s.rotation_deg = *node.value<double>();
+      // An integer a double cannot hold exactly (2^53 + 1) has no value<double>(): convert it.
+      s.rotation_deg = node.is_integer() ? double(node.as_integer()->get()) : node.as_floating_point()->get();
       if (!std::isfinite(s.rotation_deg))
         fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": [preprocess] scan_rotation_deg must be finite");
     } else {

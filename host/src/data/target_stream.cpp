@@ -36,7 +36,12 @@ stored_npy_member::stored_npy_member(const std::string& zip_path, const std::str
     auto read = [&](void* dst, std::size_t n) {
       if (zip_fread(file_, dst, n) != zip_int64_t(n)) fail(TYCHO_ERR_BAD_DATA, where_, " is truncated");
     };
-    const sdk::npy::header h = sdk::npy::read_header(read, st.size, where_);
+    sdk::npy::header h;
+    try {
+      h = sdk::npy::read_header(read, st.size, where_);
+    } catch (const sdk::error& e) {  // the SDK's error type: rethrown as the host's, so the CLI names it
+      fail(e.status, e.what());
+    }
     const bool f32 = h.dtype && h.dtype->code == kDLFloat && h.dtype->bits == 32 && !h.big_endian;
     if (!f32 || h.fortran_order)
       fail(TYCHO_ERR_BAD_DATA, where_, " has dtype '", h.descr, "'", h.fortran_order ? " in Fortran order" : "",
