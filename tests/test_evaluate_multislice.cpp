@@ -22,11 +22,14 @@
 #include <vector>
 
 #include "built_in_plugins.hpp"
+#include "npy_file.hpp"
 #include "run_command.hpp"
 #include "test_paths.hpp"
 
 namespace fs = std::filesystem;
 using tycho::owned_array;
+using tycho::test::bytes_of;
+using tycho::test::npy_bytes;
 
 namespace {
 
@@ -307,9 +310,9 @@ class EvaluateMultisliceRefusals : public EvaluateMultislice {
     phase_.resize(96 * 96);
     for (std::size_t i = 0; i < phase_.size(); ++i)
       phase_[i] = 0.3f * std::sin(0.37f * float(i % 96)) * std::cos(0.23f * float(i / 96));
-    base_ = {{"phase", npy("<f4", "(96, 96)", bytes(phase_))},
-             {"pixel_size_A", npy("<f8", "()", bytes(std::vector<double>{0.2}))},
-             {"scan_origin_A", npy("<f8", "(2,)", bytes(std::vector<double>{4.0, 4.0}))}};
+    base_ = {{"phase", npy_bytes("<f4", "(96, 96)", bytes_of(phase_))},
+             {"pixel_size_A", npy_bytes("<f8", "()", bytes_of(std::vector<double>{0.2}))},
+             {"scan_origin_A", npy_bytes("<f8", "(2,)", bytes_of(std::vector<double>{4.0, 4.0}))}};
     synthetic_result r;
     r.h = r.w = 64;
     r.pixel_A = 0.2;
@@ -319,15 +322,6 @@ class EvaluateMultisliceRefusals : public EvaluateMultislice {
       for (int k = 0; k < 8; ++k) r.positions_A.insert(r.positions_A.end(), {4.0 + i, 4.0 + k});
     result_ = (dir_ / "small.zip").string();
     r.save(result_);
-  }
-  template <class T>
-  static std::string bytes(const std::vector<T>& v) {
-    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
-  }
-  static std::string npy(const std::string& descr, const std::string& shape, const std::string& data) {
-    std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
-    dict += std::string((64 - (10 + dict.size() + 1) % 64) % 64, ' ') + "\n";
-    return std::string("\x93NUMPY\x01\x00", 8) + char(dict.size() & 0xff) + char(dict.size() >> 8) + dict + data;
   }
   // The base truth with `extra` members added; returns its path.
   std::string truth_with(const std::vector<std::pair<std::string, std::string>>& extra, const std::string& name) {
@@ -350,26 +344,30 @@ class EvaluateMultisliceRefusals : public EvaluateMultislice {
 };
 
 TEST_F(EvaluateMultisliceRefusals, PhaseSlicesOfAnotherCellAreRefused) {
-  const std::string t = truth_with({{"phase_slices", npy("<f4", "(2, 64, 64)", std::string(2 * 64 * 64 * 4, '\0'))},
-                                    {"slice_thickness_A", npy("<f8", "()", bytes(std::vector<double>{5.0}))}},
-                                   "slices64.npz");
-  EXPECT_EQ(error_of(result_, t), "'" + t + "': 'phase_slices' is 64 x 64 pixels; expected (slabs, 96, 96) (phase is (96, 96))");
+  const std::string t =
+      truth_with({{"phase_slices", npy_bytes("<f4", "(2, 64, 64)", std::string(2 * 64 * 64 * 4, '\0'))},
+                  {"slice_thickness_A", npy_bytes("<f8", "()", bytes_of(std::vector<double>{5.0}))}},
+                 "slices64.npz");
+  EXPECT_EQ(error_of(result_, t),
+            "'" + t + "': 'phase_slices' is 64 x 64 pixels; expected (slabs, 96, 96) (phase is (96, 96))");
 }
 
 TEST_F(EvaluateMultisliceRefusals, LayerOfAnotherCellIsRefused) {
-  const std::string t = truth_with({{"phase_top", npy("<f4", "(96, 96)", std::string(96 * 96 * 4, '\0'))},
-                                    {"phase_bottom", npy("<f4", "(96, 48)", std::string(96 * 48 * 4, '\0'))},
-                                    {"layer_depths_A", npy("<f8", "(2,)", bytes(std::vector<double>{1.0, 40.0}))}},
-                                   "layers.npz");
-  EXPECT_EQ(error_of(result_, t), "'" + t + "': 'phase_bottom' is 96 x 48 pixels; expected the cell of phase (phase is (96, 96))");
+  const std::string t =
+      truth_with({{"phase_top", npy_bytes("<f4", "(96, 96)", std::string(96 * 96 * 4, '\0'))},
+                  {"phase_bottom", npy_bytes("<f4", "(96, 48)", std::string(96 * 48 * 4, '\0'))},
+                  {"layer_depths_A", npy_bytes("<f8", "(2,)", bytes_of(std::vector<double>{1.0, 40.0}))}},
+                 "layers.npz");
+  EXPECT_EQ(error_of(result_, t),
+            "'" + t + "': 'phase_bottom' is 96 x 48 pixels; expected the cell of phase (phase is (96, 96))");
 }
 
 TEST_F(EvaluateMultisliceRefusals, PositionsOfAnotherScanAreRefused) {
-  const std::string t = truth_with({{"positions_true_A", npy("<f8", "(10, 2)", std::string(10 * 2 * 8, '\0'))}},
+  const std::string t = truth_with({{"positions_true_A", npy_bytes("<f8", "(10, 2)", std::string(10 * 2 * 8, '\0'))}},
                                    "pos10.npz");
   EXPECT_EQ(error_of(result_, t), "'" + t + "': 'positions_true_A' holds 10 positions; the result '" + result_ +
                                       "' has 64: expected (64, 2), in the result's scan order");
-  const std::string t3 = truth_with({{"positions_true_A", npy("<f8", "(64, 3)", std::string(64 * 3 * 8, '\0'))}},
+  const std::string t3 = truth_with({{"positions_true_A", npy_bytes("<f8", "(64, 3)", std::string(64 * 3 * 8, '\0'))}},
                                     "pos3.npz");
   EXPECT_EQ(error_of(result_, t3), "'" + t3 + "': 'positions_true_A' is (64, 3); expected (P, 2) positions in Å");
 }
@@ -378,8 +376,8 @@ TEST_F(EvaluateMultisliceRefusals, PositionsOfAnotherScanAreRefused) {
 // without depths (a warning on standard error), slabs of a multislice result with no slice
 // thickness, which --slice-thickness-A then gives.
 TEST_F(EvaluateMultisliceRefusals, MissingMembersLeaveTheirFiguresOut) {
-  const std::string t = truth_with({{"phase_top", npy("<f4", "(96, 96)", std::string(96 * 96 * 4, '\0'))},
-                                    {"phase_bottom", npy("<f4", "(96, 96)", std::string(96 * 96 * 4, '\0'))}},
+  const std::string t = truth_with({{"phase_top", npy_bytes("<f4", "(96, 96)", std::string(96 * 96 * 4, '\0'))},
+                                    {"phase_bottom", npy_bytes("<f4", "(96, 96)", std::string(96 * 96 * 4, '\0'))}},
                                    "nodepths.npz");
   auto r = tycho::test::run_command({tycho::test::tycho_exe(), "evaluate", result_, "--truth", t});
   ASSERT_TRUE(r.exited_with(0)) << r.describe();
@@ -406,8 +404,8 @@ TEST_F(EvaluateMultisliceRefusals, MissingMembersLeaveTheirFiguresOut) {
   two.save(two_path);
   std::vector<float> slabs(phase_);  // the phase in the first slab, none in the second
   slabs.resize(2 * 96 * 96, 0.0f);
-  const std::string ts = truth_with({{"phase_slices", npy("<f4", "(2, 96, 96)", bytes(slabs))},
-                                     {"slice_thickness_A", npy("<f8", "()", bytes(std::vector<double>{5.0}))}},
+  const std::string ts = truth_with({{"phase_slices", npy_bytes("<f4", "(2, 96, 96)", bytes_of(slabs))},
+                                     {"slice_thickness_A", npy_bytes("<f8", "()", bytes_of(std::vector<double>{5.0}))}},
                                     "slabs.npz");
   r = tycho::test::run_command({tycho::test::tycho_exe(), "evaluate", two_path, "--truth", ts});
   ASSERT_TRUE(r.exited_with(0)) << r.describe();

@@ -9,34 +9,17 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "npy_file.hpp"
 #include "run_command.hpp"
 #include "test_paths.hpp"
 
 namespace fs = std::filesystem;
 using tycho::test::run_command;
+using tycho::test::bytes_of;
+using tycho::test::npy_bytes;
 using tycho::test::tycho_exe;
 
 namespace {
-// A .npy of `descr` and `shape_text` ("(2,)") holding `data`.
-std::string npy(const std::string& descr, const std::string& shape_text, const std::string& data) {
-  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape_text + ", }";
-  const std::size_t total = 10 + dict.size() + 1;
-  dict += std::string((64 - total % 64) % 64, ' ') + "\n";
-  std::string out = "\x93NUMPY";
-  out += '\x01';
-  out += '\x00';
-  out += char(dict.size() & 0xff);
-  out += char(dict.size() >> 8);
-  return out + dict + data;
-}
-
-template <class T>
-std::string bytes_of(std::initializer_list<T> v) {
-  std::string s(v.size() * sizeof(T), '\0');
-  std::memcpy(s.data(), std::data(v), s.size());
-  return s;
-}
-
 // A copy of the shipped truth with members replaced or added (name without ".npy"), or only
 // the given members when `fresh`.
 void write_truth(const fs::path& out, const std::vector<std::pair<std::string, std::string>>& members, bool fresh = false) {
@@ -75,8 +58,8 @@ fs::path EvaluateTruth::dir_;
 
 TEST_F(EvaluateTruth, MembersItDoesNotUseAreIgnored) {
   const fs::path plain = tycho::test::example_data("mos2_ground_truth.npz"), extra = dir_ / "extra.npz";
-  write_truth(extra, {{"description", npy("<U4", "(1,)", bytes_of<char32_t>({U'M', U'o', U'S', U'2'}))},
-                      {"meta", npy("|O", "(1,)", "\x80\x02N.")}});
+  write_truth(extra, {{"description", npy_bytes("<U4", "(1,)", bytes_of<char32_t>({U'M', U'o', U'S', U'2'}))},
+                      {"meta", npy_bytes("|O", "(1,)", "\x80\x02N.")}});
   auto a = evaluate(plain), b = evaluate(extra);
   ASSERT_TRUE(a.exited_with(0)) << a.describe();
   ASSERT_TRUE(b.exited_with(0)) << b.describe();
@@ -88,9 +71,9 @@ TEST_F(EvaluateTruth, MembersItDoesNotUseAreIgnored) {
 
 TEST_F(EvaluateTruth, ScanMismatchWarnsAndStillScores) {
   const fs::path off = dir_ / "off.npz";
-  write_truth(off, {{"scan_origin_A", npy("<f8", "(2,)", bytes_of<double>({18.0, 19.0}))},
-                    {"scan_shape", npy("<i8", "(2,)", bytes_of<int64_t>({30, 22}))},
-                    {"scan_step_A", npy("<f8", "()", bytes_of<double>({0.52}))}});
+  write_truth(off, {{"scan_origin_A", npy_bytes("<f8", "(2,)", bytes_of<double>({18.0, 19.0}))},
+                    {"scan_shape", npy_bytes("<i8", "(2,)", bytes_of<int64_t>({30, 22}))},
+                    {"scan_step_A", npy_bytes("<f8", "()", bytes_of<double>({0.52}))}});
   // Within the result's scan (30 x 22 steps of 0.52 Å span less than 32 x 24 of 0.5 Å): warned
   // about, and scored; a truth scan the result does not cover is refused (test_hostile_results).
   auto r = evaluate(off);
@@ -109,7 +92,7 @@ TEST_F(EvaluateTruth, ScanMismatchWarnsAndStillScores) {
 TEST_F(EvaluateTruth, LargerFieldOfViewThanTheCellWarns) {
   // A 64 x 64 cell of 0.1736 Å (11.1 Å) against the 32 x 24 scan of 0.5 Å steps (15.5 x 11.5 Å).
   const fs::path small = dir_ / "small.npz";
-  write_truth(small, {{"phase", npy("<f4", "(64, 64)", std::string(64 * 64 * 4, '\0'))}});
+  write_truth(small, {{"phase", npy_bytes("<f4", "(64, 64)", std::string(64 * 64 * 4, '\0'))}});
   auto r = evaluate(small);
   EXPECT_NE(r.err.find("evaluate: the scanned field of view (15.5 x 11.5 Å) is larger than the truth's cell (11.11 x "
                        "11.11 Å): the truth is repeated periodically to cover it"),
@@ -119,7 +102,7 @@ TEST_F(EvaluateTruth, LargerFieldOfViewThanTheCellWarns) {
 
 TEST_F(EvaluateTruth, MissingMemberIsRefusedListingWhatIsThere) {
   const fs::path bare = dir_ / "bare.npz";
-  write_truth(bare, {{"pixel_size_A", npy("<f8", "()", bytes_of<double>({0.1736}))}}, /*fresh=*/true);
+  write_truth(bare, {{"pixel_size_A", npy_bytes("<f8", "()", bytes_of<double>({0.1736}))}}, /*fresh=*/true);
   auto r = evaluate(bare);
   EXPECT_TRUE(r.exited_with(2)) << r.describe();
   EXPECT_NE(r.err.find("truth file '" + bare.string() +

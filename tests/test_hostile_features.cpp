@@ -26,41 +26,24 @@
 #include <string>
 #include <vector>
 
+#include "npy_file.hpp"
 #include "run_command.hpp"
 #include "test_paths.hpp"
 
 namespace fs = std::filesystem;
 using tycho::test::command_result;
 using tycho::test::run_command;
+using tycho::test::bytes_of;
+using tycho::test::npy_bytes;
 using tycho::test::tycho_exe;
 
 namespace {
-
-// A .npy of `descr` and `shape_text` ("(2,)") holding `data` (the header as numpy pads it).
-std::string npy(const std::string& descr, const std::string& shape_text, const std::string& data) {
-  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape_text + ", }";
-  const std::size_t total = 10 + dict.size() + 1;
-  dict += std::string((64 - total % 64) % 64, ' ') + "\n";
-  std::string out = "\x93NUMPY";
-  out += '\x01';
-  out += '\x00';
-  out += char(dict.size() & 0xff);
-  out += char(dict.size() >> 8);
-  return out + dict + data;
-}
-
-template <class T>
-std::string bytes_of(std::initializer_list<T> v) {
-  std::string s(v.size() * sizeof(T), '\0');
-  std::memcpy(s.data(), std::data(v), s.size());
-  return s;
-}
 
 // A 4 x 4 float32 phase of zeros, with `value` at element 5.
 std::string phase_with(float value) {
   std::vector<float> v(16, 0.0f);
   v[5] = value;
-  return npy("<f4", "(4, 4)", std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4));
+  return npy_bytes("<f4", "(4, 4)", std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4));
 }
 
 // A truth of the members given (name without ".npy"), stored uncompressed; members not given
@@ -68,8 +51,8 @@ std::string phase_with(float value) {
 void write_truth(const fs::path& out, std::vector<std::pair<std::string, std::string>> members) {
   const std::vector<std::pair<std::string, std::string>> valid = {
       {"phase", phase_with(0.5f)},
-      {"pixel_size_A", npy("<f8", "()", bytes_of<double>({0.1736111111111111}))},
-      {"scan_origin_A", npy("<f8", "(2,)", bytes_of<double>({17.0, 19.0}))}};
+      {"pixel_size_A", npy_bytes("<f8", "()", bytes_of<double>({0.1736111111111111}))},
+      {"scan_origin_A", npy_bytes("<f8", "(2,)", bytes_of<double>({17.0, 19.0}))}};
   for (const auto& v : valid) {
     bool given = false;
     for (const auto& m : members) given = given || m.first == v.first;
@@ -185,28 +168,28 @@ TEST_F(HostileFeatures, TruthPhasesMustBeFiniteAndNotEmpty) {
             "tycho: error: '" + nan + "': 'phase' holds nan at element 5; expected finite phases in radians");
   EXPECT_EQ(evaluate_error("inf", {{"phase_total", phase_with(INFINITY)}}),
             "tycho: error: '" + inf + "': 'phase_total' holds inf at element 5; expected finite phases in radians");
-  EXPECT_EQ(evaluate_error("empty", {{"phase", npy("<f4", "(0, 4)", "")}}),
+  EXPECT_EQ(evaluate_error("empty", {{"phase", npy_bytes("<f4", "(0, 4)", "")}}),
             "tycho: error: '" + (dir_ / "empty.npz").string() +
                 "': 'phase' is (0, 4); expected a phase of at least 1 x 1 pixels");
 }
 
 TEST_F(HostileFeatures, TruthGeometryMustBeFiniteAndInRange) {
-  EXPECT_EQ(evaluate_error("pixel", {{"pixel_size_A", npy("<f8", "()", bytes_of<double>({0.0}))}}),
+  EXPECT_EQ(evaluate_error("pixel", {{"pixel_size_A", npy_bytes("<f8", "()", bytes_of<double>({0.0}))}}),
             "tycho: error: '" + (dir_ / "pixel.npz").string() +
                 "': 'pixel_size_A' is 0; expected one finite value > 0 (Å)");
-  EXPECT_EQ(evaluate_error("origin", {{"scan_origin_A", npy("<f8", "(2,)", bytes_of<double>({1e300, 19.0}))}}),
+  EXPECT_EQ(evaluate_error("origin", {{"scan_origin_A", npy_bytes("<f8", "(2,)", bytes_of<double>({1e300, 19.0}))}}),
             "tycho: error: '" + (dir_ / "origin.npz").string() +
                 "': 'scan_origin_A' is [1e+300, 19]; expected 2 finite values in Å, within 2^31 pixels "
                 "(372827022.2 Å) of the cell");
   // A NaN row count became INT64_MIN positions in the coverage check.
-  EXPECT_EQ(evaluate_error("shape", {{"scan_shape", npy("<f8", "(2,)", bytes_of<double>({NAN, 24.0}))}}),
+  EXPECT_EQ(evaluate_error("shape", {{"scan_shape", npy_bytes("<f8", "(2,)", bytes_of<double>({NAN, 24.0}))}}),
             "tycho: error: '" + (dir_ / "shape.npz").string() +
                 "': 'scan_shape' is [nan, 24]; expected 2 whole numbers of positions from 1 to 2^31 (the scan's rows "
                 "and columns)");
-  EXPECT_EQ(evaluate_error("step", {{"scan_step_A", npy("<f8", "()", bytes_of<double>({-0.5}))}}),
+  EXPECT_EQ(evaluate_error("step", {{"scan_step_A", npy_bytes("<f8", "()", bytes_of<double>({-0.5}))}}),
             "tycho: error: '" + (dir_ / "step.npz").string() +
                 "': 'scan_step_A' holds -0.5; expected a finite step > 0 in Å");
-  EXPECT_EQ(evaluate_error("nopositions", {{"positions_true_A", npy("<f8", "(0, 2)", "")}}),
+  EXPECT_EQ(evaluate_error("nopositions", {{"positions_true_A", npy_bytes("<f8", "(0, 2)", "")}}),
             "tycho: error: '" + (dir_ / "nopositions.npz").string() +
                 "': 'positions_true_A' holds no positions; expected (P, 2) positions in Å");
 }
@@ -214,7 +197,7 @@ TEST_F(HostileFeatures, TruthGeometryMustBeFiniteAndInRange) {
 // The .npy reader's errors were the SDK's exception type, which the command reported as an
 // internal error (exit status 3).
 TEST_F(HostileFeatures, TruthMemberDeclaringHugeShapeIsABadFile) {
-  EXPECT_EQ(evaluate_error("huge", {{"phase", npy("<f4", "(4294967296, 4294967296)", std::string(64, '\0'))}}),
+  EXPECT_EQ(evaluate_error("huge", {{"phase", npy_bytes("<f4", "(4294967296, 4294967296)", std::string(64, '\0'))}}),
             "tycho: error: '" + (dir_ / "huge.npz").string() +
                 "': member 'phase': shape (4294967296, 4294967296) overflows");
 }
