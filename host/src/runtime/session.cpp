@@ -395,6 +395,11 @@ std::vector<double> mean_pattern(const dataset& d) {
   return mean;
 }
 
+// The MiB the targets held take (uint16 counts or float32), rounded, for the log.
+long long targets_mib(const dataset& d) {
+  return std::llround(double(d.counts.empty() ? d.targets.size() * 4 : d.counts.size() * 2) / (1 << 20));
+}
+
 // Whether the run hands integer counts to the engine as uint16 when the data allow
 // ([preprocess] integer_targets; by default for an engine on a device).
 bool wants_integer_targets(const config_document& config, DLDevice device) {
@@ -844,12 +849,10 @@ void session::state::read_data(state& s, start& st) {
     s.data = std::move(chunked.data);
     s.preprocess_json = chunked.report.to_json();
     if (!chunked.bad_pixel_warning.empty() && s.par->is_root()) log_warning("preprocess", chunked.bad_pixel_warning);
-    const bool counts = !s.data.counts.empty();
     log_info("session", cat("read and preprocessed ", s.data.patterns, " patterns in chunks of ", chunked.read_as,
-                            " (", chunked.passes, " passes) into ",
-                            std::llround(double(counts ? s.data.counts.size() * 2 : s.data.targets.size() * 4) /
-                                         (1 << 20)),
-                            counts ? " MiB of uint16 counts" : " MiB of float32", " in ", seconds_since(t0), " s"));
+                            " (", chunked.passes, " passes) into ", targets_mib(s.data),
+                            s.data.counts.empty() ? " MiB of float32" : " MiB of uint16 counts", " in ",
+                            seconds_since(t0), " s"));
   } else {
     // Integer counts read as such (in the source's stored dtype, chunk by chunk: no float32 copy
     // of the scan) when they become uint16 targets anyway and the preprocessing stage, which
@@ -858,11 +861,10 @@ void session::state::read_data(state& s, start& st) {
     const preprocess_settings stage = read_preprocess_settings(s.config.table_at("preprocess"), s.config.origin());
     const bool as_counts = wants_integer_targets(s.config, s.par->device()) && (!stage.active() || stage.only_measures());
     s.data = read_dataset(source, &data_cfg, replicated ? 0 : s.par->rank(), replicated ? 1 : world, as_counts);
-    const bool counts = !s.data.counts.empty();
-    log_info("session", cat("read ", s.data.patterns, " patterns (",
-                            std::llround(double(counts ? s.data.counts.size() * 2 : s.data.targets.size() * 4) / (1 << 20)),
-                            counts ? cat(" MiB as uint16 counts, read as the stored ", sdk::dtype_name(s.data.info.stored_dtype))
-                                   : std::string(" MiB as float32"),
+    log_info("session", cat("read ", s.data.patterns, " patterns (", targets_mib(s.data),
+                            s.data.counts.empty()
+                                ? std::string(" MiB as float32")
+                                : cat(" MiB as uint16 counts, read as the stored ", sdk::dtype_name(s.data.info.stored_dtype)),
                             ") in ", seconds_since(t0), " s"));
     t0 = std::chrono::steady_clock::now();
     report_stage("preprocessing", 0, 1);
