@@ -32,6 +32,7 @@
 
 namespace fs = std::filesystem;
 using tycho::test::command_result;
+using tycho::test::error_line;
 using tycho::test::run_command;
 using tycho::test::bytes_of;
 using tycho::test::npy_bytes;
@@ -68,15 +69,6 @@ void write_truth(const fs::path& out, std::vector<std::pair<std::string, std::st
     zip_set_file_compression(z, zip_uint64_t(i), ZIP_CM_STORE, 0);
   }
   ASSERT_EQ(zip_close(z), 0);  // reads the buffers, which `members` still holds
-}
-
-// The error line of a command that must fail with exit status 2.
-std::string error_line(const command_result& r) {
-  EXPECT_TRUE(r.exited_with(2)) << r.describe();
-  std::string message;
-  for (const auto& line : r.err_lines())
-    if (line.rfind("tycho: error: ", 0) == 0) message = line;
-  return message;
 }
 
 std::string read_text(const std::string& path) {

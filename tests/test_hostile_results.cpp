@@ -21,6 +21,7 @@
 
 namespace fs = std::filesystem;
 using tycho::test::command_result;
+using tycho::test::error_line;
 using tycho::test::run_command;
 
 namespace {
@@ -98,15 +99,6 @@ command_result python(const char* script, const std::vector<std::string>& args) 
   std::vector<std::string> argv = {"python3", "-c", script};
   argv.insert(argv.end(), args.begin(), args.end());
   return run_command(argv);
-}
-
-// The error line of a run that must fail with exit status 2.
-std::string error_line(const command_result& r) {
-  EXPECT_TRUE(r.exited_with(2)) << r.describe();
-  std::string message;
-  for (const auto& line : r.err_lines())
-    if (line.rfind("tycho: error: ", 0) == 0) message = line;
-  return message;
 }
 
 class HostileResults : public ::testing::Test {

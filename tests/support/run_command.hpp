@@ -72,6 +72,16 @@ struct command_result {
   }
 };
 
+// The last "tycho: error: " line of a command that must fail with exit status 2 (a failed
+// expectation when it did not).
+inline std::string error_line(const command_result& r) {
+  EXPECT_TRUE(r.exited_with(2)) << r.describe();
+  std::string message;
+  for (const auto& line : r.err_lines())
+    if (line.rfind("tycho: error: ", 0) == 0) message = line;
+  return message;
+}
+
 // Single-quotes `s` for /bin/sh.
 inline std::string shell_quote(const std::string& s) {
   std::string q = "'";

@@ -55,30 +55,26 @@ class source_under_test {
   // Patterns [first, first + count) as (count, Qx, Qy) float32, the buffer filled with `fill`
   // before the read (so that a pixel the source left unwritten shows).
   std::vector<float> read(int64_t first, int64_t count, float fill = 0.0f) {
-    tycho_dataset_info i = info();
-    std::vector<float> buf(size_t(count * i.detector_shape[0] * i.detector_shape[1]), fill);
-    int64_t shape[3] = {count, i.detector_shape[0], i.detector_shape[1]};
-    DLTensor t{};
-    t.data = buf.data();
-    t.device = {kDLCPU, 0};
-    t.ndim = 3;
-    t.dtype = {kDLFloat, 32, 1};
-    t.shape = shape;
-    EXPECT_EQ(vt->read(src, first, count, &t), TYCHO_OK) << tycho::last_error();
-    return buf;
+    return read_as<float>(first, count, fill, {kDLFloat, 32, 1});
   }
 
   // Patterns [first, first + count) as (count, Qx, Qy) uint16, the stored dtype of a source that
   // delivers it (tycho_dataset_info::reads_stored_dtype), the buffer filled with `fill` first.
   std::vector<uint16_t> read_uint16(int64_t first, int64_t count, uint16_t fill = 0xabcd) {
+    return read_as<uint16_t>(first, count, fill, {kDLUInt, 16, 1});
+  }
+
+  // The read into a buffer of T (`dtype`) filled with `fill`.
+  template <class T>
+  std::vector<T> read_as(int64_t first, int64_t count, T fill, DLDataType dtype) {
     tycho_dataset_info i = info();
-    std::vector<uint16_t> buf(size_t(count * i.detector_shape[0] * i.detector_shape[1]), fill);
+    std::vector<T> buf(size_t(count * i.detector_shape[0] * i.detector_shape[1]), fill);
     int64_t shape[3] = {count, i.detector_shape[0], i.detector_shape[1]};
     DLTensor t{};
     t.data = buf.data();
     t.device = {kDLCPU, 0};
     t.ndim = 3;
-    t.dtype = {kDLUInt, 16, 1};
+    t.dtype = dtype;
     t.shape = shape;
     EXPECT_EQ(vt->read(src, first, count, &t), TYCHO_OK) << tycho::last_error();
     return buf;
