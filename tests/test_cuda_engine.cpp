@@ -534,13 +534,12 @@ TEST(CudaMath, AmplitudePixelMatchesHostLoss) {
     measured[size_t(k)] = k % 13 == 0 ? 0.f : (k % period) % 17 == 0 ? INFINITY : 100.f * u(rng);
   }
   for (int64_t k = 0; k < period; ++k) mask[size_t(k)] = k % 17 == 0 ? 0 : 1;  // masked pixels hold inf
-  const float scale = 0.013f;
-  const double host = tycho::losses::amplitude_loss(model.data(), measured.data(), mask.data(), period, n, scale,
+  const auto pixel = tycho::losses::amplitude_pixel<float>::for_patterns(0.013, period, 1e-2);
+  const double host = tycho::losses::amplitude_loss(pixel, model.data(), measured.data(), mask.data(), period, n,
                                                     host_grad.data());
   double device_style = 0;
   for (int64_t k = 0; k < n; ++k) {
-    const auto r = tycho::losses::amplitude_pixel<float>{scale}(model[size_t(k)], measured[size_t(k)],
-                                                                 mask[size_t(k % period)] != 0);
+    const auto r = pixel(model[size_t(k)], measured[size_t(k)], mask[size_t(k % period)] != 0);
     EXPECT_EQ(r.dloss_dI, host_grad[size_t(k)]) << k;
     device_style += r.loss;
   }

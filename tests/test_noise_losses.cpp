@@ -1,8 +1,9 @@
-// The noise-model losses `intensity` and `poisson` (plugins/losses/intensity_pixel.hpp,
-// poisson_pixel.hpp) through their vtables, as an engine calls them: the value against the
-// formula written out here, dL/dI against central finite differences of that value in float64,
-// the mask, the guard of the Poisson loss at I = 0, float32 against float64, and the
-// normalisations the docs promise (both equal the amplitude loss to second order where they say).
+// The pixel losses `amplitude`, `intensity` and `poisson` (plugins/losses/amplitude_pixel.hpp,
+// intensity_pixel.hpp, poisson_pixel.hpp) through their vtables, as an engine calls them: the
+// value against the formula written out here, dL/dI against central finite differences of that
+// value in float64, the mask, the guards of the amplitude and Poisson losses at I = 0, float32
+// against float64, and the normalisations the docs promise (both noise models equal the
+// unguarded amplitude loss to second order where they say).
 // The end-to-end runs of each loss on the MoS2 counts are in test_noise_losses_end_to_end.cpp.
 #include <gtest/gtest.h>
 
@@ -110,6 +111,10 @@ class loss_instance {
 long double intensity_formula(long double i, long double sd, int64_t pattern_pixels) {
   return (long double)(pattern_pixels) / 4 * (i - sd) * (i - sd);
 }
+long double amplitude_formula(long double i, long double sd, long double eps) {
+  const long double d = std::sqrt(i + eps) - std::sqrt(std::max(sd, 0.0L) + eps);
+  return d * d;
+}
 long double poisson_formula(long double i, long double sd, long double eps) {
   const long double m = std::max(i, 0.0L) + eps, d = std::max(sd, 0.0L) + eps;
   return 0.5L * (m - d - d * std::log(m / d));
@@ -120,15 +125,17 @@ long double formula_sum(const char* name, const problem& p, const std::vector<do
   for (int64_t k = 0; k < p.count(); ++k) {
     if (p.mask[size_t(k % p.pixels())] == 0) continue;
     const long double i = model[size_t(k)], sd = (long double)(p.measured[size_t(k)]) * p.scale;
-    sum += std::string(name) == "intensity" ? intensity_formula(i, sd, p.pixels())
-                                            : poisson_formula(i, sd, eps_rel / p.pixels());
+    const std::string n = name;
+    sum += n == "intensity"   ? intensity_formula(i, sd, p.pixels())
+           : n == "amplitude" ? amplitude_formula(i, sd, eps_rel / p.pixels())
+                              : poisson_formula(i, sd, eps_rel / p.pixels());
   }
   return sum;
 }
 
 // Value against the formula (1e-12 relative) and dL/dI against central differences of the loss
 // itself in float64: max |FD − dL/dI| ≤ 1e-6 · max |dL/dI| over the pixels (measured: 3e-10 for
-// intensity, 7e-11 for poisson). Steps h = 1e-5 · (|I| + s): the truncation stays ~1e-10.
+// intensity, 7e-11 for poisson, 1e-10 for amplitude). Steps h = 1e-5 · (|I| + s): the truncation stays ~1e-10.
 void check_value_and_gradient(const char* name, const std::string& toml, double eps_rel) {
   const problem p(11);
   loss_instance loss(name, toml);
@@ -158,6 +165,14 @@ TEST(NoiseLosses, IntensityValueAndGradientAgreeWithFiniteDifferences) {
   check_value_and_gradient("intensity", "", 0);
 }
 
+// The amplitude loss without a guard (the default, (√I − √(sD))²), with the recipes' guard and
+// with a large one.
+TEST(NoiseLosses, AmplitudeValueAndGradientAgreeWithFiniteDifferences) {
+  check_value_and_gradient("amplitude", "", 0);  // the declared default: no guard
+  check_value_and_gradient("amplitude", "amplitude_epsilon = 1e-2\n", 1e-2);
+  check_value_and_gradient("amplitude", "amplitude_epsilon = 0.5\n", 0.5);
+}
+
 TEST(NoiseLosses, PoissonValueAndGradientAgreeWithFiniteDifferences) {
   check_value_and_gradient("poisson", "", 1e-3);  // the declared default
   check_value_and_gradient("poisson", "poisson_epsilon = 0.5\n", 0.5);
@@ -166,7 +181,7 @@ TEST(NoiseLosses, PoissonValueAndGradientAgreeWithFiniteDifferences) {
 // Masked pixels: dL/dI exactly 0 and nothing added, whatever they hold (inf, NaN); without a
 // mask the same pixels count.
 TEST(NoiseLosses, MaskedPixelsAddNothing) {
-  for (const char* name : {"intensity", "poisson"}) {
+  for (const char* name : {"amplitude", "intensity", "poisson"}) {
     problem p(5);
     loss_instance loss(name);
     std::vector<double> grad, grad_bad, grad_all;
@@ -222,7 +237,7 @@ TEST(NoiseLosses, PoissonIsFiniteAtZeroIntensityAndExactAtTheFit) {
 // The float32 path (the default precision, and the CUDA kernel's) against float64: the loss
 // within 1e-5 relative, dL/dI within 1e-5 of the largest. Inputs exactly representable in both.
 TEST(NoiseLosses, Float32AgreesWithFloat64) {
-  for (const char* name : {"intensity", "poisson"}) {
+  for (const char* name : {"amplitude", "intensity", "poisson"}) {
     const problem p(7);
     std::vector<float> model32(p.model.begin(), p.model.end());
     const std::vector<double> model64(model32.begin(), model32.end());
@@ -238,9 +253,10 @@ TEST(NoiseLosses, Float32AgreesWithFloat64) {
 }
 
 // The normalisations of docs/losses.md: near the fit (I = sD (1 + δ), δ = ±1e-3) the Poisson
-// loss equals the amplitude loss pixel by pixel to second order (up to the guard ε), and the
-// intensity loss equals it at a pixel of mean intensity (I ≈ 1 / (N0 N1)); ratios within 2e-3
-// and 1e-2.
+// loss equals the unguarded amplitude loss pixel by pixel to second order (up to its guard ε),
+// and the intensity loss equals it at a pixel of mean intensity (I ≈ 1 / (N0 N1)); ratios within
+// 2e-3 and 1e-2. The guarded amplitude loss (ε = 1e-2 of the mean pixel, the recipes' guard) is
+// lowered by sD / (sD + ε) near the fit, as the Poisson loss by its ε.
 TEST(NoiseLosses, NormalisedLikeTheAmplitudeLossNearTheFit) {
   problem p(9);
   p.n = 1;
@@ -253,12 +269,45 @@ TEST(NoiseLosses, NormalisedLikeTheAmplitudeLossNearTheFit) {
     p.measured[size_t(k)] = 1000.f;
     p.model[size_t(k)] = p.scale * 1000.0 * (k % 2 ? 1.001 : 0.999);
   }
-  loss_instance amplitude("amplitude"), poisson("poisson"), intensity("intensity");
+  loss_instance amplitude("amplitude"), guarded("amplitude", "amplitude_epsilon = 1e-2\n"), poisson("poisson"),
+      intensity("intensity");
   std::vector<double> g;
   const double a = amplitude.evaluate(p, p.model, g, false);
+  EXPECT_NEAR(guarded.evaluate(p, p.model, g, false) / a, 1.0 / 1.01, 2e-3);
   // ε (1e-3 of the mean pixel intensity, here of sD) lowers the Poisson loss by sD / (sD + ε).
   EXPECT_NEAR(poisson.evaluate(p, p.model, g, false) / a, 1.0 / 1.001, 2e-3);
   EXPECT_NEAR(intensity.evaluate(p, p.model, g, false) / a, 1.0, 1e-2);
+}
+
+// I = 0 under the amplitude loss's guard: dL/dI = 1 − √(sD + ε)/√ε, finite; without the guard
+// (the default, ε = 0) 0 there. The minimum at I = sD exactly: L = 0, dL/dI = 0.
+TEST(NoiseLosses, AmplitudeIsFiniteAtZeroIntensityAndExactAtTheFit) {
+  const problem p(3);
+  loss_instance loss("amplitude", "amplitude_epsilon = 1e-2\n"), unguarded("amplitude");
+  const double eps = 1e-2 / double(p.pixels());
+  std::vector<double> zero(p.model.size(), 0.0), grad;
+  EXPECT_TRUE(std::isfinite(loss.evaluate(p, zero, grad, false)));
+  for (int64_t k = 0; k < p.count(); ++k) {
+    const double sd = double(p.measured[size_t(k)]) * p.scale, want = 1 - std::sqrt((sd + eps) / eps);
+    EXPECT_NEAR(grad[size_t(k)], want, 1e-12 * (1 + std::abs(want))) << k;
+  }
+  unguarded.evaluate(p, zero, grad, false);
+  for (double g : grad) EXPECT_EQ(g, 0.0);
+
+  std::vector<double> fit(p.model.size());
+  for (int64_t k = 0; k < p.count(); ++k) fit[size_t(k)] = double(p.measured[size_t(k)]) * p.scale;
+  EXPECT_EQ(loss.evaluate(p, fit, grad, false), 0.0);
+  for (double g : grad) EXPECT_EQ(g, 0.0);
+}
+
+// A bad amplitude_epsilon is refused at create() with the key named; 0 is allowed (no guard).
+TEST(NoiseLosses, AmplitudeEpsilonMustBeFiniteAndNotNegative) {
+  for (const char* value : {"-1e-3", "nan", "inf", "1e7"}) {
+    loss_instance loss("amplitude", std::string("amplitude_epsilon = ") + value + "\n");
+    EXPECT_EQ(loss.created(), TYCHO_ERR_INVALID_ARGUMENT) << value;
+    EXPECT_NE(std::string(tycho::last_error()).find("amplitude_epsilon"), std::string::npos) << tycho::last_error();
+  }
+  EXPECT_EQ(loss_instance("amplitude", "amplitude_epsilon = 0\n").created(), TYCHO_OK) << tycho::last_error();
 }
 
 // A bad poisson_epsilon is refused at create() with the key named (the host refuses it before,

@@ -4,10 +4,13 @@
 
 #include <cstdint>
 
+#include "amplitude_pixel.hpp"
+
 namespace tycho::losses {
 // n pixels of patterns of `mask_period` pixels each; mask (device, may be null) repeats per
-// pattern. Throws tycho::sdk::error naming the failed CUDA call.
-void amplitude_loss_cuda(const float* model_intensity, const float* measured, const uint8_t* mask,
-                         int64_t mask_period, int64_t n, float measured_scale, float* dloss_dI,
-                         double* loss_sum, void* stream, int device);
+// pattern. float32 only (the cuda engine's precision). Throws tycho::sdk::error naming the
+// failed CUDA call.
+void amplitude_loss_cuda(const amplitude_pixel<float>& pixel, const float* model_intensity, const float* measured,
+                         const uint8_t* mask, int64_t mask_period, int64_t n, float* dloss_dI, double* loss_sum,
+                         void* stream, int device);
 }  // namespace tycho::losses

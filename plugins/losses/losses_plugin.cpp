@@ -26,34 +26,6 @@ constexpr bool k_cuda = false;
 #endif
 constexpr uint32_t k_devices = TYCHO_DEVICE_BIT(kDLCPU) | (k_cuda ? TYCHO_DEVICE_BIT(kDLCUDA) : 0u);
 
-// The amplitude loss Σ(√I − √(sD))² (amplitude_loss.hpp); no settings.
-struct amplitude {
-  explicit amplitude(const config_view&) {}
-
-  void evaluate(const loss_arguments& a) const {
-#ifdef TYCHO_HAVE_CUDA
-    if (a.device.device_type == kDLCUDA) {
-      if (a.float64)
-        fail(TYCHO_ERR_UNSUPPORTED, "amplitude loss: the CUDA path computes in float32 only; model_intensity "
-             "and dloss_dintensity are float64");
-      tycho::losses::amplitude_loss_cuda(data_of<const float>(*a.model_intensity), data_of<const float>(*a.measured),
-                                         a.mask, a.pattern_pixels, a.count, static_cast<float>(a.measured_scale),
-                                         data_of<float>(*a.dloss_dintensity), a.loss_sum, a.stream,
-                                         a.device.device_id);
-      return;
-    }
-#endif
-    if (a.float64)
-      *a.loss_sum += tycho::losses::amplitude_loss(
-          data_of<const double>(*a.model_intensity), data_of<const float>(*a.measured), a.mask, a.pattern_pixels,
-          a.count, a.measured_scale, data_of<double>(*a.dloss_dintensity));
-    else
-      *a.loss_sum += tycho::losses::amplitude_loss(
-          data_of<const float>(*a.model_intensity), data_of<const float>(*a.measured), a.mask, a.pattern_pixels,
-          a.count, static_cast<float>(a.measured_scale), data_of<float>(*a.dloss_dintensity));
-  }
-};
-
 // Refuses float64 tensors on the device: the kernels compute in float32, as the cuda engine.
 [[maybe_unused]] void refuse_float64_on_device(const char* name, const loss_arguments& a) {
   if (a.float64)
@@ -91,6 +63,42 @@ void evaluate_pixel_loss(const Loss& loss, const char* name, const loss_argument
                         data_of<float>(*a.dloss_dintensity));
 }
 
+// The guards' defaults below, as numbers (the declarations' defaults, k_*_settings, say the same).
+constexpr double k_amplitude_epsilon_default = 0;
+constexpr double k_poisson_epsilon_default = 1e-3;
+
+// A guard ε relative to the mean pixel intensity, `key` of [reconstruct]: > 0 (≥ 0 when
+// `zero_allowed`), finite. The host checks the declared range first; this covers a create()
+// without it (tests, tools).
+double relative_epsilon(const config_view& cfg, const char* key, double fallback, bool zero_allowed) {
+  const double e = cfg.get_double(key).value_or(fallback);
+  if (!std::isfinite(e) || e < 0 || (e == 0 && !zero_allowed) || e > 1e6)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] ", key, " must be a finite number ", zero_allowed ? ">= 0" : "> 0",
+         " and <= 1e6, got ", e);
+  return e;
+}
+
+// The amplitude loss (√(I + ε) − √(sD + ε))², ε = amplitude_epsilon · Ī (amplitude_pixel.hpp);
+// [reconstruct] amplitude_epsilon sets ε relative to the mean pixel intensity.
+struct amplitude {
+  explicit amplitude(const config_view& cfg)
+      : epsilon_relative_(relative_epsilon(cfg, "amplitude_epsilon", k_amplitude_epsilon_default, true)) {}
+
+  template <class Real>
+  tycho::losses::amplitude_pixel<Real> pixel(const loss_arguments& a) const {
+    return tycho::losses::amplitude_pixel<Real>::for_patterns(a.measured_scale, a.pattern_pixels, epsilon_relative_);
+  }
+
+  void evaluate(const loss_arguments& a) const {
+    evaluate_pixel_loss(
+        *this, "amplitude", a, [](auto&&... x) { return tycho::losses::amplitude_loss(x...); },
+        TYCHO_DEVICE_LOOP(tycho::losses::amplitude_loss_cuda));
+  }
+
+ private:
+  double epsilon_relative_;
+};
+
 // The intensity loss w Σ(I − sD)², w = N0 N1 / 4 (intensity_pixel.hpp); no settings.
 struct intensity {
   explicit intensity(const config_view&) {}
@@ -107,18 +115,11 @@ struct intensity {
   }
 };
 
-constexpr double k_poisson_epsilon_default = 1e-3;  // the declaration's default below, as a number
-
 // The Poisson loss ½ Σ [m − d − d log(m/d)], m = I + ε, d = sD + ε (poisson_pixel.hpp);
 // [reconstruct] poisson_epsilon sets ε relative to the mean pixel intensity.
 struct poisson {
-  explicit poisson(const config_view& cfg) {
-    epsilon_relative_ = cfg.get_double("poisson_epsilon").value_or(k_poisson_epsilon_default);
-    // The host checks the declared range first; this covers a create() without it (tests, tools).
-    if (!(epsilon_relative_ > 0) || !std::isfinite(epsilon_relative_))
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] poisson_epsilon must be a finite number > 0, got ",
-           epsilon_relative_);
-  }
+  explicit poisson(const config_view& cfg)
+      : epsilon_relative_(relative_epsilon(cfg, "poisson_epsilon", k_poisson_epsilon_default, false)) {}
 
   template <class Real>
   tycho::losses::poisson_pixel<Real> pixel(const loss_arguments& a) const {
@@ -138,6 +139,14 @@ struct poisson {
 
 const char* const k_no_keys[] = {nullptr};
 const tycho_setting k_no_settings[] = {end_of_settings()};  // declared: no keys
+const char* const k_amplitude_keys[] = {"amplitude_epsilon", nullptr};
+const tycho_setting k_amplitude_settings[] = {
+    setting("amplitude_epsilon", TYCHO_SETTING_NUMBER, "0",
+            "guard ε of the amplitude loss for I -> 0, relative to the mean pixel intensity; added to model and "
+            "data alike; 0 (default): no guard")
+        .at_least(0)
+        .at_most(1e6),
+    end_of_settings()};
 const char* const k_poisson_keys[] = {"poisson_epsilon", nullptr};
 const tycho_setting k_poisson_settings[] = {
     setting("poisson_epsilon", TYCHO_SETTING_NUMBER, "1e-3",
@@ -149,9 +158,10 @@ const tycho_setting k_poisson_settings[] = {
 
 const tycho_component k_components[] = {
     with_settings(component(TYCHO_COMPONENT_LOSS, "amplitude", "1.0.0",
-                            "amplitude loss Σ(√I − √D)², normalised to the mean measured intensity", k_devices,
-                            k_no_keys, loss_vtable<amplitude>("amplitude", k_devices)),
-                  k_no_settings),
+                            "amplitude loss Σ(√(I + ε) − √(sD + ε))², normalised to the mean measured intensity, "
+                            "guarded by amplitude_epsilon",
+                            k_devices, k_amplitude_keys, loss_vtable<amplitude>("amplitude", k_devices)),
+                  k_amplitude_settings),
     with_settings(component(TYCHO_COMPONENT_LOSS, "intensity", "1.0.0",
                             "Gaussian loss on intensities (N0 N1 / 4) Σ(I − sD)²: the amplitude loss's scale at the "
                             "mean pixel",
