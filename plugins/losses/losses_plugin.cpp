@@ -67,36 +67,41 @@ void evaluate_pixel_loss(const Loss& loss, const char* name, const loss_argument
 constexpr double k_amplitude_epsilon_default = 0;
 constexpr double k_poisson_epsilon_default = 1e-3;
 
-// A guard ε relative to the mean pixel intensity, `key` of [reconstruct]: > 0 (≥ 0 when
-// `zero_allowed`), finite. The host checks the declared range first; this covers a create()
-// without it (tests, tools).
-double relative_epsilon(const config_view& cfg, const char* key, double fallback, bool zero_allowed) {
-  const double e = cfg.get_double(key).value_or(fallback);
-  if (!std::isfinite(e) || e < 0 || (e == 0 && !zero_allowed) || e > 1e6)
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] ", key, " must be a finite number ", zero_allowed ? ">= 0" : "> 0",
-         " and <= 1e6, got ", e);
-  return e;
-}
-
-// The amplitude loss (√(I + ε) − √(sD + ε))², ε = amplitude_epsilon · Ī (amplitude_pixel.hpp);
-// [reconstruct] amplitude_epsilon sets ε relative to the mean pixel intensity.
-struct amplitude {
-  explicit amplitude(const config_view& cfg)
-      : epsilon_relative_(relative_epsilon(cfg, "amplitude_epsilon", k_amplitude_epsilon_default, true)) {}
+// A loss whose pixel function takes a guard ε relative to the mean pixel intensity (Pixel<Real>::
+// for_patterns(s, N0 N1, ε_rel)), read from `key` of [reconstruct]: finite, ≤ 1e6, > 0 (≥ 0 when
+// `zero_allowed`). The host checks the declared range first; this covers a create() without it
+// (tests, tools).
+template <template <class> class Pixel>
+class guarded_loss {
+ public:
+  guarded_loss(const config_view& cfg, const char* key, double fallback, bool zero_allowed)
+      : epsilon_relative_(cfg.get_double(key).value_or(fallback)) {
+    const double e = epsilon_relative_;
+    if (!std::isfinite(e) || e < 0 || (e == 0 && !zero_allowed) || e > 1e6)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] ", key, " must be a finite number ",
+           zero_allowed ? ">= 0" : "> 0", " and <= 1e6, got ", e);
+  }
 
   template <class Real>
-  tycho::losses::amplitude_pixel<Real> pixel(const loss_arguments& a) const {
-    return tycho::losses::amplitude_pixel<Real>::for_patterns(a.measured_scale, a.pattern_pixels, epsilon_relative_);
+  Pixel<Real> pixel(const loss_arguments& a) const {
+    return Pixel<Real>::for_patterns(a.measured_scale, a.pattern_pixels, epsilon_relative_);
   }
+
+ private:
+  double epsilon_relative_;
+};
+
+// The amplitude loss (√(I + ε) − √(sD + ε))², ε = amplitude_epsilon · Ī (amplitude_pixel.hpp;
+// 0 by default: no guard).
+struct amplitude : guarded_loss<tycho::losses::amplitude_pixel> {
+  explicit amplitude(const config_view& cfg)
+      : guarded_loss(cfg, "amplitude_epsilon", k_amplitude_epsilon_default, /*zero_allowed=*/true) {}
 
   void evaluate(const loss_arguments& a) const {
     evaluate_pixel_loss(
         *this, "amplitude", a, [](auto&&... x) { return tycho::losses::amplitude_loss(x...); },
         TYCHO_DEVICE_LOOP(tycho::losses::amplitude_loss_cuda));
   }
-
- private:
-  double epsilon_relative_;
 };
 
 // The intensity loss w Σ(I − sD)², w = N0 N1 / 4 (intensity_pixel.hpp); no settings.
@@ -115,25 +120,17 @@ struct intensity {
   }
 };
 
-// The Poisson loss ½ Σ [m − d − d log(m/d)], m = I + ε, d = sD + ε (poisson_pixel.hpp);
-// [reconstruct] poisson_epsilon sets ε relative to the mean pixel intensity.
-struct poisson {
+// The Poisson loss ½ Σ [m − d − d log(m/d)], m = I + ε, d = sD + ε, ε = poisson_epsilon · Ī
+// (poisson_pixel.hpp).
+struct poisson : guarded_loss<tycho::losses::poisson_pixel> {
   explicit poisson(const config_view& cfg)
-      : epsilon_relative_(relative_epsilon(cfg, "poisson_epsilon", k_poisson_epsilon_default, false)) {}
-
-  template <class Real>
-  tycho::losses::poisson_pixel<Real> pixel(const loss_arguments& a) const {
-    return tycho::losses::poisson_pixel<Real>::for_patterns(a.measured_scale, a.pattern_pixels, epsilon_relative_);
-  }
+      : guarded_loss(cfg, "poisson_epsilon", k_poisson_epsilon_default, /*zero_allowed=*/false) {}
 
   void evaluate(const loss_arguments& a) const {
     evaluate_pixel_loss(
         *this, "poisson", a, [](auto&&... x) { return tycho::losses::poisson_loss(x...); },
         TYCHO_DEVICE_LOOP(tycho::losses::poisson_loss_cuda));
   }
-
- private:
-  double epsilon_relative_;
 };
 #undef TYCHO_DEVICE_LOOP
 
