@@ -204,10 +204,10 @@ TEST_F(HostileFeatures, EvaluatedResultMustBeFiniteAndComplete) {
   std::memcpy(&object[object.size() - 8 * 1000], &nan, 4);  // the real part of element P - 1000
   const std::string with_nan = (dir_ / "nan_object.zip").string();
   replace_member(result(), with_nan, "object.npy", object);
-  const int64_t element = int64_t(2 * (object.size() - 128) / 8) - 2000;  // as float pairs
+  const int64_t element = int64_t((object.size() - 128) / 8) - 1000;  // complex elements
   EXPECT_EQ(error_line(run_command({tycho_exe(), "evaluate", with_nan, "--truth", truth})),
-            "tycho: error: '" + with_nan + "': array 'object' holds a non-finite value at element " +
-                std::to_string(element) + "; expected finite complex values");
+            "tycho: error: '" + with_nan + "': array 'object' holds 1 non-finite value (first: nan at element " +
+                std::to_string(element) + "); expected finite complex values");
 
   auto manifest = nlohmann::json::parse(read_member(result(), "manifest.json"));
   manifest.erase("calibration");

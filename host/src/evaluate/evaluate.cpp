@@ -9,6 +9,7 @@
 #include <cmath>
 #include <complex>
 
+#include "data/finite_values.hpp"
 #include "evaluate/evaluate_depth.hpp"
 #include "evaluate/evaluate_geometry.hpp"
 #include "evaluate/truth_file.hpp"
@@ -99,14 +100,15 @@ nlohmann::ordered_json figures(const accuracy_result& r) {
   return {{"pearson", r.pearson}, {"rms_rad", r.rms_rad}, {"shift_px", {r.shift_px[0], r.shift_px[1]}}};
 }
 
-// Refuses an array holding NaN or inf, naming the file, the array and the first such element:
-// a figure computed from it is NaN or 0 (an object with one NaN pixel scored Pearson 0).
-template <class T>
-void expect_finite(const T* v, int64_t n, const std::string& path, const owned_array& a, const char* expected) {
-  for (int64_t k = 0; k < n; ++k)
-    if (!std::isfinite(v[k]))
-      fail(TYCHO_ERR_BAD_DATA, "'", path, "': array '", a.name, "' holds a non-finite value at element ", k,
-           "; expected finite ", expected);
+// Refuses an array holding NaN or inf, naming the file, the array and the first such element
+// (a complex element when either part is): a figure computed from it is NaN or 0 (an object
+// with one NaN pixel scored Pearson 0).
+void expect_finite(const owned_array& a, const std::string& path, const char* expected) {
+  const non_finite_count c = count_non_finite(a);
+  if (c.count > 0)
+    fail(TYCHO_ERR_BAD_DATA, "'", path, "': array '", a.name, "' holds ", c.count, " non-finite value",
+         c.count == 1 ? "" : "s", " (first: ", c.first_value, " at element ", c.first, "); expected finite ",
+         expected);
 }
 
 std::string evaluate_checked(const registry& reg, const std::string& result_path, const std::string& truth_path,
@@ -150,14 +152,8 @@ std::string evaluate_checked(const registry& reg, const std::string& result_path
   if (object.shape[1] < 1 || object.shape[2] < 1)
     fail(TYCHO_ERR_BAD_DATA, "'", result_path, "': array 'object' is ", object.shape[0], " x ", object.shape[1], " x ",
          object.shape[2], "; expected slices of at least 1 x 1 pixels");
-  // Complex values as pairs of reals: each must be finite.
-  if (object64)
-    expect_finite(reinterpret_cast<const double*>(object.as<std::complex<double>>()), 2 * object.count(), result_path,
-                  object, "complex values");
-  else
-    expect_finite(reinterpret_cast<const float*>(object.as<std::complex<float>>()), 2 * object.count(), result_path,
-                  object, "complex values");
-  expect_finite(positions.as<double>(), positions.count(), result_path, positions, "positions in pixels");
+  expect_finite(object, result_path, "complex values");
+  expect_finite(positions, result_path, "positions in pixels");
   check_covers_truth_scan(truth, truth_path, positions, pixel, result_path);
   warn_geometry_mismatches(manifest, positions, truth);
   const int64_t slices = object.shape[0], h = object.shape[1], w = object.shape[2];
