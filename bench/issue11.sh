@@ -3,11 +3,13 @@
 # sets of ../shared/data (si110, bilayer, mos2_partial, mos2_jitter), each run as written (or with
 # one key changed, to compare) and scored by `tycho evaluate`. Prints one line per run and appends
 # one JSON line each (the evaluate output, the run's median s/iteration) to bench/results.jsonl.
-# Takes ~30 minutes on 2 cores. Usage: bench/issue11.sh [ITERATIONS]   (default 100);
+# Takes ~30 minutes on 2 cores. Usage: bench/issue11.sh [ITERATIONS]   (default: each recipe's own);
 # ISSUE11_CASES=REGEX runs only the cases whose names match (e.g. ISSUE11_CASES='coherent|jitter|partial').
 set -euo pipefail
 cd "$(dirname "$0")/.."
-iterations=${1:-100}
+iterations=${1:-}  # empty: each recipe's [reconstruct] iterations
+iterations_flag=()
+[[ -n $iterations ]] && iterations_flag=(--iterations "$iterations")
 tycho=build/bin/tycho
 data=../shared/data
 [[ -x $tycho ]] || { echo "build first: scripts/build" >&2; exit 2; }
@@ -24,7 +26,7 @@ run() {
   shift 3
   [[ $name =~ ${ISSUE11_CASES:-.} ]] || return 0  # ISSUE11_CASES: a regex of the cases to run
   local log=$tmp/$name.log
-  $tycho reconstruct "examples/$recipe" --iterations "$iterations" --set output.previews=false "$@" \
+  $tycho reconstruct "examples/$recipe" "${iterations_flag[@]}" --set output.previews=false "$@" \
     -o "$tmp/$name.zip" >"$log" 2>&1
   local median
   median=$(grep "s/it" "$log" | awk '{print $(NF-1)}' | sort -n | awk '{v[NR]=$1} END{print v[int((NR+1)/2)]}')
@@ -38,7 +40,9 @@ for l in j.get("layers", []): parts.append(f"slice {l['slice']}: own {l['pearson
 if "positions" in j: parts.append(f"positions {j['positions']['rms_A']:.4f} Å (start {j['positions']['start_rms_A']:.4f})")
 print(f"{name:28s} {'; '.join(parts)}; {median} s/it")
 PY
-  python3 - "$tmp/$name.json" "$name" "$median" "$commit" "$cpu" "$(nproc)" "$iterations" >>bench/results.jsonl <<'PY'
+  local done_iterations
+  done_iterations=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['iterations'])" "$tmp/$name.json" 2>/dev/null || echo "${iterations:-0}")
+  python3 - "$tmp/$name.json" "$name" "$median" "$commit" "$cpu" "$(nproc)" "$done_iterations" >>bench/results.jsonl <<'PY'
 import json, sys, datetime
 j = json.load(open(sys.argv[1]))
 rec = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "commit": sys.argv[4],
@@ -78,4 +82,4 @@ if [[ -f $tmp/partial-modes-positions.zip ]]; then
   run partial-two-step-1-mode mos2_partial_refine.toml mos2_partial/mos2_partial_ground_truth.npz "${step1[@]}" \
     --set reconstruct.probe_modes=1
 fi
-echo "load average: $(cut -d' ' -f1 /proc/loadavg) ($(nproc) cores); $iterations iterations each"
+echo "load average: $(cut -d' ' -f1 /proc/loadavg) ($(nproc) cores); iterations: ${iterations:-as in each recipe}"
