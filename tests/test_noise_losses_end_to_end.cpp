@@ -51,6 +51,42 @@ TEST(NoiseLossesCli, BadEpsilonIsRefusedNamingTheKey) {
   }
 }
 
+// The amplitude loss's guard from the config as a user sets it: 0 (given or not) is the loss of
+// before, bit for bit; 1e-2 reaches the loss (its iteration-1 loss is lower: (√(I+ε) − √(sD+ε))²
+// ≤ (√I − √(sD))² at every pixel) and is recorded in the result; a negative one is refused
+// naming the key, before any data are read.
+TEST(NoiseLossesCli, AmplitudeGuardReachesTheLossFromTheConfig) {
+  tycho::test::temp_folder tmp;
+  auto history = [&](const std::string& name, std::vector<std::string> sets) {
+    std::vector<std::string> args = {tycho::test::tycho_exe(), "reconstruct", example_config(), "--iterations", "3",
+                                     "--set", "output.previews=false", "-q", "-o", tmp / name};
+    for (auto& s : sets) {
+      args.push_back("--set");
+      args.push_back(s);
+    }
+    auto r = run_command(args);
+    EXPECT_TRUE(r.exited_with(0)) << r.describe();
+    auto rec = tycho::test::load_result(tmp / name);
+    const auto& h = rec.array("loss_history", tmp / name);
+    return std::make_pair(std::vector<double>(h.as<double>(), h.as<double>() + h.count()),
+                          nlohmann::json::parse(rec.manifest_json).at("config_toml").get<std::string>());
+  };
+  const auto [plain, plain_config] = history("plain.zip", {});
+  const auto [zero, zero_config] = history("zero.zip", {"reconstruct.amplitude_epsilon=0"});
+  const auto [guarded, guarded_config] = history("guarded.zip", {"reconstruct.amplitude_epsilon=1e-2"});
+  ASSERT_EQ(plain.size(), 3u);
+  EXPECT_EQ(zero, plain) << "amplitude_epsilon = 0 must be the unguarded loss, bit for bit";
+  ASSERT_EQ(guarded.size(), 3u);
+  EXPECT_LT(guarded[0], plain[0]);
+  EXPECT_NE(guarded_config.find("amplitude_epsilon = 0.01"), std::string::npos) << guarded_config;
+
+  auto bad = run_command({tycho::test::tycho_exe(), "reconstruct", example_config(), "--set",
+                          "reconstruct.amplitude_epsilon=-1", "-q", "-o", tmp / "never.zip"});
+  EXPECT_TRUE(bad.exited && bad.exit_code != 0) << bad.describe();
+  EXPECT_NE(bad.err.find("amplitude_epsilon"), std::string::npos) << bad.describe();
+  EXPECT_FALSE(fs::exists(tmp / "never.zip"));
+}
+
 // 8 iterations of the example (Adam 5e-3, cosine decay over 8) with each loss: the history finite,
 // falling at every iteration and by 20 % at least, and the Pearson above a floor 0.05 below the
 // figure measured on a 2-core AMD EPYC (below).
