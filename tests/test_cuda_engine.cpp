@@ -55,7 +55,7 @@
 #include <vector>
 
 #include "engines/cuda/cuda_math.hpp"
-#include "losses/amplitude_loss.hpp"
+#include "losses/pixel_loss_loop.hpp"
 #include "losses/amplitude_pixel.hpp"
 #include "optimizers/optimizers.hpp"
 #include "emd_test_file.hpp"
@@ -522,7 +522,7 @@ TEST(CudaMath, ComplexProductsAsStdComplex) {
 }
 
 // The per-pixel function the device kernel calls (amplitude_pixel.hpp), pixel by pixel, against
-// the host loop (amplitude_loss.cpp): its masks, periods and per-pattern sums.
+// the host loop (pixel_loss_loop.hpp): its masks, periods and per-pattern sums.
 TEST(CudaMath, AmplitudePixelMatchesHostLoss) {
   const int64_t period = 37, patterns = 5, n = period * patterns;
   std::mt19937 rng(3);
@@ -535,7 +535,7 @@ TEST(CudaMath, AmplitudePixelMatchesHostLoss) {
   }
   for (int64_t k = 0; k < period; ++k) mask[size_t(k)] = k % 17 == 0 ? 0 : 1;  // masked pixels hold inf
   const auto pixel = tycho::losses::amplitude_pixel<float>::for_patterns(0.013, period, 1e-2);
-  const double host = tycho::losses::amplitude_loss(pixel, model.data(), measured.data(), mask.data(), period, n,
+  const double host = tycho::losses::pixel_loss_sum(pixel, model.data(), measured.data(), mask.data(), period, n,
                                                     host_grad.data());
   double device_style = 0;
   for (int64_t k = 0; k < n; ++k) {

@@ -5,9 +5,10 @@
 
 #include <cmath>
 
-#include "amplitude_loss.hpp"
-#include "intensity_loss.hpp"
-#include "poisson_loss.hpp"
+#include "amplitude_pixel.hpp"
+#include "intensity_pixel.hpp"
+#include "pixel_loss_loop.hpp"
+#include "poisson_pixel.hpp"
 #ifdef TYCHO_HAVE_CUDA
 #include "amplitude_loss_cuda.hpp"
 #include "intensity_loss_cuda.hpp"
@@ -33,16 +34,16 @@ constexpr uint32_t k_devices = TYCHO_DEVICE_BIT(kDLCPU) | (k_cuda ? TYCHO_DEVICE
          "and dloss_dintensity are float64");
 }
 
-// A per-pixel loss (intensity_pixel.hpp, poisson_pixel.hpp; `loss.pixel<Real>(a)` gives its
-// parameters) through its host loop in the engine's precision, or its CUDA kernel in float32:
-// the one dispatch the pixel losses share.
+// A per-pixel loss (amplitude_pixel.hpp, intensity_pixel.hpp, poisson_pixel.hpp;
+// `loss.pixel<Real>(a)` gives its parameters) through the host loop of pixel_loss_loop.hpp in the
+// engine's precision, or its CUDA kernel in float32: the one dispatch the pixel losses share.
 #ifdef TYCHO_HAVE_CUDA
 #define TYCHO_DEVICE_LOOP(f) [](auto&&... x) { f(x...); }
 #else
 #define TYCHO_DEVICE_LOOP(f) nullptr
 #endif
-template <class Loss, class HostLoop, class DeviceLoop>
-void evaluate_pixel_loss(const Loss& loss, const char* name, const loss_arguments& a, HostLoop host,
+template <class Loss, class DeviceLoop>
+void evaluate_pixel_loss(const Loss& loss, const char* name, const loss_arguments& a,
                          [[maybe_unused]] DeviceLoop device) {
 #ifdef TYCHO_HAVE_CUDA
   if (a.device.device_type == kDLCUDA) {
@@ -54,13 +55,15 @@ void evaluate_pixel_loss(const Loss& loss, const char* name, const loss_argument
   }
 #endif
   if (a.float64)
-    *a.loss_sum += host(loss.template pixel<double>(a), data_of<const double>(*a.model_intensity),
-                        data_of<const float>(*a.measured), a.mask, a.pattern_pixels, a.count,
-                        data_of<double>(*a.dloss_dintensity));
+    *a.loss_sum += tycho::losses::pixel_loss_sum(loss.template pixel<double>(a),
+                                                 data_of<const double>(*a.model_intensity),
+                                                 data_of<const float>(*a.measured), a.mask, a.pattern_pixels,
+                                                 a.count, data_of<double>(*a.dloss_dintensity));
   else
-    *a.loss_sum += host(loss.template pixel<float>(a), data_of<const float>(*a.model_intensity),
-                        data_of<const float>(*a.measured), a.mask, a.pattern_pixels, a.count,
-                        data_of<float>(*a.dloss_dintensity));
+    *a.loss_sum += tycho::losses::pixel_loss_sum(loss.template pixel<float>(a),
+                                                 data_of<const float>(*a.model_intensity),
+                                                 data_of<const float>(*a.measured), a.mask, a.pattern_pixels,
+                                                 a.count, data_of<float>(*a.dloss_dintensity));
 }
 
 // The guards' defaults below, as numbers (the declarations' defaults, k_*_settings, say the same).
@@ -98,9 +101,7 @@ struct amplitude : guarded_loss<tycho::losses::amplitude_pixel> {
       : guarded_loss(cfg, "amplitude_epsilon", k_amplitude_epsilon_default, /*zero_allowed=*/true) {}
 
   void evaluate(const loss_arguments& a) const {
-    evaluate_pixel_loss(
-        *this, "amplitude", a, [](auto&&... x) { return tycho::losses::amplitude_loss(x...); },
-        TYCHO_DEVICE_LOOP(tycho::losses::amplitude_loss_cuda));
+    evaluate_pixel_loss(*this, "amplitude", a, TYCHO_DEVICE_LOOP(tycho::losses::amplitude_loss_cuda));
   }
 };
 
@@ -114,9 +115,7 @@ struct intensity {
   }
 
   void evaluate(const loss_arguments& a) const {
-    evaluate_pixel_loss(
-        *this, "intensity", a, [](auto&&... x) { return tycho::losses::intensity_loss(x...); },
-        TYCHO_DEVICE_LOOP(tycho::losses::intensity_loss_cuda));
+    evaluate_pixel_loss(*this, "intensity", a, TYCHO_DEVICE_LOOP(tycho::losses::intensity_loss_cuda));
   }
 };
 
@@ -127,9 +126,7 @@ struct poisson : guarded_loss<tycho::losses::poisson_pixel> {
       : guarded_loss(cfg, "poisson_epsilon", k_poisson_epsilon_default, /*zero_allowed=*/false) {}
 
   void evaluate(const loss_arguments& a) const {
-    evaluate_pixel_loss(
-        *this, "poisson", a, [](auto&&... x) { return tycho::losses::poisson_loss(x...); },
-        TYCHO_DEVICE_LOOP(tycho::losses::poisson_loss_cuda));
+    evaluate_pixel_loss(*this, "poisson", a, TYCHO_DEVICE_LOOP(tycho::losses::poisson_loss_cuda));
   }
 };
 #undef TYCHO_DEVICE_LOOP

@@ -1,6 +1,6 @@
-// The host loop of a per-pixel loss (amplitude_loss.cpp, intensity_loss.cpp, poisson_loss.cpp):
-// dL/dI of every pixel and Σ L, each pattern summed in Real (the engine's precision) and the
-// patterns in double.
+// The host loop of a per-pixel loss (amplitude_pixel.hpp, intensity_pixel.hpp, poisson_pixel.hpp;
+// called by losses_plugin.cpp): dL/dI of every pixel and Σ L, each pattern summed in Real (the
+// engine's precision) and the patterns in double. Thread-safe (reads `pixel` only).
 #pragma once
 
 #include <algorithm>
