@@ -659,7 +659,7 @@ TEST(CudaEngine, GradientsMatchCpuOddNonSquareMasked) {
   expect_same_gradients("cpu", "cuda", 31, 47, false, true);
 }
 
-// The noise-model losses' kernels (intensity_loss.cu, poisson_loss.cu) inside the engine: one
+// The noise-model losses' kernels (plugins/losses/pixel_losses.cu) inside the engine: one
 // batch's loss and gradients as the cpu engine's with the host loops, then 10 iterations.
 TEST(CudaEngine, NoiseLossesMatchCpu) {
   REQUIRE_CUDA_DEVICE();

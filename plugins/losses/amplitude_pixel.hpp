@@ -1,5 +1,5 @@
 // The amplitude loss of one pixel, shared by the CPU loop (pixel_loss_loop.hpp)
-// and the CUDA kernel (amplitude_loss.cu, through pixel_loss_kernel.cuh):
+// and the CUDA kernel (pixel_losses.cu, through pixel_loss_kernel.cuh):
 //   contribution = (√(I + ε) − √(s D + ε))²,   dL/dI = 1 − √(s D + ε)/√(I + ε)
 // on used pixels, 0 on masked ones (Thibault & Guizar-Sicairos 2012; Odstrčil et al. 2018 for the
 // loss; the guard ε as the Poisson loss's, poisson_pixel.hpp).

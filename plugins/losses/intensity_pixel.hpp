@@ -1,5 +1,5 @@
 // The intensity (Gaussian on I) loss of one pixel, shared by the CPU loop (pixel_loss_loop.hpp)
-// and the CUDA kernel (intensity_loss.cu):
+// and the CUDA kernel (pixel_losses.cu):
 //   L = w Σ_k mask_k (I_k − s D_k)²,   dL/dI_k = 2 w (I_k − s D_k),   w = N0 N1 / 4,
 // the least-squares fit of intensities with one variance for every pixel (the Gaussian noise
 // model of Thibault & Guizar-Sicairos 2012, New J. Phys. 14 063004, with uniform weights;

@@ -10,16 +10,13 @@
 #include "pixel_loss_loop.hpp"
 #include "poisson_pixel.hpp"
 #ifdef TYCHO_HAVE_CUDA
-#include "amplitude_loss_cuda.hpp"
-#include "intensity_loss_cuda.hpp"
-#include "poisson_loss_cuda.hpp"
+#include "pixel_losses_cuda.hpp"
 #endif
 
 namespace {
 using namespace tycho::sdk;
 
-// Built with CUDA: device tensors run the kernels of amplitude_loss.cu, intensity_loss.cu and
-// poisson_loss.cu.
+// Built with CUDA: device tensors run the kernels of pixel_losses.cu.
 #ifdef TYCHO_HAVE_CUDA
 constexpr bool k_cuda = true;
 #else
@@ -37,20 +34,14 @@ constexpr uint32_t k_devices = TYCHO_DEVICE_BIT(kDLCPU) | (k_cuda ? TYCHO_DEVICE
 // A per-pixel loss (amplitude_pixel.hpp, intensity_pixel.hpp, poisson_pixel.hpp;
 // `loss.pixel<Real>(a)` gives its parameters) through the host loop of pixel_loss_loop.hpp in the
 // engine's precision, or its CUDA kernel in float32: the one dispatch the pixel losses share.
-#ifdef TYCHO_HAVE_CUDA
-#define TYCHO_DEVICE_LOOP(f) [](auto&&... x) { f(x...); }
-#else
-#define TYCHO_DEVICE_LOOP(f) nullptr
-#endif
-template <class Loss, class DeviceLoop>
-void evaluate_pixel_loss(const Loss& loss, const char* name, const loss_arguments& a,
-                         [[maybe_unused]] DeviceLoop device) {
+template <class Loss>
+void evaluate_pixel_loss(const Loss& loss, [[maybe_unused]] const char* name, const loss_arguments& a) {
 #ifdef TYCHO_HAVE_CUDA
   if (a.device.device_type == kDLCUDA) {
     refuse_float64_on_device(name, a);
-    device(loss.template pixel<float>(a), data_of<const float>(*a.model_intensity), data_of<const float>(*a.measured),
-           a.mask, a.pattern_pixels, a.count, data_of<float>(*a.dloss_dintensity), a.loss_sum, a.stream,
-           a.device.device_id);
+    tycho::losses::pixel_loss_cuda(loss.template pixel<float>(a), data_of<const float>(*a.model_intensity),
+                                   data_of<const float>(*a.measured), a.mask, a.pattern_pixels, a.count,
+                                   data_of<float>(*a.dloss_dintensity), a.loss_sum, a.stream, a.device.device_id);
     return;
   }
 #endif
@@ -101,7 +92,7 @@ struct amplitude : guarded_loss<tycho::losses::amplitude_pixel> {
       : guarded_loss(cfg, "amplitude_epsilon", k_amplitude_epsilon_default, /*zero_allowed=*/true) {}
 
   void evaluate(const loss_arguments& a) const {
-    evaluate_pixel_loss(*this, "amplitude", a, TYCHO_DEVICE_LOOP(tycho::losses::amplitude_loss_cuda));
+    evaluate_pixel_loss(*this, "amplitude", a);
   }
 };
 
@@ -115,7 +106,7 @@ struct intensity {
   }
 
   void evaluate(const loss_arguments& a) const {
-    evaluate_pixel_loss(*this, "intensity", a, TYCHO_DEVICE_LOOP(tycho::losses::intensity_loss_cuda));
+    evaluate_pixel_loss(*this, "intensity", a);
   }
 };
 
@@ -126,10 +117,9 @@ struct poisson : guarded_loss<tycho::losses::poisson_pixel> {
       : guarded_loss(cfg, "poisson_epsilon", k_poisson_epsilon_default, /*zero_allowed=*/false) {}
 
   void evaluate(const loss_arguments& a) const {
-    evaluate_pixel_loss(*this, "poisson", a, TYCHO_DEVICE_LOOP(tycho::losses::poisson_loss_cuda));
+    evaluate_pixel_loss(*this, "poisson", a);
   }
 };
-#undef TYCHO_DEVICE_LOOP
 
 const char* const k_no_keys[] = {nullptr};
 const tycho_setting k_no_settings[] = {end_of_settings()};  // declared: no keys

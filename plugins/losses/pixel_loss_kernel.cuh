@@ -1,4 +1,4 @@
-// The device kernel of a per-pixel loss (amplitude_loss.cu, intensity_loss.cu, poisson_loss.cu):
+// The device kernel of a per-pixel loss (its instances: pixel_losses.cu):
 // dL/dI per pixel and Σ L, reduced per block in float (as the host loop sums each pattern in
 // float) and added to the device accumulator in double.
 #pragma once

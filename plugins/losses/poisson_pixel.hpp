@@ -1,5 +1,5 @@
 // The Poisson (counting-noise) loss of one pixel, shared by the CPU loop (pixel_loss_loop.hpp)
-// and the CUDA kernel (poisson_loss.cu).
+// and the CUDA kernel (pixel_losses.cu).
 //
 // The negative log-likelihood of counts D_k given the expected counts c I_k, with c = 1 / s the
 // factor from the model's units back to counts (s = measured_scale), is, up to terms in D only,
