@@ -7,7 +7,6 @@
 // exactly 0.05 Å give a position RMS of 0.05 Å and the shift back. Mismatched shapes are refused
 // naming the member. About 1 s in all (Release, one core).
 #include <gtest/gtest.h>
-#include <zip.h>
 
 #include <tycho/core/error.hpp>
 #include <tycho/host/evaluate.hpp>
@@ -25,6 +24,7 @@
 #include "npy_file.hpp"
 #include "run_command.hpp"
 #include "test_paths.hpp"
+#include "zip_members.hpp"
 
 namespace fs = std::filesystem;
 using tycho::owned_array;
@@ -326,16 +326,10 @@ class EvaluateMultisliceRefusals : public EvaluateMultislice {
   // The base truth with `extra` members added; returns its path.
   std::string truth_with(const std::vector<std::pair<std::string, std::string>>& extra, const std::string& name) {
     const std::string path = (dir_ / name).string();
-    int err = 0;
-    zip_t* z = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &err);
-    EXPECT_NE(z, nullptr);
-    std::vector<std::pair<std::string, std::string>> all = base_;
-    all.insert(all.end(), extra.begin(), extra.end());
-    for (const auto& [member, content] : all) {
-      zip_source_t* src = zip_source_buffer(z, content.data(), content.size(), 0);
-      EXPECT_GE(zip_file_add(z, (member + ".npy").c_str(), src, ZIP_FL_OVERWRITE), 0);
-    }
-    EXPECT_EQ(zip_close(z), 0);  // reads the buffers, still alive here
+    tycho::test::zip_members all;
+    for (const auto& [member, content] : base_) all.emplace_back(member + ".npy", content);
+    for (const auto& [member, content] : extra) all.emplace_back(member + ".npy", content);
+    tycho::test::write_zip_members(path, all, {}, /*stored=*/false);
     return path;
   }
   std::vector<float> phase_;

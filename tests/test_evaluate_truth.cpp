@@ -3,7 +3,6 @@
 // difference, and still the figures; a truth without a required member is refused, listing
 // what it has.
 #include <gtest/gtest.h>
-#include <zip.h>
 
 #include <cstring>
 #include <filesystem>
@@ -12,6 +11,7 @@
 #include "npy_file.hpp"
 #include "run_command.hpp"
 #include "test_paths.hpp"
+#include "zip_members.hpp"
 
 namespace fs = std::filesystem;
 using tycho::test::run_command;
@@ -23,17 +23,10 @@ namespace {
 // A copy of the shipped truth with members replaced or added (name without ".npy"), or only
 // the given members when `fresh`.
 void write_truth(const fs::path& out, const std::vector<std::pair<std::string, std::string>>& members, bool fresh = false) {
-  if (!fresh) fs::copy_file(tycho::test::example_data("mos2_ground_truth.npz"), out, fs::copy_options::overwrite_existing);
-  int err = 0;
-  zip_t* z = zip_open(out.c_str(), fresh ? ZIP_CREATE | ZIP_TRUNCATE : 0, &err);
-  ASSERT_NE(z, nullptr) << out;
-  static std::vector<std::string> keep;  // libzip reads the buffers at zip_close
-  for (const auto& [name, content] : members) {
-    keep.push_back(content);
-    zip_source_t* src = zip_source_buffer(z, keep.back().data(), keep.back().size(), 0);
-    ASSERT_GE(zip_file_add(z, (name + ".npy").c_str(), src, ZIP_FL_OVERWRITE), 0) << zip_strerror(z);
-  }
-  ASSERT_EQ(zip_close(z), 0);
+  tycho::test::zip_members named;
+  for (const auto& [name, content] : members) named.emplace_back(name + ".npy", content);
+  tycho::test::write_zip_members(out, named, fresh ? fs::path() : fs::path(tycho::test::example_data("mos2_ground_truth.npz")),
+                                 /*stored=*/false);
 }
 
 class EvaluateTruth : public ::testing::Test {

@@ -10,7 +10,6 @@
 // before reading the data.
 #include <gtest/gtest.h>
 #include <unistd.h>
-#include <zip.h>
 
 #include <nlohmann/json.hpp>
 #include <tycho/core/accuracy.hpp>
@@ -29,6 +28,7 @@
 #include "npy_file.hpp"
 #include "run_command.hpp"
 #include "test_paths.hpp"
+#include "zip_members.hpp"
 
 namespace fs = std::filesystem;
 using tycho::test::command_result;
@@ -59,16 +59,8 @@ void write_truth(const fs::path& out, std::vector<std::pair<std::string, std::st
     for (const auto& m : members) given = given || m.first == v.first;
     if (!given) members.push_back(v);
   }
-  int err = 0;
-  zip_t* z = zip_open(out.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &err);
-  ASSERT_NE(z, nullptr) << out;
-  for (const auto& [name, content] : members) {
-    zip_source_t* src = zip_source_buffer(z, content.data(), content.size(), 0);
-    const zip_int64_t i = zip_file_add(z, (name + ".npy").c_str(), src, ZIP_FL_OVERWRITE);
-    ASSERT_GE(i, 0) << zip_strerror(z);
-    zip_set_file_compression(z, zip_uint64_t(i), ZIP_CM_STORE, 0);
-  }
-  ASSERT_EQ(zip_close(z), 0);  // reads the buffers, which `members` still holds
+  for (auto& m : members) m.first += ".npy";
+  tycho::test::write_zip_members(out, members);
 }
 
 std::string read_text(const std::string& path) {
@@ -80,30 +72,14 @@ std::string read_text(const std::string& path) {
 
 // The bytes of member `name` of the zip `path`.
 std::string read_member(const std::string& path, const std::string& name) {
-  int err = 0;
-  zip_t* z = zip_open(path.c_str(), ZIP_RDONLY, &err);
-  EXPECT_NE(z, nullptr) << path;
-  if (z == nullptr) return {};
-  zip_stat_t st;
-  zip_stat_init(&st);
-  EXPECT_EQ(zip_stat(z, name.c_str(), 0, &st), 0) << name;
-  std::string bytes(std::size_t(st.size), '\0');
-  zip_file_t* f = zip_fopen(z, name.c_str(), 0);
-  EXPECT_EQ(zip_fread(f, bytes.data(), st.size), zip_int64_t(st.size));
-  zip_fclose(f);
-  zip_discard(z);
-  return bytes;
+  const auto bytes = tycho::test::read_zip_member(path, name);
+  EXPECT_TRUE(bytes.has_value()) << path << ": " << name;
+  return bytes.value_or("");
 }
 
 // A copy of the zip `from` at `to` with member `name` replaced by `bytes`.
 void replace_member(const std::string& from, const std::string& to, const std::string& name, const std::string& bytes) {
-  fs::copy_file(from, to, fs::copy_options::overwrite_existing);
-  int err = 0;
-  zip_t* z = zip_open(to.c_str(), 0, &err);
-  ASSERT_NE(z, nullptr) << to;
-  zip_source_t* src = zip_source_buffer(z, bytes.data(), bytes.size(), 0);
-  ASSERT_GE(zip_file_add(z, name.c_str(), src, ZIP_FL_OVERWRITE), 0) << zip_strerror(z);
-  ASSERT_EQ(zip_close(z), 0);
+  tycho::test::write_zip_members(to, {{name, bytes}}, from, /*stored=*/false);
 }
 
 class HostileFeatures : public ::testing::Test {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "test_paths.hpp"
+#include "zip_members.hpp"
 
 namespace fs = std::filesystem;
 
@@ -103,32 +104,11 @@ std::string hex(const std::string& bytes) {
 
 // A zip with exactly these members (stored), for inputs save never writes.
 void write_zip(const std::string& path, const std::vector<std::pair<std::string, std::string>>& members) {
-  int err = 0;
-  zip_t* za = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &err);
-  ASSERT_NE(za, nullptr);
-  for (const auto& [name, bytes] : members) {
-    zip_source_t* src = zip_source_buffer(za, bytes.data(), bytes.size(), 0);
-    const zip_int64_t index = zip_file_add(za, name.c_str(), src, 0);
-    ASSERT_GE(index, 0);
-    zip_set_file_compression(za, zip_uint64_t(index), ZIP_CM_STORE, 0);
-  }
-  ASSERT_EQ(zip_close(za), 0);
+  tycho::test::write_zip_members(path, members);
 }
 
 std::string read_member(const std::string& path, const std::string& member) {
-  int err = 0;
-  zip_t* za = zip_open(path.c_str(), ZIP_RDONLY, &err);
-  if (za == nullptr) return "";
-  zip_stat_t st;
-  std::string bytes;
-  if (zip_stat(za, member.c_str(), 0, &st) == 0) {
-    bytes.resize(st.size);
-    zip_file_t* f = zip_fopen(za, member.c_str(), 0);
-    zip_fread(f, bytes.data(), bytes.size());
-    zip_fclose(f);
-  }
-  zip_discard(za);
-  return bytes;
+  return tycho::test::read_zip_member(path, member).value_or("");
 }
 
 // A .npy member written by hand: `dict` padded to 64 bytes, then `data`.

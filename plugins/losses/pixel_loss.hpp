@@ -1,6 +1,6 @@
-// What the per-pixel loss functions (intensity_pixel.hpp, poisson_pixel.hpp) share: the result
-// of one pixel and the host/device qualifier, so that one function serves the CPU loop
-// (pixel_loss_loop.hpp) and the CUDA kernel (pixel_loss_kernel.cuh).
+// What the per-pixel loss functions (amplitude_pixel.hpp, intensity_pixel.hpp, poisson_pixel.hpp)
+// share: the result of one pixel and the host/device qualifier, so that one function serves the
+// CPU loop (pixel_loss_loop.hpp) and the CUDA kernel (pixel_loss_kernel.cuh).
 #pragma once
 
 #include <cmath>
