@@ -40,14 +40,12 @@ for l in j.get("layers", []): parts.append(f"slice {l['slice']}: own {l['pearson
 if "positions" in j: parts.append(f"positions {j['positions']['rms_A']:.4f} Å (start {j['positions']['start_rms_A']:.4f})")
 print(f"{name:28s} {'; '.join(parts)}; {median} s/it")
 PY
-  local done_iterations
-  done_iterations=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['iterations'])" "$tmp/$name.json" 2>/dev/null || echo "${iterations:-0}")
-  python3 - "$tmp/$name.json" "$name" "$median" "$commit" "$cpu" "$(nproc)" "$done_iterations" >>bench/results.jsonl <<'PY'
+  python3 - "$tmp/$name.json" "$name" "$median" "$commit" "$cpu" "$(nproc)" >>bench/results.jsonl <<'PY'
 import json, sys, datetime
 j = json.load(open(sys.argv[1]))
 rec = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "commit": sys.argv[4],
        "benchmark": "issue11", "machine": {"cpu": sys.argv[5], "cores": int(sys.argv[6])}, "case": sys.argv[2],
-       "iterations": int(sys.argv[7]), "median_s_per_iteration": float(sys.argv[3]),
+       "iterations": j["iterations"], "median_s_per_iteration": float(sys.argv[3]),  # as run (evaluate's)
        "evaluate": {k: j[k] for k in ("pearson", "rms_rad", "total_phase", "layers", "positions") if k in j}}
 print(json.dumps(rec))
 PY
