@@ -117,7 +117,8 @@ static_assert(sizeof(tycho_source_vtable) == 48);
 static_assert(offsetof(tycho_loss_vtable, create) == 8);
 static_assert(offsetof(tycho_loss_vtable, evaluate) == 16);
 static_assert(offsetof(tycho_loss_vtable, destroy) == 24);
-static_assert(sizeof(tycho_loss_vtable) == 32);
+static_assert(offsetof(tycho_loss_vtable, evaluate_far_field) == 32);  // appended in 1.3
+static_assert(sizeof(tycho_loss_vtable) == 40);
 
 static_assert(offsetof(tycho_engine_vtable, create) == 8);
 static_assert(offsetof(tycho_engine_vtable, compute_batch) == 16);

@@ -19,6 +19,8 @@
 #include <numeric>
 #include <cmath>
 #include <complex>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <random>
@@ -316,11 +318,13 @@ struct small_problem {
 // A cpu engine (and its amplitude loss) on `p`, in `precision`.
 class cpu_engine_run : public tycho::test::engine_under_test {
  public:
-  cpu_engine_run(const small_problem& p, const std::string& precision, int threads = 2, bool shift_groups = true)
+  // loss_far_field false: the loss without its fused path (tycho_loss_vtable::evaluate_far_field).
+  cpu_engine_run(const small_problem& p, const std::string& precision, int threads = 2, bool shift_groups = true,
+                 bool loss_far_field = true)
       : tycho::test::engine_under_test("cpu",
                                        "precision = \"" + precision + "\"\nthreads = " + std::to_string(threads) +
                                            "\nshift_groups = " + (shift_groups ? "true" : "false") + "\n",
-                                       setup_of(p)) {}
+                                       setup_of(p), "amplitude", loss_far_field) {}
 
  private:
   static tycho_engine_setup setup_of(const small_problem& p) {
@@ -388,6 +392,70 @@ TEST(PrecisionEngine, ShiftGroupsMatchPerPositionShifts) {
                                   << int(id);
         }
         std::cout << "\n";
+      }
+    }
+}
+
+// The cpu engine's pointwise loops are built for SSE2 and for AVX2 (without FMA) and the AVX2
+// build runs where the CPU has it (plugins/engines/cpu/pointwise.hpp): the two must give the same
+// bits, loss and gradients, in both precisions and both shift paths, so that a run does not
+// depend on the machine's vector width. TYCHO_CPU_SIMD=sse2 asks for the SSE2 build.
+TEST(PrecisionEngine, AvxAndSse2LoopsGiveTheSameBits) {
+#if defined(__x86_64__)
+  if (!__builtin_cpu_supports("avx2")) GTEST_SKIP() << "this CPU has no AVX2: only the SSE2 build runs";
+#else
+  GTEST_SKIP() << "not an x86-64 CPU: one build of the loops";
+#endif
+  small_problem p(false);
+  std::vector<int64_t> idx(std::size_t(p.patterns));
+  std::iota(idx.begin(), idx.end(), 0);
+  auto bits_of = [](const DLTensor& t, int64_t count) {
+    const auto* b = static_cast<const unsigned char*>(t.data);
+    return std::vector<unsigned char>(b, b + count * int64_t(t.dtype.bits / 8));
+  };
+  for (const char* precision : {"float32", "float64"})
+    for (bool shift_groups : {true, false}) {
+      std::vector<std::vector<unsigned char>> grads[2];
+      double loss[2];
+      for (int sse2 : {0, 1}) {
+        if (sse2) ::setenv("TYCHO_CPU_SIMD", "sse2", 1);
+        cpu_engine_run run(p, precision, 2, shift_groups);
+        ::unsetenv("TYCHO_CPU_SIMD");
+        ASSERT_TRUE(run.ok()) << tycho::last_error();
+        loss[sse2] = run.batch(idx);
+        for (auto id : {TYCHO_TENSOR_OBJECT_GRAD, TYCHO_TENSOR_PROBE_GRAD}) {
+          const DLTensor t = run.tensor(id);
+          int64_t count = 1;
+          for (int d = 0; d < t.ndim; ++d) count *= t.shape[d];
+          grads[sse2].push_back(bits_of(t, count));
+        }
+      }
+      EXPECT_GT(loss[0], 0);
+      EXPECT_EQ(loss[0], loss[1]) << precision << " shift_groups " << shift_groups;
+      EXPECT_TRUE(grads[0] == grads[1]) << precision << " shift_groups " << shift_groups;
+    }
+}
+
+// The loss's fused path (evaluate_far_field: intensity, loss and chain rule in one pass) and the
+// engine's three steps around evaluate give the same gradient bits in both precisions and both
+// shift paths; the batch loss agrees to rounding (its sum runs in another order).
+TEST(PrecisionEngine, FusedLossGivesTheSameGradientBits) {
+  small_problem p(false);
+  std::vector<int64_t> idx(std::size_t(p.patterns));
+  std::iota(idx.begin(), idx.end(), 0);
+  for (const char* precision : {"float32", "float64"})
+    for (bool shift_groups : {true, false}) {
+      cpu_engine_run fused(p, precision, 2, shift_groups), unfused(p, precision, 2, shift_groups, false);
+      ASSERT_TRUE(fused.ok() && unfused.ok()) << tycho::last_error();
+      const double lf = fused.batch(idx), lu = unfused.batch(idx);
+      EXPECT_GT(lu, 0);
+      EXPECT_NEAR(lf, lu, (std::string(precision) == "float32" ? 1e-6 : 1e-13) * lu) << precision;
+      for (auto id : {TYCHO_TENSOR_OBJECT_GRAD, TYCHO_TENSOR_PROBE_GRAD}) {
+        const DLTensor a = fused.tensor(id), b = unfused.tensor(id);
+        int64_t bytes = a.dtype.bits / 8;
+        for (int d = 0; d < a.ndim; ++d) bytes *= a.shape[d];
+        EXPECT_EQ(std::memcmp(a.data, b.data, std::size_t(bytes)), 0)
+            << precision << " shift_groups " << shift_groups << " gradient " << int(id);
       }
     }
 }

@@ -127,6 +127,25 @@ typedef struct tycho_loss_vtable {
                            const DLTensor* measured, const DLTensor* mask, double measured_scale,
                            DLTensor* dloss_dintensity, double* loss_sum, void* stream);
   void (*destroy)(tycho_loss* loss);
+  /* ---- appended in ABI 1.3 (before tycho 0.1.0's release): evaluate and the chain rule to the
+   * far field in one pass over the pixels, the engines' fast path (an engine calls it where
+   * struct_size covers it and it is not NULL, else evaluate on the intensities it forms). For n
+   * patterns of M probe modes:
+   *   far_field (n, M, N0, N1), complex64 or complex128 (the engine's precision): Ψ, such that
+   *             the model intensity is I = intensity_scale · Σ_m |Ψ_m|² (summed over m in order);
+   *   measured  (n, N0, N1), float32, or uint16 counts (each widened exactly to float32);
+   *   mask, measured_scale, loss_sum, stream: as for evaluate;
+   *   gradient  like far_field: writes G_m = gradient_scale · (dL/dI)(I, D) · Ψ_m.
+   * I, dL/dI and G in the far field's precision (Real): I = Real(intensity_scale) · (Re²+Im²),
+   * G = Ψ · (dL/dI · Real(gradient_scale)), so that the gradient equals, bit for bit, that of
+   * evaluate on the same I followed by the engine's own product; Σ L may differ from evaluate's
+   * in the last bits (the order of the sum). With Ψ an engine's unnormalised far field and both
+   * scales 1/(N0·N1), G is what the inverse transform takes to give ∂L/∂ψ*. The same threading
+   * and device rules as evaluate; a loss that does not take the tensors (device, dtype, M)
+   * returns TYCHO_ERR_UNSUPPORTED, and the engine then uses evaluate. */
+  tycho_status (*evaluate_far_field)(tycho_loss* loss, const DLTensor* far_field, double intensity_scale,
+                                     const DLTensor* measured, const DLTensor* mask, double measured_scale,
+                                     double gradient_scale, DLTensor* gradient, double* loss_sum, void* stream);
 } tycho_loss_vtable;
 
 /* A loss instance bound to its vtable, as handed to an engine. Frozen at its ABI 1.0 layout:

@@ -4,6 +4,8 @@
 #include <tycho/sdk/loss.hpp>
 
 #include <cmath>
+#include <complex>
+#include <cstdint>
 
 #include "amplitude_pixel.hpp"
 #include "intensity_pixel.hpp"
@@ -57,6 +59,27 @@ void evaluate_pixel_loss(const Loss& loss, [[maybe_unused]] const char* name, co
                                                  a.count, data_of<float>(*a.dloss_dintensity));
 }
 
+// The fused path (tycho_loss_vtable::evaluate_far_field) of a per-pixel loss on the host, in the
+// far field's precision, for float32 or uint16 data. Device tensors: unsupported (the cuda engine
+// calls evaluate), so an engine falls back to evaluate there.
+template <class Loss>
+void evaluate_pixel_loss_far_field(const Loss& loss, const char* name, const far_field_arguments& a) {
+  if (a.device.device_type != kDLCPU)
+    fail(TYCHO_ERR_UNSUPPORTED, name, " loss: evaluate_far_field runs on the host only; use evaluate");
+  auto run = [&](auto real, auto measured) {
+    using Real = decltype(real);
+    using Measured = decltype(measured);
+    *a.loss_sum += tycho::losses::far_field_loss_sum(
+        loss.template pixel<Real>(a), data_of<const std::complex<Real>>(*a.far_field), a.patterns, a.modes,
+        a.pattern_pixels, Real(a.intensity_scale), data_of<const Measured>(*a.measured), a.mask,
+        Real(a.gradient_scale), data_of<std::complex<Real>>(*a.gradient));
+  };
+  if (a.float64)
+    a.measured_counts ? run(double(), uint16_t()) : run(double(), float());
+  else
+    a.measured_counts ? run(float(), uint16_t()) : run(float(), float());
+}
+
 // The guards' defaults below, as numbers (the declarations' defaults, k_*_settings, say the same).
 constexpr double k_amplitude_epsilon_default = 0;
 constexpr double k_poisson_epsilon_default = 1e-3;
@@ -76,8 +99,8 @@ class guarded_loss {
            zero_allowed ? ">= 0" : "> 0", " and <= 1e6, got ", e);
   }
 
-  template <class Real>
-  Pixel<Real> pixel(const loss_arguments& a) const {
+  template <class Real, class Arguments>  // loss_arguments or far_field_arguments
+  Pixel<Real> pixel(const Arguments& a) const {
     return Pixel<Real>::for_patterns(a.measured_scale, a.pattern_pixels, epsilon_relative_);
   }
 
@@ -94,19 +117,25 @@ struct amplitude : guarded_loss<tycho::losses::amplitude_pixel> {
   void evaluate(const loss_arguments& a) const {
     evaluate_pixel_loss(*this, "amplitude", a);
   }
+  void evaluate_far_field(const far_field_arguments& a) const {
+    evaluate_pixel_loss_far_field(*this, "amplitude", a);
+  }
 };
 
 // The intensity loss w Σ(I − sD)², w = N0 N1 / 4 (intensity_pixel.hpp); no settings.
 struct intensity {
   explicit intensity(const config_view&) {}
 
-  template <class Real>
-  static tycho::losses::intensity_pixel<Real> pixel(const loss_arguments& a) {
+  template <class Real, class Arguments>
+  static tycho::losses::intensity_pixel<Real> pixel(const Arguments& a) {
     return tycho::losses::intensity_pixel<Real>::for_patterns(a.measured_scale, a.pattern_pixels);
   }
 
   void evaluate(const loss_arguments& a) const {
     evaluate_pixel_loss(*this, "intensity", a);
+  }
+  void evaluate_far_field(const far_field_arguments& a) const {
+    evaluate_pixel_loss_far_field(*this, "intensity", a);
   }
 };
 
@@ -118,6 +147,9 @@ struct poisson : guarded_loss<tycho::losses::poisson_pixel> {
 
   void evaluate(const loss_arguments& a) const {
     evaluate_pixel_loss(*this, "poisson", a);
+  }
+  void evaluate_far_field(const far_field_arguments& a) const {
+    evaluate_pixel_loss_far_field(*this, "poisson", a);
   }
 };
 

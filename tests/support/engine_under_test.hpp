@@ -11,6 +11,7 @@
 #include <dlpack/dlpack.h>
 
 #include <complex>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -22,12 +23,20 @@ class engine_under_test {
  public:
   // `reconstruct_toml`: the body of the [reconstruct] table the engine and the loss read.
   // `setup`: the problem's tensors and fields; its struct_size, config and loss are filled here.
+  // `loss_far_field` false: the loss as one built before tycho_loss_vtable::evaluate_far_field
+  // (the vtable ends before it), so the engine takes its unfused path.
   engine_under_test(const std::string& engine, const std::string& reconstruct_toml, tycho_engine_setup setup,
-                    const char* loss = "amplitude")
+                    const char* loss = "amplitude", bool loss_far_field = true)
       : doc_(tycho::config_document::parse("[reconstruct]\n" + reconstruct_toml, "<test>", "")),
         cfg_{&doc_.table_at("reconstruct"), "[reconstruct]", ""} {
     evt_ = plugins().find(TYCHO_COMPONENT_ENGINE, engine).as<tycho_engine_vtable>();
     lvt_ = plugins().find(TYCHO_COMPONENT_LOSS, loss).as<tycho_loss_vtable>();
+    if (!loss_far_field) {
+      older_loss_ = *lvt_;
+      older_loss_.struct_size = uint32_t(offsetof(tycho_loss_vtable, evaluate_far_field));
+      older_loss_.evaluate_far_field = nullptr;
+      lvt_ = &older_loss_;
+    }
     EXPECT_EQ(lvt_->create(&cfg_, &loss_), TYCHO_OK);
     setup.struct_size = sizeof(setup);
     setup.config = &cfg_;
@@ -75,6 +84,7 @@ class engine_under_test {
   tycho_config cfg_;
   const tycho_engine_vtable* evt_ = nullptr;
   const tycho_loss_vtable* lvt_ = nullptr;
+  tycho_loss_vtable older_loss_{};
   tycho_loss* loss_ = nullptr;
   tycho_engine* eng_ = nullptr;
   tycho_status status_ = TYCHO_ERR_INTERNAL;

@@ -29,6 +29,7 @@ struct cpu_engine<Real>::thread_scratch {
   std::vector<complex> object_grad, probe_spectrum_grad;  // (S, H, W), (M, N0, N1)
   int64_t row_min = 0, row_max = -1;  // rows of object_grad touched in this batch
   double loss = 0;
+  bool fused_loss = false;  // the loss's evaluate_far_field serves this thread (cleared if it refuses)
   tycho_status status = TYCHO_OK;
   std::string error;
 };
@@ -116,6 +117,10 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
   }
   target_scale_ = setup.target_scale;
   loss_ = setup.loss;
+  // The loss's fused path (appended to tycho_loss_vtable in ABI 1.3), where the loss has it.
+  const bool loss_has_far_field =
+      loss_.vtable->struct_size >= offsetof(tycho_loss_vtable, evaluate_far_field) + sizeof(void*) &&
+      loss_.vtable->evaluate_far_field != nullptr;
 
   const double* pos = data_of<const double>(*setup.positions_px);
   positions_.assign(pos, pos + 2 * patterns_);
@@ -128,6 +133,8 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
   probe_grad_.assign(probe_.size(), complex(0));
 
   threads_ = options.threads > 0 ? options.threads : omp_get_max_threads();
+  kernels_ = &pointwise_for_this_cpu<Real>();
+  log(TYCHO_LOG_DEBUG, "cpu", cat("pointwise loops: ", kernels_->instruction_set));
   // The grouped shifts are written for one slice, one mode and no position gradient.
   shift_groups_ = options.shift_groups && slices_ == 1 && modes_ == 1 && !position_gradient_;
   fft_ = std::make_unique<fft_plan_2d<Real>>(n0_, n1_, options.measure_fft);
@@ -146,6 +153,7 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
       s->group_probe = make_fft_buffer<Real>(m);
       s->group_grad = make_fft_buffer<Real>(m);
     }
+    s->fused_loss = loss_has_far_field;
     s->intensity.resize(std::size_t(m));
     s->dloss.resize(std::size_t(m));
     if (slices_ > 1 || modes_ > 1) {
@@ -208,8 +216,7 @@ void cpu_engine<Real>::evaluate_loss(int64_t j, thread_scratch& s) {
   const float* measured_data = counts_ != nullptr ? nullptr : targets_ + row * m;
   if (counts_ != nullptr) {
     s.measured.resize(std::size_t(m));
-    const uint16_t* c = counts_ + row * m;
-    for (int64_t k = 0; k < m; ++k) s.measured[std::size_t(k)] = float(c[k]);
+    kernels_->widen(counts_ + row * m, s.measured.data(), m);
     measured_data = s.measured.data();
   }
   tensor_view measured(const_cast<float*>(measured_data), dtype_float32, {1, n0_, n1_});
@@ -218,11 +225,44 @@ void cpu_engine<Real>::evaluate_loss(int64_t j, thread_scratch& s) {
   tycho_status st = loss_.vtable->evaluate(loss_.instance, model.get(), measured.get(),
                                            mask_ ? mask.get() : nullptr, target_scale_, grad.get(),
                                            &s.loss, nullptr);
-  if (st != TYCHO_OK) {
-    // The loss set its message on this (worker) thread: pass it on, it says what went wrong.
-    const char* why = host() != nullptr ? host()->last_error() : nullptr;
-    throw error(st, cat("loss component failed on pattern ", j, ": ", why != nullptr && *why ? why : "(no message)"));
+  if (st != TYCHO_OK) throw loss_error(st, j);
+}
+
+// The loss component's failure on pattern j: it set its message on this (worker) thread; pass it
+// on, it says what went wrong.
+template <class Real>
+error cpu_engine<Real>::loss_error(tycho_status st, int64_t j) const {
+  const char* why = host() != nullptr ? host()->last_error() : nullptr;
+  return error(st, cat("loss component failed on pattern ", j, ": ", why != nullptr && *why ? why : "(no message)"));
+}
+
+// The loss's fused path for pattern j's single far field `wave` (unnormalised, Ψ = wave/√M):
+// adds to s.loss and writes into `g_spectrum` dL/dI · wave / M, the input of the inverse
+// transform that gives ∂L/∂ψ* (what intensity + evaluate_loss + scale_by compute, in one pass
+// and bit for bit; tycho_components.h). False when the loss does not take these tensors
+// (TYCHO_ERR_UNSUPPORTED): this thread then uses the three steps from now on.
+template <class Real>
+bool cpu_engine<Real>::loss_far_field(int64_t j, thread_scratch& s, const complex* wave, complex* g_spectrum) {
+  if (!s.fused_loss) return false;
+  const int64_t m = n0_ * n1_;
+  const int64_t row = reader_ != nullptr ? batch_row_[std::size_t(j)] : j;
+  constexpr DLDataType c = complex_dtype<Real>();
+  tensor_view far(const_cast<complex*>(wave), c, {1, 1, n0_, n1_});
+  tensor_view grad(g_spectrum, c, {1, 1, n0_, n1_});
+  tensor_view measured = counts_ != nullptr
+                             ? tensor_view(const_cast<uint16_t*>(counts_ + row * m), dtype_uint16, {1, n0_, n1_})
+                             : tensor_view(const_cast<float*>(targets_ + row * m), dtype_float32, {1, n0_, n1_});
+  tensor_view mask(const_cast<uint8_t*>(mask_), dtype_uint8, {n0_, n1_});
+  const double inv_m = 1.0 / double(m);
+  const tycho_status st = loss_.vtable->evaluate_far_field(loss_.instance, far.get(), inv_m, measured.get(),
+                                                           mask_ ? mask.get() : nullptr, target_scale_, inv_m,
+                                                           grad.get(), &s.loss, nullptr);
+  if (st == TYCHO_ERR_UNSUPPORTED) {
+    s.fused_loss = false;
+    return false;
   }
+  if (st != TYCHO_OK) throw loss_error(st, j);
+  return true;
 }
 
 template <class Real>
@@ -233,21 +273,20 @@ void cpu_engine<Real>::model_and_object_gradient(const batch_item& it, thread_sc
   // Exit wave and far field.
   complex* wave = s.wave.get();
   const complex* obj = object_.data() + it.i0 * w_ + it.j0;
-  for (int64_t a = 0; a < n0_; ++a) pointwise::multiply(pj + a * n1_, obj + a * w_, in + a * n1_, n1_);
+  kernels_->multiply_patch(pj, obj, w_, in, n0_, n1_);
   fft_->forward(in, wave);  // unnormalised: Ψ = wave / √M
-  const Real inv_m = Real(1) / Real(m);
-  pointwise::intensity(wave, inv_m, s.intensity.data(), m);
-
-  evaluate_loss(j, s);
-
   // g = F⁻¹[dL/dI · Ψ]: with unnormalised transforms that is backward(dL/dI · wave) / M.
-  pointwise::scale_by(wave, s.dloss.data(), inv_m, in, m);
+  if (!loss_far_field(j, s, wave, in)) {
+    const Real inv_m = Real(1) / Real(m);
+    kernels_->intensity(wave, inv_m, s.intensity.data(), m);
+    evaluate_loss(j, s);
+    kernels_->scale_by(wave, s.dloss.data(), inv_m, in, m);
+  }
   fft_->backward(in, wave);
 
   // Object gradient on the patch, and conj(O_patch)·g for the probe gradient, in one pass.
   complex* og = s.object_grad.data() + it.i0 * w_ + it.j0;
-  for (int64_t a = 0; a < n0_; ++a)
-    pointwise::gradient_products(pj + a * n1_, obj + a * w_, wave + a * n1_, og + a * w_, in + a * n1_, n1_);
+  kernels_->gradient_products(pj, obj, w_, wave, og, in, n0_, n1_);
   s.row_min = std::min(s.row_min, it.i0);
   s.row_max = std::max(s.row_max, it.i0 + n0_ - 1);
 }
@@ -263,10 +302,7 @@ void cpu_engine<Real>::process_pattern(const batch_item& it, thread_scratch& s, 
   // The shifted probe of mode k into `out` (probe_spectrum already carries the 1/M of the
   // round trip).
   auto shifted_probe = [&](int64_t k, complex* out) {
-    const complex* ps = probe_spectrum + k * m;
-    for (int64_t a = 0; a < n0_; ++a)
-      for (int64_t b = 0; b < n1_; ++b)
-        in[a * n1_ + b] = ps[a * n1_ + b] * s.ramp0[std::size_t(a)] * s.ramp1[std::size_t(b)];
+    kernels_->multiply_ramp(probe_spectrum + k * m, s.ramp0.data(), s.ramp1.data(), in, n0_, n1_);
     fft_->backward(in, out);
   };
   // ∂L/∂P_kj* is in `in`: its spectrum, back-shifted, into mode k's accumulator, and the
@@ -274,10 +310,8 @@ void cpu_engine<Real>::process_pattern(const batch_item& it, thread_scratch& s, 
   double grad0 = 0, grad1 = 0;
   auto probe_gradient = [&](int64_t k) {
     fft_->forward(in, work);
-    complex* acc = s.probe_spectrum_grad.data() + k * m;
-    for (int64_t a = 0; a < n0_; ++a)
-      for (int64_t b = 0; b < n1_; ++b)
-        acc[a * n1_ + b] += work[a * n1_ + b] * std::conj(s.ramp0[std::size_t(a)] * s.ramp1[std::size_t(b)]);
+    kernels_->add_times_conj_ramp(work, s.ramp0.data(), s.ramp1.data(), s.probe_spectrum_grad.data() + k * m, n0_,
+                                  n1_);
     if (!position_gradient_) return;
     // dL/dc_a = 2 Re Σ_k conj(W) · S · (−2πi f_a / N_a), S = F[P_kj] (unnormalised: the
     // spectrum with its 1/M times the ramp), W = F[∂L/∂P*] unnormalised.
@@ -285,11 +319,11 @@ void cpu_engine<Real>::process_pattern(const batch_item& it, thread_scratch& s, 
     // grad1 += 4π Σ f1 Im t. One vectorised pass over interleaved (re, im) values: S = (P̂ · r0) · r1
     // as std::complex computes it (-fcx-limited-range), Im t = Re W · Im S − Im W · Re S in double.
     const complex* ps = probe_spectrum + k * m;
-    const Real* r1 = pointwise::re(s.ramp1.data());
+    const Real* r1 = re(s.ramp1.data());
     const double* f1 = frequency1_.data();
     for (int64_t a = 0; a < n0_; ++a) {
-      const Real* p = pointwise::re(ps + a * n1_);
-      const Real* w = pointwise::re(work + a * n1_);
+      const Real* p = re(ps + a * n1_);
+      const Real* w = re(work + a * n1_);
       const Real r0r = s.ramp0[std::size_t(a)].real(), r0i = s.ramp0[std::size_t(a)].imag();
       double row = 0, row_f1 = 0;
 #pragma omp simd reduction(+ : row, row_f1)
@@ -319,37 +353,39 @@ void cpu_engine<Real>::process_pattern(const batch_item& it, thread_scratch& s, 
       for (int64_t sl = 0; sl < slices_; ++sl) {
         const complex* psi = s.slice_waves[std::size_t(k * slices_ + sl)].get();
         const complex* obj = object_.data() + sl * h_ * w_ + it.i0 * w_ + it.j0;
-        for (int64_t a = 0; a < n0_; ++a) pointwise::multiply(psi + a * n1_, obj + a * w_, in + a * n1_, n1_);
+        kernels_->multiply_patch(psi, obj, w_, in, n0_, n1_);
         if (sl + 1 < slices_) {
           fft_->forward(in, work);
-          pointwise::multiply(work, propagator_.data(), in, m);
+          kernels_->multiply(work, propagator_.data(), in, m);
           fft_->backward(in, s.slice_waves[std::size_t(k * slices_ + sl + 1)].get());
         } else {
           fft_->forward(in, s.far_fields[std::size_t(k)].get());
         }
       }
+      if (modes_ == 1) break;  // one mode: the loss's fused path below, if it has one
       const complex* far = s.far_fields[std::size_t(k)].get();
-      if (k == 0) {
-        pointwise::intensity(far, inv_m, s.intensity.data(), m);
-      } else {
-        for (int64_t q = 0; q < m; ++q) s.intensity[std::size_t(q)] += std::norm(far[q]) * inv_m;
-      }
+      if (k == 0)
+        kernels_->intensity(far, inv_m, s.intensity.data(), m);
+      else
+        kernels_->add_intensity(far, inv_m, s.intensity.data(), m);
     }
-    evaluate_loss(it.pattern, s);
+    // One mode: ∂L/∂Ψ* (scaled) straight into `in` where the loss can; else the intensities first.
+    const bool fused = modes_ == 1 && loss_far_field(it.pattern, s, s.far_fields[0].get(), in);
+    if (modes_ == 1 && !fused) kernels_->intensity(s.far_fields[0].get(), inv_m, s.intensity.data(), m);
+    if (!fused) evaluate_loss(it.pattern, s);
     // Backward, mode by mode: g through the slices in reverse.
     complex* g = s.wave.get();
     for (int64_t k = 0; k < modes_; ++k) {
-      pointwise::scale_by(s.far_fields[std::size_t(k)].get(), s.dloss.data(), inv_m, in, m);
+      if (!fused) kernels_->scale_by(s.far_fields[std::size_t(k)].get(), s.dloss.data(), inv_m, in, m);
       fft_->backward(in, g);
       for (int64_t sl = slices_ - 1; sl >= 0; --sl) {
         const complex* psi = s.slice_waves[std::size_t(k * slices_ + sl)].get();
         const complex* obj = object_.data() + sl * h_ * w_ + it.i0 * w_ + it.j0;
         complex* og = s.object_grad.data() + sl * h_ * w_ + it.i0 * w_ + it.j0;
-        for (int64_t a = 0; a < n0_; ++a)
-          pointwise::gradient_products(psi + a * n1_, obj + a * w_, g + a * n1_, og + a * w_, in + a * n1_, n1_);
+        kernels_->gradient_products(psi, obj, w_, g, og, in, n0_, n1_);
         if (sl > 0) {  // ∂L/∂ψ_s* (in `in`) back through the propagation: F⁻¹[conj(H)·F[·]]
           fft_->forward(in, work);
-          for (int64_t q = 0; q < m; ++q) in[q] = work[q] * std::conj(propagator_[std::size_t(q)]);
+          kernels_->multiply_conj(work, propagator_.data(), in, m);
           fft_->backward(in, g);
         }
       }
@@ -369,12 +405,7 @@ template <class Real>
 void cpu_engine<Real>::begin_group(double delta0, thread_scratch& s, const complex* probe_spectrum) {
   fill_ramp(s.ramp0, n0_, delta0, -1.0);
   complex* in = s.input.get();
-  for (int64_t a = 0; a < n0_; ++a) {
-    const complex r = s.ramp0[std::size_t(a)];
-    const complex* ps = probe_spectrum + a * n1_;
-    complex* x = in + a * n1_;
-    for (int64_t b = 0; b < n1_; ++b) x[b] = ps[b] * r;
-  }
+  kernels_->multiply_rows(probe_spectrum, s.ramp0.data(), in, n0_, n1_);
   columns_->backward(in, s.group_probe.get());
   std::fill(s.group_grad.get(), s.group_grad.get() + n0_ * n1_, complex(0));
   s.group_delta0 = delta0;
@@ -386,13 +417,7 @@ template <class Real>
 void cpu_engine<Real>::end_group(thread_scratch& s) {
   complex* work = s.work.get();
   columns_->forward(s.group_grad.get(), work);  // destroys group_grad: begin_group zeroes it
-  complex* acc = s.probe_spectrum_grad.data();
-  for (int64_t a = 0; a < n0_; ++a) {
-    const complex r = std::conj(s.ramp0[std::size_t(a)]);
-    const complex* x = work + a * n1_;
-    complex* y = acc + a * n1_;
-    for (int64_t b = 0; b < n1_; ++b) y[b] += x[b] * r;
-  }
+  kernels_->add_times_conj_rows(work, s.ramp0.data(), s.probe_spectrum_grad.data(), n0_, n1_);
 }
 
 template <class Real>
@@ -410,14 +435,14 @@ void cpu_engine<Real>::process_run(const batch_item* items, int64_t count, threa
     // P_j = F1⁻¹[r1 · A]: one pass of row transforms.
     fill_ramp(s.ramp1, n1_, it.delta1, -1.0);
     const complex* r1 = s.ramp1.data();
-    for (int64_t a = 0; a < n0_; ++a) pointwise::multiply(s.group_probe.get() + a * n1_, r1, in + a * n1_, n1_);
+    kernels_->multiply_columns(s.group_probe.get(), r1, in, n0_, n1_);
     rows_->backward(in, pj);
 
     model_and_object_gradient(it, s, pj);
 
     // B += conj(r1) · F1[conj(O_patch)·g].
     rows_->forward(in, work);
-    for (int64_t a = 0; a < n0_; ++a) pointwise::add_times_conj(work + a * n1_, r1, s.group_grad.get() + a * n1_, n1_);
+    kernels_->add_times_conj_columns(work, r1, s.group_grad.get(), n0_, n1_);
   }
   if (count > 0) end_group(s);
 }

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "fft_plan.hpp"
+#include "pointwise.hpp"
 
 namespace tycho::cpu {
 
@@ -99,6 +100,9 @@ class cpu_engine final : public engine_base {
   void read_batch_targets(const int64_t* indices, int64_t count);
   // The loss component on s.intensity (pattern j's model): s.loss, s.dloss.
   void evaluate_loss(int64_t j, thread_scratch& s);
+  // The loss's fused path on one far field (cpu_engine.cpp); false where the loss has none.
+  bool loss_far_field(int64_t j, thread_scratch& s, const complex* wave, complex* g_spectrum);
+  sdk::error loss_error(tycho_status st, int64_t j) const;
   // Exit wave, loss, g = ∂L/∂ψ*, the object gradient; leaves conj(O_patch)·g in s.input.
   void model_and_object_gradient(const batch_item& it, thread_scratch& s, const complex* pj);
 
@@ -121,6 +125,7 @@ class cpu_engine final : public engine_base {
   std::vector<double> position_grad_;  // (P, 2) dL/dc, written for the patterns of each batch
   std::vector<double> frequency1_;     // (N1) f1(b) / N1: the position gradient's axis-1 factor
   std::vector<complex> object_, probe_, object_grad_, probe_grad_;
+  const pointwise_kernels<Real>* kernels_;  // this CPU's build of the pointwise loops
   std::unique_ptr<fft_plan_2d<Real>> fft_;
   std::unique_ptr<fft_plan_axis<Real>> rows_, columns_;  // along axis 1, axis 0
   std::vector<std::unique_ptr<thread_scratch>> scratch_;
