@@ -121,6 +121,39 @@ TEST_F(Precision, Float64ReachesAccuracyAndSavesComplex128) {
   EXPECT_EQ(py.out, "complex128 complex128 complex128\n");
 }
 
+// A whole run does not depend on the machine's vector width: the cpu engine's pointwise loops and
+// the amplitude loss's fused loop run in AVX2 where the CPU has it and in SSE2 under
+// TYCHO_CPU_SIMD=sse2 (plugins/engines/cpu/pointwise.hpp, plugins/losses/far_field_loss.hpp), and
+// 3 iterations of MoS2 (per-position path, and shift groups) save the same object, probe, optimizer
+// state and loss history, bit for bit.
+TEST_F(Precision, RunsAreTheSameBitsWithAvx2AndSse2) {
+#if defined(__x86_64__)
+  if (!__builtin_cpu_supports("avx2")) GTEST_SKIP() << "this CPU has no AVX2: only the SSE2 builds run";
+#else
+  GTEST_SKIP() << "not an x86-64 CPU: one build of the loops";
+#endif
+  for (const char* groups : {"false", "true"}) {
+    std::vector<std::string> results;
+    for (const char* simd : {"avx2", "sse2"}) {
+      results.push_back(tmp_ / (std::string(simd) + groups + ".zip"));
+      auto r = run_command({tycho::test::tycho_exe(), "reconstruct", example_config(), "--iterations", "3", "--set",
+                            "output.previews=false", "--set", std::string("reconstruct.shift_groups=") + groups, "-o",
+                            results.back()},
+                           {std::string("TYCHO_CPU_SIMD=") + simd});
+      ASSERT_TRUE(r.exited_with(0)) << r.describe();
+      EXPECT_NE(r.err.find(std::string(simd == std::string("avx2") ? "AVX2" : "SSE2") + " pointwise loops"),
+                std::string::npos)
+          << r.err;
+    }
+    auto a = load_result(results[0]), b = load_result(results[1]);
+    for (const char* name : {"object", "probe", "optimizer.object.m", "optimizer.probe.v", "loss_history"}) {
+      const tycho::owned_array &x = a.array(name, results[0]), &y = b.array(name, results[1]);
+      ASSERT_EQ(x.bytes.size(), y.bytes.size()) << name;
+      EXPECT_TRUE(x.bytes == y.bytes) << name << " shift_groups " << groups;
+    }
+  }
+}
+
 // After 3 iterations of MoS2, relative 2-norm differences. float64 with 1 and 2 threads differ
 // only by the order of the per-thread sums: measured 6e-16 (object) and 2e-14 (probe).
 // float64 against float32 differs far more than float32's rounding: 0.009 (object), 0.26

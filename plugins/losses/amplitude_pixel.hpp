@@ -38,6 +38,7 @@ TYCHO_LOSS_HD inline Real amplitude_of(Real intensity) {
 
 template <class Real>
 struct amplitude_pixel {
+  static constexpr bool same_bits_at_any_width = true;  // sqrt and division only: the same bits in SSE2 and AVX2 code (far_field_loss.hpp)
   Real measured_scale;  // s: D · s is in the units of I
   Real epsilon;         // ε in the units of I (≥ 0)
 

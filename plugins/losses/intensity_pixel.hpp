@@ -23,6 +23,7 @@ namespace tycho::losses {
 
 template <class Real>
 struct intensity_pixel {
+  static constexpr bool same_bits_at_any_width = true;  // products only: the same bits in SSE2 and AVX2 code (far_field_loss.hpp)
   Real measured_scale;  // s: D · s is in the units of I
   Real weight;          // w = N0 N1 / 4
 

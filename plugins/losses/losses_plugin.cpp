@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "amplitude_pixel.hpp"
+#include "far_field_loss.hpp"
 #include "intensity_pixel.hpp"
 #include "pixel_loss_loop.hpp"
 #include "poisson_pixel.hpp"

@@ -35,6 +35,7 @@ namespace tycho::losses {
 
 template <class Real>
 struct poisson_pixel {
+  static constexpr bool same_bits_at_any_width = false;  // its log is libmvec's, a separate SSE and AVX2 implementation (far_field_loss.hpp)
   Real measured_scale;  // s: D · s is in the units of I
   Real epsilon;         // ε in the units of I (> 0)
 

@@ -134,7 +134,8 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
 
   threads_ = options.threads > 0 ? options.threads : omp_get_max_threads();
   kernels_ = &pointwise_for_this_cpu<Real>();
-  log(TYCHO_LOG_DEBUG, "cpu", cat("pointwise loops: ", kernels_->instruction_set));
+  log(TYCHO_LOG_INFO, "cpu", cat(sizeof(Real) == 8 ? "float64" : "float32", ", ", threads_, " threads, ",
+                                 kernels_->instruction_set, " pointwise loops"));
   // The grouped shifts are written for one slice, one mode and no position gradient.
   shift_groups_ = options.shift_groups && slices_ == 1 && modes_ == 1 && !position_gradient_;
   fft_ = std::make_unique<fft_plan_2d<Real>>(n0_, n1_, options.measure_fft);
