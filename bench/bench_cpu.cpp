@@ -419,6 +419,12 @@ json record(const case_result& r, const tycho::bench::machine_info& m, const std
   j["fft_floor_cpu_us_per_position"] = std::round(r.floor_cpu_us() * 100) / 100;
   j["engine_over_fft_floor_cpu"] = std::round(r.cpu_ratio() * 1000) / 1000;
   if (const char* w = std::getenv("OMP_WAIT_POLICY")) j["omp_wait_policy"] = w;
+  // What picks the engine's and the losses' loop build (AVX2 where the CPU has it, unless
+  // TYCHO_CPU_SIMD=sse2: plugins/engines/cpu/pointwise.hpp).
+#if defined(__x86_64__)
+  j["cpu_avx2"] = __builtin_cpu_supports("avx2") != 0;
+#endif
+  if (const char* simd = std::getenv("TYCHO_CPU_SIMD")) j["tycho_cpu_simd"] = simd;
   j["us_min"] = std::round(r.min_us() * 100) / 100;
   j["us_max"] = std::round(r.max_us() * 100) / 100;
   j["iterations_timed"] = r.seconds.size();

@@ -5,8 +5,8 @@
 // mode; for several, chunks of pixels: their I first, then every mode's G. Thread-safe.
 //
 // Compiled for SSE2 and for AVX2 without FMA (far_field_loss_loop.inc) and run in AVX2 where the
-// CPU has it, as the cpu engine's pointwise loops (plugins/engines/cpu/pointwise.hpp; the same
-// TYCHO_CPU_SIMD=sse2 override): the same operations in the same order, and Σ L summed in eight
+// CPU has it (tycho/sdk/simd.hpp: the same choice, and the same TYCHO_CPU_SIMD=sse2 override, as
+// the cpu engine's pointwise loops): the same operations in the same order, and Σ L summed in eight
 // fixed lanes, so both give the same bits. Only for pixel functions with Pixel::same_bits_at_any_width:
 // the Poisson loss's log comes from libmvec, whose SSE and AVX2 variants are separate code, so it
 // stays on SSE2.
@@ -15,9 +15,9 @@
 #include <algorithm>
 #include <complex>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
+
+#include <tycho/sdk/simd.hpp>
 
 #include "pixel_loss.hpp"
 
@@ -38,30 +38,18 @@ namespace far_field_avx2 {
 }  // namespace far_field_avx2
 #endif
 
-// Whether this CPU runs the AVX2 build (and TYCHO_CPU_SIMD does not ask for SSE2).
-inline bool far_field_avx2_here() {
-#if defined(TYCHO_LOSS_HAS_AVX2)
-  static const bool avx2 = [] {
-    const char* asked = std::getenv("TYCHO_CPU_SIMD");
-    if (asked != nullptr && std::strcmp(asked, "sse2") == 0) return false;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return avx2;
-#else
-  return false;
-#endif
-}
-
+// avx2: sdk::use_avx2_loops(), asked once per loss instance (it reads the environment).
 template <class Real, class Pixel, class Measured>
-double far_field_loss_sum(const Pixel& pixel, const std::complex<Real>* psi, int64_t n, int64_t modes, int64_t m,
-                          Real intensity_scale, const Measured* measured, const uint8_t* mask, Real gradient_scale,
-                          std::complex<Real>* gradient) {
+double far_field_loss_sum(bool avx2, const Pixel& pixel, const std::complex<Real>* psi, int64_t n, int64_t modes,
+                          int64_t m, Real intensity_scale, const Measured* measured, const uint8_t* mask,
+                          Real gradient_scale, std::complex<Real>* gradient) {
 #if defined(TYCHO_LOSS_HAS_AVX2)
   if constexpr (Pixel::same_bits_at_any_width)
-    if (far_field_avx2_here())
+    if (avx2)
       return far_field_avx2::far_field_loss_sum(pixel, psi, n, modes, m, intensity_scale, measured, mask,
                                                 gradient_scale, gradient);
+#else
+  (void)avx2;
 #endif
   return far_field_sse2::far_field_loss_sum(pixel, psi, n, modes, m, intensity_scale, measured, mask, gradient_scale,
                                             gradient);

@@ -2,6 +2,7 @@
 // the vtable, its exception barrier and the argument checks).
 #include <tycho/sdk.hpp>
 #include <tycho/sdk/loss.hpp>
+#include <tycho/sdk/simd.hpp>
 
 #include <cmath>
 #include <complex>
@@ -71,8 +72,8 @@ void evaluate_pixel_loss_far_field(const Loss& loss, const char* name, const far
     using Real = decltype(real);
     using Measured = decltype(measured);
     *a.loss_sum += tycho::losses::far_field_loss_sum(
-        loss.template pixel<Real>(a), data_of<const std::complex<Real>>(*a.far_field), a.patterns, a.modes,
-        a.pattern_pixels, Real(a.intensity_scale), data_of<const Measured>(*a.measured), a.mask,
+        loss.avx2_loops, loss.template pixel<Real>(a), data_of<const std::complex<Real>>(*a.far_field), a.patterns,
+        a.modes, a.pattern_pixels, Real(a.intensity_scale), data_of<const Measured>(*a.measured), a.mask,
         Real(a.gradient_scale), data_of<std::complex<Real>>(*a.gradient));
   };
   if (a.float64)
@@ -80,6 +81,11 @@ void evaluate_pixel_loss_far_field(const Loss& loss, const char* name, const far
   else
     a.measured_counts ? run(float(), uint16_t()) : run(float(), float());
 }
+
+// Which build of the fused loop a loss instance runs (far_field_loss.hpp), asked once at create().
+struct loop_build {
+  bool avx2_loops = use_avx2_loops();
+};
 
 // The guards' defaults below, as numbers (the declarations' defaults, k_*_settings, say the same).
 constexpr double k_amplitude_epsilon_default = 0;
@@ -90,7 +96,7 @@ constexpr double k_poisson_epsilon_default = 1e-3;
 // `zero_allowed`). The host checks the declared range first; this covers a create() without it
 // (tests, tools).
 template <template <class> class Pixel>
-class guarded_loss {
+class guarded_loss : public loop_build {
  public:
   guarded_loss(const config_view& cfg, const char* key, double fallback, bool zero_allowed)
       : epsilon_relative_(cfg.get_double(key).value_or(fallback)) {
@@ -124,7 +130,7 @@ struct amplitude : guarded_loss<tycho::losses::amplitude_pixel> {
 };
 
 // The intensity loss w Σ(I − sD)², w = N0 N1 / 4 (intensity_pixel.hpp); no settings.
-struct intensity {
+struct intensity : loop_build {
   explicit intensity(const config_view&) {}
 
   template <class Real, class Arguments>

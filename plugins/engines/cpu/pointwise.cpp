@@ -1,8 +1,7 @@
 // The two builds of the pointwise loops (pointwise.hpp) and the choice between them.
 #include "pointwise.hpp"
 
-#include <cstdlib>
-#include <cstring>
+#include <tycho/sdk/simd.hpp>
 
 namespace tycho::cpu {
 
@@ -22,26 +21,13 @@ namespace pointwise_avx2 {
 }  // namespace pointwise_avx2
 #endif
 
-namespace {
-bool use_avx2() {
-#if defined(TYCHO_POINTWISE_HAS_AVX2)
-  const char* asked = std::getenv("TYCHO_CPU_SIMD");
-  if (asked != nullptr && std::strcmp(asked, "sse2") == 0) return false;
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") != 0;
-#else
-  return false;
-#endif
-}
-}  // namespace
-
 template <class Real>
 const pointwise_kernels<Real>& pointwise_for_this_cpu() {
   // Chosen per engine (a run may set TYCHO_CPU_SIMD between sessions, as the tests do).
   static const pointwise_kernels<Real> sse2 = pointwise_sse2::table<Real>("SSE2");
 #if defined(TYCHO_POINTWISE_HAS_AVX2)
   static const pointwise_kernels<Real> avx2 = pointwise_avx2::table<Real>("AVX2");
-  if (use_avx2()) return avx2;
+  if (sdk::use_avx2_loops()) return avx2;
 #endif
   return sse2;
 }
