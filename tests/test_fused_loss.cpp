@@ -2,8 +2,9 @@
 // far field and the chain rule back to it in one pass. Against evaluate on the intensity the ABI
 // defines followed by the product G = Ψ · (dL/dI · scale): the gradient bit for bit and Σ L to
 // float rounding, for the three pixel losses, float32 and float64, float32 and uint16 data, with
-// and without a mask, one and three modes; the arguments it refuses; and the cpu engine with and
-// without the path (a loss built before it), which must give the same gradient bits.
+// and without a mask, one and three modes, a window smaller and one larger than the loop's 256-pixel
+// chunk; the arguments it refuses; the SDK's entry. (The cpu engine with and without the path:
+// test_precision.cpp and test_multislice_engine.cpp.)
 #include <gtest/gtest.h>
 
 #include <tycho/core/config.hpp>
@@ -23,7 +24,6 @@
 #include <vector>
 
 #include "built_in_plugins.hpp"
-#include "engine_under_test.hpp"
 
 namespace {
 
@@ -34,7 +34,7 @@ DLTensor host_tensor(void* data, DLDataType dtype, int ndim, int64_t* shape) {
 // n patterns of M far fields (N0 × N1) and counts: a bright disc over a dark field, some pixels of
 // the model exactly 0 (the unguarded amplitude loss's special case), a mask leaving out every 7th.
 struct far_field_problem {
-  int64_t n = 2, modes, n0 = 9, n1 = 7;
+  int64_t n = 2, modes, n0, n1;
   std::vector<std::complex<double>> psi;  // (n, M, N0, N1), unnormalised
   std::vector<uint16_t> counts;           // (n, N0, N1)
   std::vector<uint8_t> mask;
@@ -42,7 +42,8 @@ struct far_field_problem {
 
   int64_t pixels() const { return n0 * n1; }
 
-  explicit far_field_problem(int64_t m, unsigned seed = 3) : modes(m) {
+  far_field_problem(int64_t m, int64_t rows = 9, int64_t columns = 7, unsigned seed = 3)
+      : modes(m), n0(rows), n1(columns) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<double> u(0.0, 1.0);
     intensity_scale = 1.0 / double(pixels());
@@ -145,11 +146,13 @@ TEST(FusedLoss, EqualsEvaluateThenTheChainRule) {
                              loss_case{"intensity", ""}, loss_case{"poisson", ""}}) {
     loss_instance l(c.name, c.toml);
     ASSERT_NE(l.vt->evaluate_far_field, nullptr) << c.name;
-    for (int64_t modes : {1, 3}) {
-      far_field_problem p(modes);
+    for (int64_t modes : {1, 3})
+      for (int64_t rows : {9, 23}) {  // 63 pixels; 391 (more than one chunk of 256)
+      far_field_problem p(modes, rows, rows == 9 ? 7 : 17);
       for (bool counts : {false, true})
         for (bool masked : {false, true}) {
           const std::string what = std::string(c.name) + " " + c.toml + " modes " + std::to_string(modes) +
+                                   " pixels " + std::to_string(p.pixels()) +
                                    (counts ? " uint16" : " float32") + (masked ? " masked" : "");
           for (int f64 : {0, 1}) {
             const case_result r = f64 ? compare<double>(l, p, counts, masked) : compare<float>(l, p, counts, masked);
@@ -187,6 +190,13 @@ TEST(FusedLoss, RefusesMismatchedArguments) {
   DLTensor as_real = host_tensor(psi.data(), {kDLFloat, 32, 1}, 4, field_shape);
   EXPECT_NE(call(&as_real, &tmeas, &tgrad, 1.0), TYCHO_OK);
   EXPECT_NE(std::string(tycho::last_error()).find("far_field"), std::string::npos) << tycho::last_error();
+  int64_t no_modes[4] = {p.n, 0, p.n0, p.n1};
+  DLTensor zero_modes = host_tensor(psi.data(), {kDLComplex, 64, 1}, 4, no_modes),
+           zero_grad = host_tensor(grad.data(), {kDLComplex, 64, 1}, 4, no_modes);
+  EXPECT_EQ(call(&zero_modes, &tmeas, &zero_grad, 1.0), TYCHO_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tycho::last_error()).find("M >= 1"), std::string::npos) << tycho::last_error();
+  EXPECT_EQ(call(&tpsi, &tmeas, &tpsi, 1.0), TYCHO_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tycho::last_error()).find("distinct"), std::string::npos) << tycho::last_error();
   EXPECT_EQ(call(&tpsi, &tmeas, &tgrad, std::nan("")), TYCHO_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(tycho::last_error()).find("finite"), std::string::npos) << tycho::last_error();
   EXPECT_EQ(call(&tpsi, &tmeas, &tgrad, 1.0), TYCHO_OK) << tycho::last_error();

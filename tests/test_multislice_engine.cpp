@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <complex>
+#include <cstring>
 #include <iostream>
 #include <numeric>
 #include <random>
@@ -74,9 +75,11 @@ struct layered_problem {
 // The cpu engine on `p` in `precision`, with or without the position gradient.
 class engine_under_test : public tycho::test::engine_under_test {
  public:
-  engine_under_test(const layered_problem& p, const std::string& precision, bool position_gradient = true)
+  // loss_far_field false: the loss without its fused path (tycho_loss_vtable::evaluate_far_field).
+  engine_under_test(const layered_problem& p, const std::string& precision, bool position_gradient = true,
+                    bool loss_far_field = true)
       : tycho::test::engine_under_test("cpu", "precision = \"" + precision + "\"\nthreads = 2\n",
-                                       setup_of(p, position_gradient)) {}
+                                       setup_of(p, position_gradient), "amplitude", loss_far_field) {}
 
  private:
   static tycho_engine_setup setup_of(const layered_problem& p, bool position_gradient) {
@@ -97,6 +100,28 @@ std::vector<int64_t> all_patterns(const layered_problem& p) {
   std::vector<int64_t> idx(std::size_t(p.patterns));
   std::iota(idx.begin(), idx.end(), 0);
   return idx;
+}
+
+// Several slices, one mode: the engine hands the exit wave's far field to the loss's fused path
+// (evaluate_far_field) and back-propagates what it writes; without the path it forms the
+// intensity, calls evaluate and multiplies. Both give the same gradient bits (object, probe,
+// positions), in both precisions; the loss agrees to rounding (its sum's order differs).
+TEST(MultisliceEngine, FusedLossGivesTheSameGradientBitsThroughTheSlices) {
+  layered_problem p(3, 1);
+  const auto idx = all_patterns(p);
+  for (const char* precision : {"float32", "float64"}) {
+    engine_under_test fused(p, precision), unfused(p, precision, true, false);
+    ASSERT_TRUE(fused.ok() && unfused.ok()) << tycho::last_error();
+    const double lf = fused.batch(idx), lu = unfused.batch(idx);
+    EXPECT_GT(lu, 0);
+    EXPECT_NEAR(lf, lu, (std::string(precision) == "float32" ? 1e-6 : 1e-13) * lu) << precision;
+    for (auto id : {TYCHO_TENSOR_OBJECT_GRAD, TYCHO_TENSOR_PROBE_GRAD, TYCHO_TENSOR_POSITIONS_GRAD}) {
+      const DLTensor a = fused.tensor(id), b = unfused.tensor(id);
+      int64_t bytes = a.dtype.bits / 8;
+      for (int d = 0; d < a.ndim; ++d) bytes *= a.shape[d];
+      EXPECT_EQ(std::memcmp(a.data, b.data, std::size_t(bytes)), 0) << precision << " tensor " << int(id);
+    }
+  }
 }
 
 // Central differences of the float64 loss along a random direction of the object (all slices),

@@ -132,13 +132,16 @@ TEST_F(Precision, RunsAreTheSameBitsWithAvx2AndSse2) {
 #else
   GTEST_SKIP() << "not an x86-64 CPU: one build of the loops";
 #endif
-  // The two shift paths; and an odd window with masked pixels (the vector loops' tails, the
-  // masked fused loss) with the amplitude loss's guard.
+  // The two shift paths; an odd window with masked pixels (the vector loops' tails, the masked
+  // fused loss) with the amplitude loss's guard; slices and modes.
   const std::vector<std::vector<std::string>> variants = {
       {"--iterations", "3", "--set", "reconstruct.shift_groups=false"},
       {"--iterations", "3", "--set", "reconstruct.shift_groups=true"},
       {"--iterations", "2", "--set", "preprocess.pad_detector_to=[99, 101]", "--set",
-       "reconstruct.amplitude_epsilon=1e-2"}};
+       "reconstruct.amplitude_epsilon=1e-2"},
+      // Slices and modes: the loops only the multislice and mixed-state path runs.
+      {"--iterations", "2", "--set", "reconstruct.slices=2", "--set", "reconstruct.slice_thickness_A=5.0", "--set",
+       "reconstruct.probe_modes=2"}};
   for (std::size_t v = 0; v < variants.size(); ++v) {
     std::vector<std::string> results;
     for (const char* simd : {"avx2", "sse2"}) {

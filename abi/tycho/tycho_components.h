@@ -135,7 +135,7 @@ typedef struct tycho_loss_vtable {
    *             the model intensity is I = intensity_scale · Σ_m |Ψ_m|² (summed over m in order);
    *   measured  (n, N0, N1), float32, or uint16 counts (each widened exactly to float32);
    *   mask, measured_scale, loss_sum, stream: as for evaluate;
-   *   gradient  like far_field: writes G_m = gradient_scale · (dL/dI)(I, D) · Ψ_m.
+   *   gradient  like far_field, not overlapping it: writes G_m = gradient_scale · (dL/dI)(I, D) · Ψ_m.
    * I, dL/dI and G in the far field's precision (Real): I = Real(intensity_scale) · (Re²+Im²),
    * G = Ψ · (dL/dI · Real(gradient_scale)), so that the gradient equals, bit for bit, that of
    * evaluate on the same I followed by the engine's own product; Σ L may differ from evaluate's

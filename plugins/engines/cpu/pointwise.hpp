@@ -2,11 +2,14 @@
 // transform, as a table of functions chosen once per engine for the CPU it runs on.
 //
 // The loops (pointwise_loops.inc) are compiled twice, for baseline x86-64 (SSE2) and with AVX2
-// (pointwise.cpp), and the AVX2 table is taken where the CPU has it. AVX2 without FMA: no product
-// is fused into a sum, so both builds do the same IEEE operations in the same order and give the
-// same bits (only the vector width differs, and no loop here reduces across pixels); a run is
-// bit-identical on machines with and without AVX2. Measured on the MoS2 example: the engine's
-// CPU time 13 % lower with the AVX2 table (bench/RESULTS.md).
+// (pointwise.cpp), and the AVX2 table is taken where tycho::sdk::use_avx2_loops() says so
+// (tycho/sdk/simd.hpp). AVX2 without FMA (and -ffp-contract=off, so no flag can bring it in): no
+// product is fused into a sum, so both builds do the same IEEE operations in the same order and
+// give the same bits (only the vector width differs, and no loop here reduces across pixels), so
+// these loops do not make a run differ between machines with and without AVX2 (FFTW's own
+// codelets, chosen per CPU, still may: conventions.md, "Reproducibility"). Measured on the MoS2
+// example: the engine's ratio to the FFT floor 2.9–3.0 with the SSE2 table, 2.3–2.55 with AVX2
+// (bench/RESULTS.md).
 //
 // Each loop is the plain complex formula on the interleaved (re, im) arrays that
 // std::complex<Real>[] is ([complex.numbers]), evaluated in the order std::complex computes it

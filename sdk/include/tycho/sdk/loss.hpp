@@ -110,6 +110,11 @@ inline far_field_arguments check_far_field_arguments(const char* name, uint32_t 
     fail(TYCHO_ERR_INVALID_ARGUMENT, name, " loss: measured ", shape_string(*measured), " does not match far_field ",
          shape_string(*psi), " (n, M, N0, N1)");
   if (loss_sum == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, name, " loss: no loss accumulator");
+  if (psi->shape[0] < 0 || psi->shape[1] < 1 || psi->shape[2] < 1 || psi->shape[3] < 1)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, name, " loss: far_field ", shape_string(*psi),
+         " must have n >= 0 patterns of M >= 1 modes of N0 x N1 >= 1 x 1 pixels");
+  if (psi->data == grad->data && psi->byte_offset == grad->byte_offset)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, name, " loss: far_field and gradient must be distinct arrays");
   if (!std::isfinite(intensity_scale) || !std::isfinite(gradient_scale) || !std::isfinite(measured_scale))
     fail(TYCHO_ERR_INVALID_ARGUMENT, name, " loss: intensity_scale, gradient_scale and measured_scale must be finite");
   const int64_t period = psi->shape[2] * psi->shape[3];
