@@ -4,10 +4,13 @@
 
 namespace tycho::optimizers {
 namespace {
-// The update loop in one precision; the coefficients come in that precision.
+// The update loop in one precision; the coefficients come in that precision. Inlined into an
+// SSE2 and an AVX2 copy below (always_inline: the AVX2 copy must vectorise its own inlined body);
+// element by element, no FMA (-ffp-contract=off), so both give the same bits.
 template <class Real>
-void adam_loop(Real* param, const Real* grad, Real* __restrict mp, Real* __restrict vp, int64_t n, Real b1,
-               Real b2, Real step_size, Real sqrt_c2, Real eps, Real grad_scale) {
+__attribute__((always_inline)) inline void adam_body(Real* param, const Real* grad, Real* __restrict mp,
+                                                     Real* __restrict vp, int64_t n, Real b1, Real b2,
+                                                     Real step_size, Real sqrt_c2, Real eps, Real grad_scale) {
 // simd only: a thread team here would not honour the engine's thread count.
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
@@ -16,6 +19,32 @@ void adam_loop(Real* param, const Real* grad, Real* __restrict mp, Real* __restr
     vp[i] = b2 * vp[i] + (Real(1) - b2) * g * g;
     param[i] -= step_size * mp[i] / (std::sqrt(vp[i]) / sqrt_c2 + eps);
   }
+}
+
+template <class Real>
+void adam_loop_sse2(Real* param, const Real* grad, Real* mp, Real* vp, int64_t n, Real b1, Real b2, Real step_size,
+                    Real sqrt_c2, Real eps, Real grad_scale) {
+  adam_body(param, grad, mp, vp, n, b1, b2, step_size, sqrt_c2, eps, grad_scale);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+template <class Real>
+__attribute__((target("avx2"))) void adam_loop_avx2(Real* param, const Real* grad, Real* mp, Real* vp, int64_t n,
+                                                    Real b1, Real b2, Real step_size, Real sqrt_c2, Real eps,
+                                                    Real grad_scale) {
+  adam_body(param, grad, mp, vp, n, b1, b2, step_size, sqrt_c2, eps, grad_scale);
+}
+#endif
+
+template <class Real>
+void adam_loop(bool avx2, Real* param, const Real* grad, Real* mp, Real* vp, int64_t n, Real b1, Real b2,
+               Real step_size, Real sqrt_c2, Real eps, Real grad_scale) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (avx2) return adam_loop_avx2(param, grad, mp, vp, n, b1, b2, step_size, sqrt_c2, eps, grad_scale);
+#else
+  (void)avx2;
+#endif
+  adam_loop_sse2(param, grad, mp, vp, n, b1, b2, step_size, sqrt_c2, eps, grad_scale);
 }
 }  // namespace
 
@@ -34,7 +63,7 @@ void adam_state::step(float* param, const float* grad, int64_t n, float grad_sca
   if (m.size() != std::size_t(n)) m.assign(std::size_t(n), 0.f);
   if (v.size() != std::size_t(n)) v.assign(std::size_t(n), 0.f);
   const adam_coefficients c = begin_step(grad_scale, lr_scale);
-  adam_loop<float>(param, grad, m.data(), v.data(), n, c.beta1, c.beta2, c.step_size, c.sqrt_c2, c.epsilon,
+  adam_loop<float>(avx2_loop, param, grad, m.data(), v.data(), n, c.beta1, c.beta2, c.step_size, c.sqrt_c2, c.epsilon,
                    grad_scale);
 }
 
@@ -45,7 +74,7 @@ void adam_state::step(double* param, const double* grad, int64_t n, double grad_
   ++steps;
   const double c1 = 1.0 - std::pow(beta1, double(steps));
   const double c2 = 1.0 - std::pow(beta2, double(steps));
-  adam_loop<double>(param, grad, m64.data(), v64.data(), n, beta1, beta2, learning_rate * lr_scale / c1,
+  adam_loop<double>(avx2_loop, param, grad, m64.data(), v64.data(), n, beta1, beta2, learning_rate * lr_scale / c1,
                     std::sqrt(c2), epsilon, grad_scale);
 }
 }  // namespace tycho::optimizers

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include <tycho/sdk/simd.hpp>
+
 #include "optimizer_elements.hpp"
 
 namespace tycho::optimizers {
@@ -17,6 +19,8 @@ struct adam_state {
   int64_t steps = 0;
   std::vector<float> m, v;
   std::vector<double> m64, v64;
+  // The AVX2 build of the update loop (adam.cpp), where tycho::sdk::use_avx2_loops() says so.
+  bool avx2_loop = tycho::sdk::use_avx2_loops();
   void step(float* param, const float* grad, int64_t n, float grad_scale, double lr_scale);
   void step(double* param, const double* grad, int64_t n, double grad_scale, double lr_scale);
   // Counts the step and returns its coefficients (what step() applies; the device path too).
