@@ -363,17 +363,16 @@ void cpu_engine<Real>::process_pattern(const batch_item& it, thread_scratch& s, 
           fft_->forward(in, s.far_fields[std::size_t(k)].get());
         }
       }
-      if (modes_ == 1) break;  // one mode: the loss's fused path below, if it has one
-      const complex* far = s.far_fields[std::size_t(k)].get();
-      if (k == 0)
-        kernels_->intensity(far, inv_m, s.intensity.data(), m);
-      else
-        kernels_->add_intensity(far, inv_m, s.intensity.data(), m);
     }
-    // One mode: ∂L/∂Ψ* (scaled) straight into `in` where the loss can; else the intensities first.
+    // One mode: ∂L/∂Ψ* (scaled) straight into `in` where the loss can; else I = Σ_k |Ψ_k|² (modes in
+    // order) and dL/dI from evaluate.
     const bool fused = modes_ == 1 && loss_far_field(it.pattern, s, s.far_fields[0].get(), in);
-    if (modes_ == 1 && !fused) kernels_->intensity(s.far_fields[0].get(), inv_m, s.intensity.data(), m);
-    if (!fused) evaluate_loss(it.pattern, s);
+    if (!fused) {
+      kernels_->intensity(s.far_fields[0].get(), inv_m, s.intensity.data(), m);
+      for (int64_t k = 1; k < modes_; ++k)
+        kernels_->add_intensity(s.far_fields[std::size_t(k)].get(), inv_m, s.intensity.data(), m);
+      evaluate_loss(it.pattern, s);
+    }
     // Backward, mode by mode: g through the slices in reverse.
     complex* g = s.wave.get();
     for (int64_t k = 0; k < modes_; ++k) {
