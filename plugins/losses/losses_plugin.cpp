@@ -82,9 +82,20 @@ void evaluate_pixel_loss_far_field(const Loss& loss, const char* name, const far
     a.measured_counts ? run(float(), uint16_t()) : run(float(), float());
 }
 
-// Which build of the fused loop a loss instance runs (far_field_loss.hpp), asked once at create().
-struct loop_build {
+// What the vtable calls on a per-pixel loss class Loss (its `name`, its `pixel<Real>(arguments)`):
+// evaluate and evaluate_far_field through the dispatches above, and the build of the fused loop
+// the instance runs (far_field_loss.hpp), asked once at create().
+template <class Loss>
+struct pixel_loss_component {
   bool avx2_loops = use_avx2_loops();
+
+  void evaluate(const loss_arguments& a) const { evaluate_pixel_loss(self(), Loss::name, a); }
+  void evaluate_far_field(const far_field_arguments& a) const {
+    evaluate_pixel_loss_far_field(self(), Loss::name, a);
+  }
+
+ private:
+  const Loss& self() const { return static_cast<const Loss&>(*this); }
 };
 
 // The guards' defaults below, as numbers (the declarations' defaults, k_*_settings, say the same).
@@ -95,8 +106,8 @@ constexpr double k_poisson_epsilon_default = 1e-3;
 // for_patterns(s, N0 N1, ε_rel)), read from `key` of [reconstruct]: finite, ≤ 1e6, > 0 (≥ 0 when
 // `zero_allowed`). The host checks the declared range first; this covers a create() without it
 // (tests, tools).
-template <template <class> class Pixel>
-class guarded_loss : public loop_build {
+template <class Loss, template <class> class Pixel>
+class guarded_loss : public pixel_loss_component<Loss> {
  public:
   guarded_loss(const config_view& cfg, const char* key, double fallback, bool zero_allowed)
       : epsilon_relative_(cfg.get_double(key).value_or(fallback)) {
@@ -117,47 +128,29 @@ class guarded_loss : public loop_build {
 
 // The amplitude loss (√(I + ε) − √(sD + ε))², ε = amplitude_epsilon · Ī (amplitude_pixel.hpp;
 // 0 by default: no guard).
-struct amplitude : guarded_loss<tycho::losses::amplitude_pixel> {
+struct amplitude : guarded_loss<amplitude, tycho::losses::amplitude_pixel> {
+  static constexpr const char* name = "amplitude";
   explicit amplitude(const config_view& cfg)
       : guarded_loss(cfg, "amplitude_epsilon", k_amplitude_epsilon_default, /*zero_allowed=*/true) {}
-
-  void evaluate(const loss_arguments& a) const {
-    evaluate_pixel_loss(*this, "amplitude", a);
-  }
-  void evaluate_far_field(const far_field_arguments& a) const {
-    evaluate_pixel_loss_far_field(*this, "amplitude", a);
-  }
 };
 
 // The intensity loss w Σ(I − sD)², w = N0 N1 / 4 (intensity_pixel.hpp); no settings.
-struct intensity : loop_build {
+struct intensity : pixel_loss_component<intensity> {
+  static constexpr const char* name = "intensity";
   explicit intensity(const config_view&) {}
 
   template <class Real, class Arguments>
   static tycho::losses::intensity_pixel<Real> pixel(const Arguments& a) {
     return tycho::losses::intensity_pixel<Real>::for_patterns(a.measured_scale, a.pattern_pixels);
   }
-
-  void evaluate(const loss_arguments& a) const {
-    evaluate_pixel_loss(*this, "intensity", a);
-  }
-  void evaluate_far_field(const far_field_arguments& a) const {
-    evaluate_pixel_loss_far_field(*this, "intensity", a);
-  }
 };
 
 // The Poisson loss ½ Σ [m − d − d log(m/d)], m = I + ε, d = sD + ε, ε = poisson_epsilon · Ī
 // (poisson_pixel.hpp).
-struct poisson : guarded_loss<tycho::losses::poisson_pixel> {
+struct poisson : guarded_loss<poisson, tycho::losses::poisson_pixel> {
+  static constexpr const char* name = "poisson";
   explicit poisson(const config_view& cfg)
       : guarded_loss(cfg, "poisson_epsilon", k_poisson_epsilon_default, /*zero_allowed=*/false) {}
-
-  void evaluate(const loss_arguments& a) const {
-    evaluate_pixel_loss(*this, "poisson", a);
-  }
-  void evaluate_far_field(const far_field_arguments& a) const {
-    evaluate_pixel_loss_far_field(*this, "poisson", a);
-  }
 };
 
 const char* const k_no_keys[] = {nullptr};
@@ -180,19 +173,19 @@ const tycho_setting k_poisson_settings[] = {
     end_of_settings()};
 
 const tycho_component k_components[] = {
-    with_settings(component(TYCHO_COMPONENT_LOSS, "amplitude", "1.0.0",
+    with_settings(component(TYCHO_COMPONENT_LOSS, amplitude::name, "1.0.0",
                             "amplitude loss Σ(√(I + ε) − √(sD + ε))², normalised to the mean measured intensity, "
                             "guarded by amplitude_epsilon",
-                            k_devices, k_amplitude_keys, loss_vtable<amplitude>("amplitude", k_devices)),
+                            k_devices, k_amplitude_keys, loss_vtable<amplitude>(amplitude::name, k_devices)),
                   k_amplitude_settings),
-    with_settings(component(TYCHO_COMPONENT_LOSS, "intensity", "1.0.0",
+    with_settings(component(TYCHO_COMPONENT_LOSS, intensity::name, "1.0.0",
                             "Gaussian loss on intensities (N0 N1 / 4) Σ(I − sD)²: the amplitude loss's scale at the "
                             "mean pixel",
-                            k_devices, k_no_keys, loss_vtable<intensity>("intensity", k_devices)),
+                            k_devices, k_no_keys, loss_vtable<intensity>(intensity::name, k_devices)),
                   k_no_settings),
-    with_settings(component(TYCHO_COMPONENT_LOSS, "poisson", "1.0.0",
+    with_settings(component(TYCHO_COMPONENT_LOSS, poisson::name, "1.0.0",
                             "Poisson negative log-likelihood of the counts (deviance · s/2), guarded by poisson_epsilon",
-                            k_devices, k_poisson_keys, loss_vtable<poisson>("poisson", k_devices)),
+                            k_devices, k_poisson_keys, loss_vtable<poisson>(poisson::name, k_devices)),
                   k_poisson_settings),
 };
 }  // namespace
