@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <cmath>
 #include <complex>
-#include <cstring>
 #include <iostream>
 #include <numeric>
 #include <random>
@@ -115,12 +114,8 @@ TEST(MultisliceEngine, FusedLossGivesTheSameGradientBitsThroughTheSlices) {
     const double lf = fused.batch(idx), lu = unfused.batch(idx);
     EXPECT_GT(lu, 0);
     EXPECT_NEAR(lf, lu, (std::string(precision) == "float32" ? 1e-6 : 1e-13) * lu) << precision;
-    for (auto id : {TYCHO_TENSOR_OBJECT_GRAD, TYCHO_TENSOR_PROBE_GRAD, TYCHO_TENSOR_POSITIONS_GRAD}) {
-      const DLTensor a = fused.tensor(id), b = unfused.tensor(id);
-      int64_t bytes = a.dtype.bits / 8;
-      for (int d = 0; d < a.ndim; ++d) bytes *= a.shape[d];
-      EXPECT_EQ(std::memcmp(a.data, b.data, std::size_t(bytes)), 0) << precision << " tensor " << int(id);
-    }
+    for (auto id : {TYCHO_TENSOR_OBJECT_GRAD, TYCHO_TENSOR_PROBE_GRAD, TYCHO_TENSOR_POSITIONS_GRAD})
+      EXPECT_TRUE(fused.bytes(id) == unfused.bytes(id)) << precision << " tensor " << int(id);
   }
 }
 

@@ -67,6 +67,14 @@ class engine_under_test {
     EXPECT_EQ(evt_->get_tensor(eng_, id, &t), TYCHO_OK);
     return t;
   }
+  // A tensor's bytes, as the engine holds them (for bit-for-bit comparisons).
+  std::vector<unsigned char> bytes(tycho_tensor_id id) {
+    DLTensor t = tensor(id);
+    int64_t n = t.dtype.bits / 8;
+    for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
+    const auto* b = static_cast<const unsigned char*>(t.data);
+    return std::vector<unsigned char>(b, b + n);
+  }
   // A complex tensor's values in double precision, whatever the engine's.
   std::vector<std::complex<double>> values(tycho_tensor_id id) {
     DLTensor t = tensor(id);
