@@ -170,6 +170,8 @@ class UnderMpirun : public ::testing::Test {
     if (!have_mpirun()) GTEST_SKIP() << "mpirun not found (scripts/install-deps installs Open MPI)";
     if (!have_mpi_plugin()) GTEST_SKIP() << "the mpi reducer plugin was not built";
   }
+  void expect_one_trajectory(const std::vector<std::string>& extra, const std::string& tag, double loss_tolerance,
+                             float array_tolerance);
   std::vector<std::string> args(const std::string& out, int iterations, std::vector<std::string> extra = {}) {
     std::vector<std::string> a = {"reconstruct", tycho::test::source_dir() + "/examples/mos2.toml", "-q",
                                   "--iterations", std::to_string(iterations), "-o", out,
@@ -184,17 +186,26 @@ const std::complex<float>* complex_data(const tycho::owned_array& a) {
   return reinterpret_cast<const std::complex<float>*>(a.bytes.data());
 }
 
-TEST_F(UnderMpirun, OneTrajectoryForOneTwoAndFourRanks) {
+// The largest |a − b| over two complex64 arrays of one shape.
+float largest_difference(const tycho::owned_array& a, const tycho::owned_array& b) {
+  float worst = 0;
+  for (int64_t k = 0; k < a.count(); ++k) worst = std::max(worst, std::abs(complex_data(a)[k] - complex_data(b)[k]));
+  return worst;
+}
+
+// Runs `extra` (20 iterations) under mpirun -np 1, 2 and 4 and compares the 2- and 4-rank results
+// with the 1-rank one: the loss history to `loss_tolerance` (relative), object and probe to
+// `array_tolerance` (of the array's largest |value|), positions bit for bit, each rank's report.
+void UnderMpirun::expect_one_trajectory(const std::vector<std::string>& extra, const std::string& tag,
+                                        double loss_tolerance, float array_tolerance) {
   std::map<int, std::string> results;
   for (int np : {1, 2, 4}) {
-    results[np] = tmp_ / ("w" + std::to_string(np) + ".zip");
-    auto r = mpirun(np, args(results[np], 20));
+    results[np] = tmp_ / (tag + "_w" + std::to_string(np) + ".zip");
+    auto r = mpirun(np, args(results[np], 20, extra));
     ASSERT_TRUE(r.exited_with(0)) << r.describe();
   }
   const auto one = tycho::test::load_result(results[1]);
   const auto& loss1 = one.array("loss_history", results[1]);
-  const auto& obj1 = one.array("object", results[1]);
-  const auto& probe1 = one.array("probe", results[1]);
   ASSERT_EQ(loss1.count(), 20);
   for (int np : {2, 4}) {
     const auto rec = tycho::test::load_result(results[np]);
@@ -203,15 +214,16 @@ TEST_F(UnderMpirun, OneTrajectoryForOneTwoAndFourRanks) {
     double worst_loss = 0;
     for (int64_t i = 0; i < 20; ++i)
       worst_loss = std::max(worst_loss, std::abs(loss.as<double>()[i] / loss1.as<double>()[i] - 1.0));
-    EXPECT_LT(worst_loss, 1e-5) << np << " ranks: loss history differs from one rank's";
+    EXPECT_LT(worst_loss, loss_tolerance) << tag << ", " << np << " ranks: loss history differs from one rank's";
     for (const auto* name : {"object", "probe"}) {
-      const auto& a = name == std::string("object") ? obj1 : probe1;
+      const auto& a = one.array(name, results[1]);
       const auto& b = rec.array(name, results[np]);
       ASSERT_EQ(a.shape, b.shape);
-      float worst = 0;
-      for (int64_t k = 0; k < a.count(); ++k)
-        worst = std::max(worst, std::abs(complex_data(a)[k] - complex_data(b)[k]));
-      EXPECT_LT(worst, 1e-4) << np << " ranks: " << name << " differs from one rank's by " << worst;
+      float largest = 0;
+      for (int64_t k = 0; k < a.count(); ++k) largest = std::max(largest, std::abs(complex_data(a)[k]));
+      const float worst = largest_difference(a, b) / largest;
+      EXPECT_LT(worst, array_tolerance) << tag << ", " << np << " ranks: " << name << " differs from one rank's by "
+                                        << worst << " of its largest value";
     }
     EXPECT_TRUE(rec.array("positions_px", results[np]).bytes == one.array("positions_px", results[1]).bytes);
     // Each rank's report: its device, its precision and the patterns it held.
@@ -232,6 +244,32 @@ TEST_F(UnderMpirun, OneTrajectoryForOneTwoAndFourRanks) {
     }
     EXPECT_EQ(next, 768);
   }
+}
+
+// Any number of ranks computes the same sums of the same global batch; only their order, and so
+// their float32 rounding, changes. How far that rounding carries after 20 Adam iterations depends
+// on the problem (bench/RESULTS.md, "the rank-to-rank spread"; differences below are of the
+// array's largest value):
+// - with the amplitude loss's guard (amplitude_epsilon = 1e-2) little amplifies it: the 2- and
+//   4-rank objects and probes stay within 1.6e-5 of the 1-rank ones in either shift path at the
+//   default Adam epsilon (1e-8), within 6.1e-5 at any from 1e-8 to 3e-5, the loss histories within
+//   2.3e-6 (measured). Checked at 1e-4 and 1e-5.
+// - the example as shipped (no guard): the far field of the flat starting object is rounding noise
+//   outside the bright-field disc, the unguarded loss gives those pixels full weight, and Adam's
+//   first steps (lr · g/|g|) carry the noise into object and probe. The spread then jumps by 100 x
+//   between neighbouring Adam epsilons or seeds, in either path: objects up to 2.3e-3 apart,
+//   probes 6.3e-4, loss histories 5e-5 (measured, 2026-12-02). Checked at 1e-2 and 2e-4. Another
+//   batch order (seed 1 against 0) moves them by 9e-2, 0.15 and 5e-3: a rank computing other
+//   batches, dropping patterns or summing twice fails.
+TEST_F(UnderMpirun, OneTrajectoryForOneTwoAndFourRanks) {
+  for (const char* groups : {"true", "false"})
+    expect_one_trajectory({"--set", "reconstruct.amplitude_epsilon=1e-2", "--set",
+                           std::string("reconstruct.shift_groups=") + groups},
+                          std::string("guarded_groups_") + groups, 1e-5, 1e-4f);
+}
+
+TEST_F(UnderMpirun, TheShippedExampleKeepsItsTrajectoryOnOneTwoAndFourRanks) {
+  expect_one_trajectory({}, "example", 2e-4, 1e-2f);
 }
 
 TEST_F(UnderMpirun, AFloat64RunComputesInFloat64OnEveryRank) {

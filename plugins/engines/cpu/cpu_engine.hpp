@@ -15,8 +15,8 @@
 // gradient; the position gradient is the derivative of the shifted probe, by Parseval in
 // Fourier space, so it costs no transform.) Gradients are sums over the batch.
 //
-// The single-slice, single-mode case has a faster path (options.shift_groups, opt-in):
-// Two transforms per position, not four. The shift ramp is separable, exp(−2πi k·δ / N) =
+// The single-slice, single-mode case without position gradient takes a faster path
+// (options.shift_groups, the default): two 2-D transforms per position, not four. The shift ramp is separable, exp(−2πi k·δ / N) =
 // r0(δ0)[k0] · r1(δ1)[k1], so F⁻¹[F[P] · r0 ⊗ r1] = F1⁻¹[ r1 · F0⁻¹[r0 · F[P]] ] (F0, F1: 1-D
 // transforms along axis 0, 1). Positions sharing δ0 (a scan row; a raster with a rational step
 // repeats few) form a group: A = F0⁻¹[r0 · F[P]] once per group, then per position one 1-D row
@@ -54,8 +54,8 @@ struct engine_options {
   int threads = 0;          // 0: all OpenMP threads
   bool measure_fft = false; // FFTW_MEASURE instead of FFTW_ESTIMATE
   bool double_precision = false;  // [reconstruct] precision = "float64"
-  bool shift_groups = false;      // false (default): four 2-D transforms per position; true: shift groups
-                                  // (one slice, one mode, no position gradient only)
+  bool shift_groups = true;       // true (default): shift groups (one slice, one mode, no position gradient;
+                                  // else per position); false: four 2-D transforms per position
 };
 
 // What the vtable calls, whatever the engine's real type; the adapter has checked batch indices

@@ -42,8 +42,10 @@ class cpu_component {
       fail(TYCHO_ERR_INVALID_ARGUMENT, "config key 'fft_planning' must be \"estimate\" or \"measure\", got \"",
            planning, "\"");
     o.measure_fft = planning == "measure";
-    // false: the reference path (four 2-D transforms per position), to compare against.
-    o.shift_groups = cfg.get_bool("shift_groups").value_or(false);
+    // true (default): the grouped shifts, 3 transform-equivalents per position where the problem
+    // has one slice, one mode and no position gradient; false: the reference path (four 2-D
+    // transforms per position), to compare against.
+    o.shift_groups = cfg.get_bool("shift_groups").value_or(true);
     o.double_precision = s.float64;
     return o;
   }
@@ -63,8 +65,9 @@ const tycho_setting k_settings[] = {
     setting("fft_planning", TYCHO_SETTING_STRING, "\"measure\"",
             "FFTW planning: measure (plans from the per-machine wisdom file: fast and reproducible) or estimate")
         .one_of(k_planning),
-    setting("shift_groups", TYCHO_SETTING_BOOL, "false",
-            "true: sub-pixel probe shifts per row-offset group (3 transforms per position); false: per position (4)"),
+    setting("shift_groups", TYCHO_SETTING_BOOL, "true",
+            "true: sub-pixel probe shifts per row-offset group (3 transforms per position; one slice, one mode, "
+            "no position correction, else per position); false: per position (4)"),
     end_of_settings()};
 const tycho_component k_components[] = {
     with_settings(component(TYCHO_COMPONENT_ENGINE, "cpu", "1.0.0",
