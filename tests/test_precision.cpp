@@ -153,6 +153,11 @@ TEST_F(Precision, RunsAreTheSameBitsWithAvx2AndSse2) {
       EXPECT_NE(r.err.find(std::string(simd == std::string("avx2") ? "AVX2" : "SSE2") + " pointwise loops"),
                 std::string::npos)
           << r.err;
+      // The log names the shift path: grouped by default, per position where asked or needed.
+      const char* path = v == 0   ? "per-position shifts (shift_groups = false)"
+                         : v == 3 ? "per-position shifts (the grouped ones need one slice"
+                                  : "grouped sub-pixel shifts";
+      EXPECT_NE(r.err.find(path), std::string::npos) << r.err;
     }
     auto a = load_result(results[0]), b = load_result(results[1]);
     for (const char* name : {"object", "probe", "optimizer.object.m", "optimizer.probe.v", "loss_history"}) {
