@@ -132,7 +132,7 @@ TEST_F(Precision, RunsAreTheSameBitsWithAvx2AndSse2) {
   GTEST_SKIP() << "not an x86-64 CPU: one build of the loops";
 #endif
   // The two shift paths; an odd window with masked pixels (the vector loops' tails, the masked
-  // fused loss) with the amplitude loss's guard; slices and modes.
+  // fused loss) with the amplitude loss's guard; slices and modes; modes alone.
   const std::vector<std::vector<std::string>> variants = {
       {"--iterations", "3", "--set", "reconstruct.shift_groups=false"},
       {"--iterations", "3", "--set", "reconstruct.shift_groups=true"},
@@ -140,7 +140,9 @@ TEST_F(Precision, RunsAreTheSameBitsWithAvx2AndSse2) {
        "reconstruct.amplitude_epsilon=1e-2"},
       // Slices and modes: the loops only the multislice and mixed-state path runs.
       {"--iterations", "2", "--set", "reconstruct.slices=2", "--set", "reconstruct.slice_thickness_A=5.0", "--set",
-       "reconstruct.probe_modes=2"}};
+       "reconstruct.probe_modes=2"},
+      // Modes in one slice: the grouped path with a group transform per mode.
+      {"--iterations", "2", "--set", "reconstruct.probe_modes=3"}};
   for (std::size_t v = 0; v < variants.size(); ++v) {
     std::vector<std::string> results;
     for (const char* simd : {"avx2", "sse2"}) {
@@ -315,16 +317,17 @@ TEST_F(Precision, PlanCountsSixteenBytes) {
 // is not band-limited, random counts) for the cpu engine in either precision.
 // raster = true: a raster with a 2.5 px step and one sub-pixel origin, so that a scan row shares
 // its axis-0 offset (groups of ry) and rows 0 and 2 (1 and 3) repeat it up to float64 rounding
-// (0.3 and 5.3 − 5 differ in the last bits), as a real raster's rows do.
+// (0.3 and 5.3 − 5 differ in the last bits), as a real raster's rows do. modes > 1: mode k is the
+// probe times a phase ramp of k cycles across axis 1 and a weight 1/(k+1), so no two are alike.
 struct small_problem {
   static constexpr int64_t n0 = 24, n1 = 20, rx = 4, ry = 5, pad = 3;
-  int64_t h = 0, w = 0, patterns = rx * ry;
+  int64_t h = 0, w = 0, patterns = rx * ry, modes = 1;
   std::vector<float> targets;
   std::vector<double> positions;
   std::vector<std::complex<float>> object, probe;
   int64_t target_shape[3], position_shape[2], object_shape[3], probe_shape[3];
   DLTensor targets_t{}, positions_t{}, object_t{}, probe_t{};
-  explicit small_problem(bool raster = false) {
+  explicit small_problem(bool raster = false, int64_t probe_modes = 1) : modes(probe_modes) {
     std::mt19937 rng(42);
     std::uniform_real_distribution<double> u(0.0, 1.0);
     h = 2 * pad + n0 + 3 * (rx - 1) + 2;
@@ -347,10 +350,15 @@ struct small_problem {
         total += std::norm(std::complex<double>(probe.back()));
       }
     for (auto& p : probe) p /= float(std::sqrt(total));
+    const std::size_t one = probe.size();
+    for (int64_t k = 1; k < modes; ++k)
+      for (std::size_t q = 0; q < one; ++q)
+        probe.push_back(probe[q] * std::complex<float>(std::polar(1.0 / double(k + 1),
+                                                                  2.0 * M_PI * double(k) * double(q % n1) / n1)));
     for (int64_t k = 0; k < h * w; ++k)
       object.push_back(std::complex<float>(std::polar(0.9 + 0.1 * u(rng), 0.5 * u(rng))));
     for (int64_t k = 0; k < patterns * n0 * n1; ++k) targets.push_back(float(100.0 * u(rng)));
-    int64_t ts[3] = {patterns, n0, n1}, ps[2] = {patterns, 2}, os[3] = {1, h, w}, pr[3] = {1, n0, n1};
+    int64_t ts[3] = {patterns, n0, n1}, ps[2] = {patterns, 2}, os[3] = {1, h, w}, pr[3] = {modes, n0, n1};
     std::copy(ts, ts + 3, target_shape);
     std::copy(ps, ps + 2, position_shape);
     std::copy(os, os + 3, object_shape);
@@ -414,12 +422,14 @@ TEST(PrecisionEngine, Float64MatchesFloat32FromTheSameState) {
 // Two transforms per position (positions grouped by their axis-0 offset, the shift done one axis
 // at a time) compute the same loss and gradients as the per-position 2-D shifts (shift_groups =
 // false, the reference), on a raster (groups of 5, rows repeating an offset) and on random
-// offsets (groups of 1), with 1 and 2 threads: float64 to 1e-12, float32 to its rounding
-// (measured: float64 ≤ 1.2e-16 loss, 1.6e-15 gradients; float32 ≤ 9e-9 loss, 9e-7 gradients).
+// offsets (groups of 1), with 1 and 2 threads, one probe mode and three: float64 to 1e-12,
+// float32 to its rounding (measured: float64 ≤ 1.2e-16 loss, 1.6e-15 gradients; float32 ≤ 9e-9
+// loss, 9e-7 gradients).
 TEST(PrecisionEngine, ShiftGroupsMatchPerPositionShifts) {
+  for (int64_t modes : {1, 3})
   for (bool raster : {true, false})
     for (int threads : {1, 2}) {
-      small_problem p(raster);
+      small_problem p(raster, modes);
       std::vector<int64_t> idx(std::size_t(p.patterns));
       std::iota(idx.begin(), idx.end(), 0);
       std::reverse(idx.begin(), idx.begin() + 7);  // not in scan order: the engine sorts
@@ -428,14 +438,14 @@ TEST(PrecisionEngine, ShiftGroupsMatchPerPositionShifts) {
         cpu_engine_run grouped(p, precision, threads), reference(p, precision, threads, false);
         ASSERT_TRUE(grouped.ok() && reference.ok()) << tycho::last_error();
         const double lg = grouped.batch(idx), lr = reference.batch(idx);
-        std::cout << precision << (raster ? " raster" : " random") << " threads " << threads << ": loss "
-                  << std::abs(lg / lr - 1);
+        std::cout << precision << (raster ? " raster" : " random") << " threads " << threads << " modes " << modes
+                  << ": loss " << std::abs(lg / lr - 1);
         EXPECT_GT(lr, 0);
-        EXPECT_NEAR(lg, lr, tol * lr) << precision << " raster " << raster << " threads " << threads;
+        EXPECT_NEAR(lg, lr, tol * lr) << precision << " raster " << raster << " threads " << threads << " modes " << modes;
         for (auto id : {TYCHO_TENSOR_OBJECT_GRAD, TYCHO_TENSOR_PROBE_GRAD}) {
           const double rel = relative_spread(grouped.values(id), reference.values(id));
           std::cout << ", gradient " << int(id) << " " << rel;
-          EXPECT_LT(rel, 4 * tol) << precision << " raster " << raster << " threads " << threads << " gradient "
+          EXPECT_LT(rel, 4 * tol) << precision << " raster " << raster << " threads " << threads << " modes " << modes << " gradient "
                                   << int(id);
         }
         std::cout << "\n";

@@ -21,7 +21,8 @@ struct cpu_engine<Real>::thread_scratch {
   // Multislice / mixed state: the wave entering each slice, per mode ((m, s) at m·S + s; only
   // with S > 1 or M > 1), and each mode's far field.
   std::vector<fft_buffer<Real>> slice_waves, far_fields;
-  fft_buffer<Real> group_probe, group_grad;  // the current group's A and B (cpu_engine.hpp)
+  // The current group's A and B (cpu_engine.hpp), one of each per probe mode.
+  std::vector<fft_buffer<Real>> group_probe, group_grad;
   double group_delta0 = 0;
   std::vector<Real> intensity, dloss;
   std::vector<float> measured;  // one pattern of integer counts, widened (exactly) for the loss
@@ -134,13 +135,13 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
 
   threads_ = options.threads > 0 ? options.threads : omp_get_max_threads();
   kernels_ = &pointwise_for_this_cpu<Real>();
-  // The grouped shifts are written for one slice, one mode and no position gradient.
-  shift_groups_ = options.shift_groups && slices_ == 1 && modes_ == 1 && !position_gradient_;
+  // The grouped shifts are written for one slice (any number of modes) and no position gradient.
+  shift_groups_ = options.shift_groups && slices_ == 1 && !position_gradient_;
   // Which path runs, and why not the grouped one where it was asked for: the two differ in speed.
   const char* path = shift_groups_            ? "grouped sub-pixel shifts"
                      : !options.shift_groups ? "per-position shifts (shift_groups = false)"
-                                             : "per-position shifts (the grouped ones need one slice, one probe mode "
-                                               "and no position correction)";
+                                             : "per-position shifts (the grouped ones need one slice and no "
+                                               "position correction)";
   log(TYCHO_LOG_INFO, "cpu", cat(sizeof(Real) == 8 ? "float64" : "float32", ", ", threads_, " threads, ",
                                  kernels_->instruction_set, " pointwise loops, ", path));
   fft_ = std::make_unique<fft_plan_2d<Real>>(n0_, n1_, options.measure_fft);
@@ -156,8 +157,10 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
     s->work = make_fft_buffer<Real>(m);
     s->input = make_fft_buffer<Real>(m);
     if (shift_groups_) {
-      s->group_probe = make_fft_buffer<Real>(m);
-      s->group_grad = make_fft_buffer<Real>(m);
+      for (int64_t k = 0; k < modes_; ++k) {
+        s->group_probe.push_back(make_fft_buffer<Real>(m));
+        s->group_grad.push_back(make_fft_buffer<Real>(m));
+      }
     }
     s->fused_loss = loss_has_far_field;
     s->intensity.resize(std::size_t(m));
@@ -405,30 +408,35 @@ void cpu_engine<Real>::process_pattern(const batch_item& it, thread_scratch& s, 
   }
 }
 
-// A = F0⁻¹[r0 · F[P]/M]: the probe shifted along axis 0, still in Fourier space along axis 1.
+// A_k = F0⁻¹[r0 · F[P_k]/M] for every mode k: the probe shifted along axis 0, still in Fourier
+// space along axis 1.
 template <class Real>
 void cpu_engine<Real>::begin_group(double delta0, thread_scratch& s, const complex* probe_spectrum) {
   fill_ramp(s.ramp0, n0_, delta0, -1.0);
   complex* in = s.input.get();
-  kernels_->multiply_rows(probe_spectrum, s.ramp0.data(), in, n0_, n1_);
-  columns_->backward(in, s.group_probe.get());
-  std::fill(s.group_grad.get(), s.group_grad.get() + n0_ * n1_, complex(0));
+  for (int64_t k = 0; k < modes_; ++k) {
+    kernels_->multiply_rows(probe_spectrum + k * n0_ * n1_, s.ramp0.data(), in, n0_, n1_);
+    columns_->backward(in, s.group_probe[std::size_t(k)].get());
+    std::fill(s.group_grad[std::size_t(k)].get(), s.group_grad[std::size_t(k)].get() + n0_ * n1_, complex(0));
+  }
   s.group_delta0 = delta0;
 }
 
-// The group's probe gradient B (axis 1 already in Fourier space): conj(r0) · F0[B] into the
-// thread's spectrum accumulator.
+// Each mode's group probe gradient B_k (axis 1 already in Fourier space): conj(r0) · F0[B_k] into
+// the thread's spectrum accumulator of mode k.
 template <class Real>
 void cpu_engine<Real>::end_group(thread_scratch& s) {
   complex* work = s.work.get();
-  columns_->forward(s.group_grad.get(), work);  // destroys group_grad: begin_group zeroes it
-  kernels_->add_times_conj_rows(work, s.ramp0.data(), s.probe_spectrum_grad.data(), n0_, n1_);
+  for (int64_t k = 0; k < modes_; ++k) {
+    columns_->forward(s.group_grad[std::size_t(k)].get(), work);  // destroys B_k: begin_group zeroes it
+    kernels_->add_times_conj_rows(work, s.ramp0.data(), s.probe_spectrum_grad.data() + k * n0_ * n1_, n0_, n1_);
+  }
 }
 
 template <class Real>
 void cpu_engine<Real>::process_run(const batch_item* items, int64_t count, thread_scratch& s,
                                    const complex* probe_spectrum) {
-  complex* pj = s.shifted_probe.get();
+  const int64_t m = n0_ * n1_;
   complex* in = s.input.get();
   complex* work = s.work.get();
   for (int64_t i = 0; i < count; ++i) {
@@ -437,17 +445,50 @@ void cpu_engine<Real>::process_run(const batch_item* items, int64_t count, threa
       if (i > 0) end_group(s);
       begin_group(it.delta0, s, probe_spectrum);
     }
-    // P_j = F1⁻¹[r1 · A]: one pass of row transforms.
     fill_ramp(s.ramp1, n1_, it.delta1, -1.0);
     const complex* r1 = s.ramp1.data();
-    kernels_->multiply_columns(s.group_probe.get(), r1, in, n0_, n1_);
-    rows_->backward(in, pj);
+    if (modes_ == 1) {
+      // P_j = F1⁻¹[r1 · A]: one pass of row transforms.
+      complex* pj = s.shifted_probe.get();
+      kernels_->multiply_columns(s.group_probe[0].get(), r1, in, n0_, n1_);
+      rows_->backward(in, pj);
 
-    model_and_object_gradient(it, s, pj);
+      model_and_object_gradient(it, s, pj);
 
-    // B += conj(r1) · F1[conj(O_patch)·g].
-    rows_->forward(in, work);
-    kernels_->add_times_conj_columns(work, r1, s.group_grad.get(), n0_, n1_);
+      // B += conj(r1) · F1[conj(O_patch)·g].
+      rows_->forward(in, work);
+      kernels_->add_times_conj_columns(work, r1, s.group_grad[0].get(), n0_, n1_);
+      continue;
+    }
+    // Several modes: as process_pattern's mixed-state path with S = 1, each mode's shift and
+    // probe gradient by the group's A_k and B_k. Forward: every mode's shifted probe P_kj and far
+    // field, I = Σ_k |Ψ_k|² (modes in order), dL/dI.
+    const Real inv_m = Real(1) / Real(m);
+    const complex* obj = object_.data() + it.i0 * w_ + it.j0;
+    for (int64_t k = 0; k < modes_; ++k) {
+      complex* pk = s.slice_waves[std::size_t(k)].get();
+      kernels_->multiply_columns(s.group_probe[std::size_t(k)].get(), r1, in, n0_, n1_);
+      rows_->backward(in, pk);
+      kernels_->multiply_patch(pk, obj, w_, in, n0_, n1_);
+      fft_->forward(in, s.far_fields[std::size_t(k)].get());
+    }
+    kernels_->intensity(s.far_fields[0].get(), inv_m, s.intensity.data(), m);
+    for (int64_t k = 1; k < modes_; ++k)
+      kernels_->add_intensity(s.far_fields[std::size_t(k)].get(), inv_m, s.intensity.data(), m);
+    evaluate_loss(it.pattern, s);
+    // Backward, mode by mode: g_k = F⁻¹[dL/dI · Ψ_k], the object gradient, B_k += conj(r1) ·
+    // F1[conj(O_patch)·g_k].
+    complex* g = s.wave.get();
+    complex* og = s.object_grad.data() + it.i0 * w_ + it.j0;
+    for (int64_t k = 0; k < modes_; ++k) {
+      kernels_->scale_by(s.far_fields[std::size_t(k)].get(), s.dloss.data(), inv_m, in, m);
+      fft_->backward(in, g);
+      kernels_->gradient_products(s.slice_waves[std::size_t(k)].get(), obj, w_, g, og, in, n0_, n1_);
+      rows_->forward(in, work);
+      kernels_->add_times_conj_columns(work, r1, s.group_grad[std::size_t(k)].get(), n0_, n1_);
+    }
+    s.row_min = std::min(s.row_min, it.i0);
+    s.row_max = std::max(s.row_max, it.i0 + n0_ - 1);
   }
   if (count > 0) end_group(s);
 }

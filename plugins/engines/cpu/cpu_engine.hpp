@@ -15,15 +15,18 @@
 // gradient; the position gradient is the derivative of the shifted probe, by Parseval in
 // Fourier space, so it costs no transform.) Gradients are sums over the batch.
 //
-// The single-slice, single-mode case without position gradient takes a faster path
-// (options.shift_groups, the default): two 2-D transforms per position, not four. The shift ramp is separable, exp(−2πi k·δ / N) =
-// r0(δ0)[k0] · r1(δ1)[k1], so F⁻¹[F[P] · r0 ⊗ r1] = F1⁻¹[ r1 · F0⁻¹[r0 · F[P]] ] (F0, F1: 1-D
+// The single-slice case without position gradient takes a faster path (options.shift_groups, the
+// default): two 2-D transforms per position and mode, not four. The shift ramp is separable,
+// exp(−2πi k·δ / N) = r0(δ0)[k0] · r1(δ1)[k1], so F⁻¹[F[P] · r0 ⊗ r1] = F1⁻¹[ r1 · F0⁻¹[r0 · F[P]] ] (F0, F1: 1-D
 // transforms along axis 0, 1). Positions sharing δ0 (a scan row; a raster with a rational step
 // repeats few) form a group: A = F0⁻¹[r0 · F[P]] once per group, then per position one 1-D row
 // transform P_j = F1⁻¹[r1 · A] (half a 2-D transform). The probe gradient runs the same road
 // back: per position B += conj(r1) · F1[conj(O) g] (half), per group conj(r0) · F0[B] (half)
 // into the spectrum accumulator, one 2-D F⁻¹ per batch. Per position: 1/2 + 1 + 1 + 1/2 = 3
-// transform-equivalents; per group one more. Exactly the same function as the per-position path
+// transform-equivalents; per group one more. With M probe modes each mode has its own A and B
+// (M times the transforms, as in the per-position path). A group pays off where positions repeat
+// an axis-0 offset (a raster); with irregular positions (corrected ones) every group holds one
+// position and both paths cost about the same. Exactly the same function as the per-position path
 // (engine_options::shift_groups = false, kept as the reference) up to rounding: in float32 the
 // offsets are rounded to 2⁻²⁸ px first (the ramp's phase moves < 6e-9 rad, under float32's
 // resolution), so rows that repeat an offset up to the positions' float64 rounding group together.
@@ -54,7 +57,7 @@ struct engine_options {
   int threads = 0;          // 0: all OpenMP threads
   bool measure_fft = false; // FFTW_MEASURE instead of FFTW_ESTIMATE
   bool double_precision = false;  // [reconstruct] precision = "float64"
-  bool shift_groups = true;       // true (default): shift groups (one slice, one mode, no position gradient;
+  bool shift_groups = true;       // true (default): shift groups (one slice, any modes, no position gradient;
                                   // else per position); false: four 2-D transforms per position
 };
 

@@ -43,7 +43,7 @@ class cpu_component {
            planning, "\"");
     o.measure_fft = planning == "measure";
     // true (default): the grouped shifts, 3 transform-equivalents per position where the problem
-    // has one slice, one mode and no position gradient; false: the reference path (four 2-D
+    // has one slice (any number of modes) and no position gradient; false: the reference path (four 2-D
     // transforms per position), to compare against.
     o.shift_groups = cfg.get_bool("shift_groups").value_or(true);
     o.double_precision = s.float64;
@@ -66,7 +66,7 @@ const tycho_setting k_settings[] = {
             "FFTW planning: measure (plans from the per-machine wisdom file: fast and reproducible) or estimate")
         .one_of(k_planning),
     setting("shift_groups", TYCHO_SETTING_BOOL, "true",
-            "true: sub-pixel probe shifts per row-offset group (3 transforms per position; one slice, one mode, "
+            "true: sub-pixel probe shifts per row-offset group (3 transforms per position and mode; one slice, "
             "no position correction, else per position); false: per position (4)"),
     end_of_settings()};
 const tycho_component k_components[] = {
