@@ -35,36 +35,75 @@ struct run_result {
   std::string manifest;
 };
 
-run_result single_rank(int iterations) {
-  tycho::host::session s(mos2_config(iterations), tycho::host::registry::global());
+run_result single_rank(const tycho::config_document& doc) {
+  tycho::host::session s(doc.clone(), tycho::host::registry::global());
   s.run(0, {});
   return {s.loss_history(), s.get("object"), s.manifest_json()};
 }
 
-TEST(LocalRanks, ThreeThreadsFollowOneRanksTrajectory) {
-  const int iterations = 8;
-  const run_result one = single_rank(iterations);
-  const auto doc = mos2_config(iterations);
-  std::vector<DLDevice> cpus(3, DLDevice{kDLCPU, 0});
+// `doc` on one rank and on three ranks as threads; the three-rank root's result, and the largest
+// relative loss difference and the largest object difference (of the object's largest |value|)
+// from the one-rank run.
+struct three_ranks {
   run_result root;
-  std::mutex m;
   std::vector<int> ranks_seen;
+  double loss_difference = 0;
+  float object_difference = 0;
+};
+three_ranks run_three_ranks(const tycho::config_document& doc) {
+  const run_result one = single_rank(doc);
+  std::vector<DLDevice> cpus(3, DLDevice{kDLCPU, 0});
+  three_ranks r;
+  std::mutex m;
   tycho::host::run_local_ranks(doc, tycho::host::registry::global(), cpus, [&](tycho::host::parallel_context& ctx) {
     tycho::host::session s(doc.clone(), tycho::host::registry::global(), "", &ctx);
     s.run(0, {});
     std::lock_guard lock(m);
-    ranks_seen.push_back(ctx.rank());
-    if (ctx.is_root()) root = {s.loss_history(), s.get("object"), s.manifest_json()};
+    r.ranks_seen.push_back(ctx.rank());
+    if (ctx.is_root()) r.root = {s.loss_history(), s.get("object"), s.manifest_json()};
   });
+  EXPECT_EQ(r.root.loss.size(), one.loss.size());
+  for (std::size_t i = 0; i < one.loss.size() && i < r.root.loss.size(); ++i)
+    r.loss_difference = std::max(r.loss_difference, std::abs(r.root.loss[i] / one.loss[i] - 1.0));
+  EXPECT_EQ(r.root.object.bytes.size(), one.object.bytes.size());
+  if (r.root.object.bytes.size() == one.object.bytes.size()) {
+    const auto* a = reinterpret_cast<const std::complex<float>*>(one.object.bytes.data());
+    const auto* b = reinterpret_cast<const std::complex<float>*>(r.root.object.bytes.data());
+    float largest = 0;
+    for (int64_t k = 0; k < one.object.count(); ++k) {
+      largest = std::max(largest, std::abs(a[k]));
+      r.object_difference = std::max(r.object_difference, std::abs(a[k] - b[k]));
+    }
+    r.object_difference /= largest;
+  }
+  return r;
+}
+
+// Three ranks sum the same global batch's gradients in another order than one; how far that
+// rounding carries depends on the problem (bench/RESULTS.md, "the shift groups become the
+// default"). With the amplitude loss's guard, in either shift path, tightly (measured, 8
+// iterations: loss 1.0e-7 / 1.7e-7, object 2.0e-6 / 4.3e-6 of its largest value, grouped / per
+// position); the shipped example (no guard, where Adam's first steps amplify the rounding) at the
+// spread measured over 20 iterations on 1, 2 and 4 ranks (here: loss 8.1e-6, object 4.7e-5).
+TEST(LocalRanks, ThreeThreadsFollowOneRanksTrajectory) {
+  const int iterations = 8;
+  for (const char* groups : {"true", "false"}) {
+    auto doc = mos2_config(iterations);
+    doc.set_from_text("reconstruct.amplitude_epsilon=1e-2");
+    doc.set_from_text(std::string("reconstruct.shift_groups=") + groups);
+    const three_ranks r = run_three_ranks(doc);
+    std::cout << "guarded, shift_groups " << groups << ": loss " << r.loss_difference << ", object "
+              << r.object_difference << "\n";
+    EXPECT_LT(r.loss_difference, 1e-5) << "shift_groups " << groups;
+    EXPECT_LT(r.object_difference, 1e-4) << "shift_groups " << groups;
+  }
+  const three_ranks r = run_three_ranks(mos2_config(iterations));
+  std::cout << "example: loss " << r.loss_difference << ", object " << r.object_difference << "\n";
+  EXPECT_LT(r.loss_difference, 2e-4);
+  EXPECT_LT(r.object_difference, 1e-2);
+  const run_result& root = r.root;
+  const std::vector<int>& ranks_seen = r.ranks_seen;
   EXPECT_EQ(ranks_seen.size(), 3u);
-  ASSERT_EQ(root.loss.size(), one.loss.size());
-  for (std::size_t i = 0; i < one.loss.size(); ++i) EXPECT_NEAR(root.loss[i] / one.loss[i], 1.0, 1e-5) << i;
-  ASSERT_EQ(root.object.bytes.size(), one.object.bytes.size());
-  const auto* a = reinterpret_cast<const std::complex<float>*>(one.object.bytes.data());
-  const auto* b = reinterpret_cast<const std::complex<float>*>(root.object.bytes.data());
-  float worst = 0;
-  for (int64_t k = 0; k < one.object.count(); ++k) worst = std::max(worst, std::abs(a[k] - b[k]));
-  EXPECT_LT(worst, 1e-4);
   auto j = nlohmann::json::parse(root.manifest);
   EXPECT_EQ(j["parallel"]["world_size"], 3);
   EXPECT_EQ(j["parallel"]["launcher"], "threads");
