@@ -82,6 +82,18 @@ TEST(MemoryPlan, CpuTermsByHand) {
   memory_problem q = small_cpu();
   q.batch_size = 5000;
   EXPECT_EQ(tycho::memory_total(q), 47952u);
+  // One slice, 3 modes (cpu_engine.cpp's thread_scratch): 4 buffers, the shift groups' A and B per
+  // mode (6), each mode's shifted probe and far field (6): 16 · 384 = 6144; intensity + dL/dI 384,
+  // the object-gradient copy 4800, the probe-spectrum accumulator 3 · 384, the ramps 112.
+  memory_problem modes = small_cpu();
+  modes.probe_modes = 3;
+  EXPECT_EQ(plan_memory(modes, 0).term("transients").bytes, 3u * (6144 + 384 + 4800 + 1152 + 112));
+  // 2 slices, 2 modes: no shift groups (one slice only); 4 buffers and K·(S+1) = 6 waves: 10 · 384;
+  // the object-gradient copy of both slices.
+  memory_problem slices = small_cpu();
+  slices.probe_modes = 2;
+  slices.slices = 2;
+  EXPECT_EQ(plan_memory(slices, 0).term("transients").bytes, 3u * (3840 + 384 + 2 * 4800 + 768 + 112));
 }
 
 TEST(MemoryPlan, CudaTermsByHand) {

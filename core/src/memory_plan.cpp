@@ -187,12 +187,13 @@ std::vector<memory_term> memory_terms(const memory_problem& p) {
                      " B")});
   }
   if (p.model == memory_model::cpu) {
-    // Per thread (cpu_engine.cpp, thread_scratch): 6 FFT buffers (4, plus the shift group's two;
-    // with one slice and K modes two per mode, counted whether or not the grouped path runs), with
-    // several slices or modes also the wave entering each slice of each mode and each mode's far
-    // field (K·(S+1)), intensity and dL/dI, a whole object-gradient copy (all slices), the
+    // Per thread (cpu_engine.cpp, thread_scratch): 4 FFT buffers, with one slice the shift
+    // groups' two per mode (2K: counted whether or not the grouped path runs, which needs
+    // shift_groups and no position correction; several slices never take it), with several slices
+    // or modes also the wave entering each slice of each mode and each mode's far field
+    // (K·(S+1)), intensity and dL/dI, a whole object-gradient copy (all slices), the
     // probe-spectrum accumulator (all modes), the two phase ramps.
-    const uint64_t group_buffers = s == 1 ? mul(2, k) : 2;
+    const uint64_t group_buffers = s == 1 ? mul(2, k) : 0;
     const uint64_t buffers = add(add(4, group_buffers), s > 1 || k > 1 ? mul(k, s + 1) : 0);
     const uint64_t per_thread = add(add(mul(mul(buffers, c), m), mul(2 * real, m)),
                                     add(add(mul(obj, c), mul(probe, c)), mul(add(n0, n1), c)));

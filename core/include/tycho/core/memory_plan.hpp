@@ -16,14 +16,15 @@
 //   positions        P·2·8                                  P·2·8
 //   gradients        (O + K·M)·C                            (O + K·M)·C
 //   optimizer state  (a_o·O + a_p·K·M)·C (a: arrays per parameter: Adam 2, SGD 1)
-//   transients       T threads × (6 FFT buffers M·C,        b × (M·(K·(S+1)·C + 3·C/2) + (N0+N1)·C
-//                    intensity + dL/dI 2·M·C/2, a whole     + 16): per pattern K shifted probes,
-//                    object-gradient copy O·C, a probe-     K·S waves (exit wave, far field and
-//                    spectrum accumulator M·C, the two      back-propagated wave in place),
-//                    phase ramps (N0+N1)·C)                 intensity, measured, dL/dI, the two
-//                                                           ramps, indices; plus K·(1+G)·M·C once
-//                                                           (probe spectrum, G = 8 partial sums
-//                                                           of the probe gradient)
+//   transients       T threads × ((4 + g + w) FFT           b × (M·(K·(S+1)·C + 3·C/2) + (N0+N1)·C
+//                    buffers M·C (g = 2K shift-group        + 16): per pattern K shifted probes,
+//                    buffers with one slice, else 0;        K·S waves (exit wave, far field and
+//                    w = K·(S+1) slice waves and far        back-propagated wave in place),
+//                    fields with S > 1 or K > 1, else 0),   intensity, measured, dL/dI, the two
+//                    intensity + dL/dI 2·M·C/2, a whole     ramps, indices; plus K·(1+G)·M·C once
+//                    object-gradient copy S·O·C, a probe-   (probe spectrum, G = 8 partial sums
+//                    spectrum accumulator K·M·C, the two    of the probe gradient)
+//                    phase ramps (N0+N1)·C)
 //   FFT workspace    2·M·C (the batch's probe transform     plans × b·M·C (cuFFT's work area ≈ one
 //                    and its input buffer)                  batch buffer), × 4 when N0 or N1 is
 //                                                           not 2^a·3^b·5^c·7^d (Bluestein)
