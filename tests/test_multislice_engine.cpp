@@ -120,10 +120,11 @@ TEST(MultisliceEngine, FusedLossGivesTheSameGradientBitsThroughTheSlices) {
 }
 
 // Central differences of the float64 loss along a random direction of the object (all slices),
-// the probe (all modes): dL = 2 Re Σ conj(∂L/∂z*) δ; and along each position: dL/dr.
-void check_gradients(int64_t slices, int64_t modes) {
+// the probe (all modes): dL = 2 Re Σ conj(∂L/∂z*) δ; and along each position: dL/dr (only with
+// position_gradient; without it a single-slice engine takes the grouped shift path, cpu_engine.hpp).
+void check_gradients(int64_t slices, int64_t modes, bool position_gradient = true) {
   layered_problem p(slices, modes);
-  engine_under_test e(p, "float64");
+  engine_under_test e(p, "float64", position_gradient);
   ASSERT_TRUE(e.ok()) << tycho::last_error();
   const auto idx = all_patterns(p);
   std::mt19937 rng(5);
@@ -154,6 +155,7 @@ void check_gradients(int64_t slices, int64_t modes) {
               << ": predicted " << predicted << ", relative " << std::abs(measured / predicted - 1) << "\n";
     EXPECT_NEAR(measured, predicted, 1e-6 * std::abs(predicted));
   }
+  if (!position_gradient) return;
   // Positions: each pattern's loss depends on its own position only, so the batch loss's
   // derivative by r_j,a is pattern j's.
   e.batch(idx);
@@ -181,6 +183,11 @@ TEST(MultisliceEngine, OneSliceOneModeGradientsMatchFiniteDifferences) { check_g
 TEST(MultisliceEngine, SlicesGradientsMatchFiniteDifferences) { check_gradients(3, 1); }
 TEST(MultisliceEngine, ModesGradientsMatchFiniteDifferences) { check_gradients(1, 3); }
 TEST(MultisliceEngine, SlicesAndModesGradientsMatchFiniteDifferences) { check_gradients(3, 2); }
+// Without the position gradient one slice takes the grouped shifts, with one mode and with several.
+TEST(MultisliceEngine, GroupedShiftGradientsMatchFiniteDifferences) {
+  check_gradients(1, 1, false);
+  check_gradients(1, 3, false);
+}
 
 // float32 against float64 from the same state, three slices and two modes (measured: loss
 // ≤ 1e-7, gradients ≤ 1e-6 relative 2-norm).
