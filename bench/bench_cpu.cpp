@@ -404,14 +404,15 @@ json record(const case_result& r, const tycho::bench::machine_info& m, const std
   j["device"] = "cpu";
   j["case"] = r.name;
   j["detector"] = {r.detector[0], r.detector[1]};
-  j["probe_modes"] = 1;
-  j["slices"] = 1;
+  j["probe_modes"] = r.modes;
+  j["slices"] = r.slices;
   j["scan_shape"] = {r.scan[0], r.scan[1]};
   j["batch"] = r.batch;
   j["threads"] = r.threads;
   j["fft_planning"] = r.planning;
   j["precision"] = r.precision;
-  j["transforms"] = r.reference ? "reference: 4 per position" : "shift groups: 3 per position + 1 per group";
+  // Per position and mode; several slices always take the reference path (cpu_engine.hpp).
+  j["transforms"] = r.reference || r.slices > 1 ? "reference: 4 per position" : "shift groups: 3 per position + 1 per group";
   j["us_per_position_iteration"] = std::round(r.median_us() * 100) / 100;
   j["fft_floor_us_per_position"] = std::round(r.floor_us() * 100) / 100;
   j["engine_over_fft_floor"] = std::round(r.ratio() * 1000) / 1000;
