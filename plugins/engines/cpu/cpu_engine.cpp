@@ -300,6 +300,74 @@ void cpu_engine<Real>::model_and_object_gradient(const batch_item& it, thread_sc
   s.row_max = std::max(s.row_max, it.i0 + n0_ - 1);
 }
 
+// Pattern `it` through the model and back, for any number of slices and modes: the exit waves,
+// the loss, the object gradient (into s.object_grad), and per mode k the probe gradient's input
+// conj(O_patch)·g in s.input, handed to probe_gradient(k). How the sub-pixel shift is made is
+// the caller's: shifted_probe(k, out) writes mode k's shifted probe P_kj into `out` (the
+// per-position 2-D shift, or a group's axis-0 half and a row pass), probe_gradient(k) takes it
+// back into mode k's spectrum accumulator.
+template <class Real>
+template <class ShiftedProbe, class ProbeGradient>
+void cpu_engine<Real>::model_and_gradients(const batch_item& it, thread_scratch& s, ShiftedProbe&& shifted_probe,
+                                           ProbeGradient&& probe_gradient) {
+  complex* in = s.input.get();
+  complex* work = s.work.get();
+  const int64_t m = n0_ * n1_;
+  if (slices_ == 1 && modes_ == 1) {
+    complex* pj = s.shifted_probe.get();
+    shifted_probe(0, pj);
+    model_and_object_gradient(it, s, pj);
+    probe_gradient(0);
+    return;
+  }
+  // Forward: every mode through every slice, keeping the wave entering each slice.
+  const Real inv_m = Real(1) / Real(m);
+  for (int64_t k = 0; k < modes_; ++k) {
+    shifted_probe(k, s.slice_waves[std::size_t(k * slices_)].get());
+    for (int64_t sl = 0; sl < slices_; ++sl) {
+      const complex* psi = s.slice_waves[std::size_t(k * slices_ + sl)].get();
+      const complex* obj = object_.data() + sl * h_ * w_ + it.i0 * w_ + it.j0;
+      kernels_->multiply_patch(psi, obj, w_, in, n0_, n1_);
+      if (sl + 1 < slices_) {
+        fft_->forward(in, work);
+        kernels_->multiply(work, propagator_.data(), in, m);
+        fft_->backward(in, s.slice_waves[std::size_t(k * slices_ + sl + 1)].get());
+      } else {
+        fft_->forward(in, s.far_fields[std::size_t(k)].get());
+      }
+    }
+  }
+  // One mode: ∂L/∂Ψ* (scaled) straight into `in` where the loss can; else I = Σ_k |Ψ_k|² (modes in
+  // order) and dL/dI from evaluate.
+  const bool fused = modes_ == 1 && loss_far_field(it.pattern, s, s.far_fields[0].get(), in);
+  if (!fused) {
+    kernels_->intensity(s.far_fields[0].get(), inv_m, s.intensity.data(), m);
+    for (int64_t k = 1; k < modes_; ++k)
+      kernels_->add_intensity(s.far_fields[std::size_t(k)].get(), inv_m, s.intensity.data(), m);
+    evaluate_loss(it.pattern, s);
+  }
+  // Backward, mode by mode: g through the slices in reverse.
+  complex* g = s.wave.get();
+  for (int64_t k = 0; k < modes_; ++k) {
+    if (!fused) kernels_->scale_by(s.far_fields[std::size_t(k)].get(), s.dloss.data(), inv_m, in, m);
+    fft_->backward(in, g);
+    for (int64_t sl = slices_ - 1; sl >= 0; --sl) {
+      const complex* psi = s.slice_waves[std::size_t(k * slices_ + sl)].get();
+      const complex* obj = object_.data() + sl * h_ * w_ + it.i0 * w_ + it.j0;
+      complex* og = s.object_grad.data() + sl * h_ * w_ + it.i0 * w_ + it.j0;
+      kernels_->gradient_products(psi, obj, w_, g, og, in, n0_, n1_);
+      if (sl > 0) {  // ∂L/∂ψ_s* (in `in`) back through the propagation: F⁻¹[conj(H)·F[·]]
+        fft_->forward(in, work);
+        kernels_->multiply_conj(work, propagator_.data(), in, m);
+        fft_->backward(in, g);
+      }
+    }
+    probe_gradient(k);
+  }
+  s.row_min = std::min(s.row_min, it.i0);
+  s.row_max = std::max(s.row_max, it.i0 + n0_ - 1);
+}
+
 template <class Real>
 void cpu_engine<Real>::process_pattern(const batch_item& it, thread_scratch& s, const complex* probe_spectrum) {
   fill_ramp(s.ramp0, n0_, it.delta0, -1.0);
@@ -349,59 +417,7 @@ void cpu_engine<Real>::process_pattern(const batch_item& it, thread_scratch& s, 
     }
   };
 
-  if (slices_ == 1 && modes_ == 1) {
-    complex* pj = s.shifted_probe.get();
-    shifted_probe(0, pj);
-    model_and_object_gradient(it, s, pj);
-    probe_gradient(0);
-  } else {
-    // Forward: every mode through every slice, keeping the wave entering each slice.
-    const Real inv_m = Real(1) / Real(m);
-    for (int64_t k = 0; k < modes_; ++k) {
-      shifted_probe(k, s.slice_waves[std::size_t(k * slices_)].get());
-      for (int64_t sl = 0; sl < slices_; ++sl) {
-        const complex* psi = s.slice_waves[std::size_t(k * slices_ + sl)].get();
-        const complex* obj = object_.data() + sl * h_ * w_ + it.i0 * w_ + it.j0;
-        kernels_->multiply_patch(psi, obj, w_, in, n0_, n1_);
-        if (sl + 1 < slices_) {
-          fft_->forward(in, work);
-          kernels_->multiply(work, propagator_.data(), in, m);
-          fft_->backward(in, s.slice_waves[std::size_t(k * slices_ + sl + 1)].get());
-        } else {
-          fft_->forward(in, s.far_fields[std::size_t(k)].get());
-        }
-      }
-    }
-    // One mode: ∂L/∂Ψ* (scaled) straight into `in` where the loss can; else I = Σ_k |Ψ_k|² (modes in
-    // order) and dL/dI from evaluate.
-    const bool fused = modes_ == 1 && loss_far_field(it.pattern, s, s.far_fields[0].get(), in);
-    if (!fused) {
-      kernels_->intensity(s.far_fields[0].get(), inv_m, s.intensity.data(), m);
-      for (int64_t k = 1; k < modes_; ++k)
-        kernels_->add_intensity(s.far_fields[std::size_t(k)].get(), inv_m, s.intensity.data(), m);
-      evaluate_loss(it.pattern, s);
-    }
-    // Backward, mode by mode: g through the slices in reverse.
-    complex* g = s.wave.get();
-    for (int64_t k = 0; k < modes_; ++k) {
-      if (!fused) kernels_->scale_by(s.far_fields[std::size_t(k)].get(), s.dloss.data(), inv_m, in, m);
-      fft_->backward(in, g);
-      for (int64_t sl = slices_ - 1; sl >= 0; --sl) {
-        const complex* psi = s.slice_waves[std::size_t(k * slices_ + sl)].get();
-        const complex* obj = object_.data() + sl * h_ * w_ + it.i0 * w_ + it.j0;
-        complex* og = s.object_grad.data() + sl * h_ * w_ + it.i0 * w_ + it.j0;
-        kernels_->gradient_products(psi, obj, w_, g, og, in, n0_, n1_);
-        if (sl > 0) {  // ∂L/∂ψ_s* (in `in`) back through the propagation: F⁻¹[conj(H)·F[·]]
-          fft_->forward(in, work);
-          kernels_->multiply_conj(work, propagator_.data(), in, m);
-          fft_->backward(in, g);
-        }
-      }
-      probe_gradient(k);
-    }
-    s.row_min = std::min(s.row_min, it.i0);
-    s.row_max = std::max(s.row_max, it.i0 + n0_ - 1);
-  }
+  model_and_gradients(it, s, shifted_probe, probe_gradient);
   if (position_gradient_) {
     position_grad_[std::size_t(2 * it.pattern)] = grad0;
     position_grad_[std::size_t(2 * it.pattern + 1)] = grad1;
@@ -436,7 +452,6 @@ void cpu_engine<Real>::end_group(thread_scratch& s) {
 template <class Real>
 void cpu_engine<Real>::process_run(const batch_item* items, int64_t count, thread_scratch& s,
                                    const complex* probe_spectrum) {
-  const int64_t m = n0_ * n1_;
   complex* in = s.input.get();
   complex* work = s.work.get();
   for (int64_t i = 0; i < count; ++i) {
@@ -447,48 +462,17 @@ void cpu_engine<Real>::process_run(const batch_item* items, int64_t count, threa
     }
     fill_ramp(s.ramp1, n1_, it.delta1, -1.0);
     const complex* r1 = s.ramp1.data();
-    if (modes_ == 1) {
-      // P_j = F1⁻¹[r1 · A]: one pass of row transforms.
-      complex* pj = s.shifted_probe.get();
-      kernels_->multiply_columns(s.group_probe[0].get(), r1, in, n0_, n1_);
-      rows_->backward(in, pj);
-
-      model_and_object_gradient(it, s, pj);
-
-      // B += conj(r1) · F1[conj(O_patch)·g].
-      rows_->forward(in, work);
-      kernels_->add_times_conj_columns(work, r1, s.group_grad[0].get(), n0_, n1_);
-      continue;
-    }
-    // Several modes: as process_pattern's mixed-state path with S = 1, each mode's shift and
-    // probe gradient by the group's A_k and B_k. Forward: every mode's shifted probe P_kj and far
-    // field, I = Σ_k |Ψ_k|² (modes in order), dL/dI.
-    const Real inv_m = Real(1) / Real(m);
-    const complex* obj = object_.data() + it.i0 * w_ + it.j0;
-    for (int64_t k = 0; k < modes_; ++k) {
-      complex* pk = s.slice_waves[std::size_t(k)].get();
+    // P_kj = F1⁻¹[r1 · A_k]: one pass of row transforms.
+    auto shifted_probe = [&](int64_t k, complex* out) {
       kernels_->multiply_columns(s.group_probe[std::size_t(k)].get(), r1, in, n0_, n1_);
-      rows_->backward(in, pk);
-      kernels_->multiply_patch(pk, obj, w_, in, n0_, n1_);
-      fft_->forward(in, s.far_fields[std::size_t(k)].get());
-    }
-    kernels_->intensity(s.far_fields[0].get(), inv_m, s.intensity.data(), m);
-    for (int64_t k = 1; k < modes_; ++k)
-      kernels_->add_intensity(s.far_fields[std::size_t(k)].get(), inv_m, s.intensity.data(), m);
-    evaluate_loss(it.pattern, s);
-    // Backward, mode by mode: g_k = F⁻¹[dL/dI · Ψ_k], the object gradient, B_k += conj(r1) ·
-    // F1[conj(O_patch)·g_k].
-    complex* g = s.wave.get();
-    complex* og = s.object_grad.data() + it.i0 * w_ + it.j0;
-    for (int64_t k = 0; k < modes_; ++k) {
-      kernels_->scale_by(s.far_fields[std::size_t(k)].get(), s.dloss.data(), inv_m, in, m);
-      fft_->backward(in, g);
-      kernels_->gradient_products(s.slice_waves[std::size_t(k)].get(), obj, w_, g, og, in, n0_, n1_);
+      rows_->backward(in, out);
+    };
+    // B_k += conj(r1) · F1[conj(O_patch)·g_k].
+    auto probe_gradient = [&](int64_t k) {
       rows_->forward(in, work);
       kernels_->add_times_conj_columns(work, r1, s.group_grad[std::size_t(k)].get(), n0_, n1_);
-    }
-    s.row_min = std::min(s.row_min, it.i0);
-    s.row_max = std::max(s.row_max, it.i0 + n0_ - 1);
+    };
+    model_and_gradients(it, s, shifted_probe, probe_gradient);
   }
   if (count > 0) end_group(s);
 }

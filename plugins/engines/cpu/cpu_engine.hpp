@@ -17,8 +17,8 @@
 //
 // The single-slice case without position gradient takes a faster path (options.shift_groups, the
 // default): two 2-D transforms per position and mode, not four. The shift ramp is separable,
-// exp(−2πi k·δ / N) = r0(δ0)[k0] · r1(δ1)[k1], so F⁻¹[F[P] · r0 ⊗ r1] = F1⁻¹[ r1 · F0⁻¹[r0 · F[P]] ] (F0, F1: 1-D
-// transforms along axis 0, 1). Positions sharing δ0 (a scan row; a raster with a rational step
+// exp(−2πi k·δ / N) = r0(δ0)[k0] · r1(δ1)[k1], so F⁻¹[F[P] · r0 ⊗ r1] = F1⁻¹[ r1 · F0⁻¹[r0 · F[P]] ]
+// (F0, F1: 1-D transforms along axis 0, 1). Positions sharing δ0 (a scan row; a raster with a rational step
 // repeats few) form a group: A = F0⁻¹[r0 · F[P]] once per group, then per position one 1-D row
 // transform P_j = F1⁻¹[r1 · A] (half a 2-D transform). The probe gradient runs the same road
 // back: per position B += conj(r1) · F1[conj(O) g] (half), per group conj(r0) · F0[B] (half)
@@ -108,6 +108,11 @@ class cpu_engine final : public engine_base {
   sdk::error loss_error(tycho_status st, int64_t j) const;
   // Exit wave, loss, g = ∂L/∂ψ*, the object gradient; leaves conj(O_patch)·g in s.input.
   void model_and_object_gradient(const batch_item& it, thread_scratch& s, const complex* pj);
+  // One pattern through every slice and mode and back; the shift and the probe gradient's
+  // back-shift are the caller's (process_pattern: 2-D; process_run: the group's halves).
+  template <class ShiftedProbe, class ProbeGradient>
+  void model_and_gradients(const batch_item& it, thread_scratch& s, ShiftedProbe&& shifted_probe,
+                           ProbeGradient&& probe_gradient);
 
   int64_t n0_, n1_, h_, w_, patterns_;
   int64_t slices_ = 1, modes_ = 1;

@@ -43,8 +43,8 @@ class cpu_component {
            planning, "\"");
     o.measure_fft = planning == "measure";
     // true (default): the grouped shifts, 3 transform-equivalents per position where the problem
-    // has one slice (any number of modes) and no position gradient; false: the reference path (four 2-D
-    // transforms per position), to compare against.
+    // has one slice (any number of modes) and no position gradient; false: the reference path
+    // (four 2-D transforms per position), to compare against.
     o.shift_groups = cfg.get_bool("shift_groups").value_or(true);
     o.double_precision = s.float64;
     return o;
