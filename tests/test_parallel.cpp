@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "array_difference.hpp"
 #include "built_in_plugins.hpp"
 #include "run_command.hpp"
 #include "test_paths.hpp"
@@ -182,17 +183,6 @@ class UnderMpirun : public ::testing::Test {
   tycho::test::temp_folder tmp_;
 };
 
-const std::complex<float>* complex_data(const tycho::owned_array& a) {
-  return reinterpret_cast<const std::complex<float>*>(a.bytes.data());
-}
-
-// The largest |a − b| over two complex64 arrays of one shape.
-float largest_difference(const tycho::owned_array& a, const tycho::owned_array& b) {
-  float worst = 0;
-  for (int64_t k = 0; k < a.count(); ++k) worst = std::max(worst, std::abs(complex_data(a)[k] - complex_data(b)[k]));
-  return worst;
-}
-
 // Runs `extra` (20 iterations) under mpirun -np 1, 2 and 4 and compares the 2- and 4-rank results
 // with the 1-rank one: the loss history to `loss_tolerance` (relative), object and probe to
 // `array_tolerance` (of the array's largest |value|), positions bit for bit, each rank's report.
@@ -219,9 +209,7 @@ void UnderMpirun::expect_one_trajectory(const std::vector<std::string>& extra, c
       const auto& a = one.array(name, results[1]);
       const auto& b = rec.array(name, results[np]);
       ASSERT_EQ(a.shape, b.shape);
-      float largest = 0;
-      for (int64_t k = 0; k < a.count(); ++k) largest = std::max(largest, std::abs(complex_data(a)[k]));
-      const float worst = largest_difference(a, b) / largest;
+      const float worst = tycho::test::largest_relative_difference(a, b);
       EXPECT_LT(worst, array_tolerance) << tag << ", " << np << " ranks: " << name << " differs from one rank's by "
                                         << worst << " of its largest value";
     }
