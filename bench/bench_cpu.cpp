@@ -412,7 +412,8 @@ json record(const case_result& r, const tycho::bench::machine_info& m, const std
   j["fft_planning"] = r.planning;
   j["precision"] = r.precision;
   // Per position and mode; several slices always take the reference path (cpu_engine.hpp).
-  j["transforms"] = r.reference || r.slices > 1 ? "reference: 4 per position" : "shift groups: 3 per position + 1 per group";
+  j["transforms"] =
+      r.reference || r.slices > 1 ? "reference: 4 per position" : "shift groups: 3 per position + 1 per group";
   j["us_per_position_iteration"] = std::round(r.median_us() * 100) / 100;
   j["fft_floor_us_per_position"] = std::round(r.floor_us() * 100) / 100;
   j["engine_over_fft_floor"] = std::round(r.ratio() * 1000) / 1000;

@@ -402,7 +402,8 @@ void expect_ten_iterations_match(const std::string& config, const std::vector<st
   ASSERT_TRUE(run("cpu.zip", {"--set", "reconstruct.engine=\"cpu\"", "--set", "reconstruct.fft_planning=\"estimate\"",
                               "--set", "reconstruct.shift_groups=false"}));
   ASSERT_TRUE(run("cpu_measure.zip", {"--set", "reconstruct.engine=\"cpu\"", "--set",
-                                      "reconstruct.fft_planning=\"measure\"", "--set", "reconstruct.shift_groups=false"}));
+                                      "reconstruct.fft_planning=\"measure\"", "--set",
+                                      "reconstruct.shift_groups=false"}));
   ASSERT_TRUE(run("cuda.zip", {"--set", "reconstruct.engine=\"" + candidate + "\""}));
   const run_figures spread = compare_results(tmp / "cpu.zip", tmp / "cpu_measure.zip");
   const run_figures cuda = compare_results(tmp / "cpu.zip", tmp / "cuda.zip");
