@@ -188,6 +188,21 @@ void driver::correct_positions(int64_t epoch) {
     o.lo[a] = double(probe.shape[1 + a] / 2);
     o.hi[a] = double(obj.shape[1 + a] - probe.shape[1 + a] + probe.shape[1 + a] / 2) - 1e-6;
   }
+  if (scan_enabled_) {
+    // The map's global step (when due), then each position's own step without its affine part.
+    const scan_refinement::rank_sum sum = [&](std::vector<double>& v) {
+      if (several) sum_host_doubles(v, stream);
+    };
+    if (scan_.step(epoch, data_of<const double>(grad), data_of<double>(pos), sum) && !scan_.last_report().empty())
+      scan_log_.push_back(scan_.last_report());
+    std::vector<double> steps(std::size_t(2 * pos.shape[0]));
+    double totals[2];
+    position_steps(data_of<const double>(grad), pos.shape[0], h, o, steps.data(), totals);
+    scan_.remove_affine_part(steps.data(), sum);
+    const double none[2] = {0, 0};
+    move_positions(data_of<double>(pos), steps.data(), pos.shape[0], none, o);
+    return;
+  }
   if (!several) {
     step_positions(data_of<double>(pos), data_of<const double>(grad), pos.shape[0], h, o);
     return;

@@ -73,7 +73,7 @@ chunked_read read_preprocessed_in_chunks(const component_ref& source, const tych
   for (int64_t k = 0; k < n; ++k) holds_intensity |= lit[std::size_t(k)] && !scan.bad()[std::size_t(k)];
   refuse_no_intensity(d, holds_intensity);
   const preprocess_settings s = read_preprocess_settings(pre, doc.origin());
-  refuse_moving_masked_pixels(d, s);
+  refuse_moving_masked_pixels(d, s, s.transpose);
   // uint16 results when every step keeps whole counts and a bin's sum cannot pass 65535.
   const double largest_result = double(max_value) * double(s.binning * s.binning);
   const bool as_counts = counts && integer_targets && !s.normalise && largest_result <= 65535.0;

@@ -90,6 +90,7 @@ struct reconstruct_settings {
   double slice_thickness_A = 0;  // > 0 when slices > 1
   double mode_power = 0.1;       // [reconstruct.probe] mode_power
   double max_position_step_A = 0.1;  // [reconstruct.positions] max_step_A (the driver's is in px)
+  scan_refinement_options scan;      // [reconstruct.positions] refine_scan_map and its keys
   driver_options driver;
   constraint_shorthands constraints;  // the runtime's keys that stand for built-in constraints
   parameter_settings object, probe;
@@ -167,6 +168,14 @@ reconstruct_settings read_reconstruct_settings(const config_document& doc) {
       fail(TYCHO_ERR_INVALID_ARGUMENT, "[", table, "] final_learning_rate_fraction must be in (0, 1], got ",
            pc.schedule.final_fraction);
     pc.schedule.total_iterations = r.iterations;
+    scan_refinement_options& so = r.scan;
+    so.enabled = pc.enabled && *setting_value<bool>(pos_t, table, "refine_scan_map");
+    so.first_iteration = *setting_value<int64_t>(pos_t, table, "scan_map_first_iteration");
+    so.every = *setting_value<int64_t>(pos_t, table, "scan_map_every");
+    so.max_move_A = *setting_value<double>(pos_t, table, "scan_map_max_move_A");
+    // A rotation the user gives is kept; the rest is refined.
+    const toml::table& pre_t = doc.table_at("preprocess");
+    so.free[0] = !(pre_t["scan_rotation_deg"].is_integer() || pre_t["scan_rotation_deg"].is_floating_point());
   }
   r.driver.batch_size = *setting_value<int64_t>(rec_t, "reconstruct", "batch_size");
   if (r.driver.batch_size <= 0)
@@ -415,9 +424,46 @@ std::string precision_of(DLDataType dtype) {
   return cat("dtype code ", int(dtype.code), " of ", int(dtype.bits), " bits");
 }
 
+scan_map scan_map_of_report(const std::string& preprocess_json, const std::string& where) {
+  scan_map m;
+  if (preprocess_json.empty()) return m;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(preprocess_json);
+  } catch (const nlohmann::json::exception&) {
+    fail(TYCHO_ERR_BAD_DATA, where, ": the preprocessing report is not valid JSON");
+  }
+  if (!j.is_object() || !j.contains("scan_map")) return m;
+  const auto& lin = j["scan_map"].value("linear", nlohmann::json());
+  bool ok = lin.is_array() && lin.size() == 2;
+  for (int a = 0; ok && a < 2; ++a) {
+    ok = lin[a].is_array() && lin[a].size() == 2 && lin[a][0].is_number() && lin[a][1].is_number();
+    if (ok) m.L[a] = {lin[a][0].get<double>(), lin[a][1].get<double>()};
+  }
+  ok = ok && std::isfinite(m.L[0][0]) && std::isfinite(m.L[0][1]) && std::isfinite(m.L[1][0]) &&
+       std::isfinite(m.L[1][1]) && m.det() > 1e-6 && m.det() < 1e6;
+  if (!ok)
+    fail(TYCHO_ERR_BAD_DATA, where, ": preprocess.scan_map.linear must be a 2 x 2 array of finite numbers with a ",
+         "positive determinant (the scan's linear map)");
+  return m;
+}
+
 run_geometry resolve_run_geometry(const config_document& doc, const tycho_dataset_info& info,
                                   const std::string& desc, int64_t n0, int64_t n1,
-                                  const std::vector<double>& positions_A) {
+                                  const std::vector<double>& listed_positions_A, const scan_map& map) {
+  // The scan map moves every position: listed ones directly, a raster's as listed ones that keep
+  // the scan step (so the object is laid out over where the probe was).
+  std::vector<double> mapped;
+  const bool raster_mapped = listed_positions_A.empty() && !map.is_identity();
+  if (!map.is_identity()) {
+    mapped = listed_positions_A;
+    for (std::size_t j = 0; j + 1 < mapped.size(); j += 2) {
+      const auto r = map.apply({mapped[j], mapped[j + 1]});
+      mapped[j] = r[0];
+      mapped[j + 1] = r[1];
+    }
+  }
+  const std::vector<double>& positions_A = map.is_identity() ? listed_positions_A : mapped;
   run_geometry r;
   const toml::table& data_t = doc.table_at("data");
   const toml::table& optics_t = doc.table_at("optics");
@@ -442,7 +488,7 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
   double dk = calibration(data_t, "detector_pixel_invA", "data", info.detector_pixel_invA[0], desc,
                           "detector pixel size (Å⁻¹)");
   // Positions listed by the source replace the raster: no scan step then (recorded as NaN).
-  const bool listed = !positions_A.empty();
+  const bool listed = !listed_positions_A.empty();
   if (listed && data_t.contains("scan_step_A"))
     log_warning("session", cat("'", desc, "' lists its scan positions: [data] scan_step_A is not used"));
   double step = listed ? std::nan("") : calibration(data_t, "scan_step_A", "data", info.scan_step_A[0], desc, "scan step (Å)");
@@ -492,7 +538,17 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
     fail(TYCHO_ERR_OUT_OF_MEMORY, "data '", desc, "': the positions of its ", info.scan_shape[0], " x ",
          info.scan_shape[1], " patterns alone need ", human_bytes(position_bytes), ", more than this machine's ",
          human_bytes(have), " of memory (check the file's shape)");
-  r.layout = listed ? layout_object(r.geometry, positions_A) : layout_object(r.geometry);
+  if (raster_mapped) {
+    const int64_t rx = info.scan_shape[0], ry = info.scan_shape[1];
+    mapped.resize(std::size_t(2 * rx * ry));
+    for (int64_t i = 0; i < rx; ++i)
+      for (int64_t k = 0; k < ry; ++k) {
+        const auto p = map.apply({double(i) * step, double(k) * step1});
+        mapped[std::size_t(2 * (i * ry + k))] = p[0];
+        mapped[std::size_t(2 * (i * ry + k) + 1)] = p[1];
+      }
+  }
+  r.layout = !positions_A.empty() ? layout_object(r.geometry, positions_A) : layout_object(r.geometry);
   return r;
 }
 
@@ -752,6 +808,7 @@ struct session::state {
   static void create_engine(state& s, start& st);
   static void create_optimizers(state& s, start& st);
   static void restore_resumed(state& s, start& st);
+  static scan_refinement make_scan_refinement(state& s, const scan_refinement_options& o);
   static void describe_run(state& s, start& st);
 
   // A host copy of an engine tensor, wherever the engine keeps it.
@@ -869,7 +926,8 @@ void session::state::read_data(state& s, start& st) {
     t0 = std::chrono::steady_clock::now();
     report_stage("preprocessing", 0, 1);
     mask_bad_pixels(s.data, s.config.table_at("preprocess"), s.config.origin(), *s.par);  // NaN, saturated
-    refuse_moving_masked_pixels(s.data, read_preprocess_settings(s.config.table_at("preprocess"), s.config.origin()));
+    const preprocess_settings given = read_preprocess_settings(s.config.table_at("preprocess"), s.config.origin());
+    refuse_moving_masked_pixels(s.data, given, given.transpose);
     s.preprocess_json = preprocess_dataset(s.data, s.config, sum_across_ranks).to_json();
     report_stage("preprocessing", 1, 1);
     log_info("session", cat("preprocessed in ", seconds_since(t0), " s"));
@@ -893,7 +951,8 @@ void session::state::read_data(state& s, start& st) {
 void session::state::resolve_geometry(state& s, start& st) {
   const auto& info = s.data.info;
   {
-    run_geometry g = resolve_run_geometry(s.config, info, s.data.description, s.data.n0, s.data.n1, s.data.positions_A);
+    run_geometry g = resolve_run_geometry(s.config, info, s.data.description, s.data.n0, s.data.n1, s.data.positions_A,
+                                          scan_map_of_report(s.preprocess_json, s.data.description));
     s.optics = g.optics;
     s.wavelength_A = g.wavelength_A;
     s.sampling = g.sampling;
@@ -1139,6 +1198,34 @@ void session::state::create_optimizers(state& s, start& st) {
                                    std::move(opts), s.data.all_patterns, dopt,
                                    shard::of(s.data.all_patterns, s.par->rank(), world, s.par->sharding()),
                                    world > 1 ? s.par : nullptr);
+  if (settings.scan.enabled) s.drv->set_scan_refinement(make_scan_refinement(s, settings.scan));
+}
+
+// The scan map's refinement for this rank's positions: their nominal positions (the raster, or the
+// source's list) centred on the whole scan's mean, and the map the preprocessing laid them out with.
+scan_refinement session::state::make_scan_refinement(state& s, const scan_refinement_options& o) {
+  const int64_t all = s.data.all_patterns, ry = s.data.info.scan_shape[1];
+  std::vector<double> n(std::size_t(2 * all));
+  for (int64_t j = 0; j < all; ++j) {
+    if (!s.data.positions_A.empty()) {
+      n[std::size_t(2 * j)] = s.data.positions_A[std::size_t(2 * j)];
+      n[std::size_t(2 * j + 1)] = s.data.positions_A[std::size_t(2 * j + 1)];
+    } else {
+      n[std::size_t(2 * j)] = double(j / ry) * s.geometry.step_A[0];
+      n[std::size_t(2 * j + 1)] = double(j % ry) * s.geometry.step_A[1];
+    }
+  }
+  double mean[2] = {0, 0}, r2 = 0;
+  for (int64_t j = 0; j < all; ++j)
+    for (int a = 0; a < 2; ++a) mean[a] += n[std::size_t(2 * j + a)] / double(all);
+  for (int64_t j = 0; j < all; ++j)
+    for (int a = 0; a < 2; ++a) {
+      n[std::size_t(2 * j + a)] -= mean[a];
+      r2 += n[std::size_t(2 * j + a)] * n[std::size_t(2 * j + a)] / double(all);
+    }
+  std::vector<double> mine(n.begin() + 2 * s.data.first, n.begin() + 2 * (s.data.first + s.data.patterns));
+  return scan_refinement(o, std::move(mine), std::sqrt(r2), {s.geometry.pixel_A[0], s.geometry.pixel_A[1]},
+                         scan_map_of_report(s.preprocess_json, s.data.description));
 }
 
 // 6. Resumed: optimizer state, iteration count and history continue where the file ended.
@@ -1288,6 +1375,8 @@ bool session::run(int64_t iterations, const progress_callback& progress) {
       throw;
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (const std::string& line : s.drv->take_scan_log())
+      if (s.par->is_root()) log_info("positions", line);
     // A non-finite loss, or NaN left in the state, would only spread: stop with the last state
     // that had neither.
     if (!std::isfinite(loss)) {

@@ -132,6 +132,10 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         at_most(at_least(decl("final_learning_rate_fraction", N, "0.1", "", "the schedule's factor at the last iteration"),
                          0, true),
                 1),
+        decl("refine_scan_map", B, "true", "", "with correct = true: refine the scan's linear map (rotation, step scales, shear) as global parameters; the positions' own steps keep the rest"),
+        at_least(decl("scan_map_first_iteration", I, "10", "", "the scan map's first step"), 1),
+        at_least(decl("scan_map_every", I, "5", "iterations", "iterations between the scan map's steps"), 1),
+        at_least(decl("scan_map_max_move_A", N, "0.3", "Å", "largest move of one scan-map step at the scan's rms radius"), 0, true),
     };
     m["reconstruct.constraints"] = {
         decl("name", S, none, "", "the constraint component (`tycho plugins` lists them); required"),

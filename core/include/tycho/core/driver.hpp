@@ -5,11 +5,13 @@
 #include <tycho/tycho_components.h>
 
 #include "tycho/core/position_correction.hpp"
+#include "tycho/core/scan_refinement.hpp"
 #include "tycho/core/sharding.hpp"
 
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tycho {
@@ -107,6 +109,12 @@ class driver {
   // (the caller keeps its own copy of the last complete state). One rank only: several ranks
   // would stop in different batches and wait for each other.
   void set_stop_check(std::function<bool()> stop) { stop_ = std::move(stop); }
+  // The scan map's refinement (scan_refinement.hpp), with position correction: its global steps
+  // every few iterations, and the per-position steps keep only what no linear map explains.
+  void set_scan_refinement(scan_refinement r) { scan_ = std::move(r); scan_enabled_ = true; }
+  const scan_refinement* scan_refinement_state() const { return scan_enabled_ ? &scan_ : nullptr; }
+  // The refinement's reports since the last call (one line per global step), for the log.
+  std::vector<std::string> take_scan_log() { return std::exchange(scan_log_, {}); }
   // With several ranks and position correction: every pattern's position ((P, 2) px), gathered
   // after each correction step, so any rank can report them; empty before the first step and
   // on one rank (whose engine holds them all).
@@ -131,6 +139,9 @@ class driver {
   std::vector<double> gathered_positions_;
   int64_t iterations_done_ = 0;
   std::function<bool()> stop_;
+  scan_refinement scan_;
+  bool scan_enabled_ = false;
+  std::vector<std::string> scan_log_;
 };
 
 }  // namespace tycho
