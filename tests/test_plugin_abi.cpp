@@ -128,7 +128,8 @@ static_assert(offsetof(tycho_engine_vtable, read_tensor) == 40);
 static_assert(offsetof(tycho_engine_vtable, stream) == 48);
 static_assert(offsetof(tycho_engine_vtable, collect_loss) == 56);
 static_assert(offsetof(tycho_engine_vtable, plan_memory) == 64);  // 1.1
-static_assert(sizeof(tycho_engine_vtable) == 72);
+static_assert(offsetof(tycho_engine_vtable, set_position_gradient) == 72);  // 1.3
+static_assert(sizeof(tycho_engine_vtable) == 80);
 
 static_assert(offsetof(tycho_optimizer_vtable, create) == 8);
 static_assert(offsetof(tycho_optimizer_vtable, step) == 16);

@@ -331,6 +331,13 @@ typedef struct tycho_engine_vtable {
    * NULL (or a vtable of ABI 1.0): the engine cannot be planned and `tycho plan` says so. */
   tycho_status (*plan_memory)(const tycho_config* cfg, const tycho_memory_problem* problem,
                               tycho_memory_report* out);
+  /* ---- appended in ABI 1.3: the position gradient per iteration. For an engine created with
+   * setup->position_gradient = 1: on = 0 lets the following compute_batch calls skip dL/dr (the
+   * host needs it only on the iterations that move positions, e.g. every fifth for the scan
+   * map's refinement), and take faster paths that cannot give it (the cpu engine's grouped
+   * shifts); on = 1 restores it. Takes effect from the next compute_batch; not thread-safe
+   * against it. NULL: the gradient is computed whenever the setup asked for it. */
+  tycho_status (*set_position_gradient)(tycho_engine* eng, int32_t on);
 } tycho_engine_vtable;
 
 /* ---------------------------------------------------------------- optimizer */

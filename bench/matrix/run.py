@@ -103,8 +103,8 @@ def run_one(e, kind, args, work):
     eid = e["id"]
     data_dir = os.path.join(args.data, eid)
     truth = np.load(os.path.join(data_dir, f"{eid}_truth.npz"))
-    out_zip = os.path.join(work, f"{eid}-{kind}.zip")
-    row = dict(bench="matrix", entry=eid, run=kind, date=time.strftime("%Y-%m-%d"), host=platform.node())
+    out_zip = os.path.join(work, f"{eid}-{kind}{args.tag}.zip")
+    row = dict(bench="matrix", entry=eid, run=kind + args.tag, date=time.strftime("%Y-%m-%d"), host=platform.node())
     if kind == "quantem":
         slices, thickness = slices_for(truth)
         out = os.path.join(work, f"{eid}-quantem.npz")
@@ -121,13 +121,14 @@ def run_one(e, kind, args, work):
             return row
         result = scoring.read_result(out)
     else:
-        cfg = os.path.join(work, f"{eid}-{kind}.toml")
+        cfg = os.path.join(work, f"{eid}-{kind}{args.tag}.toml")
         with open(cfg, "w") as f:
             f.write(config_text(e, truth, kind, out_zip, data_dir, args.iterations))
         t0 = time.time()
-        p = subprocess.run([args.tycho, "reconstruct", cfg, "--overwrite"], capture_output=True, text=True)
+        extra = [a for kv in (args.set if kind == "default" else []) for a in ("--set", kv)]
+        p = subprocess.run([args.tycho, "reconstruct", cfg, "--overwrite"] + extra, capture_output=True, text=True)
         row["seconds"] = time.time() - t0
-        with open(os.path.join(work, f"{eid}-{kind}.log"), "w") as f:
+        with open(os.path.join(work, f"{eid}-{kind}{args.tag}.log"), "w") as f:
             f.write(p.stdout + p.stderr)
         if p.returncode != 0:
             row["error"] = (p.stderr or p.stdout)[-500:]
@@ -143,12 +144,16 @@ def run_one(e, kind, args, work):
             par = geometry.get("parallax") or {}
             if par.get("C10_at_nominal_step_A") is not None:
                 row["parallax_C10_A"] = par["C10_at_nominal_step_A"]
-        refined = (manifest.get("positions_refinement") or {}) if isinstance(manifest, dict) else {}
-        for key in ("rotation_deg", "step_scale", "shear"):
+        refined = (manifest.get("scan_map_refined") or {}) if isinstance(manifest, dict) else {}
+        for key in ("rotation_deg", "step_scale", "shear", "C10_A"):
             if key in refined:
                 row["refined_" + key] = refined[key]
-        if "C10_A_fitted" in (manifest.get("probe_fit") or {}):
-            row["C10_fitted_A"] = manifest["probe_fit"]["C10_A_fitted"]
+        if refined.get("linear"):
+            L, T = np.array(refined["linear"], float), truth_geometry(truth)["linear"]
+            row["refined_map_vs_truth"] = float(np.abs(L - T).max())
+        if "C10_A" in (manifest.get("probe_fit") or {}):
+            row["C10_fitted_A"] = manifest["probe_fit"]["C10_A"]
+            row["C10_true_A"] = e["C10_A"]
     s = scoring.score(result, truth)
     row.update(pearson=s["pearson"], rms_rad=s["rms_rad"], metric=s["metric"])
     row.update(scoring.score_positions(result, truth))
@@ -166,6 +171,8 @@ def main():
     ap.add_argument("--quantem-python", default=os.environ.get("QUANTEM_PYTHON", "/work/venv-quantem/bin/python"))
     ap.add_argument("--iterations", type=int)
     ap.add_argument("--no-record", action="store_true")
+    ap.add_argument("--set", action="append", default=[], help="KEY=VALUE passed to the default run (experiments)")
+    ap.add_argument("--tag", default="", help="suffix of the work files and the run's name (experiments)")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     kinds = args.only.split(",") + (["quantem"] if args.quantem and "quantem" not in args.only else [])

@@ -2,6 +2,8 @@
 
 #include <fftw3.h>
 
+#include "tycho/core/fftw_planner.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -16,23 +18,18 @@ namespace {
 constexpr double pi = 3.14159265358979323846;
 using cplx = std::complex<double>;
 
-// FFTW's planner is not thread-safe; ranks run as threads of one process may estimate at once.
-std::mutex& planner_mutex() {
-  static std::mutex m;
-  return m;
-}
 
 // One 2-D complex transform of a fixed size, planned once.
 class transform2d {
  public:
   transform2d(int64_t n0, int64_t n1, int sign) : n0_(n0), n1_(n1), buf_(std::size_t(n0 * n1)) {
-    std::lock_guard<std::mutex> lock(planner_mutex());
+    make_fftw_planner_thread_safe();
     auto* p = reinterpret_cast<fftw_complex*>(buf_.data());
     plan_ = fftw_plan_dft_2d(int(n0), int(n1), p, p, sign, FFTW_ESTIMATE);
     if (plan_ == nullptr) fail(TYCHO_ERR_INTERNAL, "parallax: FFTW could not plan a ", n0, " x ", n1, " transform");
   }
   ~transform2d() {
-    std::lock_guard<std::mutex> lock(planner_mutex());
+    make_fftw_planner_thread_safe();
     fftw_destroy_plan(plan_);
   }
   transform2d(const transform2d&) = delete;
@@ -115,19 +112,31 @@ class shift_finder {
       }
     }
     if (p0 < 0) return false;
-    // Matrix DFT on x = peak + (−1.5 ... 1.5) / 16 per axis: c(x) = Σ_f X(f) e^{2πi f x / m}.
-    constexpr int up = 16, u = 3 * up + 1;
-    const double start[2] = {freq_[0][std::size_t(p0)] - 1.5, freq_[1][std::size_t(p1)] - 1.5};
+    // Matrix DFTs c(x) = Σ_f X(f) e^{2πi f x / m} near the peak: on a quarter-pixel grid over ±1.5 px,
+    // then on a sixteenth over ±0.25 px around the best (a tenth of the work of one 1/16 grid).
+    double at[2] = {freq_[0][std::size_t(p0)], freq_[1][std::size_t(p1)]};
+    refine(X, at, 0.25, 6);
+    refine(X, at, 1.0 / 16, 4);
+    out[0] = at[0];
+    out[1] = at[1];
+    return true;
+  }
+
+ private:
+  // Moves `at` to the largest overlap-normalised correlation on the grid at ± half·step around it.
+  void refine(const std::vector<cplx>& X, double at[2], double step, int half) {
+    const int u = 2 * half + 1;
+    const double start[2] = {at[0] - half * step, at[1] - half * step};
     e0_.resize(std::size_t(u * m_[0]));
     e1_.resize(std::size_t(m_[1] * u));
     for (int a = 0; a < u; ++a) {
-      const double x0 = start[0] + double(a) / up;
+      const double x0 = start[0] + a * step;
       for (int64_t f = 0; f < m_[0]; ++f)
         e0_[std::size_t(a * m_[0] + f)] = std::polar(1.0, 2 * pi * freq_[0][std::size_t(f)] * x0 / double(m_[0]));
     }
     for (int64_t f = 0; f < m_[1]; ++f)
       for (int b = 0; b < u; ++b) {
-        const double x1 = start[1] + double(b) / up;
+        const double x1 = start[1] + b * step;
         e1_[std::size_t(f * u + b)] = std::polar(1.0, 2 * pi * freq_[1][std::size_t(f)] * x1 / double(m_[1]));
       }
     tmp_.assign(std::size_t(u * m_[1]), cplx(0, 0));  // E0 · X
@@ -138,20 +147,20 @@ class shift_finder {
         cplx* t = tmp_.data() + a * m_[1];
         for (int64_t f1 = 0; f1 < m_[1]; ++f1) t[f1] += e * row[f1];
       }
-    double fine = -1e300;
+    double fine = -1e300, best[2] = {at[0], at[1]};
     for (int a = 0; a < u; ++a)
       for (int b = 0; b < u; ++b) {
         double v = 0;
         const cplx* t = tmp_.data() + a * m_[1];
         for (int64_t f1 = 0; f1 < m_[1]; ++f1) v += (t[f1] * e1_[std::size_t(f1 * u + b)]).real();
-        const double x0 = start[0] + double(a) / up, x1 = start[1] + double(b) / up;
+        const double x0 = start[0] + a * step, x1 = start[1] + b * step;
         v /= overlap(x0, x1);
-        if (v > fine) fine = v, out[0] = x0, out[1] = x1;
+        if (v > fine) fine = v, best[0] = x0, best[1] = x1;
       }
-    return true;
+    at[0] = best[0];
+    at[1] = best[1];
   }
 
- private:
   double overlap(double x0, double x1) const {
     return std::max(double(b_[0]) - std::abs(x0), 0.25 * double(b_[0])) *
            std::max(double(b_[1]) - std::abs(x1), 0.25 * double(b_[1]));
@@ -284,15 +293,27 @@ parallax_result estimate_parallax(const parallax_images& im, double expected_shi
       }
     }
     if (per_px[0].size() < 3 || per_px[1].size() < 3) break;
+    double level_var[2];
     for (int axis = 0; axis < 2; ++axis) {
       const robust_mean m = huber_mean(per_px[axis]);
       A[0][axis] = m.v[0];
       A[1][axis] = m.v[1];
-      const double var = (m.scatter * m.scatter + 1e-6) / double(m.n);
-      weighted[0][axis] += m.v[0] / var;
-      weighted[1][axis] += m.v[1] / var;
-      weight[axis] += 1.0 / var;
+      level_var[axis] = (m.scatter * m.scatter + 1e-6) / double(m.n);
       r.pairs += m.n;
+    }
+    // Levels whose shifts stay within two scan steps count, each with the weight of its own
+    // statistics at the *smallest* separation's scale: larger separations cross more of the
+    // boundaries where a lattice's overlapping discs enter or leave a group's image, which
+    // shortens the measured shift (by 10 % at four times the first separation on MoS2), so
+    // they must not dominate through their longer lever.
+    const double largest = std::max(std::hypot(A[0][0], A[1][0]), std::hypot(A[0][1], A[1][1])) * dkappa;
+    if (known && largest > 2.0) break;
+    const double lever = dkappa / double(im.group_px);  // 1, 2, 4, ... separations
+    for (int axis = 0; axis < 2; ++axis) {
+      const double var = level_var[axis] * lever * lever;
+      weighted[0][axis] += A[0][axis] / var;
+      weighted[1][axis] += A[1][axis] / var;
+      weight[axis] += 1.0 / var;
     }
     known = true;
     ++r.levels;

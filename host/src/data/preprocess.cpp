@@ -436,6 +436,7 @@ std::string preprocess_report::to_json() const {
         pj["levels"] = p.levels;
         pj["scale_at_stated_C10"] = number(g.parallax_scale);
         pj["C10_at_nominal_step_A"] = number(g.parallax_C10_A);
+        if (std::isfinite(g.C10_estimate_A)) pj["C10_estimate_A"] = g.C10_estimate_A;
       } else {
         pj["why_not"] = p.why_not;
       }

@@ -3,6 +3,7 @@
 #include <tycho/core/error.hpp>
 
 #include <fftw3.h>
+#include <tycho/core/fftw_planner.hpp>
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -20,8 +21,16 @@ constexpr double pi = 3.14159265358979323846;
 const double nan = std::numeric_limits<double>::quiet_NaN();
 
 // Below this relative standard error, with shifts of at least min_parallax_shift scan steps
-// across the bright-field disc, the parallax decides the map (parallax.hpp's relative_error).
+// across the bright-field disc, the parallax decides the map (parallax.hpp's relative_error); up
+// to parallax_error_limit (a rotation within about 9°, which the reconstruction's refinement of
+// the map then closes) when the centre-of-mass curl is noise-dominated.
 constexpr double parallax_error_max = 0.05;
+constexpr double parallax_error_limit = 0.15;
+// Below this relative standard error the parallax's scale gives the initial C10 (at the nominal
+// step): measured 0.3 % from the truth on hBN, 3 % on Si [110] and SrTiO3 [001] after the depth's
+// correction, 8 % low on MoSe2 (at 0.9 % standard error; a lattice's overlapping discs shorten
+// the shifts); at 5 % standard error (WS2, 2,500 electrons per pattern) 20 % low.
+constexpr double parallax_C10_error_max = 0.02;
 constexpr double min_parallax_shift = 1.0 / 3.0;
 // How far the COM curl's rotation may lie from the parallax's before the log warns (degrees).
 constexpr double rotation_disagreement_deg = 5.0;
@@ -33,12 +42,11 @@ double wavelength_of(double energy_eV) {
   return 12.2643 / std::sqrt(energy_eV * (1 + 0.978476e-6 * energy_eV));
 }
 
-std::string deg(double rad) { return cat(std::round(rad * 180 / pi * 1000) / 1000, "°"); }
-
-std::mutex& planner_mutex() {
-  static std::mutex m;
-  return m;
+std::string deg(double rad) {
+  const double d = std::round(rad * 180 / pi * 1000) / 1000;
+  return cat(d == 0 ? 0.0 : d, "°");  // no −0
 }
+
 
 // The transpose P (swap of the two rows) applied to a map, when asked.
 scan_map transposed(const scan_map& m, bool t) {
@@ -74,6 +82,12 @@ geometry_optics resolve_geometry_optics(const config_document& doc, const tycho_
   o.dk_invA[0] *= double(binning);
   o.dk_invA[1] *= double(binning);
   pair("scan_step_A", info.scan_step_A, o.step_A);
+  // Multislice: the parallax sees the defocus at the specimen's middle, C10 + z (C10 < 0 focuses
+  // below the entrance), so the entrance's C10 is the measured one minus half the thickness.
+  const toml::table& rec_t = doc.table_at("reconstruct");
+  const auto slices = rec_t["slices"].value<int64_t>();
+  const auto dz = rec_t["slice_thickness_A"].value<double>();
+  if (slices && *slices > 1 && dz && std::isfinite(*dz) && *dz > 0) o.specimen_middle_A = 0.5 * double(*slices) * *dz;
   return o;
 }
 
@@ -110,7 +124,7 @@ double dpc_skewness(const std::vector<double>& com, int64_t rx, int64_t ry, doub
       c1[std::size_t(i * m1 + k)] = s * a + c * b;
     }
   {
-    std::lock_guard<std::mutex> lock(planner_mutex());
+    make_fftw_planner_thread_safe();
     fftw_plan p0 = fftw_plan_dft_2d(int(m0), int(m1), reinterpret_cast<fftw_complex*>(c0.data()),
                                     reinterpret_cast<fftw_complex*>(c0.data()), FFTW_FORWARD, FFTW_ESTIMATE);
     fftw_plan p1 = fftw_plan_dft_2d(int(m0), int(m1), reinterpret_cast<fftw_complex*>(c1.data()),
@@ -131,7 +145,7 @@ double dpc_skewness(const std::vector<double>& com, int64_t rx, int64_t ry, doub
     }
   }
   {
-    std::lock_guard<std::mutex> lock(planner_mutex());
+    make_fftw_planner_thread_safe();
     fftw_plan p = fftw_plan_dft_2d(int(m0), int(m1), reinterpret_cast<fftw_complex*>(c0.data()),
                                    reinterpret_cast<fftw_complex*>(c0.data()), FFTW_BACKWARD, FFTW_ESTIMATE);
     fftw_execute(p);
@@ -186,12 +200,16 @@ scan_geometry_estimate estimate_scan_geometry(const std::vector<double>& com, in
       from_parallax = transposed(raw, transpose);
       e.parallax_scale = std::sqrt(std::abs(raw.det()));
       e.parallax_C10_A = o.C10_A / e.parallax_scale;
+      if (p.relative_error <= parallax_C10_error_max) e.C10_estimate_A = e.parallax_C10_A - o.specimen_middle_A;
       const double radius_px = o.semiangle_mrad * 1e-3 / o.wavelength_A / std::max(o.dk_invA[0], o.dk_invA[1]);
       const double shortest = std::min(std::hypot(p.A[0][0], p.A[1][0]), std::hypot(p.A[0][1], p.A[1][1]));
       const double shift_across = shortest * radius_px;
-      if (p.relative_error > parallax_error_max) {
+      const bool curl_reliable = curl.done && curl.contrast() >= rotation_contrast_warn;
+      if (p.relative_error > parallax_error_limit || (p.relative_error > parallax_error_max && curl_reliable)) {
         e.notes.push_back(cat("parallax of the bright field too uncertain (standard error ",
-                              std::round(p.relative_error * 1000) / 10, " % > ", parallax_error_max * 100, " %)"));
+                              std::round(p.relative_error * 1000) / 10, " % > ",
+                              (curl_reliable ? parallax_error_max : parallax_error_limit) * 100, " %",
+                              curl_reliable ? ", and the centre-of-mass curl is reliable)" : ")"));
       } else if (shift_across < min_parallax_shift) {
         e.notes.push_back(cat("parallax of the bright field too small to measure (", shift_across,
                               " scan steps across the disc; the probe is near focus)"));
@@ -240,7 +258,7 @@ scan_geometry_estimate estimate_scan_geometry(const std::vector<double>& com, in
         e.notes.push_back(cat("warning: the centre-of-mass curl finds rotation ", deg(phi_curl), " (mod 180°), transpose ",
                               curl.transpose ? "true" : "false", ": it disagrees with the parallax, which is used"));
     }
-  } else if (curl.done) {
+  } else if (curl.done && curl.contrast() >= rotation_contrast_warn) {
     e.source = "centre-of-mass curl";
     e.transpose = curl.transpose;
     // θ or θ + 180°: the integrated COM is positive on atoms at the right one.
@@ -254,15 +272,28 @@ scan_geometry_estimate estimate_scan_geometry(const std::vector<double>& com, in
                           curl.deg, "°, integrated COM skewness ", e.dpc_skewness, " decides between it and +180°",
                           theta == nearest ? "; within 2° of a quarter turn: the quarter turn" : "", "), transpose ",
                           e.transpose ? "true" : "false"));
-    if (curl.contrast() < rotation_contrast_warn)
-      e.notes.push_back(cat("warning: the centre-of-mass curl varies by only ", std::round(curl.contrast() * 1000) / 10,
-                            " % over the angles: noise dominates and the rotation is uncertain; give scan_rotation_deg ",
-                            "and scan_transpose if it is wrong"));
   } else {
     e.source = "nominal";
     e.transpose = transpose_given > 0;
-    e.notes.push_back("warning: neither the parallax nor the centre-of-mass curl could be measured (the scan is smaller "
-                      "than 3 x 3 or the optics are unknown): the nominal raster is used");
+    e.notes.push_back(cat("warning: the scan's geometry could not be measured: ",
+                          curl.done ? cat("the centre-of-mass curl varies by only ", std::round(curl.contrast() * 1000) / 10,
+                                          " % over the angles (noise dominates)")
+                                    : std::string("the scan is smaller than 3 x 3"),
+                          " and the parallax is not usable; the nominal raster is used (give scan_rotation_deg and ",
+                          "scan_transpose if the scan is turned against the detector)"));
+  }
+  // Whatever was measured must be a map the positions can take (noise-only or non-finite data
+  // can give none): else the nominal raster, said.
+  bool finite = true;
+  for (const auto& row : e.map.L)
+    for (double v : row) finite = finite && std::isfinite(v);
+  if (!finite || !(e.map.det() > 0)) {
+    e.notes.push_back(cat("warning: the ", e.source, " estimate of the scan's geometry is not a usable map; ",
+                          "the nominal raster is used (give scan_rotation_deg and scan_transpose)"));
+    e.source = "nominal";
+    e.map = scan_map{};
+    e.transpose = transpose_given > 0;
+    e.C10_estimate_A = std::nan("");
   }
   return e;
 }

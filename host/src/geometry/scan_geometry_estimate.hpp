@@ -32,6 +32,7 @@ struct geometry_optics {
   double semiangle_mrad = 0;
   double dk_invA[2] = {0, 0};  // of the patterns the stage measures on (after binning)
   double step_A[2] = {0, 0};   // the nominal scan step
+  double specimen_middle_A = 0;  // depth of the specimen's middle below the entrance ([reconstruct] slices)
   bool known() const { return wavelength_A > 0 && semiangle_mrad > 0 && dk_invA[0] > 0 && dk_invA[1] > 0; }
 };
 // The optics and calibrations of `doc` over the file's (never throws: unknown values are 0).

@@ -3,6 +3,7 @@
 #include <tycho/core/driver.hpp>
 #include <tycho/core/device_label.hpp>
 #include <tycho/core/error.hpp>
+#include <tycho/core/probe_fit.hpp>
 #include <tycho/core/geometry.hpp>
 #include <tycho/core/multislice.hpp>
 #include <tycho/host/optics.hpp>
@@ -169,13 +170,15 @@ reconstruct_settings read_reconstruct_settings(const config_document& doc) {
            pc.schedule.final_fraction);
     pc.schedule.total_iterations = r.iterations;
     scan_refinement_options& so = r.scan;
-    so.enabled = pc.enabled && *setting_value<bool>(pos_t, table, "refine_scan_map");
+    so.enabled = *setting_value<bool>(pos_t, table, "refine_scan_map");
     so.first_iteration = *setting_value<int64_t>(pos_t, table, "scan_map_first_iteration");
     so.every = *setting_value<int64_t>(pos_t, table, "scan_map_every");
     so.max_move_A = *setting_value<double>(pos_t, table, "scan_map_max_move_A");
     // A rotation the user gives is kept; the rest is refined.
     const toml::table& pre_t = doc.table_at("preprocess");
     so.free[0] = !(pre_t["scan_rotation_deg"].is_integer() || pre_t["scan_rotation_deg"].is_floating_point());
+    so.free[4] = *setting_value<bool>(doc.table_at("optics"), "optics", "refine_C10");
+    so.free[1] = *setting_value<bool>(pos_t, table, "refine_scan_scale");
   }
   r.driver.batch_size = *setting_value<int64_t>(rec_t, "reconstruct", "batch_size");
   if (r.driver.batch_size <= 0)
@@ -446,6 +449,16 @@ scan_map scan_map_of_report(const std::string& preprocess_json, const std::strin
     fail(TYCHO_ERR_BAD_DATA, where, ": preprocess.scan_map.linear must be a 2 x 2 array of finite numbers with a ",
          "positive determinant (the scan's linear map)");
   return m;
+}
+
+double C10_estimate_of_report(const std::string& preprocess_json) {
+  if (preprocess_json.empty()) return std::nan("");
+  const nlohmann::json j = nlohmann::json::parse(preprocess_json, nullptr, false);
+  if (!j.is_object() || !j.contains("scan_map") || !j["scan_map"].is_object()) return std::nan("");
+  const auto& p = j["scan_map"].value("parallax", nlohmann::json());
+  if (!p.is_object() || !p.contains("C10_estimate_A") || !p["C10_estimate_A"].is_number()) return std::nan("");
+  const double v = p["C10_estimate_A"].get<double>();
+  return std::isfinite(v) && std::abs(v) < 1e7 ? v : std::nan("");
 }
 
 run_geometry resolve_run_geometry(const config_document& doc, const tycho_dataset_info& info,
@@ -726,6 +739,7 @@ struct session::state {
     int64_t iterations = 0;
   } kept;
   bool stopped = false;     // a run stopped mid-way: the kept state is the session's state
+  bool refine_scan_map = false;  // [reconstruct.positions] refine_scan_map, where this run can (engine, ranks)
   std::string stop_reason;  // why, for a later run()
   std::function<bool()> stop_check;  // set_stop_check
 
@@ -809,6 +823,7 @@ struct session::state {
   static void create_optimizers(state& s, start& st);
   static void restore_resumed(state& s, start& st);
   static scan_refinement make_scan_refinement(state& s, const scan_refinement_options& o);
+  static std::string probe_fit_json(const state& s);
   static void describe_run(state& s, start& st);
 
   // A host copy of an engine tensor, wherever the engine keeps it.
@@ -958,6 +973,16 @@ void session::state::resolve_geometry(state& s, start& st) {
     s.sampling = g.sampling;
     s.geometry = g.geometry;
     s.layout = std::move(g.layout);
+  }
+  // The defocus the bright field's parallax measured (the preprocessing's report), unless the
+  // stated one is to be kept.
+  if (*setting_value<bool>(s.config.table_at("optics"), "optics", "refine_C10") && !st.resume) {
+    const double measured = C10_estimate_of_report(s.preprocess_json);
+    if (std::isfinite(measured)) {
+      log_info("session", cat("starting from C10 = ", measured, " Å, the defocus the bright field's parallax measured",
+                              " (stated ", s.optics.C10_A, " Å; [optics] refine_C10 = false keeps the stated one)"));
+      s.optics.C10_A = measured;
+    }
   }
   // [data] positions_from: a fresh run starts at a result's saved positions instead of the
   // source's (a resumed run continues from its own file's positions, so the key is left aside).
@@ -1136,7 +1161,27 @@ void session::state::create_engine(state& s, start& st) {
   setup.device = s.par->device();
   setup.slice_propagator = settings.slices > 1 ? &propagator_t : nullptr;
   setup.slice_thickness_A = settings.slices > 1 ? settings.slice_thickness_A : 0.0;
-  setup.position_gradient = settings.driver.positions.enabled ? 1 : 0;
+  // The scan map's refinement needs the positions' gradient every few iterations: from an engine
+  // that can turn it off in between (else it costs on every batch) and, on several ranks, with
+  // each position's gradient on one rank.
+  s.refine_scan_map = false;
+  if (settings.scan.enabled) {
+    const tycho_engine_vtable* evt = s.engine_ref->as<tycho_engine_vtable>();
+    const bool switchable = evt->struct_size >= offsetof(tycho_engine_vtable, set_position_gradient) +
+                                                    sizeof(evt->set_position_gradient) &&
+                            evt->set_position_gradient != nullptr;
+    const int32_t world = s.par->world_size();
+    if (world > 1 && s.par->sharding() != shard::mode::patterns)
+      log_info("session", "the scan map is not refined: [parallel] sharding = \"replicated\" splits each position's "
+                          "gradient over the ranks ([reconstruct.positions] refine_scan_map)");
+    else if (!switchable && !settings.driver.positions.enabled)
+      log_info("session", cat("the scan map is not refined: the ", st.engine_name, " engine cannot compute the ",
+                              "positions' gradient on some iterations only; [reconstruct.positions] correct = true ",
+                              "refines it with position correction"));
+    else
+      s.refine_scan_map = true;
+  }
+  setup.position_gradient = settings.driver.positions.enabled || s.refine_scan_map ? 1 : 0;
   check_status(s.engine_ref->as<tycho_engine_vtable>()->create(&setup, &s.engine), "engine create");
   // An engine that does not read [reconstruct] precision must not run a float64 config in float32.
   if (const std::string held = precision_of(s.engine_tensor(TYCHO_TENSOR_OBJECT).dtype);
@@ -1198,7 +1243,29 @@ void session::state::create_optimizers(state& s, start& st) {
                                    std::move(opts), s.data.all_patterns, dopt,
                                    shard::of(s.data.all_patterns, s.par->rank(), world, s.par->sharding()),
                                    world > 1 ? s.par : nullptr);
-  if (settings.scan.enabled) s.drv->set_scan_refinement(make_scan_refinement(s, settings.scan));
+  if (s.refine_scan_map) s.drv->set_scan_refinement(make_scan_refinement(s, settings.scan));
+}
+
+// The defocus the reconstructed probe's first mode shows, against the stated one (probe_fit.hpp):
+// searched within ±max(60 %, 100 Å) of the stated C10.
+std::string session::state::probe_fit_json(const state& s) {
+  const owned_array probe = s.stopped ? s.kept.probe : s.read_engine_tensor("probe", TYCHO_TENSOR_PROBE);
+  if (probe.shape.size() != 3) return "";
+  const double c = s.optics.C10_A, half = std::max(0.6 * std::abs(c), 100.0);
+  const double dk[2] = {s.sampling.dk_invA[0], s.sampling.dk_invA[1]};
+  const int64_t n0 = probe.shape[1], n1 = probe.shape[2];
+  const probe_defocus_fit f =
+      probe.dtype.bits == 128
+          ? fit_probe_defocus(probe.as<std::complex<double>>(), n0, n1, dk, s.wavelength_A, s.optics.semiangle_mrad, c,
+                              c - half, c + half)
+          : fit_probe_defocus(probe.as<std::complex<float>>(), n0, n1, dk, s.wavelength_A, s.optics.semiangle_mrad, c,
+                              c - half, c + half);
+  if (!f.done) return "";
+  nlohmann::ordered_json j;
+  j["C10_A"] = f.C10_A;
+  j["initial_C10_A"] = c;  // the run's start: stated, or the parallax's
+  j["peak_gain"] = f.peak_gain;
+  return j.dump();
 }
 
 // The scan map's refinement for this rank's positions: their nominal positions (the raster, or the
@@ -1224,7 +1291,21 @@ scan_refinement session::state::make_scan_refinement(state& s, const scan_refine
       r2 += n[std::size_t(2 * j + a)] * n[std::size_t(2 * j + a)] / double(all);
     }
   std::vector<double> mine(n.begin() + 2 * s.data.first, n.begin() + 2 * (s.data.first + s.data.patterns));
-  return scan_refinement(o, std::move(mine), std::sqrt(r2), {s.geometry.pixel_A[0], s.geometry.pixel_A[1]},
+  scan_refinement_options with_probe = o;
+  with_probe.C10_A = s.optics.C10_A;
+  with_probe.wavelength_A = s.wavelength_A;
+  with_probe.dk_invA = {s.sampling.dk_invA[0], s.sampling.dk_invA[1]};
+  // C10's scale: the shift λ ΔC10 k of the bright field's image at the aperture's edge.
+  with_probe.C10_displacement_per_A = s.wavelength_A * s.optics.semiangle_mrad * 1e-3 / s.wavelength_A;
+  // Counted electrons (the amplitude and Poisson losses agree to second order): each real
+  // degree of freedom fits σ² = s / 4 = 1 / (4 T) of the noise (Var √D ≈ ¼ per pixel, scaled by
+  // the mean total T), two per object pixel. Other data carry no noise model the penalty could use.
+  const DLDataType stored = s.data.info.stored_dtype;
+  const bool counted = (stored.code == kDLUInt || stored.code == kDLInt) && s.data.mean_total_intensity > 0;
+  if (counted)
+    with_probe.noise_per_A2 = 2.0 / (4.0 * s.data.mean_total_intensity) / (s.geometry.pixel_A[0] * s.geometry.pixel_A[1]);
+  with_probe.window_A = std::sqrt(double(s.data.n0) * s.geometry.pixel_A[0] * double(s.data.n1) * s.geometry.pixel_A[1]);
+  return scan_refinement(with_probe, std::move(mine), std::sqrt(r2), {s.geometry.pixel_A[0], s.geometry.pixel_A[1]},
                          scan_map_of_report(s.preprocess_json, s.data.description));
 }
 
@@ -1538,6 +1619,19 @@ std::string session::manifest_json() const {
   m.schedule_iterations = s.iterations;
   m.parallel_json = s.parallel_json;
   m.preprocess_json = s.preprocess_json;
+  if (const scan_refinement* r = s.drv ? s.drv->scan_refinement_state() : nullptr) {
+    const auto q = r->parameters();
+    nlohmann::ordered_json j;
+    j["linear"] = {{r->map().L[0][0], r->map().L[0][1]}, {r->map().L[1][0], r->map().L[1][1]}};
+    j["rotation_deg"] = q.rotation_rad * 180 / 3.14159265358979323846;
+    j["step_scale"] = {q.scale0, q.scale1};
+    j["shear"] = q.shear;
+    if (r->refines_C10()) j["C10_A"] = r->C10_A();
+    j["steps"] = r->steps_taken();
+    j["converged"] = r->converged();
+    m.scan_map_json = j.dump();
+  }
+  m.probe_fit_json = state::probe_fit_json(s);
   m.complex_dtype = precision() == "float64" ? "complex128" : "complex64";
   m.slice_thickness_A = s.slice_thickness_A;
   for (const auto& [which, ref, opt] : {std::tuple{"object", s.object_opt_ref, s.object_opt},

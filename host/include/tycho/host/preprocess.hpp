@@ -166,6 +166,10 @@ struct scan_geometry_estimate {
   parallax_result parallax;              // when tried
   double parallax_scale = std::nan("");  // √det of the parallax's map at the nominal C10
   double parallax_C10_A = std::nan("");  // the C10 that gives the parallax's map the nominal step
+  // The defocus at the entrance surface the parallax implies (parallax_C10_A is the specimen's
+  // middle's), when its standard error is below 2 %: the run's initial probe unless [optics]
+  // refine_C10 = false.
+  double C10_estimate_A = std::nan("");
   double com_rotation_deg = std::nan("");  // the curl's estimate (py4DSTEM's convention), when made
   double dpc_skewness = std::nan("");      // the integrated COM's skewness at the chosen rotation
   std::vector<std::string> notes;          // each decision and its reason, for the log

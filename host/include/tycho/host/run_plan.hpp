@@ -42,6 +42,8 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
 // The scan map a preprocessing report (its JSON, "" when none) recorded ("scan_map": "linear"),
 // identity when it holds none. Throws naming `where` when the map is malformed or not invertible.
 scan_map scan_map_of_report(const std::string& preprocess_json, const std::string& where);
+// The entrance's C10 the report's parallax measured ("scan_map.parallax.C10_estimate_A"), NaN when none.
+double C10_estimate_of_report(const std::string& preprocess_json);
 
 // The memory problem of a run: the engine named in [reconstruct] reports its own terms (the
 // reported model: tycho_engine_vtable::plan_memory; a plan-only engine will do), the

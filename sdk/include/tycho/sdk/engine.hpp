@@ -13,6 +13,7 @@
 //                                      // compute_batch then returns void
 //     static void plan_memory(const tycho::sdk::config_view& cfg, const tycho_memory_problem& p,
 //                             tycho_memory_report* out);   // tycho plan (pure, thread-safe)
+//     void set_position_gradient(bool on);  // ABI 1.3: dL/dr on or off from the next batch
 //   };
 //   engine_capabilities caps{"mine", TYCHO_DEVICE_BIT(kDLCPU)};
 //   component(TYCHO_COMPONENT_ENGINE, "mine", "1.0.0", "...", caps.devices, keys,
@@ -35,6 +36,9 @@
 //   it); read_tensor's `bytes` equal to the tensor's size (host tensors are copied here unless
 //   the class has its own read_tensor).
 // - plan_memory: a problem and a report given.
+// - set_position_gradient: only for an engine whose setup asked for a position gradient
+//   (TYCHO_ERR_INVALID_ARGUMENT otherwise); while it is off, get_tensor of the positions'
+//   gradient still answers (the values are those of the last batch that computed them).
 #pragma once
 
 #include <tycho/sdk/adapter.hpp>
@@ -208,6 +212,7 @@ TYCHO_SDK_DETECT(engine_has_read_tensor,
                  std::declval<T&>().read_tensor(TYCHO_TENSOR_OBJECT, std::declval<void*>(), size_t(0)));
 TYCHO_SDK_DETECT(engine_has_stream, std::declval<T&>().stream());
 TYCHO_SDK_DETECT(engine_has_collect_loss, std::declval<T&>().collect_loss());
+TYCHO_SDK_DETECT(engine_has_set_position_gradient, std::declval<T&>().set_position_gradient(true));
 TYCHO_SDK_DETECT(engine_has_plan_memory,
                  T::plan_memory(std::declval<const config_view&>(), std::declval<const tycho_memory_problem&>(),
                                 std::declval<tycho_memory_report*>()));
@@ -316,6 +321,16 @@ struct engine_adapter {
     });
   }
 
+  static tycho_status set_position_gradient(tycho_engine* eng, int32_t on) {
+    return guarded([&] {
+      instance& in = self(eng, "set_position_gradient");
+      if (!in.position_gradient)
+        fail(TYCHO_ERR_INVALID_ARGUMENT, id().who(), ": set_position_gradient() on an engine whose setup asked for ",
+             "no position gradient");
+      in.engine.set_position_gradient(on != 0);
+    });
+  }
+
   static tycho_engine_vtable make_vtable() {
     auto vt = detail::vtable_head<tycho_engine_vtable>();
     vt.create = &create;
@@ -326,6 +341,7 @@ struct engine_adapter {
     vt.stream = &stream;
     if constexpr (detail::engine_has_collect_loss<E>::value) vt.collect_loss = &collect_loss;
     if constexpr (detail::engine_has_plan_memory<E>::value) vt.plan_memory = &plan_memory;
+    if constexpr (detail::engine_has_set_position_gradient<E>::value) vt.set_position_gradient = &set_position_gradient;
     return vt;
   }
   static inline const tycho_engine_vtable vtable = make_vtable();
