@@ -9,7 +9,11 @@ if(NOT EXISTS "${TYCHO_WHEEL_FROM_BUILD}/CMakeCache.txt")
     "(no CMakeCache.txt): build it first (scripts/build)")
 endif()
 message(STATUS "tycho: the wheel packages the build in ${TYCHO_WHEEL_FROM_BUILD}, compiling nothing")
-install(CODE "execute_process(COMMAND \"${CMAKE_COMMAND}\" --install \"${TYCHO_WHEEL_FROM_BUILD}\"
-                                      --component python_wheel --prefix \"\${CMAKE_INSTALL_PREFIX}\"
-                              COMMAND_ERROR_IS_FATAL ANY)"
+install(CODE "
+  set(strip \"\")
+  if(CMAKE_INSTALL_DO_STRIP)  # scikit-build-core's install.strip, passed on
+    set(strip --strip)
+  endif()
+  execute_process(COMMAND \"${CMAKE_COMMAND}\" --install \"${TYCHO_WHEEL_FROM_BUILD}\" --component python_wheel
+                          --prefix \"\${CMAKE_INSTALL_PREFIX}\" \${strip} COMMAND_ERROR_IS_FATAL ANY)"
   COMPONENT python_wheel)
