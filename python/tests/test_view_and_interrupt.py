@@ -89,3 +89,18 @@ def test_ctrl_c_stops_after_an_iteration_and_the_session_goes_on(mos2):
     assert lines[0].startswith("interrupted: tycho: interrupted after iteration "), out
     _, done, after = lines[1].split()
     assert 1 <= int(done) < 50 and int(after) == int(done) + 1, out
+
+
+def test_python_m_tycho_reconstruct_saves_when_interrupted(mos2, tmp_path):
+    out = tmp_path / "stopped.zip"
+    p = subprocess.Popen([sys.executable, "-m", "tycho", "reconstruct", str(mos2), "--iterations", "60", "--output",
+                          str(out)], stderr=subprocess.PIPE, text=True)
+    time.sleep(6.0)  # the session is made (about 1 s) and iterations are under way (60 take a minute or more)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert "saved the state after iteration " in err and str(out) in err, err
+    saved = np.load(out)
+    done = saved["loss_history"].shape[0]
+    assert 1 <= done < 60, done
+    assert saved["object"].shape == (1, 220, 197)

@@ -373,15 +373,25 @@ def reconstruct(config: Union[str, "os.PathLike[str]"], *, iterations: int = 0,
     length, over which the learning-rate schedules are laid out), and saves the result to
     ``output`` (default: the config's ``[output] path``, else ``tycho-result.zip``, relative to
     the current folder), replacing it. The object is the ``tycho`` command's, bit for bit. Only
-    rank 0 saves; returns the path written (None on other ranks). Writes no PNG previews."""
+    rank 0 saves; returns the path written (None on other ranks). Writes no PNG previews.
+    Interrupted (Ctrl-C), it saves the state after the last complete iteration to the same path,
+    as the command does, and raises KeyboardInterrupt."""
     overrides = list(overrides)
     if iterations > 0:
         overrides.append(f"reconstruct.iterations={int(iterations)}")
     with Session(pathlib.Path(config), overrides=overrides) as s:
-        s.run(0, progress=progress)
+        path = pathlib.Path(output) if output is not None else _configured_output(pathlib.Path(config), overrides)
+        try:
+            s.run(0, progress=progress)
+        except KeyboardInterrupt:
+            # As the command: the state after the last complete iteration is saved, resumable.
+            if s.rank == 0 and s.iterations_done > 0:
+                s.save(path, overwrite=True)
+                print(f"tycho: interrupted: saved the state after iteration {s.iterations_done} to '{path}'; "
+                      f"continue with: tycho reconstruct CONFIG --from {path} -o NEW.zip", file=sys.stderr)
+            raise
         if s.rank != 0:
             return None
-        path = pathlib.Path(output) if output is not None else _configured_output(pathlib.Path(config), overrides)
         return s.save(path, overwrite=True)
 
 
