@@ -139,4 +139,5 @@ try:
 finally:
     kc.stop_channels()
     km.shutdown_kernel(now=True)
+    del kc, km  # now, not in the interpreter's shutdown (where jupyter_client's __del__ cannot log)
 print("notebook check passed")
