@@ -3,7 +3,7 @@ survives errors and interrupts of a run.
 
 1. nbclient runs every cell of the notebook in a fresh kernel, in a temporary folder, with fewer
    iterations (TYCHO_NOTEBOOK_ITERATIONS); checked: the live view's figure is among the cell's
-   outputs (PNG), the images and the result were written, the printed accuracy, the error
+   outputs (PNG), with the progress bar, the images and the result were written, the printed accuracy, the error
    cell's message, and the result's object equals `tycho reconstruct --iterations N`'s bit for
    bit although the notebook ran it 5 iterations at a time.
 2. In a kernel driven by jupyter_client: an interrupt during tycho.view.run and one during a
@@ -54,6 +54,8 @@ def printed(cell):
 view_cell = cell_with("tycho.view.run(")
 pngs = [o for o in view_cell.outputs if o.output_type == "display_data" and "image/png" in o.data]
 assert len(pngs) == 1, f"the live view: one image shown (updated in place), found {view_cell.outputs}"
+bars = "".join(o.get("text", "") for o in view_cell.outputs if o.output_type == "stream" and o.name == "stderr")
+assert "tycho: 100%" in bars and "IProgress" not in bars, bars  # tqdm's text bar, without ipywidgets' warning
 import base64
 png = base64.b64decode(pngs[0].data["image/png"])
 assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20000, len(png)
@@ -120,7 +122,7 @@ try:
     status, _, out = execute("print(s.iterations_done, view.updates, flush=True)")
     done, updates = (int(x) for x in out.split())
     assert status == "ok" and 3 <= done < 40 and updates >= 2, out  # redrawn once more when interrupted
-    assert f"iteration {done + 1}\n" in execute("s.run(1, progress=lambda p: print('iteration', p.iteration))")[2]
+    assert f"iteration {done + 1}\n" in execute("s.run(1, progress=lambda p: print('iteration', p.iteration, flush=True))")[2]
 
     # A run with no progress report is interrupted after an iteration too.
     status, ename, out = execute(
@@ -132,7 +134,8 @@ try:
     # An error leaves the kernel and the session as they were.
     status, ename, out = execute("tycho.Session('[reconstruct]\\nbatchsize = 3\\n')")
     assert (status, ename) == ("error", "InvalidArgumentError"), (status, ename)
-    status, _, out2 = execute("n = s.iterations_done; s.run(1, progress=False); print(n, s.iterations_done)")
+    status, ename, out2 = execute("n = s.iterations_done; s.run(1, progress=False); print(n, s.iterations_done, flush=True)")
+    assert status == "ok", (status, ename, out2)
     before, after = (int(x) for x in out2.split())
     assert status == "ok" and after == before + 1, out2
     print(f"kernel: interrupted twice (after {done} and {before} iterations in all), an error, and it runs on")
