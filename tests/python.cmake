@@ -1,7 +1,8 @@
 # The Python package (python/) under pytest, against this build's libtycho and tycho command; its
-# offline install with pip; the wheel of pyproject.toml; the first-contact notebook. Needs a python3 with numpy, pytest and tomli-w (Debian:
-# python3-numpy python3-pytest python3-tomli-w, in scripts/install-deps); TYCHO_TEST_PYTHON
-# picks one, else the first of find_package(Python3)'s and /usr/bin/python3 that has them.
+# offline install with pip; the wheel of pyproject.toml; the first-contact notebook. Needs a
+# python3 with numpy, pytest and tomli-w (Debian: python3-numpy python3-pytest python3-tomli-w,
+# in scripts/install-deps); TYCHO_TEST_PYTHON picks one, else the first of find_package(Python3)'s
+# and /usr/bin/python3 that has them.
 set(TYCHO_TEST_PYTHON "" CACHE FILEPATH "python3 for the Python package's tests (default: found)")
 set(tycho_test_python "${TYCHO_TEST_PYTHON}")
 if(NOT tycho_test_python)
@@ -37,7 +38,8 @@ if(tycho_test_python)
   # pip wheel . (pyproject.toml, scikit-build-core from PyPI) from this build, installed into a
   # fresh venv and run with the checkout hidden; skipped (77) when PyPI cannot be reached.
   add_test(NAME Python.Wheel
-    COMMAND ${tycho_test_python} ${CMAKE_CURRENT_SOURCE_DIR}/python_wheel_check.py ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR})
+    COMMAND ${tycho_test_python} ${CMAKE_CURRENT_SOURCE_DIR}/python_wheel_check.py
+            ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR})
   set_tests_properties(Python.Wheel PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900
     ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1" DEPENDS Python.Package)
   # The first-contact notebook, headless (nbclient, ipykernel, matplotlib: Debian's, in

@@ -122,7 +122,8 @@ try:
     status, _, out = execute("print(s.iterations_done, view.updates, flush=True)")
     done, updates = (int(x) for x in out.split())
     assert status == "ok" and 3 <= done < 40 and updates >= 2, out  # redrawn once more when interrupted
-    assert f"iteration {done + 1}\n" in execute("s.run(1, progress=lambda p: print('iteration', p.iteration, flush=True))")[2]
+    printed_then = execute("s.run(1, progress=lambda p: print('iteration', p.iteration, flush=True))")[2]
+    assert f"iteration {done + 1}\n" in printed_then, printed_then
 
     # A run with no progress report is interrupted after an iteration too.
     status, ename, out = execute(
@@ -134,7 +135,8 @@ try:
     # An error leaves the kernel and the session as they were.
     status, ename, out = execute("tycho.Session('[reconstruct]\\nbatchsize = 3\\n')")
     assert (status, ename) == ("error", "InvalidArgumentError"), (status, ename)
-    status, ename, out2 = execute("n = s.iterations_done; s.run(1, progress=False); print(n, s.iterations_done, flush=True)")
+    status, ename, out2 = execute(
+        "n = s.iterations_done; s.run(1, progress=False); print(n, s.iterations_done, flush=True)")
     assert status == "ok", (status, ename, out2)
     before, after = (int(x) for x in out2.split())
     assert status == "ok" and after == before + 1, out2

@@ -64,7 +64,8 @@ if probe.returncode != 0:
 # pip wheel . with build isolation: pip installs scikit-build-core from PyPI into its own
 # environment. Its build folder is a temporary one (never the persistent build-wheel/).
 wheels = work / "wheels"
-run([tools / "pip", "wheel", "--no-deps", "-w", wheels, "--config-settings", f"cmake.define.TYCHO_WHEEL_FROM_BUILD={build}",
+run([tools / "pip", "wheel", "--no-deps", "-w", wheels,
+     "--config-settings", f"cmake.define.TYCHO_WHEEL_FROM_BUILD={build}",
      "--config-settings", f"build-dir={work / 'wheel-build'}", repo])
 (wheel,) = wheels.glob("tycho-*.whl")
 names = zipfile.ZipFile(wheel).namelist()
@@ -91,16 +92,16 @@ shutil.copytree(repo / "examples", place / "examples", ignore=shutil.ignore_patt
 env = dict(clean_env, PATH=f"{bin_}:{clean_env.get('PATH', '/usr/bin:/bin')}", HOME=str(place))
 covered = [repo] + ([] if str(build).startswith(str(repo)) else [build])
 mounts = " && ".join(f"mount -t tmpfs -o size=1m tycho-hidden '{p}'" for p in covered)
-hiding = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", f"{mounts} && test ! -e '{repo}/CMakeLists.txt'"],
-                        capture_output=True, text=True).returncode == 0
+hiding = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                         f"{mounts} && test ! -e '{repo}/CMakeLists.txt'"], capture_output=True).returncode == 0
 
 
 def away(cmd):
     """cmd run in the copy's folder with the checkout covered (when a mount namespace can be had)."""
     if not hiding:
         return run(cmd, cwd=place, env=env)
-    return run(["unshare", "--mount", "--propagation", "private", "sh", "-c", f'{mounts} && exec "$@"', "sh", *cmd],
-               cwd=place, env=env)
+    return run(["unshare", "--mount", "--propagation", "private", "sh", "-c", f'{mounts} && exec "$@"', "sh",
+                *cmd], cwd=place, env=env)
 
 
 version = away(["tycho", "--version"]).strip()
@@ -123,6 +124,7 @@ assert py["object"].shape == (1, 220, 197) and not np.allclose(py["object"], 1)
 for name in ("object", "probe", "loss_history"):
     assert py[name].tobytes() == cli[name].tobytes(), f"{name}: Python and the tycho command differ"
 print(f"installed {wheel.name} into a fresh venv; `tycho --version`: {version}; the example ran from {place} "
-      f"{'with the checkout covered by an empty tmpfs' if hiding else 'WITHOUT hiding the checkout (no mount namespace)'}"
-      f"; Python's object equals the command's bit for bit ({time.monotonic() - started:.0f} s in all)")
+      + ("with the checkout covered by an empty tmpfs" if hiding
+         else "WITHOUT hiding the checkout (no mount namespace)")
+      + f"; Python's object equals the command's bit for bit ({time.monotonic() - started:.0f} s in all)")
 shutil.rmtree(work, ignore_errors=True)
