@@ -99,7 +99,9 @@ def execute(code, interrupt_after=None, timeout=300):
             km.interrupt_kernel()
             interrupted[0] = True
 
-    reply = kc.execute_interactive(code, output_hook=on_output, timeout=timeout)["content"]
+    # stop_on_error=False: each request is a separate action, as a user running one cell after
+    # another; with True, ipykernel aborts requests that come in shortly after an error reply.
+    reply = kc.execute_interactive(code, output_hook=on_output, timeout=timeout, stop_on_error=False)["content"]
     return reply["status"], reply.get("ename"), out[0]
 
 
