@@ -3,6 +3,7 @@
 // on /dev/shm that the reader opens as a user's file would be. Readers run in-process through the plugin registry, as the host runs them:
 //
 //   emd, hdf5, cxi, npy, npz   a source component: open, info, positions, the last patterns
+//   mib                        the detectors plugin's Merlin source, the same way
 //   zip                        the zip format's load (results, prepared files, .npz)
 //   config                     the TOML config: parse (with ${} expansion) and every table
 //
@@ -30,7 +31,7 @@
 
 namespace {
 
-// emd, hdf5, cxi, npy, npz, zip or config: from the executable's name (LLVMFuzzerInitialize).
+// emd, hdf5, cxi, npy, npz, mib, zip or config: from the executable's name (LLVMFuzzerInitialize).
 std::string k_reader;
 
 const tycho::host::registry& plugins() {
@@ -43,7 +44,11 @@ const tycho::host::registry& plugins() {
 }
 
 std::string input_path() {
-  const char* ext = k_reader == "npy" ? ".npy" : k_reader == "npz" ? ".npz" : k_reader == "zip" ? ".zip" : ".h5";
+  const char* ext = k_reader == "npy"   ? ".npy"
+                    : k_reader == "npz" ? ".npz"
+                    : k_reader == "zip" ? ".zip"
+                    : k_reader == "mib" ? ".mib"
+                                        : ".h5";
   return "/dev/shm/tycho-fuzz-" + std::to_string(getpid()) + ext;
 }
 
@@ -120,9 +125,9 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   const std::string prefix = "tycho_fuzz_";
   const auto at = self.rfind(prefix);
   k_reader = at == std::string::npos ? "" : self.substr(at + prefix.size());
-  for (const char* r : {"emd", "hdf5", "cxi", "npy", "npz", "zip", "config"})
+  for (const char* r : {"emd", "hdf5", "cxi", "npy", "npz", "mib", "zip", "config"})
     if (k_reader == r) return 0;
-  std::fprintf(stderr, "%s: name the executable tycho_fuzz_<reader>, reader one of emd, hdf5, cxi, npy, npz, zip, config\n",
+  std::fprintf(stderr, "%s: name the executable tycho_fuzz_<reader>, reader one of emd, hdf5, cxi, npy, npz, mib, zip, config\n",
                self.c_str());
   std::exit(2);
 }

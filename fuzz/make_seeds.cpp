@@ -1,7 +1,7 @@
 // Writes the seeds of the fuzz corpus that need tycho's own writers into <out>/<reader>/:
 //   tycho_fuzz_make_seeds fuzz/corpus
-// HDF5 files (emd, hdf5, cxi) with the HDF5 C API (the tests' writers), results and a bare
-// archive (zip) through the zip format plugin. The seeds are small and checked in
+// HDF5 files (emd, hdf5, cxi) with the HDF5 C API (the tests' writers), Merlin .mib frames
+// (the tests' writer), results and a bare archive (zip) through the zip format plugin. The seeds are small and checked in
 // (fuzz/corpus/README.md); the .npy/.npz seeds were written by numpy, the configs by hand.
 #include <hdf5.h>
 
@@ -17,6 +17,7 @@
 
 #include "cxi_test_file.hpp"
 #include "emd_test_file.hpp"
+#include "mib_test_file.hpp"
 
 namespace fs = std::filesystem;
 
@@ -48,7 +49,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const fs::path out = argv[1];
-  for (const char* r : {"emd", "hdf5", "cxi", "zip"}) fs::create_directories(out / r);
+  for (const char* r : {"emd", "hdf5", "cxi", "zip", "mib"}) fs::create_directories(out / r);
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
 
   std::vector<float> values(2 * 3 * 4 * 4);
@@ -75,6 +76,33 @@ int main(int argc, char** argv) {
     w.number("/entry_1/instrument_1/detector_1/distance", 0.1);
     w.number("/entry_1/instrument_1/detector_1/x_pixel_size", 5e-5);
     w.number("/entry_1/instrument_1/detector_1/y_pixel_size", 5e-5);
+  }
+
+  // Merlin .mib: one small frame of each storage (the harness gives no scan_shape, so a file
+  // of several frames stops at the scan's shape; the per-frame checks are in the unit tests).
+  {
+    struct seed {
+      const char* name;
+      const char* type;
+      int depth;
+      int64_t rows, cols;
+      bool quad;
+    };
+    for (const seed& sd : {seed{"u08.mib", "U08", 6, 16, 16, false}, seed{"u16.mib", "U16", 12, 32, 32, false},
+                           seed{"u32.mib", "U32", 24, 8, 8, false}, seed{"raw1.mib", "R64", 1, 4, 64, false},
+                           seed{"raw6.mib", "R64", 6, 4, 64, false}, seed{"raw12.mib", "R64", 12, 2, 64, false},
+                           seed{"raw24.mib", "R64", 24, 2, 64, false}, seed{"quad_raw1.mib", "R64", 1, 512, 512, true}}) {
+      tycho::test::mib_options o;
+      o.type = sd.type;
+      o.depth = sd.depth;
+      o.rows = sd.rows;
+      o.cols = sd.cols;
+      o.quad = sd.quad;
+      std::vector<uint32_t> frame(std::size_t(sd.rows * sd.cols));
+      const uint32_t top = (uint32_t(1) << sd.depth) - 1;
+      for (std::size_t k = 0; k < frame.size(); ++k) frame[k] = uint32_t(k * 2654435761u >> 7) & top;
+      tycho::test::write_bytes((out / "mib" / sd.name).string(), tycho::test::mib_bytes(o, frame));
+    }
   }
 
   tycho::host::registry reg;

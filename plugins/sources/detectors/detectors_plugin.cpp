@@ -1,0 +1,26 @@
+// The `detectors` plugin: sources for the files detectors write, as their acquisition software
+// writes them (docs/detector-formats.md):
+//   mib    Quantum Detectors Merlin .mib (+ .hdr)                      mib_source.cpp
+// Each reads frames in chunks as the host asks, reports the calibrations it found and which it
+// did not, and refuses a malformed file naming the file, the offset or path, and what was expected.
+#include <tycho/sdk.hpp>
+#include <tycho/sdk/source.hpp>
+
+#include "mib_source.hpp"
+
+namespace {
+
+namespace det = tycho::detectors;
+
+const tycho_component k_components[] = {
+    tycho::sdk::with_settings(
+        tycho::sdk::component(TYCHO_COMPONENT_SOURCE, "mib", "1.0.0",
+                              "Quantum Detectors Merlin .mib frames (1/6/12/24-bit counts or RAW, single chip or 2x2 "
+                              "quad); scan shape from the .hdr or [data] scan_shape; no calibrations in the file",
+                              TYCHO_DEVICE_BIT(kDLCPU), det::k_mib_keys, tycho::sdk::source_vtable<det::mib_source>("mib")),
+        det::k_mib_settings),
+};
+
+}  // namespace
+
+TYCHO_PLUGIN("detectors", "1.0.0", k_components)
