@@ -3,7 +3,7 @@
 // on /dev/shm that the reader opens as a user's file would be. Readers run in-process through the plugin registry, as the host runs them:
 //
 //   emd, hdf5, cxi, npy, npz   a source component: open, info, positions, the last patterns
-//   mib                        the detectors plugin's Merlin source, the same way
+//   mib, arina                 the detectors plugin's Merlin and ARINA/EIGER sources, the same way
 //   zip                        the zip format's load (results, prepared files, .npz)
 //   config                     the TOML config: parse (with ${} expansion) and every table
 //
@@ -31,7 +31,7 @@
 
 namespace {
 
-// emd, hdf5, cxi, npy, npz, mib, zip or config: from the executable's name (LLVMFuzzerInitialize).
+// emd, hdf5, cxi, npy, npz, mib, arina, zip or config: from the executable's name (LLVMFuzzerInitialize).
 std::string k_reader;
 
 const tycho::host::registry& plugins() {
@@ -125,9 +125,9 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   const std::string prefix = "tycho_fuzz_";
   const auto at = self.rfind(prefix);
   k_reader = at == std::string::npos ? "" : self.substr(at + prefix.size());
-  for (const char* r : {"emd", "hdf5", "cxi", "npy", "npz", "mib", "zip", "config"})
+  for (const char* r : {"emd", "hdf5", "cxi", "npy", "npz", "mib", "arina", "zip", "config"})
     if (k_reader == r) return 0;
-  std::fprintf(stderr, "%s: name the executable tycho_fuzz_<reader>, reader one of emd, hdf5, cxi, npy, npz, mib, zip, config\n",
+  std::fprintf(stderr, "%s: name the executable tycho_fuzz_<reader>, reader one of emd, hdf5, cxi, npy, npz, mib, arina, zip, config\n",
                self.c_str());
   std::exit(2);
 }

@@ -1,6 +1,6 @@
 // Writes the seeds of the fuzz corpus that need tycho's own writers into <out>/<reader>/:
 //   tycho_fuzz_make_seeds fuzz/corpus
-// HDF5 files (emd, hdf5, cxi) with the HDF5 C API (the tests' writers), Merlin .mib frames
+// HDF5 files (emd, hdf5, cxi, arina) with the HDF5 C API (the tests' writers), Merlin .mib frames
 // (the tests' writer), results and a bare archive (zip) through the zip format plugin. The seeds are small and checked in
 // (fuzz/corpus/README.md); the .npy/.npz seeds were written by numpy, the configs by hand.
 #include <hdf5.h>
@@ -11,12 +11,14 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "cxi_test_file.hpp"
 #include "emd_test_file.hpp"
+#include "arina_test_file.hpp"
 #include "mib_test_file.hpp"
 
 namespace fs = std::filesystem;
@@ -49,7 +51,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const fs::path out = argv[1];
-  for (const char* r : {"emd", "hdf5", "cxi", "zip", "mib"}) fs::create_directories(out / r);
+  for (const char* r : {"emd", "hdf5", "cxi", "zip", "mib", "arina"}) fs::create_directories(out / r);
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
 
   std::vector<float> values(2 * 3 * 4 * 4);
@@ -103,6 +105,52 @@ int main(int argc, char** argv) {
       for (std::size_t k = 0; k < frame.size(); ++k) frame[k] = uint32_t(k * 2654435761u >> 7) & top;
       tycho::test::write_bytes((out / "mib" / sd.name).string(), tycho::test::mib_bytes(o, frame));
     }
+  }
+
+  // ARINA / EIGER masters of one frame with their data inside (the harness gives one file):
+  // bitshuffle/LZ4, LZ4 and plain chunks, a pixel mask, a flat field, a pixel size and energy.
+  {
+  struct seed { const char* name; tycho::test::arina_codec codec; hid_t ft, mt; };
+  for (const seed& sd : {seed{"bslz4_u32.h5", tycho::test::arina_codec::bitshuffle_lz4, H5T_STD_U32LE, H5T_NATIVE_UINT32},
+                         seed{"lz4_u16.h5", tycho::test::arina_codec::lz4, H5T_STD_U16LE, H5T_NATIVE_UINT16},
+                         seed{"plain_u8.h5", tycho::test::arina_codec::none, H5T_STD_U8LE, H5T_NATIVE_UINT8}}) {
+    hid_t f = H5Fcreate((out / "arina" / sd.name).c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    std::vector<uint32_t> v32(8 * 8);
+    for (std::size_t k = 0; k < v32.size(); ++k) v32[k] = uint32_t(k * 37 % 200);
+    std::vector<char> native(v32.size() * H5Tget_size(sd.ft));
+    for (std::size_t k = 0; k < v32.size(); ++k) std::memcpy(&native[k * H5Tget_size(sd.ft)], &v32[k], H5Tget_size(sd.ft));
+    tycho::test::arina_data_spec spec;
+    spec.codec = sd.codec;
+    spec.file_type = sd.ft;
+    spec.mem_type = sd.mt;
+    tycho::test::write_arina_frames(f, "/entry/data/data_000001", native.data(), 1, 8, 8, spec);
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    hsize_t dims[2] = {8, 8};
+    hid_t s2 = H5Screate_simple(2, dims, nullptr);
+    std::vector<uint32_t> mask(64, 0);
+    mask[9] = 1;
+    hid_t d = H5Dcreate2(f, "/entry/instrument/detector/detectorSpecific/pixel_mask", H5T_STD_U32LE, s2, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(d, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, mask.data());
+    H5Dclose(d);
+    std::vector<float> flat(64, 1.0f);
+    flat[3] = 2.0f;
+    d = H5Dcreate2(f, "/entry/instrument/detector/detectorSpecific/flatfield", H5T_IEEE_F32LE, s2, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, flat.data());
+    H5Dclose(d);
+    hid_t s0 = H5Screate(H5S_SCALAR);
+    const double px = 75e-6, e = 200e3;
+    d = H5Dcreate2(f, "/entry/instrument/detector/x_pixel_size", H5T_IEEE_F64LE, s0, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &px);
+    H5Dclose(d);
+    d = H5Dcreate2(f, "/entry/instrument/detector/detectorSpecific/photon_energy", H5T_IEEE_F64LE, s0, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &e);
+    H5Dclose(d);
+    H5Sclose(s0);
+    H5Sclose(s2);
+    H5Pclose(lcpl);
+    H5Fclose(f);
+  }
   }
 
   tycho::host::registry reg;

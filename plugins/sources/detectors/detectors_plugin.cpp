@@ -1,11 +1,13 @@
 // The `detectors` plugin: sources for the files detectors write, as their acquisition software
 // writes them (docs/detector-formats.md):
 //   mib    Quantum Detectors Merlin .mib (+ .hdr)                      mib_source.cpp
+//   arina  Dectris ARINA / EIGER NeXus master + data files             arina_source.cpp
 // Each reads frames in chunks as the host asks, reports the calibrations it found and which it
 // did not, and refuses a malformed file naming the file, the offset or path, and what was expected.
 #include <tycho/sdk.hpp>
 #include <tycho/sdk/source.hpp>
 
+#include "arina_source.hpp"
 #include "mib_source.hpp"
 
 namespace {
@@ -19,6 +21,13 @@ const tycho_component k_components[] = {
                               "quad); scan shape from the .hdr or [data] scan_shape; no calibrations in the file",
                               TYCHO_DEVICE_BIT(kDLCPU), det::k_mib_keys, tycho::sdk::source_vtable<det::mib_source>("mib")),
         det::k_mib_settings),
+    tycho::sdk::with_settings(
+        tycho::sdk::component(TYCHO_COMPONENT_SOURCE, "arina", "1.0.0",
+                              "Dectris ARINA / EIGER NeXus master + data files (bitshuffle/LZ4 decoded, pixel mask "
+                              "and flat field applied); scan and calibrations from the scan's metadata file",
+                              TYCHO_DEVICE_BIT(kDLCPU), det::k_arina_keys,
+                              tycho::sdk::source_vtable<det::arina_source>("arina")),
+        det::k_arina_settings),
 };
 
 }  // namespace
