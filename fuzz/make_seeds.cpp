@@ -1,7 +1,7 @@
 // Writes the seeds of the fuzz corpus that need tycho's own writers into <out>/<reader>/:
 //   tycho_fuzz_make_seeds fuzz/corpus
-// HDF5 files (emd, hdf5, cxi, arina) with the HDF5 C API (the tests' writers), Merlin .mib frames
-// (the tests' writer), results and a bare archive (zip) through the zip format plugin. The seeds are small and checked in
+// HDF5 files (emd, hdf5, cxi, arina) with the HDF5 C API (the tests' writers), Merlin .mib frames,
+// DM files and EMPAD .xml (the tests' writers), results and a bare archive (zip) through the zip format plugin. The seeds are small and checked in
 // (fuzz/corpus/README.md); the .npy/.npz seeds were written by numpy, the configs by hand.
 #include <hdf5.h>
 
@@ -19,6 +19,7 @@
 #include "cxi_test_file.hpp"
 #include "emd_test_file.hpp"
 #include "arina_test_file.hpp"
+#include "format_samples.hpp"
 #include "mib_test_file.hpp"
 
 namespace fs = std::filesystem;
@@ -51,7 +52,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const fs::path out = argv[1];
-  for (const char* r : {"emd", "hdf5", "cxi", "zip", "mib", "arina"}) fs::create_directories(out / r);
+  for (const char* r : {"emd", "hdf5", "cxi", "zip", "mib", "arina", "dm", "empad"}) fs::create_directories(out / r);
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
 
   std::vector<float> values(2 * 3 * 4 * 4);
@@ -151,6 +152,32 @@ int main(int argc, char** argv) {
     H5Pclose(lcpl);
     H5Fclose(f);
   }
+  }
+
+  {
+    using namespace tycho::test;
+  // dm: a thumbnail + a 4-D uint16 scan (DM4), two 4-D scans (DM4), one 3-D frame (DM3, big-endian).
+  const fs::path tmp = out / "tmp-samples";
+  write_format_samples(tmp);
+  fs::copy_file(tmp / "gen_4d.dm4", out / "dm" / "scan_4d.dm4", fs::copy_options::overwrite_existing);
+  fs::copy_file(tmp / "gen_multi.dm4", out / "dm" / "two_images.dm4", fs::copy_options::overwrite_existing);
+  dm_image_spec one{2, {6, 5, 1}, sample_bytes<float>(30, 100), {{0, 0.1, "1/nm"}, {0, 0.1, "1/nm"}, {0, 1, ""}}, "Diffraction image", -1, 200e3, "one"};
+  write_sample(out / "dm" / "frame_3d.dm3", dm_bytes(3, false, {one}));
+  fs::remove_all(tmp);
+  // empad: .xml files naming scan_x1_y1.raw (the harness writes that frame beside them).
+  write_sample(out / "empad" / "v122.xml",
+               "<root name=\"seed\"><timestamp isoformat=\"2026-03-25T16:47:52\"/><raw_file filename=\"scan_x1_y1.raw\"/>"
+               "<scan_parameters mode=\"acquire\"><scan_resolution_y>1</scan_resolution_y><scan_resolution_x>1</scan_resolution_x>"
+               "</scan_parameters><iom_measurements><scan_rotation>0.0</scan_rotation><full_scan_field_of_view>"
+               "<scale_factor>0.72</scale_factor><x>7.2e-10</x><y>7.2e-10</y></full_scan_field_of_view>"
+               "<nominal_camera_length>0.369</nominal_camera_length><high_voltage>300000.0</high_voltage></iom_measurements></root>");
+  write_sample(out / "empad" / "old.xml",
+               "<root><raw_file filename=\"scan_x1_y1.raw\"/><pix_x>1</pix_x><pix_y>1</pix_y><iom_measurements>"
+               "<optics><get_full_scan_field_of_view>[1e-9, 1e-9]</get_full_scan_field_of_view></optics>"
+               "<calibrated_pixelsize>3.3e-10</calibrated_pixelsize></iom_measurements></root>");
+  write_sample(out / "empad" / "series.xml",
+               "<root><raw_file filename=\"scan_x1_y1.raw\"/><scan_parameters mode=\"acquire\"><series_count>1</series_count>"
+               "</scan_parameters></root>");
   }
 
   tycho::host::registry reg;

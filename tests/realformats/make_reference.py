@@ -14,6 +14,14 @@ tycho's sources and compares. Rerun only when the shared files change:
 Merlin files come in zip archives; they are extracted to a temporary folder (the member name is
 the key). RosettaSciIO cannot read RAW (bit-packed) .mib files: those are recorded as such, and
 the test checks tycho's RAW decoding against the processed acquisition beside each one.
+
+With --generated DIR it also reads the small files the tests' own writers make (DM 4-D data,
+several images in one file, DM3, EMPAD: formats the shared folder has no real file of), written
+into DIR by
+
+    TYCHO_WRITE_FORMAT_SAMPLES=DIR build/bin/tycho_tests --gtest_filter='*GeneratedFiles*'
+
+and records RosettaSciIO's reading under "generated".
 """
 import json
 import os
@@ -25,6 +33,7 @@ import numpy as np
 import rsciio
 from rsciio.arina import file_reader as read_arina
 from rsciio.digitalmicrograph import file_reader as read_dm
+from rsciio.empad import file_reader as read_empad
 from rsciio.quantumdetector import file_reader as read_mib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -54,8 +63,24 @@ def entry(d):
     return {"shape": list(data.shape), "dtype": str(data.dtype), "axes": axes_of(d["axes"]), **checksums(data)}
 
 
+def generated(folder):
+    out = {}
+    for name in ("gen_4d.dm4", "gen_3d.dm3", "gen_multi.dm4"):
+        out[name] = {"datasets": [dict(entry(d), title=d["metadata"]["General"]["title"])
+                                  for d in read_dm(os.path.join(folder, name))]}
+    (d,) = read_empad(os.path.join(folder, "gen_empad.xml"))
+    out["gen_empad.xml"] = entry(d)
+    return out
+
+
 def main():
-    folder = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "..", "..", "shared", "data", "realformats")
+    args = sys.argv[1:]
+    generated_dir = None
+    if "--generated" in args:
+        i = args.index("--generated")
+        generated_dir = args[i + 1]
+        del args[i:i + 2]
+    folder = args[0] if args else os.path.join(HERE, "..", "..", "..", "shared", "data", "realformats")
     folder = os.path.abspath(folder)
     out = {"rosettasciio": rsciio.__version__, "numpy": np.__version__, "weight_period": WEIGHT_PERIOD, "files": {}}
     files = out["files"]
@@ -80,6 +105,14 @@ def main():
     files["test_00_master.h5"] = entry(d)
     dm = read_dm(os.path.join(folder, "test-1.dm4"))
     files["test-1.dm4"] = {"datasets": [entry(d) for d in dm]}
+    if generated_dir:
+        out["generated"] = generated(generated_dir)
+    else:  # keep the generated files' reference from the last run
+        try:
+            with open(os.path.join(HERE, "reference.json")) as f:
+                out["generated"] = json.load(f)["generated"]
+        except (OSError, KeyError):
+            pass
     with open(os.path.join(HERE, "reference.json"), "w") as f:
         json.dump(out, f, indent=1, sort_keys=True)
         f.write("\n")
