@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -132,6 +134,123 @@ inline bool write_arina_frames(hid_t file, const std::string& path, const void* 
   H5Pclose(dcpl);
   H5Pclose(lcpl);
   return ok;
+}
+
+// A whole scan: a master, its data files (external links, or datasets inside it) and the
+// companion "STEM Metadata" file, as an ARINA acquisition leaves them.
+struct arina_scan {
+  int64_t frames = 12, rows = 13, cols = 11;
+  std::vector<uint32_t> values;  // frames x rows x cols
+  int files = 2;
+  bool external = true;          // data files beside the master, else datasets inside it
+  arina_data_spec spec;
+  std::vector<uint32_t> mask;    // rows x cols, empty: none
+  std::vector<float> flat;       // rows x cols, empty: none
+  int flat_applied = 0;
+  double pixel_m = 100e-6;
+  bool metadata = true;
+  int64_t scan_x = 4, scan_y = 3;
+  double pixel_nm = 0.139, high_tension_V = 300e3, camera_length_m = 0.115;
+};
+
+inline void attr_double(hid_t obj, const char* name, double v) {
+  hsize_t one = 1;
+  hid_t s = H5Screate_simple(1, &one, nullptr);
+  hid_t a = H5Acreate2(obj, name, H5T_IEEE_F64LE, s, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, H5T_NATIVE_DOUBLE, &v);
+  H5Aclose(a);
+  H5Sclose(s);
+}
+inline void attr_int(hid_t obj, const char* name, int64_t v) {
+  hid_t s = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(obj, name, H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, H5T_NATIVE_INT64, &v);
+  H5Aclose(a);
+  H5Sclose(s);
+}
+inline void scalar(hid_t file, const std::string& path, hid_t type, hid_t mem, const void* v) {
+  hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+  H5Pset_create_intermediate_group(lcpl, 1);
+  hid_t s = H5Screate(H5S_SCALAR);
+  hid_t d = H5Dcreate2(file, path.c_str(), type, s, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+  H5Dwrite(d, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+  H5Dclose(d);
+  H5Sclose(s);
+  H5Pclose(lcpl);
+}
+inline void image(hid_t file, const std::string& path, hid_t type, hid_t mem, int64_t rows, int64_t cols, const void* v) {
+  hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+  H5Pset_create_intermediate_group(lcpl, 1);
+  hsize_t dims[2] = {hsize_t(rows), hsize_t(cols)};
+  hid_t s = H5Screate_simple(2, dims, nullptr);
+  hid_t d = H5Dcreate2(file, path.c_str(), type, s, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+  H5Dwrite(d, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+  H5Dclose(d);
+  H5Sclose(s);
+  H5Pclose(lcpl);
+}
+
+// <dir>/<name>_master.h5, its data files and <name>.h5 (the scan metadata); the master's path,
+// "" when a data set could not be written.
+inline std::string write_arina_scan(const std::filesystem::path& dir, const std::string& name, const arina_scan& s) {
+  const std::string master = (dir / (name + "_master.h5")).string();
+  hid_t m = H5Fcreate(master.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  bool ok = m >= 0;
+  const std::size_t elem = H5Tget_size(s.spec.file_type);
+  const int64_t px = s.rows * s.cols;
+  // The values as native integers of the stored size.
+  std::string native(std::size_t(s.frames * px) * elem, '\0');
+  for (std::size_t k = 0; k < s.values.size(); ++k) {
+    const uint32_t v = s.values[k];
+    std::memcpy(&native[k * elem], &v, elem);  // little-endian host: the low bytes
+  }
+  const int64_t per_file = (s.frames + s.files - 1) / s.files;
+  for (int f = 0; f * per_file < s.frames; ++f) {
+    const int64_t first = f * per_file, n = std::min(per_file, s.frames - first);
+    char link[32];
+    std::snprintf(link, sizeof link, "data_%06d", f + 1);
+    const char* at = native.data() + std::size_t(first * px) * elem;
+    if (s.external) {
+      char data_name[256];
+      std::snprintf(data_name, sizeof data_name, "%s_%s.h5", name.c_str(), link);
+      hid_t df = H5Fcreate((dir / data_name).c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+      ok = ok && (write_arina_frames(df, "/entry/data/data", at, n, s.rows, s.cols, s.spec));
+      H5Fclose(df);
+      hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+      H5Pset_create_intermediate_group(lcpl, 1);
+      H5Lcreate_external(data_name, "/entry/data/data", m, (std::string("/entry/data/") + link).c_str(), lcpl, H5P_DEFAULT);
+      H5Pclose(lcpl);
+    } else {
+      ok = ok && (write_arina_frames(m, std::string("/entry/data/") + link, at, n, s.rows, s.cols, s.spec));
+    }
+  }
+  const std::string det = "/entry/instrument/detector/";
+  scalar(m, det + "x_pixel_size", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &s.pixel_m);
+  scalar(m, det + "y_pixel_size", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &s.pixel_m);
+  const double zero = 0;
+  scalar(m, det + "detector_distance", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &zero);
+  const int8_t applied = int8_t(s.flat_applied);
+  scalar(m, det + "flatfield_correction_applied", H5T_STD_I8LE, H5T_NATIVE_INT8, &applied);
+  const double photon = 200e3;
+  scalar(m, det + "detectorSpecific/photon_energy", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &photon);
+  if (!s.mask.empty())
+    image(m, det + "detectorSpecific/pixel_mask", H5T_STD_U32LE, H5T_NATIVE_UINT32, s.rows, s.cols, s.mask.data());
+  if (!s.flat.empty())
+    image(m, det + "detectorSpecific/flatfield", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, s.rows, s.cols, s.flat.data());
+  H5Fclose(m);
+  if (s.metadata) {
+    hid_t md = H5Fcreate((dir / (name + ".h5")).c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t g = H5Gcreate2(md, "STEM Metadata", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    attr_int(g, "NumPixelsX", s.scan_x);
+    attr_int(g, "NumPixelsY", s.scan_y);
+    attr_double(g, "Pixel Size", s.pixel_nm);
+    attr_double(g, "High Tension", s.high_tension_V);
+    attr_double(g, "Camera Length", s.camera_length_m);
+    attr_double(g, "Rotation", 0.0);
+    H5Gclose(g);
+    H5Fclose(md);
+  }
+  return ok ? master : std::string();
 }
 
 }  // namespace tycho::test
