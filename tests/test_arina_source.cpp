@@ -316,6 +316,23 @@ TEST_F(ArinaSource, CraftedFilesAreRefused) {
     H5Fclose(f);
   }
   expect_refused(master, "", TYCHO_ERR_BAD_DATA, {"data_000002", "(6, 11, 13)", "(13, 11)", "one shape and type"});
+  // Chunks of 1.2 GiB declared (never written): refused before any is allocated.
+  {
+    const std::string big = (tmp_ / "big.h5").string();
+    hid_t f = H5Fcreate(big.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t dims[3] = {1, 1024, 1024}, maxdims[3] = {H5S_UNLIMITED, 1024, 1024}, chunk[3] = {300, 1024, 1024};
+    hid_t space = H5Screate_simple(3, dims, maxdims);
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 3, chunk);
+    H5Dclose(H5Dcreate2(f, "/entry/data/data_000001", H5T_STD_U32LE, space, lcpl, dcpl, H5P_DEFAULT));
+    H5Pclose(dcpl);
+    H5Pclose(lcpl);
+    H5Sclose(space);
+    H5Fclose(f);
+    expect_refused(big, "", TYCHO_ERR_BAD_DATA, {big + ":/entry/data/data_000001", "(300, 1024, 1024)", "1 GiB"});
+  }
   // A data file alone reads as its frames (its /entry/data/data); a file without /entry/data is
   // refused.
   ASSERT_EQ(open(data1, "scan_shape = [6, 1]\n"), TYCHO_OK) << tycho::last_error();

@@ -156,6 +156,21 @@ void open_parts(arina_data& d) {
     } else if ((H5Tget_order(type.get()) == H5T_ORDER_BE) != d.big_endian) {
       fail(TYCHO_ERR_BAD_DATA, "'", p.where, "' stores its counts in another byte order than '", d.parts.front().where, "'");
     }
+    // A chunk is decoded whole (by libhdf5 too): one beyond 1 GiB is refused before anything
+    // that size is allocated.
+    {
+      h5::h5_id plist(H5Dget_create_plist(p.dataset.get()));
+      hsize_t chunk[3] = {0, 0, 0};
+      if (plist && H5Pget_layout(plist.get()) == H5D_CHUNKED && H5Pget_chunk(plist.get(), 3, chunk) == 3) {
+        const int64_t dims[3] = {int64_t(std::min<hsize_t>(chunk[0], hsize_t(INT64_MAX))),
+                                 int64_t(std::min<hsize_t>(chunk[1], hsize_t(INT64_MAX))),
+                                 int64_t(std::min<hsize_t>(chunk[2], hsize_t(INT64_MAX)))};
+        const auto bytes = sdk::checked_product(dims, 3);
+        if (!bytes || *bytes > (int64_t(1) << 30) / (dtype->bits / 8))
+          fail(TYCHO_ERR_BAD_DATA, "'", p.where, "' is stored in chunks of (", chunk[0], ", ", chunk[1], ", ", chunk[2],
+               ") elements, more than 1 GiB each: the file is corrupt or crafted");
+      }
+    }
     p.first = d.frames;
     p.frames = shape[0];
     const auto total = sdk::checked_add(d.frames, shape[0]);

@@ -95,7 +95,8 @@ void decode_bitshuffle_chunk(const unsigned char* in, std::size_t in_bytes, unsi
     fail(TYCHO_ERR_BAD_DATA, where, ": the ", codec, " chunk's block size (", block_bytes,
          " bytes) is not a multiple of 8 elements of ", elem_size, " bytes");
   const std::size_t elements = out_bytes / elem_size, block = block_bytes / elem_size;
-  std::vector<unsigned char> shuffled(block_bytes);
+  // No block holds more than the chunk: a header's block size is not an allocation size.
+  std::vector<unsigned char> shuffled(std::min(block_bytes, out_bytes));
   std::size_t pos = 12, done = 0;
   while (elements - done >= 8) {
     const std::size_t n = std::min(block, (elements - done) / 8 * 8);
