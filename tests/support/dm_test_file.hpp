@@ -130,7 +130,7 @@ class writer {
 // A whole .dm3 (version 3) or .dm4 (4) file: ImageList holds `images` in order; `thumbnails`
 // lists the indices the Thumbnails group names.
 inline std::string dm_bytes(int version, bool little, const std::vector<dm_image_spec>& images,
-                            const std::vector<int>& thumbnails = {}) {
+                            const std::vector<int64_t>& thumbnails = {}) {
   using dm_detail::writer;
   const writer w(version, little);
   std::vector<std::string> list;
@@ -157,7 +157,7 @@ inline std::string dm_bytes(int version, bool little, const std::vector<dm_image
     list.push_back(w.tag(20, "", w.group(entries)));
   }
   std::vector<std::string> thumbs;
-  for (int t : thumbnails) thumbs.push_back(w.tag(20, "", w.group({w.number("ImageIndex", 5, t)})));
+  for (int64_t t : thumbnails) thumbs.push_back(w.tag(20, "", w.group({w.number("ImageIndex", 5, double(t))})));
   const std::string root = w.group({w.tag(20, "ImageList", w.group(list)), w.tag(20, "Thumbnails", w.group(thumbs))});
   std::string out;
   writer::be(out, uint64_t(version), 4);

@@ -3,6 +3,7 @@
 #include <tycho/sdk.hpp>
 #include <tycho/sdk/checked.hpp>
 
+#include <cmath>
 #include <cstring>
 
 namespace tycho::detectors::dm {
@@ -289,6 +290,16 @@ dm_file parse(const raw_file& f) {
   return out;
 }
 
+namespace {
+// A tag's number as a whole number in [lo, hi], or `otherwise` (NaN, fractions and values out
+// of range included: a crafted tag must not reach an integer conversion).
+int64_t whole(const tag_value& v, int64_t lo, int64_t hi, int64_t otherwise) {
+  const double x = v.number;
+  if (!v.is_number || !(x >= double(lo) && x <= double(hi)) || x != std::floor(x)) return otherwise;
+  return int64_t(x);
+}
+}  // namespace
+
 std::vector<image> images(const dm_file& f) {
   std::vector<image> out;
   const tag_group* list = f.root.group("ImageList");
@@ -296,7 +307,7 @@ std::vector<image> images(const dm_file& f) {
   std::vector<int> thumbs;
   if (const tag_group* t = f.root.group("Thumbnails"))
     for (const auto& [name, g] : t->groups)
-      if (const tag_value* i = g->value("ImageIndex"); i && i->is_number) thumbs.push_back(int(i->number));
+      if (const tag_value* i = g->value("ImageIndex"); i && i->is_number) thumbs.push_back(int(whole(*i, 0, 1 << 30, -1)));
   int index = 0;
   for (const auto& [name, g] : list->groups) {
     image im;
@@ -305,7 +316,7 @@ std::vector<image> images(const dm_file& f) {
     if (const tag_value* v = g->value("Name"); v && v->is_string) im.name = v->text;
     const tag_group* d = g->group("ImageData");
     if (d != nullptr) {
-      if (const tag_value* v = d->value("DataType"); v && v->is_number) im.data_type = int(v->number);
+      if (const tag_value* v = d->value("DataType"); v && v->is_number) im.data_type = int(whole(*v, 0, 1000, -1));
       if (const tag_value* v = d->value("Data"); v && v->is_array) {
         im.data_offset = v->offset;
         im.data_count = v->count;
@@ -313,7 +324,7 @@ std::vector<image> images(const dm_file& f) {
       }
       if (const tag_group* dims = d->group("Dimensions"))
         for (const auto& [n, v] : dims->values)
-          if (v.is_number) im.dims.push_back(int64_t(v.number));
+          if (v.is_number) im.dims.push_back(whole(v, 0, int64_t(1) << 53, -1));  // -1: refused by the source
       if (const tag_group* cal = d->group("Calibrations"))
         if (const tag_group* dimension = cal->group("Dimension"))
           for (const auto& [n, c] : dimension->groups) {
@@ -327,7 +338,7 @@ std::vector<image> images(const dm_file& f) {
     }
     if (const tag_value* v = g->find("ImageTags.Meta Data.Format"); v && v->is_string) im.format = v->text;
     if (const tag_value* v = g->find("ImageTags.Meta Data.Data Order Swapped"); v && v->is_number)
-      im.order_swapped = int(v->number);
+      im.order_swapped = int(whole(*v, 0, 1, 2));
     if (const tag_value* v = g->find("ImageTags.Microscope Info.Voltage"); v && v->is_number) im.voltage_V = v->number;
     out.push_back(std::move(im));
   }

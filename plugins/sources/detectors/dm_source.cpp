@@ -117,10 +117,14 @@ dm_source::dm_source(const sdk::config_view& config) {
          ", expected a 4-D data set (detector x, detector y, scan x, scan y) or a 3-D stack of frames");
   if (im.format == "Spectrum image" || im.format == "Spectrum")
     fail(TYCHO_ERR_BAD_DATA, "'", d, "' is a \"", im.format, "\" (a spectrum per position), not diffraction frames");
-  if (im.dims.size() == 4 && im.order_swapped == 0)
+  if (im.dims.size() == 4 && im.order_swapped != 1 && im.order_swapped != -1)
     fail(TYCHO_ERR_UNSUPPORTED, "'", d, "' is a 4-D data set stored in DigitalMicrograph's older mixed order "
-         "(Meta Data: Data Order Swapped = 0), whose frames are not contiguous; save it again in GMS 3.5+ "
+         "(Meta Data: Data Order Swapped = 0, or not 0 or 1), whose frames are not contiguous; save it again in GMS 3.5+ "
          "(Data Order Swapped = 1)");
+  for (int64_t dim : im.dims)
+    if (dim < 1)
+      fail(TYCHO_ERR_BAD_DATA, "'", d, "' has dimensions ", dims_text(im.dims),
+           ", expected whole numbers >= 1 (below 2^53)");
   const auto count = sdk::checked_product(im.dims.data(), im.dims.size());
   if (!count || *count < 1 || uint64_t(*count) != im.data_count)
     fail(TYCHO_ERR_BAD_DATA, "'", d, "' has dimensions ", dims_text(im.dims), " (", count ? cat(*count) : "overflowing",
