@@ -333,6 +333,30 @@ TEST_F(ArinaSource, CraftedFilesAreRefused) {
     H5Fclose(f);
     expect_refused(big, "", TYCHO_ERR_BAD_DATA, {big + ":/entry/data/data_000001", "(300, 1024, 1024)", "1 GiB"});
   }
+  // An unfiltered chunk stored shorter than the chunk (the arina fuzzer's input: libhdf5's own
+  // H5Dread copied past its buffer on it): refused by the source's read, naming the chunk.
+  {
+    const std::string shortc = (tmp_ / "short.h5").string();
+    hid_t f = H5Fcreate(shortc.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t dims[3] = {1, 8, 8}, chunk[3] = {1, 8, 8};
+    hid_t space = H5Screate_simple(3, dims, nullptr);
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 3, chunk);
+    hid_t d = H5Dcreate2(f, "/entry/data/data_000001", H5T_STD_U32LE, space, lcpl, dcpl, H5P_DEFAULT);
+    const std::string bytes(80, '\1');
+    hsize_t offset[3] = {0, 0, 0};
+    ASSERT_GE(H5Dwrite_chunk(d, H5P_DEFAULT, 0, offset, bytes.size(), bytes.data()), 0);
+    H5Dclose(d);
+    H5Pclose(dcpl);
+    H5Pclose(lcpl);
+    H5Sclose(space);
+    H5Fclose(f);
+    ASSERT_EQ(open(shortc), TYCHO_OK) << tycho::last_error();
+    expect_read_refused(0, 1, {shortc, "stored unfiltered in 80 bytes, expected 256"});
+    source_.close();
+  }
   // A data file alone reads as its frames (its /entry/data/data); a file without /entry/data is
   // refused.
   ASSERT_EQ(open(data1, "scan_shape = [6, 1]\n"), TYCHO_OK) << tycho::last_error();

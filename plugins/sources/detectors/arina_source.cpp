@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -177,9 +178,33 @@ void open_parts(arina_data& d) {
     if (!total) fail(TYCHO_ERR_BAD_DATA, "'", p.where, "': the frame count overflows");
     d.frames = *total;
 
-    // Direct decoding: one filter we decode, chunks of whole frames.
+    // Direct decoding: chunks of whole frames, unfiltered or with one filter we decode.
+    // libhdf5 trusts an unfiltered chunk's stored size (a crafted one smaller than the chunk made
+    // its H5Dread copy past the buffer: the arina fuzzer's finding), so those are read raw and
+    // checked here too.
     h5::h5_id dcpl(H5Dget_create_plist(p.dataset.get()));
-    if (dcpl && H5Pget_layout(dcpl.get()) == H5D_CHUNKED && H5Pget_nfilters(dcpl.get()) == 1) {
+    const H5D_layout_t layout = dcpl ? H5Pget_layout(dcpl.get()) : H5D_LAYOUT_ERROR;
+    if (layout == H5D_COMPACT)
+      fail(TYCHO_ERR_BAD_DATA, "'", p.where, "' stores its frames compact (inside its object header), expected chunked "
+           "or contiguous storage as detectors write it");
+    if (layout == H5D_CONTIGUOUS) {
+      // Allocated storage must hold every frame (0: never written, read as fill values: refused).
+      const auto frames_bytes = sdk::checked_mul(shape[0], shape[1] * shape[2] * int64_t(dtype->bits / 8));
+      const hsize_t stored = H5Dget_storage_size(p.dataset.get());
+      if (!frames_bytes || stored != hsize_t(*frames_bytes))
+        fail(TYCHO_ERR_BAD_DATA, "'", p.where, "' stores ", stored, " bytes contiguously, expected ",
+             frames_bytes ? *frames_bytes : -1, " for its ", h5::shape_text(shape), " ", sdk::dtype_name(*dtype), " frames");
+    }
+    if (layout == H5D_CHUNKED && H5Pget_nfilters(dcpl.get()) == 0) {
+      hsize_t chunk[3] = {0, 0, 0};
+      if (H5Pget_chunk(dcpl.get(), 3, chunk) != 3 || int64_t(chunk[1]) != d.rows || int64_t(chunk[2]) != d.cols ||
+          chunk[0] < 1 || int64_t(chunk[0]) > k_most_chunk_frames)
+        fail(TYCHO_ERR_BAD_DATA, "'", p.where, "' is stored unfiltered in chunks that are not whole frames (",
+             h5::shape_text(std::vector<int64_t>(chunk, chunk + 3)), "), expected (k, ", d.rows, ", ", d.cols, ")");
+      p.chunk_frames = int64_t(chunk[0]);
+      p.how = arina_part::codec::raw;
+    }
+    if (layout == H5D_CHUNKED && H5Pget_nfilters(dcpl.get()) == 1) {
       hsize_t chunk[3] = {0, 0, 0};
       unsigned flags = 0, cd[8] = {0};
       std::size_t n_cd = 8;
@@ -197,6 +222,20 @@ void open_parts(arina_data& d) {
           p.how = arina_part::codec::lz4;
         }
       }
+    }
+    if (p.how != arina_part::codec::hdf5) {
+      // The file that holds the chunks (the data file an external link names), for reads by
+      // offset, and its user block (chunk addresses count from its end).
+      h5::h5_id file(H5Iget_file_id(p.dataset.get()));
+      const ssize_t n = file ? H5Fget_name(file.get(), nullptr, 0) : -1;
+      std::string name(n > 0 ? std::size_t(n) : 0, '\0');
+      if (n <= 0 || H5Fget_name(file.get(), name.data(), std::size_t(n) + 1) < 0)
+        fail(TYCHO_ERR_IO, "'", p.where, "': the file that holds it cannot be named");
+      h5::h5_id fcpl(H5Fget_create_plist(file.get()));
+      hsize_t user_block = 0;
+      if (fcpl) H5Pget_userblock(fcpl.get(), &user_block);
+      p.base_address = uint64_t(user_block);
+      p.file = std::make_shared<raw_file>(name, name, "an ARINA data file");
     }
     d.parts.push_back(std::move(p));
   }
@@ -354,6 +393,7 @@ void open_arina(const sdk::config_view& config, arina_data& d) {
     const char* c = p.how == arina_part::codec::bitshuffle_lz4 ? "bitshuffle/LZ4"
                     : p.how == arina_part::codec::bitshuffle ? "bitshuffle"
                     : p.how == arina_part::codec::lz4        ? "LZ4"
+                    : p.how == arina_part::codec::raw        ? "unfiltered chunks"
                                                              : "HDF5 pipeline";
     if (codecs.find(c) == std::string::npos) codecs += cat(codecs.empty() ? "" : ", ", c);
   }
@@ -361,12 +401,22 @@ void open_arina(const sdk::config_view& config, arina_data& d) {
                  scan[1], " frames of ", d.rows, " x ", d.cols, " ", sdk::dtype_name(d.element), "; ", report.text(i));
 }
 
-arina_source::arina_source(const sdk::config_view& config) {
+arina_source::arina_source(const sdk::config_view& config) : arina_source(config, true) {}
+
+arina_source::arina_source(const sdk::config_view& config, bool guarded) {
   // The same open in a guard process first: a file that crashes libhdf5 is refused, not fatal.
-  h5::guard_metadata_walk(config.get_string("path").value_or("(no path)"), [&] {
-    arina_data scratch;
-    open_arina(config, scratch);
-  });
+  // Frames that only libhdf5's pipeline reads (other filters) are read there too, the first and
+  // the last of each data set: a crafted layout crashes the child, not this process.
+  if (guarded)
+    h5::guard_metadata_walk(config.get_string("path").value_or("(no path)"), [&] {
+      arina_source child(config, false);
+      std::vector<float> frame(std::size_t(child.d_.rows * child.d_.cols));
+      for (const arina_part& p : child.d_.parts)
+        if (p.how == arina_part::codec::hdf5) {
+          child.read_frames(p.first, 1, frame.data());
+          child.read_frames(p.first + p.frames - 1, 1, frame.data());
+        }
+    });
   open_arina(config, d_);
   sdk::log(TYCHO_LOG_INFO, "arina", cat("opened '", d_.master, "': ", d_.report));
 }
@@ -380,19 +430,26 @@ const unsigned char* arina_source::frame_bytes(const arina_part& p, int64_t fram
     const std::size_t chunk_bytes = frame_bytes * std::size_t(p.chunk_frames);
     const std::string where = cat("'", p.where, "', the chunk of frames ", p.first + chunk_first, " to ",
                                   p.first + chunk_first + p.chunk_frames - 1);
+    // Where the chunk lies and how many bytes it takes, from the chunk index (libhdf5 reads no
+    // data here); the bytes themselves are read by offset and checked against the file's end, so
+    // a crafted index or a chunk stored shorter than its frames cannot make anyone read past a
+    // buffer (libhdf5's H5Dread and H5Dread_chunk trust an unfiltered chunk's size).
     hsize_t offset[3] = {hsize_t(chunk_first), 0, 0};
+    unsigned filter_mask = 0;
+    haddr_t address = HADDR_UNDEF;
     hsize_t stored = 0;
-    if (H5Dget_chunk_storage_size(p.dataset.get(), offset, &stored) < 0 || stored == 0)
+    if (H5Dget_chunk_info_by_coord(p.dataset.get(), offset, &filter_mask, &address, &stored) < 0 ||
+        address == HADDR_UNDEF || stored == 0)
       fail(TYCHO_ERR_BAD_DATA, where, " is not in the file (never written: an interrupted acquisition?)");
     if (stored > most_chunk_bytes(chunk_bytes))
       fail(TYCHO_ERR_BAD_DATA, where, " is stored in ", stored, " bytes, more than ", chunk_bytes,
            " bytes of frames can compress to: the file is corrupt");
+    if (address > UINT64_MAX - p.base_address)
+      fail(TYCHO_ERR_BAD_DATA, where, " lies at an address beyond 64 bits: the file is corrupt");
     raw_.resize(std::size_t(stored));
-    uint32_t filter_mask = 0;
-    if (H5Dread_chunk(p.dataset.get(), H5P_DEFAULT, offset, &filter_mask, raw_.data()) < 0)
-      fail(TYCHO_ERR_IO, where, " could not be read (the file may be truncated)");
+    p.file->read_at(p.base_address + address, stored, raw_.data(), where);
     chunk_.resize(chunk_bytes);
-    if (filter_mask & 1u) {  // the filter was skipped for this chunk: stored as is
+    if (p.how == arina_part::codec::raw || (filter_mask & 1u)) {  // unfiltered, or the filter skipped
       if (raw_.size() != chunk_bytes)
         fail(TYCHO_ERR_BAD_DATA, where, " is stored unfiltered in ", raw_.size(), " bytes, expected ", chunk_bytes);
       std::memcpy(chunk_.data(), raw_.data(), chunk_bytes);

@@ -12,10 +12,13 @@
 #include <tycho/sdk.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <tycho/sdk/hdf5/h5_handle.hpp>
+
+#include "raw_file.hpp"
 
 namespace tycho::detectors {
 
@@ -25,8 +28,11 @@ struct arina_part {
   std::string where;        // "master.h5:/entry/data/data_000001 (-> data.h5:/entry/data/data)"
   h5::h5_id dataset;
   int64_t first = 0, frames = 0;  // global frame numbers [first, first + frames)
-  enum class codec { hdf5, bitshuffle_lz4, bitshuffle, lz4 } how = codec::hdf5;
+  // hdf5: libhdf5's pipeline (contiguous, or filters other than ours); raw: unfiltered chunks.
+  enum class codec { hdf5, raw, bitshuffle_lz4, bitshuffle, lz4 } how = codec::hdf5;
   int64_t chunk_frames = 0;       // frames per chunk (direct decoding)
+  std::shared_ptr<raw_file> file; // direct decoding: the file holding the chunks, read by offset
+  uint64_t base_address = 0;      // its user block: HDF5 addresses count from its end
 };
 
 struct arina_data {
@@ -54,6 +60,7 @@ class arina_source {
   bool delivers_stored() const { return d_.gain.empty(); }
 
  private:
+  arina_source(const sdk::config_view& config, bool guarded);
   template <class T>
   void read_frames(int64_t first, int64_t count, T* dst);
   const unsigned char* frame_bytes(const arina_part& p, int64_t frame);  // from the decoded chunk cache
