@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,6 +57,9 @@ std::string input_path() {
       std::fwrite(frame.data(), sizeof(float), frame.size(), f);
       std::fclose(f);
     }
+    static std::string made;  // removed at exit, with the frame
+    made = dir;
+    std::atexit([] { std::filesystem::remove_all(made); });
     return dir + "/scan.xml";
   }
   const char* ext = k_reader == "npy"   ? ".npy"
