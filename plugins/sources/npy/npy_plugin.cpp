@@ -1,11 +1,13 @@
 // The `npy` source component: 4D-STEM diffraction data from a NumPy .npy file or one array of
-// an .npz archive, shape (Rx, Ry, Qx, Qy) in C order; calibrations come from the config
+// an .npz archive, shape (Rx, Ry, Qx, Qy) in C order, or a stack (N, Qx, Qy) of N = Rx·Ry frames
+// with [data] scan_shape = [Rx, Ry]; calibrations come from the config
 // ([data] scan_step_A / detector_pixel_invA, [optics]). Patterns are converted to float32 on
 // read, and read() reads only the requested patterns (an .npz member stored uncompressed is
 // read in place; a compressed one is inflated once, at open).
 #include <tycho/sdk.hpp>
 #include <tycho/sdk/source.hpp>
 #include <tycho/sdk/npy.hpp>
+#include <tycho/sdk/scan_shape.hpp>
 
 #include <zip.h>
 
@@ -54,6 +56,8 @@ struct npy_data {
   DLDataType dtype{};
   int64_t scan[2] = {0, 0};
   int64_t detector[2] = {0, 0};
+  // [data] scan_shape: the array is then a flat stack (N, Qx, Qy) of N = Rx·Ry frames.
+  std::optional<tycho::sdk::scan_shape_t> stack_shape;
   tycho_dataset_info info{};
 };
 
@@ -93,9 +97,11 @@ void accept_header(npy_data& s, const npy::header& h) {
   if (!h.dtype || !is_supported(*h.dtype))
     fail(TYCHO_ERR_BAD_DATA, "'", d, "' has dtype '", h.descr,
          "', expected uint8, uint16, uint32, int16, int32, float16, float32 or float64");
-  if (h.shape.size() != 4)
+  const std::size_t rank = s.stack_shape ? 3 : 4;
+  if (h.shape.size() != rank)
     fail(TYCHO_ERR_BAD_DATA, "'", d, "' has shape ", npy::shape_text(h.shape),
-         ", expected a 4-D array (Rx, Ry, Qx, Qy)");
+         s.stack_shape ? ", expected a 3-D stack of frames (N, Qx, Qy), as [data] scan_shape says"
+                       : ", expected a 4-D array (Rx, Ry, Qx, Qy) (a 3-D stack (N, Qx, Qy) needs [data] scan_shape)");
   if (std::any_of(h.shape.begin(), h.shape.end(), [](int64_t v) { return v == 0; }))
     fail(TYCHO_ERR_BAD_DATA, "'", d, "' has shape ", npy::shape_text(h.shape),
          ", which holds no patterns");
@@ -104,10 +110,20 @@ void accept_header(npy_data& s, const npy::header& h) {
          "' is stored in Fortran order, expected a C-order (Rx, Ry, Qx, Qy) array (save "
          "np.ascontiguousarray(arr))");
   s.dtype = *h.dtype;
-  s.scan[0] = h.shape[0];
-  s.scan[1] = h.shape[1];
-  s.detector[0] = h.shape[2];
-  s.detector[1] = h.shape[3];
+  if (s.stack_shape) {
+    const auto& r = *s.stack_shape;
+    if (r[0] * r[1] != h.shape[0])  // (checked_mul'd when read)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "config key 'scan_shape' = [", r[0], ", ", r[1], "] makes ", r[0] * r[1],
+           " positions, but '", d, "' holds ", h.shape[0], " frames ", npy::shape_text(h.shape),
+           ": the shape must multiply to the frame count");
+    s.scan[0] = r[0];
+    s.scan[1] = r[1];
+  } else {
+    s.scan[0] = h.shape[0];
+    s.scan[1] = h.shape[1];
+  }
+  s.detector[0] = h.shape[rank - 2];
+  s.detector[1] = h.shape[rank - 1];
   tycho::sdk::check_data_shape(s.scan, s.detector, "'" + s.description + "'");
   s.data_offset = h.header_bytes;
 }
@@ -182,18 +198,21 @@ void open_npz_member(npy_data& s, const std::optional<std::string>& wanted) {
       fail(TYCHO_ERR_NOT_FOUND, "'", s.file_name, "' has no array '", *wanted,
            "' ([data] array); its arrays: ", listed);
   } else {
-    std::vector<const member*> four_d;
+    // The only 4-D array; with [data] scan_shape, the only 3-D stack of frames.
+    const std::size_t rank = s.stack_shape ? 3 : 4;
+    const char* kind = s.stack_shape ? "3-D array" : "4-D array";
+    std::vector<const member*> found;
     std::string shapes;
     for (const auto& a : arrays) {
       auto shape = member_shape(za, a.st);
       shapes += cat(shapes.empty() ? "" : ", ", "'", a.name, "' ", npy::shape_text(shape));
-      if (shape.size() == 4) four_d.push_back(&a);
+      if (shape.size() == rank) found.push_back(&a);
     }
-    if (four_d.size() != 1)
-      fail(four_d.empty() ? TYCHO_ERR_NOT_FOUND : TYCHO_ERR_BAD_DATA, "'", s.file_name, "' holds ",
-           four_d.empty() ? "no 4-D array" : "several 4-D arrays",
+    if (found.size() != 1)
+      fail(found.empty() ? TYCHO_ERR_NOT_FOUND : TYCHO_ERR_BAD_DATA, "'", s.file_name, "' holds ",
+           found.empty() ? cat("no ", kind) : cat("several ", kind, "s"),
            "; set [data] array to one of its arrays: ", shapes.empty() ? "none" : shapes);
-    chosen = four_d.front();
+    chosen = found.front();
   }
   s.array = chosen->name;
   s.description = s.file_name + ":" + s.array;
@@ -310,6 +329,7 @@ class npy_source {
     std::optional<std::string> array = config.get_string("array");
     const bool centred = config.get_bool("centred").value_or(true);
     if (array && array->ends_with(".npy")) array->resize(array->size() - 4);
+    s_.stack_shape = tycho::sdk::config_scan_shape(config);
 
     s_.file_name = path;
     s_.description = path;
@@ -370,7 +390,7 @@ class npy_source {
 };
 
 // "source", "scan_step_A" and "detector_pixel_invA" are the host's keys.
-const char* const k_config_keys[] = {"path", "array", "centred", nullptr};
+const char* const k_config_keys[] = {"path", "array", "centred", "scan_shape", nullptr};
 const tycho_setting k_settings[] = {
     tycho::sdk::setting("path", TYCHO_SETTING_STRING, nullptr,
                         "a .npy file or an .npz archive (by its extension), relative to the config file's folder; "
@@ -379,6 +399,7 @@ const tycho_setting k_settings[] = {
                         "an .npz archive's member without .npy; default: its only 4-D array"),
     tycho::sdk::setting("centred", TYCHO_SETTING_BOOL, "true",
                         "true: zero frequency at index N/2 of each pattern (fftshift order); false: at index 0"),
+    tycho::sdk::scan_shape_setting(),
     tycho::sdk::end_of_settings()};
 
 const tycho_component k_components[] = {tycho::sdk::with_settings(
