@@ -31,6 +31,7 @@
 #include "settings/settings_read.hpp"
 #include "tycho/host/stop_signals.hpp"
 #include "data/target_stream.hpp"
+#include "geometry/beam_optics.hpp"
 
 namespace tycho::host {
 
@@ -126,6 +127,19 @@ tycho_dataset_info recorded_info(const prepared_file& p) {
   info.energy_eV = number_or_nan(at(p, cal, "energy_eV"));
   info.semiangle_mrad = number_or_nan(at(p, cal, "semiangle_mrad"));
   info.C10_A = number_or_nan(at(p, cal, "C10_A"));
+  // A far-field detector in metres and the radiation (files written before these: NaN, unknown).
+  const auto optional = [&](const char* key, std::size_t i) {
+    const nlohmann::json& v = cal.is_object() && cal.contains(key) ? cal.at(key) : nlohmann::json();
+    return number_or_nan(v.is_array() ? (i < v.size() ? v.at(i) : nlohmann::json()) : v);
+  };
+  info.detector_distance_m = optional("detector_distance_m", 0);
+  info.detector_pixel_m[0] = optional("detector_pixel_m", 0);
+  info.detector_pixel_m[1] = optional("detector_pixel_m", 1);
+  const std::string radiation =
+      cal.is_object() && cal.contains("radiation") && cal.at("radiation").is_string() ? cal.at("radiation").get<std::string>() : "";
+  info.radiation = radiation == "xray"       ? TYCHO_RADIATION_XRAY
+                   : radiation == "electron" ? TYCHO_RADIATION_ELECTRON
+                                             : TYCHO_RADIATION_UNKNOWN;
   info.patterns_centred = at(p, data, "patterns_centred").get<bool>() ? 1 : 0;
   return info;
 }
@@ -429,7 +443,12 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
        {number_or_null(d.info.detector_pixel_invA[0]), number_or_null(d.info.detector_pixel_invA[1])}},
       {"energy_eV", number_or_null(source_info.energy_eV)},
       {"semiangle_mrad", number_or_null(source_info.semiangle_mrad)},
-      {"C10_A", number_or_null(source_info.C10_A)}};
+      {"C10_A", number_or_null(source_info.C10_A)},
+      {"detector_distance_m", number_or_null(source_far_field_m(d.info)[0])},
+      {"detector_pixel_m", {number_or_null(source_far_field_m(d.info)[1]), number_or_null(source_far_field_m(d.info)[2])}},
+      {"radiation", source_radiation(source_info) == TYCHO_RADIATION_XRAY       ? nlohmann::ordered_json("xray")
+                    : source_radiation(source_info) == TYCHO_RADIATION_ELECTRON ? nlohmann::ordered_json("electron")
+                                                                                : nlohmann::ordered_json(nullptr)}};
   j["preprocess_detector"] = {{"shape", {d.n0, d.n1}}};
   j["calibration"] = {{"scan_step_A", {g.geometry.step_A[0], g.geometry.step_A[1]}},
                       {"detector_pixel_invA", {g.sampling.dk_invA[0], g.sampling.dk_invA[1]}},
