@@ -164,15 +164,20 @@ std::optional<std::vector<std::complex<float>>> initial_probe_from_file(const to
     fail(TYCHO_ERR_NOT_FOUND, "[reconstruct.probe] initial = \"", *given, "\": '", path,
          "' is not a file (expected \"model\", an .npy probe or an HDF5 file such as a CXI file with an illumination)");
   std::vector<cd> p;
-  if (is_npy(path)) {
-    if (dataset)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct.probe] initial_dataset names a dataset, but '", path,
-           "' is an .npy file");
-    p = read_npy_probe(path, n0, n1);
-  } else {
-    // A file that crashes libhdf5 is refused, not fatal: the same read in a guard process first.
-    h5::guard_metadata_walk(path, [&] { read_hdf5_probe(path, *given, dataset, n0, n1); });
-    p = read_hdf5_probe(path, *given, dataset, n0, n1);
+  if (is_npy(path) && dataset)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct.probe] initial_dataset names a dataset, but '", path,
+         "' is an .npy file");
+  try {
+    if (is_npy(path)) {
+      p = read_npy_probe(path, n0, n1);
+    } else {
+      // A file that crashes libhdf5 is refused, not fatal: the same read in a guard process first.
+      h5::guard_metadata_walk(path, [&] { read_hdf5_probe(path, *given, dataset, n0, n1); });
+      p = read_hdf5_probe(path, *given, dataset, n0, n1);
+    }
+  } catch (const sdk::error& e) {
+    // The SDK's readers (npy, HDF5) throw its own type: the runtime's, with the same status.
+    throw tycho::error(e.status, e.what());
   }
   double power = 0;
   for (const cd& v : p) {
