@@ -252,6 +252,21 @@ dataset recorded_dataset(const prepared_file& p) {
   d.all_patterns = d.info.scan_shape[0] * d.info.scan_shape[1];
   d.n0 = d.info.detector_shape[0];
   d.n1 = d.info.detector_shape[1];
+  // Positions the source listed (data.positions_A, (P, 2) Å), checked as read_source_positions checks them.
+  if (data.contains("positions_A")) {
+    const auto& pos = data.at("positions_A");
+    if (!pos.is_array() || int64_t(pos.size()) != d.all_patterns)
+      fail(TYCHO_ERR_BAD_DATA, "'", p.path, "': data.positions_A must list ", d.all_patterns, " positions [x, y] in Å");
+    d.positions_A.reserve(std::size_t(2 * d.all_patterns));
+    for (const auto& xy : pos) {
+      if (!xy.is_array() || xy.size() != 2 || !xy[0].is_number() || !xy[1].is_number() ||
+          !std::isfinite(xy[0].get<double>()) || !std::isfinite(xy[1].get<double>()))
+        fail(TYCHO_ERR_BAD_DATA, "'", p.path, "': data.positions_A[", d.positions_A.size() / 2,
+             "] is not two finite numbers [x, y] in Å");
+      d.positions_A.push_back(xy[0].get<double>());
+      d.positions_A.push_back(xy[1].get<double>());
+    }
+  }
   return d;
 }
 
@@ -403,7 +418,7 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
 
   const detector_padding_request pad_request = read_detector_padding(doc.table_at("preprocess"), doc.origin());
   const auto window = padded_window(pad_request, d.n0, d.n1);
-  const run_geometry g = resolve_run_geometry(doc, d.info, d.description, window[0], window[1]);
+  const run_geometry g = resolve_run_geometry(doc, d.info, d.description, window[0], window[1], d.positions_A);
   const std::string checksum = source_file.empty() ? "" : sha256_file(source_file);
   const uintmax_t source_bytes = source_file.empty() ? 0 : fs::file_size(source_file);
 
@@ -437,6 +452,11 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
                {"source_file", source_file.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(source_file)},
                {"source_bytes", source_bytes},
                {"source_sha256", checksum.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(checksum)}};
+  if (!d.positions_A.empty()) {  // listed by the source (a CXI file's translations): a run from the file needs them
+    nlohmann::ordered_json pos = nlohmann::ordered_json::array();
+    for (std::size_t k = 0; k + 1 < d.positions_A.size(); k += 2) pos.push_back({d.positions_A[k], d.positions_A[k + 1]});
+    j["data"]["positions_A"] = std::move(pos);
+  }
   j["source_calibration"] = {
       {"scan_step_A", {number_or_null(source_info.scan_step_A[0]), number_or_null(source_info.scan_step_A[1])}},
       {"detector_pixel_invA",
