@@ -1443,6 +1443,7 @@ std::string session::manifest_json() const {
   m.scan_origin_A = {s.geometry.scan_origin_A[0], s.geometry.scan_origin_A[1]};
   m.energy_eV = s.optics.energy_eV;
   m.wavelength_A = s.wavelength_A;
+  m.radiation = s.optics.kind == sdk::radiation::xray ? "xray" : "electron";
   m.semiangle_mrad = s.optics.semiangle_mrad;
   m.C10_A = s.optics.C10_A;
   m.mean_total_intensity = s.data.mean_total_intensity;
