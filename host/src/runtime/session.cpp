@@ -549,7 +549,11 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
     fail(TYCHO_ERR_OUT_OF_MEMORY, "data '", desc, "': the positions of its ", info.scan_shape[0], " x ",
          info.scan_shape[1], " patterns alone need ", human_bytes(position_bytes), ", more than this machine's ",
          human_bytes(have), " of memory (check the file's shape)");
-  r.layout = listed ? layout_object(r.geometry, positions_A) : layout_object(r.geometry);
+  try {
+    r.layout = listed ? layout_object(r.geometry, positions_A) : layout_object(r.geometry);
+  } catch (const error& e) {  // the layout names neither the data nor where its positions come from
+    fail(e.status, "data '", desc, "'", listed ? " (the positions it lists)" : "", ": ", e.what());
+  }
   return r;
 }
 
