@@ -236,11 +236,11 @@ std::string evaluate_checked(const registry& reg, const std::string& result_path
   // A constant object (untouched, all zeros) or truth has no correlation to report: refused,
   // where it used to score pearson 0.0.
   if (r.constant != constant_map::none) {
-    const bool object = r.constant == constant_map::object;
-    fail(TYCHO_ERR_BAD_DATA, "'", object ? result_path : truth_path, "': the ", object ? "object" : "truth",
+    const bool of_object = r.constant == constant_map::object;
+    fail(TYCHO_ERR_BAD_DATA, "'", of_object ? result_path : truth_path, "': the ", of_object ? "object" : "truth",
          "'s local phase is constant over the ", r.fov_shape[0], " x ", r.fov_shape[1],
-         " px field of view compared, so its correlation with the ", object ? "truth" : "result",
-         " is undefined: nothing to score (an untouched or empty ", object ? "object" : "truth", "?)");
+         " px field of view compared, so its correlation with the ", of_object ? "truth" : "result",
+         " is undefined: nothing to score (an untouched or empty ", of_object ? "object" : "truth", "?)");
   }
   j["pearson"] = r.pearson;
   j["rms_rad"] = r.rms_rad;
