@@ -28,6 +28,7 @@ static_assert(std::endian::native == std::endian::little, "the npy source assume
 
 using tycho::sdk::cat;
 using tycho::sdk::fail;
+using tycho::sdk::printable;
 namespace npy = tycho::sdk::npy;
 namespace fs = std::filesystem;
 
@@ -92,10 +93,10 @@ bool is_supported(DLDataType t) {
 void accept_header(npy_data& s, const npy::header& h) {
   const std::string& d = s.description;
   if (h.big_endian)
-    fail(TYCHO_ERR_BAD_DATA, "'", d, "' is big-endian (dtype '", h.descr,
+    fail(TYCHO_ERR_BAD_DATA, "'", d, "' is big-endian (dtype '", printable(h.descr),
          "'), expected little-endian data (convert with arr.astype(arr.dtype.newbyteorder('<')))");
   if (!h.dtype || !is_supported(*h.dtype))
-    fail(TYCHO_ERR_BAD_DATA, "'", d, "' has dtype '", h.descr,
+    fail(TYCHO_ERR_BAD_DATA, "'", d, "' has dtype '", printable(h.descr),
          "', expected uint8, uint16, uint32, int16, int32, float16, float32 or float64");
   const std::size_t rank = s.stack_shape ? 3 : 4;
   if (h.shape.size() != rank)
@@ -156,15 +157,21 @@ archive_ptr open_archive(const std::string& path) {
 }
 
 // Reads the first bytes of member `index` (its .npy header) to see whether it is 4-D.
-std::vector<int64_t> member_shape(zip_t* za, const zip_stat_t& st) {
+// The shape a member's .npy header declares; `error` receives why it cannot be read (a header
+// that lies about its shape, a truncated member) instead.
+std::vector<int64_t> member_shape(zip_t* za, const zip_stat_t& st, const std::string& where, std::string& error) {
   member_ptr f(zip_fopen_index(za, st.index, 0));
-  if (!f) return {};
+  if (!f) {
+    error = cat(where, ": cannot be opened: ", zip_strerror(za));
+    return {};
+  }
   try {
     const auto read = [&](void* dst, std::size_t n) {
-      if (zip_fread(f.get(), dst, n) != zip_int64_t(n)) fail(TYCHO_ERR_BAD_DATA, "short read");
+      if (zip_fread(f.get(), dst, n) != zip_int64_t(n)) fail(TYCHO_ERR_BAD_DATA, where, ": ends inside its .npy header");
     };
-    return npy::read_header(read, st.size, "").shape;
-  } catch (const tycho::sdk::error&) {
+    return npy::read_header(read, st.size, where).shape;
+  } catch (const tycho::sdk::error& e) {
+    error = e.what();
     return {};
   }
 }
@@ -184,7 +191,13 @@ void open_npz_member(npy_data& s, const std::optional<std::string>& wanted) {
         !(st.valid & ZIP_STAT_SIZE))
       continue;
     const std::string name = st.name;
-    if (name.size() > 4 && name.ends_with(".npy")) arrays.push_back({name.substr(0, name.size() - 4), st});
+    if (name.size() > 4 && name.ends_with(".npy")) {
+      for (const auto& a : arrays)
+        if (a.name + ".npy" == name)
+          fail(TYCHO_ERR_BAD_DATA, "'", s.file_name, "': member '", printable(name),
+               "' appears twice; expected each member once (readers disagree which one is meant)");
+      arrays.push_back({name.substr(0, name.size() - 4), st});
+    }
   }
   std::string listed;
   for (const auto& a : arrays) listed += cat(listed.empty() ? "" : ", ", "'", a.name, "'");
@@ -202,12 +215,18 @@ void open_npz_member(npy_data& s, const std::optional<std::string>& wanted) {
     const std::size_t rank = s.stack_shape ? 3 : 4;
     const char* kind = s.stack_shape ? "3-D array" : "4-D array";
     std::vector<const member*> found;
-    std::string shapes;
+    std::string shapes, first_error;
     for (const auto& a : arrays) {
-      auto shape = member_shape(za, a.st);
-      shapes += cat(shapes.empty() ? "" : ", ", "'", a.name, "' ", npy::shape_text(shape));
-      if (shape.size() == rank) found.push_back(&a);
+      std::string error;
+      auto shape = member_shape(za, a.st, cat("'", s.file_name, "': member '", printable(a.st.name), "'"), error);
+      shapes += cat(shapes.empty() ? "" : ", ", "'", printable(a.name), "' ",
+                    error.empty() ? npy::shape_text(shape) : std::string("(unreadable)"));
+      if (first_error.empty()) first_error = error;
+      if (error.empty() && shape.size() == rank) found.push_back(&a);
     }
+    // A member whose header cannot be read (it lies about its shape, it is truncated) is named
+    // as such, not counted as "no 4-D array".
+    if (found.empty() && !first_error.empty()) fail(TYCHO_ERR_BAD_DATA, first_error);
     if (found.size() != 1)
       fail(found.empty() ? TYCHO_ERR_NOT_FOUND : TYCHO_ERR_BAD_DATA, "'", s.file_name, "' holds ",
            found.empty() ? cat("no ", kind) : cat("several ", kind, "s"),
