@@ -11,10 +11,15 @@
 #include <cmath>
 #include <complex>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "../host/src/geometry/beam_optics.hpp"
+#include "run_command.hpp"
+#include "test_paths.hpp"
 
 namespace {
 
@@ -211,6 +216,46 @@ TEST(XrayOptics, FarFieldDetectorPixel) {
                                                        empty, "d", lambda);
             }).find("give one"),
             std::string::npos);
+}
+
+// What the config alone decides is refused before any data is read, whatever a file could
+// record; what a file could supply (a distance without its pixel) is left to the run.
+TEST(XrayOptics, BeamSettingsCheckedWithoutTheData) {
+  const toml::table none;
+  EXPECT_NO_THROW(tycho::host::check_beam_settings(
+      toml::parse("radiation = 'xray'\nzone_plate_diameter_m = 150e-6\nfocal_length_m = 0.0496\ncentral_stop = 0.4"),
+      none));
+  EXPECT_NO_THROW(tycho::host::check_beam_settings(none, toml::parse("detector_distance_m = 1.2")));
+  const auto refused = [&](const char* optics, const char* data, const char* part) {
+    const std::string m = error_of([&] { tycho::host::check_beam_settings(toml::parse(optics), toml::parse(data)); });
+    EXPECT_NE(m.find(part), std::string::npos) << optics << " | " << data << " → " << m;
+  };
+  refused("radiation = 'neutron'", "", "\"electron\" or \"xray\"");
+  refused("probe_model = 'disc'", "", "\"pinhole\"");
+  refused("central_stop = 1.5", "", "[0, 1)");
+  refused("zone_plate_diameter_m = 1e-4", "", "needs focal_length_m");
+  refused("pinhole_diameter_m = 1e-6", "", "needs probe_model = \"pinhole\"");
+  refused("", "detector_distance_m = -1", "must be > 0");
+  refused("", "detector_pixel_invA = 0.01\ndetector_distance_m = 1", "give one");
+}
+
+// As a user meets it: `tycho reconstruct` refuses these keys, and a missing probe file, naming
+// them before it reads a pattern (the shipped MoS2 example's data).
+TEST(XrayOptics, RunRefusesBadBeamKeysBeforeReadingTheData) {
+  tycho::test::temp_folder tmp;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"optics.radiation=\"neutron\"", "'radiation'"},
+      {"optics.zone_plate_diameter_m=1e-4", "zone_plate_diameter_m needs focal_length_m"},
+      {"reconstruct.probe.initial=\"no-such-probe.npy\"", "no-such-probe.npy"}};
+  for (const auto& [set, part] : cases) {
+    auto r = tycho::test::run_command({tycho::test::tycho_exe(), "reconstruct",
+                                       tycho::test::source_dir() + "/examples/mos2.toml", "--set", set, "-o",
+                                       tmp / "never.zip"});
+    EXPECT_TRUE(r.exited && r.exit_code != 0) << r.describe();
+    EXPECT_NE(r.err.find(part), std::string::npos) << set << "\n" << r.describe();
+    EXPECT_EQ(r.err.find("patterns"), std::string::npos) << "read the data before refusing " << set << "\n" << r.describe();
+    EXPECT_FALSE(std::filesystem::exists(tmp / "never.zip"));
+  }
 }
 
 }  // namespace

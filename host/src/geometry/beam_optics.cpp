@@ -133,4 +133,22 @@ std::array<double, 2> resolve_detector_pixel_invA(const toml::table& data_t, con
   return {dk0, std::isfinite(info.detector_pixel_invA[1]) ? info.detector_pixel_invA[1] : dk0};
 }
 
+void check_beam_settings(const toml::table& optics_t, const toml::table& data_t) {
+  // A source that records everything (semiangle, detector distance and pixel; the radiation left
+  // unknown, so nothing is logged): what is refused with it is refused whatever the file says.
+  tycho_dataset_info any{};
+  any.struct_size = sizeof any;
+  any.semiangle_mrad = 1.0;
+  any.detector_pixel_invA[0] = any.detector_pixel_invA[1] = 1e-3;
+  any.detector_distance_m = 1.0;
+  any.detector_pixel_m[0] = any.detector_pixel_m[1] = 1e-4;
+  any.energy_eV = any.C10_A = nan;
+  any.scan_step_A[0] = any.scan_step_A[1] = nan;
+  any.radiation = TYCHO_RADIATION_UNKNOWN;
+  sdk::probe_optics o;
+  o.energy_eV = 1e4;  // any energy: the checks do not depend on it
+  resolve_probe_model(optics_t, any, "the data", o);
+  resolve_detector_pixel_invA(data_t, any, "the data", 1.0);
+}
+
 }  // namespace tycho::host

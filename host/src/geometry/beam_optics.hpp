@@ -42,4 +42,9 @@ void resolve_probe_model(const toml::table& optics_t, const tycho_dataset_info& 
 std::array<double, 2> resolve_detector_pixel_invA(const toml::table& data_t, const tycho_dataset_info& info,
                                                   const std::string& desc, double wavelength_A);
 
+// What [optics] and [data] decide about the beam alone, checked before any data is read (a
+// typo must not cost a scan's read): the keys resolve_probe_model and
+// resolve_detector_pixel_invA would refuse whatever the source records.
+void check_beam_settings(const toml::table& optics_t, const toml::table& data_t);
+
 }  // namespace tycho::host

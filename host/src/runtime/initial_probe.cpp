@@ -149,9 +149,7 @@ bool is_npy(const std::string& path) {
 
 }  // namespace
 
-std::optional<std::vector<std::complex<float>>> initial_probe_from_file(const toml::table& probe_t,
-                                                                        const std::string& base_dir, int64_t n0,
-                                                                        int64_t n1) {
+std::optional<std::string> initial_probe_path(const toml::table& probe_t, const std::string& base_dir) {
   const auto given = read_key<std::string>(probe_t, "initial", "reconstruct.probe");
   const auto dataset = read_key<std::string>(probe_t, "initial_dataset", "reconstruct.probe");
   if (!given || *given == "model") {
@@ -163,17 +161,28 @@ std::optional<std::vector<std::complex<float>>> initial_probe_from_file(const to
   if (!fs::is_regular_file(path))
     fail(TYCHO_ERR_NOT_FOUND, "[reconstruct.probe] initial = \"", *given, "\": '", path,
          "' is not a file (expected \"model\", an .npy probe or an HDF5 file such as a CXI file with an illumination)");
-  std::vector<cd> p;
   if (is_npy(path) && dataset)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct.probe] initial_dataset names a dataset, but '", path,
          "' is an .npy file");
+  return path;
+}
+
+std::optional<std::vector<std::complex<float>>> initial_probe_from_file(const toml::table& probe_t,
+                                                                        const std::string& base_dir, int64_t n0,
+                                                                        int64_t n1) {
+  const std::optional<std::string> checked = initial_probe_path(probe_t, base_dir);
+  if (!checked) return std::nullopt;
+  const std::string& path = *checked;
+  const std::string given = *read_key<std::string>(probe_t, "initial", "reconstruct.probe");
+  const auto dataset = read_key<std::string>(probe_t, "initial_dataset", "reconstruct.probe");
+  std::vector<cd> p;
   try {
     if (is_npy(path)) {
       p = read_npy_probe(path, n0, n1);
     } else {
       // A file that crashes libhdf5 is refused, not fatal: the same read in a guard process first.
-      h5::guard_metadata_walk(path, [&] { read_hdf5_probe(path, *given, dataset, n0, n1); });
-      p = read_hdf5_probe(path, *given, dataset, n0, n1);
+      h5::guard_metadata_walk(path, [&] { read_hdf5_probe(path, given, dataset, n0, n1); });
+      p = read_hdf5_probe(path, given, dataset, n0, n1);
     }
   } catch (const sdk::error& e) {
     // The SDK's readers (npy, HDF5) throw its own type: the runtime's, with the same status.

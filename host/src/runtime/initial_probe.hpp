@@ -21,6 +21,11 @@ namespace tycho::host {
 // real), of shape (N0, N1) or (M, N0, N1) (its first mode is used), centred in its window as
 // tycho's probe is; (N0, N1) must be the run's window. Returned (N0, N1) C order, scaled to
 // Σ|P|² = 1 like the model's. Throws naming the file, the dataset and what was expected.
+// The settings alone, before any data is read (session.cpp's checks of the config): "model" or
+// absent gives nullopt; otherwise the resolved path of a file that exists, with initial_dataset
+// only for an HDF5 file. Throws naming the key and the path.
+std::optional<std::string> initial_probe_path(const toml::table& probe_t, const std::string& base_dir);
+
 std::optional<std::vector<std::complex<float>>> initial_probe_from_file(const toml::table& probe_t,
                                                                         const std::string& base_dir, int64_t n0,
                                                                         int64_t n1);

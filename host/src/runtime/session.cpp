@@ -240,6 +240,10 @@ void check_setting_ranges(const config_document& doc) {
   // [output] path: a NUL cut the written name short of the one reported.
   check_file_name_text(*setting_value<std::string>(doc.table_at("output"), "output", "path"), "[output] path");
   configured_checkpoint_every(doc);
+  // [optics] radiation, probe model and zone plate, [data]'s far-field detector: what the config alone decides.
+  check_beam_settings(doc.table_at("optics"), doc.table_at("data"));
+  // [reconstruct.probe] initial: a file that exists (it is read once the window is known).
+  initial_probe_path(doc.table_at("reconstruct.probe"), doc.base_dir());
 }
 
 // Checks every table's keys and that every named component exists, before any data is read:
