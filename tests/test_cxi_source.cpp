@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -614,6 +615,16 @@ TEST_F(CxiSource, BasisVectorsOrientTheScanAndSizeThePixels) {
     w.doubles("/entry_1/instrument_1/detector_1/basis_vectors", {4}, {0, 1, 0, 1});
   }
   expect_refused(bad, "", TYCHO_ERR_BAD_DATA, {"basis_vectors", "(2, 3), (3, 2) or (768, 2, 3)"});
+  // Per frame: a later frame's NaN is a difference too, not a silent pass.
+  const std::string nan_frame = tmp("nan_frame.cxi");
+  tycho::test::write_mos2_cxi(nan_frame);
+  {
+    std::vector<double> v = per_frame;
+    v[6 * 500 + 1] = std::numeric_limits<double>::quiet_NaN();
+    h5_file_writer w(nan_frame, true);
+    w.doubles("/entry_1/instrument_1/detector_1/basis_vectors", {768, 2, 3}, v);
+  }
+  expect_refused(nan_frame, "", TYCHO_ERR_BAD_DATA, {"basis_vectors", "frame 500 differ"});
 }
 
 // What the beam is: NXsource's probe where the file has one, else its wavelength against its

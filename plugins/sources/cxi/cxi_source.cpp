@@ -222,7 +222,7 @@ std::optional<detector_basis> read_basis(const source_data& s) {
   if (per_frame)  // one set per frame: it must not vary
     for (int64_t j = 1; j < frames; ++j)
       for (int k = 0; k < 6; ++k)
-        if (std::abs((*values)[std::size_t(j * 6 + k)] - (*values)[std::size_t(k)]) * f > 1e-6 * std::abs(b[std::size_t(k / 3)][std::size_t(k % 3)]) + 1e-15)
+        if (!(std::abs((*values)[std::size_t(j * 6 + k)] - (*values)[std::size_t(k)]) * f <= 1e-6 * std::abs(b[std::size_t(k / 3)][std::size_t(k % 3)]) + 1e-15))  // NaN too
           fail(TYCHO_ERR_BAD_DATA, "'", where, "': the basis vectors of frame ", j, " differ from frame 0's; tycho needs one detector orientation for the whole scan");
   detector_basis out;
   std::array<std::array<double, 3>, 2> e{};
