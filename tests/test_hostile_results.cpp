@@ -457,7 +457,8 @@ TEST_F(HostileResultFiles, PreparedXrayFieldsAreChecked) {
       {"data.positions_A", one_bad, "data.positions_A = "},
       {"source_calibration.radiation", "\"neutron\"", "\"electron\", \"xray\" or null"},
       {"source_calibration.detector_pixel_m", "[1e-4, -1]", "source_calibration.detector_pixel_m"},
-      {"source_calibration.detector_distance_m", "\"far\"", "source_calibration.detector_distance_m"}};
+      {"source_calibration.detector_distance_m", "\"far\"", "source_calibration.detector_distance_m"},
+      {"source_calibration.detector_distance_m", "-1.2", "source_calibration.detector_distance_m = -1.2, expected a distance > 0"}};
   for (const auto& [key, value, part] : cases) {
     const std::string edited = tmp_ / "edited_prepared.zip";
     auto py = python(k_edit_manifest, {prepared, edited, key, value});

@@ -127,6 +127,9 @@ tycho_dataset_info recorded_info(const prepared_file& p) {
   info.C10_A = m.number_or_null("source_calibration.C10_A", "Å");
   // A far-field detector in metres and the radiation (absent from files written before them: NaN, unknown).
   info.detector_distance_m = m.number_or_null("source_calibration.detector_distance_m", "m");
+  if (info.detector_distance_m <= 0)  // NaN (unknown) passes
+    m.refuse("source_calibration.detector_distance_m", m.find("source_calibration.detector_distance_m"),
+             "a distance > 0 in m, or null");
   info.detector_pixel_m[0] = info.detector_pixel_m[1] = std::numeric_limits<double>::quiet_NaN();
   if (m.find("source_calibration.detector_pixel_m")) {
     const auto px = m.numbers("source_calibration.detector_pixel_m", 2, true, true, "the detector pixel in m, or null");
