@@ -236,7 +236,12 @@ TEST(PluginAbi, LayoutIsStable) {
   // ABI 1.3 appended reads_stored_dtype to the data set's info (sources deliver their stored dtype).
   EXPECT_EQ(offsetof(tycho_dataset_info, description), 112u);
   EXPECT_EQ(offsetof(tycho_dataset_info, reads_stored_dtype), 120u);
-  EXPECT_EQ(sizeof(tycho_dataset_info), 128u);
+  // ... and, still before 0.1.0's release, the far-field geometry and the radiation: from byte
+  // 128 on, past the tail padding of the struct as it was, so struct_size tells them apart.
+  EXPECT_EQ(offsetof(tycho_dataset_info, detector_distance_m), 128u);
+  EXPECT_EQ(offsetof(tycho_dataset_info, detector_pixel_m), 136u);
+  EXPECT_EQ(offsetof(tycho_dataset_info, radiation), 152u);
+  EXPECT_EQ(sizeof(tycho_dataset_info), 160u);
 #endif
   // The vtables and the host table: struct_size then abi_version.
   EXPECT_EQ(offsetof(tycho_source_vtable, abi_version), 4u);

@@ -77,7 +77,27 @@ typedef struct tycho_dataset_info {
    * float32 copy of the scan. 0, or a struct_size that ends before this field (an older
    * source): read() fills float32 only, and a host never asks for another dtype. */
   int32_t reads_stored_dtype;
+  /* ---- appended in ABI 1.3 (before tycho 0.1.0's release): X-ray data and far-field geometry.
+   * These start at byte 128 on LP64, beyond the tail padding that follows reads_stored_dtype
+   * (whose bytes a source built before them may leave undefined), so a struct_size that covers
+   * a field tells that the source filled it. */
+  double detector_distance_m;     /* specimen-to-detector distance, m; NaN: not recorded */
+  double detector_pixel_m[2];     /* physical pixel size along Qx, Qy, m; NaN: not recorded.
+                                   * With the distance, the host computes the reciprocal pixel
+                                   * p / (λ z) from the run's wavelength (config or file), so
+                                   * a source need not know it; detector_pixel_invA, when also
+                                   * set, is then not used */
+  int32_t radiation;              /* tycho_radiation: what the file says the beam is; 0 unknown */
 } tycho_dataset_info;
+
+/* What a beam is made of (tycho_dataset_info::radiation; [optics] radiation): it decides the
+ * wavelength of the energy, λ = 12.2643 / sqrt(E (1 + 0.978476e-6 E)) Å for electrons and
+ * λ = 12398.42 / E Å for X-ray photons (E in eV). */
+typedef enum tycho_radiation {
+  TYCHO_RADIATION_UNKNOWN = 0,
+  TYCHO_RADIATION_ELECTRON = 1,
+  TYCHO_RADIATION_XRAY = 2
+} tycho_radiation;
 
 typedef struct tycho_source_vtable {
   uint32_t struct_size;

@@ -37,7 +37,9 @@
  *        tycho_memory_problem::targets_streamed; sources may deliver their stored dtype
  *        (uint8, uint16, float16) through read: tycho_dataset_info::reads_stored_dtype; the
  *        embedding API's tycho_evaluate (tycho_evaluate_options) and tycho_free_string;
- *        a loss's fused path for the engines: tycho_loss_vtable::evaluate_far_field. */
+ *        a loss's fused path for the engines: tycho_loss_vtable::evaluate_far_field; X-ray
+ *        data: tycho_dataset_info::detector_distance_m, detector_pixel_m and radiation
+ *        (tycho_radiation). */
 
 /* Release version of the tycho runtime (not the ABI). */
 #define TYCHO_VERSION_STRING "0.1.0"
