@@ -39,12 +39,11 @@
 //
 // The sums the host reduces are one int64 tensor (the engine's TYCHO_TENSOR_FIXED_POINT_SUMS):
 // the engine's grid-quantised arrays first, then the `header` below. Everything here is plain
-// C++ on int64 and double and compiles for host code of a CUDA engine too.
+// C++17 on int64 and double, so it compiles for the host code of a CUDA engine too.
 #pragma once
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -61,9 +60,13 @@ namespace tycho::sdk::fixed_point {
 // |scaled| < 2^51. Larger values give an unspecified integer (no undefined behaviour): the
 // grid's check then refuses the sums. A vectorising compiler turns this into two additions.
 inline constexpr double k_magic = 6755399441055744.0;  // 1.5 · 2^52
+inline constexpr int64_t k_magic_bits = 0x4338000000000000;  // its bit pattern
 inline constexpr int k_most_value_bits = 51;
 inline int64_t quantise(double scaled) {
-  return std::bit_cast<int64_t>(scaled + k_magic) - std::bit_cast<int64_t>(k_magic);
+  const double shifted = scaled + k_magic;
+  int64_t bits = 0;
+  std::memcpy(&bits, &shifted, sizeof bits);
+  return bits - k_magic_bits;
 }
 // 2^-g, the factor that takes a value to its grid (g within grid_schedule's clamp: exact).
 inline double scale_of(int g) { return std::ldexp(1.0, -g); }
@@ -232,7 +235,8 @@ class exact_sum {
     // + d0), and whether anything below them is set.
     auto digit = [&](int i) { return i >= 0 ? uint64_t(d[std::size_t(i)]) : uint64_t(0); };
     const uint64_t d2 = digit(top), d1 = digit(top - 1), d0 = digit(top - 2);
-    const int shift = std::countl_zero(uint32_t(d2));  // 0..31: brings d2's highest bit to bit 95
+    int shift = 0;  // 0..31: brings d2's highest bit to bit 95
+    while ((d2 << shift & 0x80000000u) == 0) ++shift;
     uint64_t mant = (d2 << 32 | d1) << shift;
     bool sticky = false;
     if (shift > 0) {
@@ -273,8 +277,10 @@ class exact_sum {
 //                            bucket set is the largest over every rank
 //   the loss: exact_sum::k_words
 struct header {
-  static std::size_t words(int tensors) { return loss_at(tensors) + exact_sum::k_words; }
-  static std::size_t loss_at(int tensors) { return 1 + std::size_t(tensors) * (2 + std::size_t(k_exponent_buckets)); }
+  static constexpr std::size_t words(int tensors) { return loss_at(tensors) + exact_sum::k_words; }
+  static constexpr std::size_t loss_at(int tensors) {
+    return 1 + std::size_t(tensors) * (2 + std::size_t(k_exponent_buckets));
+  }
   // One rank's part (`h` zeroed first, words(T) long): the grids it used, per tensor the
   // largest |v · 2^-g| it quantised (0: none; g its grid) and its non-finite count, and its loss.
   static void write(int64_t* h, const grid_schedule& grids, const double* largest_scaled, const int64_t* non_finite,
