@@ -237,6 +237,9 @@ std::vector<memory_term> memory_terms(const memory_problem& p) {
     t.push_back({"FFT workspace", mul({u(p.fft_plans), b, m, c, fast ? 1u : 4u}),
                  cat(p.fft_plans, " plan · ", b, " · ", M, " · ", c, " B",
                      fast ? "" : " · 4 (not 2^a·3^b·5^c·7^d: Bluestein)")});
+    if (p.deterministic)  // cuda_engine.cu: the batch's integers, object and probe spectrum, and the header
+      t.push_back({"deterministic sums", add(mul(add(obj, probe), 16), 4478 * 8),
+                   cat("(", O, " + ", KM, ")·16 + ", 4478 * 8, " B (int64)")});
     if (p.reserve_bytes > 0) t.push_back({"runtime reserve", p.reserve_bytes, "CUDA context and allocator"});
   }
   uint64_t total = 0;

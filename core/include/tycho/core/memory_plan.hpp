@@ -36,7 +36,7 @@
 // once per rank a "deterministic sums" term holds the int64 sums it hands the reducer:
 // 16·O + 16·K·M·c + 35824 B, c the grouped path's row-offset classes (one slice: at most
 // min(B, P)/4 and 256 MiB of them, counted at that bound since the plan does not see the
-// positions; else 1).
+// positions; else 1). The cuda engine's (its `deterministic`, off by default): (O + K·M)·16 + 35824 B.
 //
 // Streamed targets (target_residency = "disk", targets_streamed): the targets term is one
 // batch, b·M·4 (host_staging: two), and a host engine's plan adds the host's next batch read
@@ -87,7 +87,7 @@ struct memory_problem {
   int64_t probe_gradient_slices = 8;   // cuda: partial sums of the probe gradient (G)
   uint64_t reserve_bytes = 0;          // cuda: fixed per-device allowance (context, allocator)
   bool targets_streamed = false;       // target_residency "disk": one batch held, not the shard
-  bool deterministic = false;          // cpu: fixed-point sums (the engine's [reconstruct] deterministic)
+  bool deterministic = false;          // fixed-point sums (the engine's [reconstruct] deterministic)
   std::shared_ptr<const memory_reporter> reporter;  // reported: the engine's description
 };
 
