@@ -4,6 +4,7 @@ after an iteration with the session kept, in a terminal as in a notebook
 (tests/python_notebook_check.py drives a kernel)."""
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -93,14 +94,21 @@ def test_ctrl_c_stops_after_an_iteration_and_the_session_goes_on(mos2):
 
 def test_python_m_tycho_reconstruct_saves_when_interrupted(mos2, tmp_path):
     out = tmp_path / "stopped.zip"
-    p = subprocess.Popen([sys.executable, "-m", "tycho", "reconstruct", str(mos2), "--iterations", "60", "--output",
+    # Many iterations, and the signal only once the progress bar shows two done: a fast machine must not finish
+    # before the signal, a slow one must not be signalled while the session is still being made.
+    p = subprocess.Popen([sys.executable, "-m", "tycho", "reconstruct", str(mos2), "--iterations", "2000", "--output",
                           str(out)], stderr=subprocess.PIPE, text=True)
-    time.sleep(6.0)  # the session is made (about 1 s) and iterations are under way (60 take a minute or more)
+    seen = ""
+    while not re.search(r"\b([2-9]|\d\d+)/2000\b", seen):
+        ch = p.stderr.read(1)
+        assert ch, seen  # the run ended before any progress
+        seen += ch
     p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=120)
+    _, rest = p.communicate(timeout=120)
+    err = seen + rest
     assert p.returncode == 130, err
     assert "saved the state after iteration " in err and str(out) in err, err
     saved = np.load(out)
     done = saved["loss_history"].shape[0]
-    assert 1 <= done < 60, done
+    assert 2 <= done < 2000, done
     assert saved["object"].shape == (1, 220, 197)
