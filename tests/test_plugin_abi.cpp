@@ -128,7 +128,8 @@ static_assert(offsetof(tycho_engine_vtable, read_tensor) == 40);
 static_assert(offsetof(tycho_engine_vtable, stream) == 48);
 static_assert(offsetof(tycho_engine_vtable, collect_loss) == 56);
 static_assert(offsetof(tycho_engine_vtable, plan_memory) == 64);  // 1.1
-static_assert(sizeof(tycho_engine_vtable) == 72);
+static_assert(offsetof(tycho_engine_vtable, finish_batch) == 72);  // appended in 1.3
+static_assert(sizeof(tycho_engine_vtable) == 80);
 
 static_assert(offsetof(tycho_optimizer_vtable, create) == 8);
 static_assert(offsetof(tycho_optimizer_vtable, step) == 16);
@@ -208,12 +209,18 @@ TEST(PluginAbi, LayoutIsStable) {
   EXPECT_GT(offsetof(tycho_engine_setup, position_gradient), offsetof(tycho_engine_setup, slice_thickness_A));
   EXPECT_EQ(int(TYCHO_TENSOR_POSITIONS), 4);
   EXPECT_EQ(int(TYCHO_TENSOR_POSITIONS_GRAD), 5);
+  EXPECT_EQ(int(TYCHO_TENSOR_FIXED_POINT_SUMS), 6);  // appended in ABI 1.3
+  EXPECT_EQ(TYCHO_FINISH_ENDS_ITERATION, 1u);
 #if UINTPTR_MAX == 0xffffffffffffffffu
   EXPECT_EQ(offsetof(tycho_engine_setup, slice_propagator), 104u);
   EXPECT_EQ(offsetof(tycho_engine_setup, position_gradient), 120u);
   // ABI 1.3 appended target_reader (targets per mini-batch).
   EXPECT_EQ(offsetof(tycho_engine_setup, target_reader), 128u);
-  EXPECT_EQ(sizeof(tycho_engine_setup), 136u);
+  // ... and host_finishes_batches (deterministic sums).
+  EXPECT_EQ(offsetof(tycho_engine_setup, host_finishes_batches), 136u);
+  EXPECT_EQ(offsetof(tycho_engine_setup, scan_positions_px), 144u);
+  EXPECT_EQ(offsetof(tycho_engine_setup, scan_first), 152u);
+  EXPECT_EQ(sizeof(tycho_engine_setup), 160u);
   EXPECT_EQ(sizeof(tycho_plugin_descriptor), 56u);
   EXPECT_EQ(sizeof(tycho_component), 80u);
   EXPECT_EQ(sizeof(tycho_host_api), 96u);

@@ -39,7 +39,9 @@
  *        embedding API's tycho_evaluate (tycho_evaluate_options) and tycho_free_string;
  *        a loss's fused path for the engines: tycho_loss_vtable::evaluate_far_field; X-ray
  *        data: tycho_dataset_info::detector_distance_m, detector_pixel_m and radiation
- *        (tycho_radiation). */
+ *        (tycho_radiation); deterministic sums: TYCHO_TENSOR_FIXED_POINT_SUMS, tycho_engine_vtable::finish_batch
+ *        (TYCHO_FINISH_ENDS_ITERATION), tycho_engine_setup::host_finishes_batches,
+ *        scan_positions_px and scan_first, int64 in a reducer's allreduce_sum. */
 
 /* Release version of the tycho runtime (not the ABI). */
 #define TYCHO_VERSION_STRING "0.1.0"

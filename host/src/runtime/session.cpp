@@ -1146,6 +1146,11 @@ void session::state::create_engine(state& s, start& st) {
   setup.slice_propagator = settings.slices > 1 ? &propagator_t : nullptr;
   setup.slice_thickness_A = settings.slices > 1 ? settings.slice_thickness_A : 0.0;
   setup.position_gradient = settings.driver.positions.enabled ? 1 : 0;
+  setup.host_finishes_batches = 1;  // the driver sums an engine's fixed-point sums and finishes its batches
+  int64_t scan_shape[2] = {s.data.all_patterns, 2};
+  DLTensor scan_positions{s.all_positions_px.data(), {kDLCPU, 0}, 2, k_float64, scan_shape, nullptr, 0};
+  setup.scan_positions_px = &scan_positions;  // every rank's: an engine lays out its sums alike on every rank
+  setup.scan_first = s.data.first;
   check_status(s.engine_ref->as<tycho_engine_vtable>()->create(&setup, &s.engine), "engine create");
   // An engine that does not read [reconstruct] precision must not run a float64 config in float32.
   if (const std::string held = precision_of(s.engine_tensor(TYCHO_TENSOR_OBJECT).dtype);
