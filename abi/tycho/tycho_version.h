@@ -37,7 +37,12 @@
  *        tycho_memory_problem::targets_streamed; sources may deliver their stored dtype
  *        (uint8, uint16, float16) through read: tycho_dataset_info::reads_stored_dtype; the
  *        embedding API's tycho_evaluate (tycho_evaluate_options) and tycho_free_string;
- *        a loss's fused path for the engines: tycho_loss_vtable::evaluate_far_field. */
+ *        a loss's fused path for the engines: tycho_loss_vtable::evaluate_far_field; X-ray
+ *        data: tycho_dataset_info::detector_distance_m, detector_pixel_m and radiation
+ *        (tycho_radiation); deterministic sums: TYCHO_TENSOR_FIXED_POINT_SUMS, tycho_engine_vtable::finish_batch
+ *        (TYCHO_FINISH_ENDS_ITERATION), tycho_engine_setup::host_finishes_batches,
+ *        scan_positions_px and scan_first, int64 in a reducer's allreduce_sum; the positions' gradient
+ *        per iteration: tycho_engine_vtable::set_position_gradient. */
 
 /* Release version of the tycho runtime (not the ABI). */
 #define TYCHO_VERSION_STRING "0.1.0"

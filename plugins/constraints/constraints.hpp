@@ -100,8 +100,12 @@ class object_depth {
 // optical sectioning): outside that band the data say nothing, so whatever the reconstruction put
 // there is crosstalk between depths (one layer's image repeated in the others). W keeps the band,
 // and the mean over the slices of every lateral frequency (k_z = 0). As the kz filters of
-// py4DSTEM and PtyRAD, with the band taken from the optics instead of a tuned weight; γ = weight
-// of the band's edge (1: the optics' band). Multislice only (S > 1).
+// py4DSTEM and PtyRAD, with the band taken from the optics instead of a tuned weight; γ widens
+// the band's edge. Ptychography records the dark field too: a pattern's pixels up to the
+// detector's largest angle θ = λ / (2 px) interfere with the bright field, so the default γ is
+// θ / α (measured on `bilayer`, 10 uniform 5 Å slices: γ = 2.4 from its optics separates the
+// layers, own 0.908 / 0.916, other 0.086 / 0.099; γ = 1, the bright field's band alone, mixes
+// them, 0.445 / 0.659). Multislice only (S > 1).
 class object_missing_cone {
  public:
   object_missing_cone(const config_view& cfg, const tycho_constraint_setup& setup);

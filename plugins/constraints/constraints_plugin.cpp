@@ -50,8 +50,10 @@ const tycho_setting k_depth_settings[] = {
 
 const char* const k_missing_cone_keys[] = {"gamma", nullptr};
 const tycho_setting k_missing_cone_settings[] = {
-    setting("gamma", TYCHO_SETTING_NUMBER, "1",
-            "the kept band's edge over the optics' |k_z| ≤ k_r (α − λ k_r / 2); 1: the optics' band").above(0).at_most(100),
+    setting("gamma", TYCHO_SETTING_NUMBER, nullptr,
+            "the kept band's edge over the bright field's |k_z| ≤ k_r (α − λ k_r / 2); default: the detector's largest "
+            "angle over the aperture's, λ / (2 px) / α (the band of every interference the detector records)")
+        .above(0).at_most(100),
     end_of_settings()};
 
 const char* const k_power_keys[] = {"relative_power", nullptr};

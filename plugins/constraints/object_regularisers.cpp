@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <cmath>
 #include <complex>
 #include <vector>
@@ -155,9 +156,9 @@ void object_depth::apply(const constraint_arguments& a) {
 }
 
 object_missing_cone::object_missing_cone(const config_view& cfg, const tycho_constraint_setup& setup) {
-  gamma_ = cfg.get_double("gamma").value_or(1.0);
-  if (!(gamma_ > 0) || !std::isfinite(gamma_) || gamma_ > 100)
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key 'gamma' in ", cfg.table_name(), " must be in (0, 100], got ", gamma_);
+  const std::optional<double> gamma = cfg.get_double("gamma");
+  if (gamma && (!(*gamma > 0) || !std::isfinite(*gamma) || *gamma > 100))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key 'gamma' in ", cfg.table_name(), " must be in (0, 100], got ", *gamma);
   if (!(setup.slice_thickness_A > 0))
     fail(TYCHO_ERR_INVALID_ARGUMENT, cfg.table_name(),
          ": constraint 'object_missing_cone' filters along the slices, and this run has one slice; leave it out, or ",
@@ -170,6 +171,11 @@ object_missing_cone::object_missing_cone(const config_view& cfg, const tycho_con
   slice_A_ = setup.slice_thickness_A;
   pixel_A_[0] = setup.pixel_A[0];
   pixel_A_[1] = setup.pixel_A[1];
+  if (!(pixel_A_[0] > 0) || !(pixel_A_[1] > 0))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, cfg.table_name(), ": constraint 'object_missing_cone' needs the object's pixel");
+  // The detector's largest angle (the window's Nyquist frequency, the coarser axis's) over the
+  // aperture's: the band of every interference the patterns record.
+  gamma_ = gamma ? *gamma : std::max(1.0, wavelength_A_ / (2 * std::max(pixel_A_[0], pixel_A_[1])) / alpha_rad_);
 }
 
 void object_missing_cone::apply(const constraint_arguments& a) {

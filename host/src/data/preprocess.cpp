@@ -13,6 +13,7 @@
 #include "settings/config_read.hpp"
 #include "data/detector_padding.hpp"
 #include "geometry/scan_geometry_estimate.hpp"
+#include "geometry/beam_optics.hpp"
 #include "data/pattern_steps.hpp"
 #include "data/preprocess_stage.hpp"
 #include "tycho/host/log.hpp"
@@ -144,6 +145,12 @@ std::array<int64_t, 2> preprocessed_detector_shape(const preprocess_settings& s,
            "use pad_detector_to)");
     n = s.crop;
   }
+  // A factor beyond the detector leaves no pixel: the crop remedy below would suggest [0, 0],
+  // itself refused.
+  if (s.binning > std::min(n[0], n[1]))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[preprocess] binning = ", s.binning, " is larger than the ", n[0], " x ", n[1],
+         " detector", s.crop[0] > 0 ? " (after crop_detector)" : "", "; expected a factor from 1 to ",
+         std::min(n[0], n[1]), " that divides both sizes");
   if (s.binning > 1 && (n[0] % s.binning != 0 || n[1] % s.binning != 0))
     fail(TYCHO_ERR_INVALID_ARGUMENT, "[preprocess] binning = ", s.binning, " does not divide the ", n[0], " x ", n[1],
          " detector", s.crop[0] > 0 ? " (after crop_detector)" : "",
@@ -289,13 +296,12 @@ binning_optics resolve_binning_optics(const config_document& doc, const tycho_da
          "binned window, and neither the data nor the config give it; set '", key, "' in [", table, "]");
   };
   o.optics.energy_eV = known(optics_t, "energy_eV", "optics", info.energy_eV, "beam energy");
-  o.optics.semiangle_mrad = known(optics_t, "semiangle_mrad", "optics", info.semiangle_mrad, "probe semiangle");
+  resolve_probe_model(optics_t, info, info.description ? info.description : "the data", o.optics);  // X-ray too
   if (auto defocus = read_key<double>(optics_t, "defocus_A", "optics")) o.optics.C10_A = -*defocus;
   else if (auto c10 = read_key<double>(optics_t, "C10_A", "optics")) o.optics.C10_A = *c10;
   else o.optics.C10_A = std::isfinite(info.C10_A) ? info.C10_A : 0.0;
-  const double dk = known(data_t, "detector_pixel_invA", "data", info.detector_pixel_invA[0], "detector pixel size");
-  const double dk1 = data_t.contains("detector_pixel_invA") || !std::isfinite(info.detector_pixel_invA[1])
-                         ? dk : info.detector_pixel_invA[1];
+  const auto [dk, dk1] = resolve_detector_pixel_invA(data_t, info, info.description ? info.description : "the data",
+                                                     sdk::wavelength_A(o.optics));
   o.dk_invA = {dk, dk1};
   if (!(o.optics.energy_eV > 0 && o.optics.semiangle_mrad > 0 && dk > 0 && dk1 > 0))
     fail(TYCHO_ERR_INVALID_ARGUMENT, "[preprocess] binning: the energy, semiangle and detector pixel must be > 0");
@@ -642,7 +648,10 @@ preprocess_report run_preprocess_stage(dataset& d, const config_document& doc, c
     log_info("preprocess", cat("every pattern scaled to the mean total intensity ", rep.normalised_to));
   }
 
-  if ((turns % 2 == 1) != s.transpose) std::swap(d.info.detector_pixel_invA[0], d.info.detector_pixel_invA[1]);
+  if ((turns % 2 == 1) != s.transpose) {
+    std::swap(d.info.detector_pixel_invA[0], d.info.detector_pixel_invA[1]);
+    std::swap(d.info.detector_pixel_m[0], d.info.detector_pixel_m[1]);  // a far-field detector's, in metres
+  }
   d.n0 = o0;
   d.n1 = o1;
   d.info.detector_shape[0] = d.n0;

@@ -14,9 +14,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <thread>
@@ -24,6 +26,7 @@
 #include "settings/config_read.hpp"
 #include "data/target_residency.hpp"
 #include "tycho/host/log.hpp"
+#include "tycho/host/settings.hpp"
 
 namespace tycho::host {
 
@@ -72,11 +75,46 @@ std::string residency_options(const memory_problem& p, const tycho_dataset_info&
              "\n");
 }
 
+// What a run's sums promise (docs/guarantees.md): an engine with deterministic sums gives the
+// same bits on any number of ranks, threads and devices; float sums round as each batch is cut.
+std::string sums_line(const config_document& doc, const registry& reg, const std::string& engine) {
+  const component_ref* c = reg.find_description(TYCHO_COMPONENT_ENGINE, engine);
+  const setting_decl* decl = nullptr;
+  if (c != nullptr)
+    for (const auto& d : c->settings)
+      if (d.key == "deterministic" && d.type == TYCHO_SETTING_BOOL) decl = &d;
+  const std::string varies = "the last bits of the gradients depend on how many ranks and threads share each batch";
+  if (decl == nullptr) return cat("sums     float: the ", engine, " engine keeps no deterministic sums; ", varies, "\n");
+  bool on = decl->default_text && *decl->default_text == "true";
+  if (std::optional<bool> v = doc.table_at("reconstruct")["deterministic"].value<bool>()) on = *v;
+  if (!on) return cat("sums     float ([reconstruct] deterministic = false): ", varies, "\n");
+  return "sums     deterministic ([reconstruct] deterministic = true): gradients and loss summed as fixed-point "
+         "integers,\n         the same bits for any number of ranks, threads and devices (the same engine, precision "
+         "and batch order)\n";
+}
+
 }  // namespace
 
 uint64_t physical_memory_bytes() {
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
+}
+
+uint64_t available_memory_bytes() {
+  // /proc/meminfo's MemAvailable: what can be allocated without swapping (free memory plus the
+  // page cache and reclaimable slabs the kernel would give back), in kB.
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  unsigned long long kb = 0;
+  bool found = false;
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+      found = true;
+      break;
+    }
+  std::fclose(f);
+  return found && kb < (uint64_t(1) << 53) ? uint64_t(kb) * 1024u : 0;
 }
 
 int64_t default_engine_threads() {
@@ -141,7 +179,7 @@ int run_plan_command(const config_document& doc, const registry& reg, const plan
   out << ")";
   if (!r.engine_available)
     out << "\n         the '" << r.engine_name << "' engine is not available here: planned with its model anyway";
-  out << "\n\n";
+  out << "\n" << sums_line(doc, reg, r.engine_name) << "\n";
 
   uint64_t capacity = 0;
   std::string capacity_source;

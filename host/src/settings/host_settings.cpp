@@ -66,22 +66,32 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
     std::map<std::string, std::vector<setting_decl>> m;
     m["data"] = {
         decl("source", S, quoted(defaults::source), "", "the source component that reads the data"),
-        at_least(decl("scan_step_A", N, none, "Å", "scan step for both scan axes (default: from the file)"), 0, true),
+        at_most(at_least(decl("scan_step_A", N, none, "Å", "scan step for both scan axes (default: from the file)"), 1e-6), 1e9),
         at_least(decl("detector_pixel_invA", N, none, "Å⁻¹", "reciprocal pixel size for both detector axes (default: from the file)"), 0, true),
         decl("positions_from", S, none, "", "a tycho result whose saved positions a fresh run starts from (e.g. corrected by an earlier run on the same data), relative to the config's folder"),
+        at_least(decl("detector_distance_m", N, none, "m", "far-field detector: specimen-to-detector distance; with detector_pixel_size_m gives detector_pixel_invA = p / (λ z) (default: from the file)"), 0, true),
+        at_least(decl("detector_pixel_size_m", N, none, "m", "far-field detector: physical pixel size, both axes (default: from the file)"), 0, true),
     };
     m["optics"] = {
-        at_least(decl("energy_eV", N, none, "eV", "beam energy (default: from the file)"), 0, true),
+        at_most(at_least(decl("energy_eV", N, none, "eV", "beam energy (default: from the file)"), 1), 1e8),
         at_least(decl("semiangle_mrad", N, none, "mrad", "probe-forming aperture semiangle (default: from the file)"), 0, true),
         decl("C10_A", N, none, "Å", "defocus aberration C10, < 0 underfocus (default: from the file, else 0)"),
         decl("defocus_A", N, none, "Å", "abTEM's defocus, stored as C10 = −defocus_A"),
         decl("refine_C10", B, "true", "", "with scan_rotation_deg = \"auto\": start from the C10 the bright field's parallax measures (when it is precise), and with the scan map's refinement refine it during the run; false: keep the stated C10"),
+        one_of(decl("radiation", S, none, "", "what the beam is, which sets the wavelength of energy_eV (default: what the file says, else \"electron\")"),
+               {"electron", "xray"}),
+        one_of(decl("probe_model", S, "\"aperture\"", "", "the initial probe: a disc or annulus in the back focal plane (condenser aperture, zone plate), or a pinhole in real space"),
+               {"aperture", "pinhole"}),
+        at_most(at_least(decl("central_stop", N, "0", "", "a zone plate's central stop: the blocked fraction of the pupil's radius"), 0), 1, true),
+        at_least(decl("zone_plate_diameter_m", N, none, "m", "zone plate diameter D; with focal_length_m gives semiangle_mrad = D / 2f"), 0, true),
+        at_least(decl("focal_length_m", N, none, "m", "zone plate focal length f"), 0, true),
+        at_least(decl("pinhole_diameter_m", N, none, "m", "probe_model = \"pinhole\": its diameter; propagated by C10 to the specimen"), 0, true),
     };
     m["preprocess"] = {
         at_least(decl("object_padding_px", I, "16", "px", "object margin beyond the outermost probe windows, each side"), 0),
         decl("scan_origin_A", NL, "[0, 0]", "Å", "where the first scan position lies, [x, y]"),
         decl("pad_detector", B, "false", "", "pad each detector axis to the next fast FFT size, masked"),
-        decl("pad_detector_to", IL, none, "px", "pad the detector to this window [N0', N1'], masked"),
+        decl("pad_detector_to", IL, none, "px", "pad the detector to this window [N0', N1'], masked; each from the detector's size to 65536"),
         decl("saturation_value", M, none, "", "a number > 0 or false: values at or above it are masked as saturated (default: the integer dtype's maximum)"),
         at_most(at_least(decl("max_masked_fraction", N, "0.5", "", "the largest fraction of detector pixels that may be masked"), 0), 1),
         decl("integer_targets", B, none, "", "keep integer counts as uint16 targets (default: true for an engine on a GPU)"),
@@ -96,7 +106,7 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
     };
     m["reconstruct"] = {
         decl("engine", S, quoted(defaults::engine), "", "the engine component"),
-        at_least(decl("iterations", I, "100", "", "iterations (epochs over all patterns)"), 0),
+        at_most(at_least(decl("iterations", I, "100", "", "iterations (epochs over all patterns)"), 0), 1e9),
         at_least(decl("batch_size", I, "128", "", "mini-batch size in positions, global over the ranks"), 1),
         decl("loss", S, quoted(defaults::loss), "", "the loss component"),
         decl("seed", I, "0", "", "seeds the per-iteration permutation of the patterns"),
@@ -123,6 +133,10 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         1, true));
     m["reconstruct.probe"].push_back(
         decl("orthogonalize_modes", B, "true", "", "keep several modes orthonormal, in decreasing power, after each step"));
+    m["reconstruct.probe"].push_back(decl("initial", S, "\"model\"", "",
+                                          "the starting probe: \"model\" (the [optics] model), or an .npy or HDF5 file (a CXI file's illumination), relative to the config's folder"));
+    m["reconstruct.probe"].push_back(decl("initial_dataset", S, none, "",
+                                          "the probe's dataset in an HDF5 initial (default: /entry_1/instrument_1/source_1/illumination, else .../source_1/probe)"));
     m["reconstruct.positions"] = {
         decl("correct", B, "false", "", "position correction: move each probe position by its gradient once per iteration"),
         at_least(decl("first_iteration", I, "1", "", "the positions stay fixed before this iteration"), 1),

@@ -98,7 +98,8 @@ class driver {
 
   // One iteration (epoch): every pattern once, in global batches of batch_size (the last one
   // may be smaller), each rank computing its members of each batch. Gradients are summed over
-  // the ranks and divided by the global batch size before the optimizer step.
+  // the ranks and divided by the global batch size before the optimizer step; an engine with
+  // deterministic sums has its integer sums summed instead (the same bits on any number of ranks).
   // Returns the mean loss per pattern over all ranks.
   double run_iteration();
   int64_t iterations_done() const { return iterations_done_; }
@@ -133,6 +134,9 @@ class driver {
   // Turns the engine's position gradient on or off for this iteration's batches, where the
   // engine can (ABI 1.3 set_position_gradient) and the run asked for one at all.
   void want_position_gradient(bool on);
+  // Deterministic sums: the engine's integer sums over the ranks, then its finish_batch (again
+  // until the batch's sums settle on their grid).
+  void finish_fixed_point_batch(const int64_t* indices, int64_t n, bool ends_iteration, double& loss, void* stream);
   // Several ranks: every rank's positions into gathered_positions_ (blocks summed with zeros).
   void gather_positions(void* stream);
   // Adds a mini-batch's probe gradient (summed over the ranks) into probe_gradient_.
@@ -145,6 +149,7 @@ class driver {
   driver_options options_;
   shard share_;
   rank_collectives* collectives_;
+  bool fixed_point_ = false;  // the engine keeps deterministic sums (TYCHO_TENSOR_FIXED_POINT_SUMS)
   std::vector<int64_t> local_indices_;
   std::vector<double> gathered_positions_;
   int64_t iterations_done_ = 0;
