@@ -29,6 +29,7 @@ struct cpu_engine<Real>::thread_scratch {
   std::vector<complex> ramp0, ramp1;
   std::vector<complex> object_grad, probe_spectrum_grad;  // (S, H, W), (M, N0, N1)
   int64_t row_min = 0, row_max = -1;  // rows of object_grad touched in this batch
+  int64_t col_min = 0, col_max = -1;  // and its columns (the windows' bounding box)
   double loss = 0;
   bool fused_loss = false;  // the loss's evaluate_far_field serves this thread (cleared if it refuses)
   tycho_status status = TYCHO_OK;
@@ -298,6 +299,8 @@ void cpu_engine<Real>::model_and_object_gradient(const batch_item& it, thread_sc
   kernels_->gradient_products(pj, obj, w_, wave, og, in, n0_, n1_);
   s.row_min = std::min(s.row_min, it.i0);
   s.row_max = std::max(s.row_max, it.i0 + n0_ - 1);
+  s.col_min = std::min(s.col_min, it.j0);
+  s.col_max = std::max(s.col_max, it.j0 + n1_ - 1);
 }
 
 // Pattern `it` through the model and back, for any number of slices and modes: the exit waves,
@@ -366,6 +369,8 @@ void cpu_engine<Real>::model_and_gradients(const batch_item& it, thread_scratch&
   }
   s.row_min = std::min(s.row_min, it.i0);
   s.row_max = std::max(s.row_max, it.i0 + n0_ - 1);
+  s.col_min = std::min(s.col_min, it.j0);
+  s.col_max = std::max(s.col_max, it.j0 + n1_ - 1);
 }
 
 template <class Real>
@@ -521,6 +526,8 @@ double cpu_engine<Real>::compute_batch(const int64_t* indices, int64_t count) {
     s->loss = 0;
     s->row_min = h_;
     s->row_max = -1;
+    s->col_min = w_;
+    s->col_max = -1;
     s->status = TYCHO_OK;
   }
   auto guarded_call = [&](thread_scratch& s, auto&& call) {
@@ -554,21 +561,15 @@ double cpu_engine<Real>::compute_batch(const int64_t* indices, int64_t count) {
     }
   }
 
-  // Sum the per-thread gradients (only the object rows touched) and reset them.
-  std::fill(object_grad_.begin(), object_grad_.end(), complex(0));
-  std::fill(probe_grad_.begin(), probe_grad_.end(), complex(0));
+  // Sum the per-thread gradients (only the part touched) and reset them.
   double loss = 0;
   for (auto& s : scratch_) {
     if (s->status != TYCHO_OK) throw error(s->status, s->error);
     loss += s->loss;
-    if (s->row_max >= s->row_min)
-      for (int64_t sl = 0; sl < slices_; ++sl) {
-        const int64_t first = sl * h_ * w_ + s->row_min * w_, last = sl * h_ * w_ + (s->row_max + 1) * w_;
-        for (int64_t k = first; k < last; ++k) {
-          object_grad_[std::size_t(k)] += s->object_grad[std::size_t(k)];
-          s->object_grad[std::size_t(k)] = complex(0);
-        }
-      }
+  }
+  sum_object_gradients();
+  std::fill(probe_grad_.begin(), probe_grad_.end(), complex(0));
+  for (auto& s : scratch_) {
     for (int64_t k = 0; k < modes_ * m; ++k) {
       probe_grad_[std::size_t(k)] += s->probe_spectrum_grad[std::size_t(k)];
       s->probe_spectrum_grad[std::size_t(k)] = complex(0);
@@ -585,6 +586,46 @@ double cpu_engine<Real>::compute_batch(const int64_t* indices, int64_t count) {
     }
   }
   return loss;
+}
+
+template <class Real>
+void cpu_engine<Real>::sum_object_gradients() {
+  if (region_.empty()) {
+    // The whole object, the threads' rows touched added in thread order.
+    std::fill(object_grad_.begin(), object_grad_.end(), complex(0));
+    for (auto& s : scratch_)
+      if (s->row_max >= s->row_min)
+        for (int64_t sl = 0; sl < slices_; ++sl) {
+          const int64_t first = sl * h_ * w_ + s->row_min * w_, last = sl * h_ * w_ + (s->row_max + 1) * w_;
+          for (int64_t k = first; k < last; ++k) {
+            object_grad_[std::size_t(k)] += s->object_grad[std::size_t(k)];
+            s->object_grad[std::size_t(k)] = complex(0);
+          }
+        }
+    return;
+  }
+  // The region only (it covers every window of the batch): zeroed, then each thread's bounding
+  // box added in thread order, so every value there is the whole-object path's.
+  const int64_t boxes = int64_t(region_.size() / 4);
+  for (int64_t sl = 0; sl < slices_; ++sl)
+    for (int64_t b = 0; b < boxes; ++b) {
+      const int64_t* box = region_.data() + 4 * b;
+      for (int64_t r = box[0]; r < box[1]; ++r) {
+        complex* row = object_grad_.data() + (sl * h_ + r) * w_;
+        std::fill(row + box[2], row + box[3], complex(0));
+      }
+    }
+  for (auto& s : scratch_) {
+    if (s->row_max < s->row_min) continue;
+    for (int64_t sl = 0; sl < slices_; ++sl)
+      for (int64_t r = s->row_min; r <= s->row_max; ++r) {
+        const int64_t first = (sl * h_ + r) * w_;
+        for (int64_t k = first + s->col_min; k <= first + s->col_max; ++k) {
+          object_grad_[std::size_t(k)] += s->object_grad[std::size_t(k)];
+          s->object_grad[std::size_t(k)] = complex(0);
+        }
+      }
+  }
 }
 
 template class cpu_engine<float>;

@@ -69,6 +69,9 @@ class engine_base {
   // Returns Σ L over the batch; gradients (sums) land in the OBJECT_GRAD / PROBE_GRAD tensors.
   virtual double compute_batch(const int64_t* indices, int64_t count) = 0;
   virtual DLTensor* tensor(tycho_tensor_id id) = 0;
+  // The object gradient is read only inside `boxes` (n rows [row0, row1, col0, col1), checked
+  // by the adapter) from the next batch on; n = 0: everywhere.
+  virtual void set_gradient_region(const int64_t* boxes, int64_t n) = 0;
 };
 
 // The engine for `options.double_precision`, from a setup that has passed the SDK engine
@@ -84,6 +87,7 @@ class cpu_engine final : public engine_base {
 
   double compute_batch(const int64_t* indices, int64_t count) override;
   DLTensor* tensor(tycho_tensor_id id) override;
+  void set_gradient_region(const int64_t* boxes, int64_t n) override { region_.assign(boxes, boxes + 4 * n); }
 
  private:
   struct thread_scratch;
@@ -101,6 +105,9 @@ class cpu_engine final : public engine_base {
   void begin_group(double delta0, thread_scratch& s, const complex* probe_spectrum);
   void end_group(thread_scratch& s);
   void read_batch_targets(const int64_t* indices, int64_t count);
+  // The threads' object gradients summed into object_grad_ (and reset): the whole object, or
+  // only region_ (the host reads no more), each thread's part being its windows' bounding box.
+  void sum_object_gradients();
   // The loss component on s.intensity (pattern j's model): s.loss, s.dloss.
   void evaluate_loss(int64_t j, thread_scratch& s);
   // The loss's fused path on one far field (cpu_engine.cpp); false where the loss has none.
@@ -133,6 +140,8 @@ class cpu_engine final : public engine_base {
   std::vector<double> position_grad_;  // (P, 2) dL/dc, written for the patterns of each batch
   std::vector<double> frequency1_;     // (N1) f1(b) / N1: the position gradient's axis-1 factor
   std::vector<complex> object_, probe_, object_grad_, probe_grad_;
+  // set_gradient_region: boxes [row0, row1, col0, col1) where object_grad_ is read; empty: all.
+  std::vector<int64_t> region_;
   const pointwise_kernels<Real>* kernels_;  // this CPU's build of the pointwise loops
   std::unique_ptr<fft_plan_2d<Real>> fft_;
   std::unique_ptr<fft_plan_axis<Real>> rows_, columns_;  // along axis 1, axis 0

@@ -19,6 +19,7 @@ class cpu_component {
 
   double compute_batch(const int64_t* indices, int64_t count) { return engine_->compute_batch(indices, count); }
   DLTensor* tensor(tycho_tensor_id id) { return engine_->tensor(id); }
+  void set_gradient_region(const int64_t* boxes, int64_t n) { engine_->set_gradient_region(boxes, n); }
 
   // The cpu model of tycho/core/memory_plan.hpp: what cpu_engine.cpp allocates, per thread.
   static void plan_memory(const config_view&, const tycho_memory_problem& problem, tycho_memory_report* out) {
