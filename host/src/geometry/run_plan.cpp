@@ -2,6 +2,7 @@
 // `tycho plan` command (resolve_run_geometry, run_memory_problem and preview_run live in
 // session.cpp, beside the config readers they share with the session).
 #include "tycho/host/run_plan.hpp"
+#include "geometry/time_plan.hpp"
 
 #include <tycho/core/error.hpp>
 
@@ -22,6 +23,7 @@
 #include <thread>
 
 #include "settings/config_read.hpp"
+#include "settings/settings_read.hpp"
 #include "data/target_residency.hpp"
 #include "tycho/host/log.hpp"
 
@@ -163,6 +165,22 @@ int run_plan_command(const config_document& doc, const registry& reg, const plan
 
   const memory_plan plan = plan_memory(p, capacity);
   out << memory_plan_table(plan);
+  if (options.estimate_time) {
+    // The time per iteration, from a short calibration run of this machine's engine (time_plan.hpp).
+    const time_estimate t = estimate_iteration_time(doc, reg, r);
+    if (t.done) {
+      const int64_t iterations = *setting_value<int64_t>(doc.table_at("reconstruct"), "reconstruct", "iterations");
+      const double total = t.seconds_per_iteration * double(iterations);
+      out << "\ntime     ~" << std::lround(t.seconds_per_iteration * 100) / 100.0 << " s per iteration ("
+          << std::lround(t.us_per_position * 10) / 10.0 << " us per position-iteration, " << t.batching
+          << " batches); " << iterations << " iterations ~"
+          << (total < 120 ? cat(std::lround(total), " s") : total < 7200 ? cat(std::lround(total / 60), " min")
+                                                                          : cat(std::lround(total / 360) / 10.0, " h"))
+          << "\n         " << t.why << "\n";
+    } else {
+      out << "\ntime     " << t.why << "\n";
+    }
+  }
   if (capacity == 0) {
     out << "\nthe device memory is not known here (no CUDA driver or device): give --device-memory GiB\n";
     return 2;
