@@ -99,7 +99,8 @@ target_stream::target_stream(std::unique_ptr<stored_npy_member> member, int64_t 
 target_stream::~target_stream() {
   if (schedule_ && hits_ + misses_ > 0)
     log_info("targets", cat(hits_ + misses_, " batches read from disk, ", hits_, " of them read ahead (", shared_,
-                            " finished by the engine's thread)"));
+                            " finished by the engine's thread); ", patterns_read_.load(), " patterns read, all of ",
+                            "this process's block [", first_, ", ", first_ + patterns_, ") of the file"));
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
@@ -115,6 +116,7 @@ void target_stream::read_pattern_as(pattern_reader& r, int64_t j, T* out) const 
   if (j < 0 || j >= patterns_)
     fail(TYCHO_ERR_INVALID_ARGUMENT, r.member->where(), ": pattern ", j, " asked for, outside [0, ", patterns_, ")");
   r.member->read(uint64_t(first_ + j) * uint64_t(n), uint64_t(n), r.stored.data());
+  patterns_read_.fetch_add(1, std::memory_order_relaxed);
   T* shifted = reinterpret_cast<T*>(r.shifted.data());
   ifftshift_pattern(reinterpret_cast<const T*>(r.stored.data()), padded ? shifted : out, layout_.n0, layout_.n1);
   if (padded) pad_fft_order_pattern(shifted, layout_.n0, layout_.n1, out, layout_.window0, layout_.window1);

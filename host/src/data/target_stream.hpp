@@ -131,6 +131,7 @@ class target_stream {
   bool stop_ = false;
   std::exception_ptr ahead_error_;
   int64_t hits_ = 0, misses_ = 0, shared_ = 0;
+  mutable std::atomic<int64_t> patterns_read_{0};  // by either thread (read_pattern checks each is this block's)
   std::thread worker_;
 };
 

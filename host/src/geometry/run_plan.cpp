@@ -172,8 +172,9 @@ int run_plan_command(const config_document& doc, const registry& reg, const plan
       const int64_t iterations = *setting_value<int64_t>(doc.table_at("reconstruct"), "reconstruct", "iterations");
       const double total = t.seconds_per_iteration * double(iterations);
       out << "\ntime     ~" << std::lround(t.seconds_per_iteration * 100) / 100.0 << " s per iteration ("
-          << std::lround(t.us_per_position * 10) / 10.0 << " us per position-iteration, " << t.batching
-          << " batches); " << iterations << " iterations ~"
+          << std::lround(t.us_per_position * 10) / 10.0 << " µs per position·iteration; CPU time "
+          << std::lround(t.cpu_us_per_position * 10) / 10.0 << " µs, " << t.batching << " batches); " << iterations
+          << " iterations ~"
           << (total < 120 ? cat(std::lround(total), " s") : total < 7200 ? cat(std::lround(total / 60), " min")
                                                                           : cat(std::lround(total / 360) / 10.0, " h"))
           << "\n         " << t.why << "\n";

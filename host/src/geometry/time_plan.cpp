@@ -16,6 +16,8 @@
 #include <tuple>
 #include <vector>
 
+#include <time.h>
+
 #include "runtime/batching_choice.hpp"
 #include "settings/config_read.hpp"
 #include "settings/settings_read.hpp"
@@ -25,18 +27,10 @@ namespace tycho::host {
 namespace {
 using clock_type = std::chrono::steady_clock;
 double since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
-
-// Host memory copy bandwidth, bytes/s: the best of three 32 MiB copies.
-double copy_bytes_per_second() {
-  std::vector<char> a(std::size_t(32) << 20, 1), b(a.size());
-  double best = 0;
-  for (int i = 0; i < 3; ++i) {
-    const auto t0 = clock_type::now();
-    std::copy(a.begin(), a.end(), b.begin());
-    const double s = since(t0);
-    if (s > 0) best = std::max(best, double(a.size()) / s);
-  }
-  return best;
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
 // The calibration's components, destroyed in order (optimizers, engine, loss).
@@ -188,26 +182,27 @@ time_estimate estimate_iteration_time(const config_document& doc, const registry
   // A warm-up iteration (first touches, FFTW's plans), then iterations until the budget.
   drv.run_iteration();
   const auto t0 = clock_type::now();
+  const double cpu0 = process_cpu_seconds();
   int64_t iterations = 0;
   do {
     drv.run_iteration();
     ++iterations;
   } while (since(t0) < budget_s && iterations < 20);
-  const double per_batch = since(t0) / double(iterations * batches);
   e.calibration_seconds = since(t0);
-  // The iteration's batches, and the session's copies of the state after each (object, its two
-  // moments, the probe: read and scanned for non-finite values).
-  const double object_bytes = double(slices * h * w) * double(p.complex_bytes);
-  const double bandwidth = copy_bytes_per_second();
-  const double copies = bandwidth > 0 ? 2.0 * 3.0 * object_bytes / bandwidth : 0.0;
-  e.seconds_per_iteration = per_batch * double(plan.batches()) + copies;
+  const double per_batch = e.calibration_seconds / double(iterations * batches);
+  const double cpu_per_batch = (process_cpu_seconds() - cpu0) / double(iterations * batches);
+  // The iteration's batches (history.seconds and history.cpu_seconds of a result count the
+  // same: the driver's iteration).
+  e.seconds_per_iteration = per_batch * double(plan.batches());
+  e.cpu_seconds_per_iteration = cpu_per_batch * double(plan.batches());
   e.us_per_position = e.seconds_per_iteration / double(all) * 1e6;
+  e.cpu_us_per_position = e.cpu_seconds_per_iteration / double(all) * 1e6;
   e.done = true;
   e.why = cat("an estimate: ", iterations, " iterations of ", batches, " batch", batches > 1 ? "es" : "", " (",
               calib_patterns, " positions, ", choice.kind == batching::compact ? "compact" : "random",
               " batching, object ", ch, " x ", cw, " px) on this machine in ", std::lround(e.calibration_seconds * 1e3),
-              " ms, scaled to the run's ", plan.batches(), " batches; constraints, checkpoints and previews not "
-              "counted, disk reads taken as read ahead");
+              " ms, scaled to the run's ", plan.batches(), " batches, at this machine's load now (the CPU time does not "
+              "depend on it); constraints, checkpoints and previews not counted, disk reads taken as read ahead");
   return e;
 }
 

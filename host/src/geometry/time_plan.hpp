@@ -3,9 +3,10 @@
 // small piece of the run itself (two batches of the run's batching, on the run's window, with
 // the run's object where random batches step it whole, else a crop around the batches'
 // windows), through the driver and the optimizers, and scales the time per batch to the
-// iteration's batches; the copies the session makes after each iteration are added at this
-// machine's copy bandwidth. Constraints, checkpoints and previews are not counted; targets read
-// from disk are taken as read ahead in the engine's idle time (docs/streaming.md).
+// iteration's batches: wall time at the machine's load now, and the process's CPU time, which
+// the load does not change (a result's history.seconds and history.cpu_seconds count the same).
+// Constraints, checkpoints and previews are not counted; targets read from disk are taken as
+// read ahead in the engine's idle time (docs/streaming.md).
 #pragma once
 
 #include <tycho/core/config.hpp>
@@ -23,6 +24,8 @@ struct time_estimate {
   std::string why;             // what was measured, or why nothing was
   double seconds_per_iteration = 0;
   double us_per_position = 0;  // per position·iteration
+  double cpu_seconds_per_iteration = 0;  // the process's CPU time (all threads): what the load does not change
+  double cpu_us_per_position = 0;
   double calibration_seconds = 0;
   std::string batching;        // "random" or "compact"
 };

@@ -86,7 +86,8 @@ std::string to_json(const result_manifest& m) {
   j["history"] = {{"iterations", m.loss_history.size()},
                   {"schedule_iterations", m.schedule_iterations},
                   {"loss", m.loss_history},
-                  {"seconds", m.seconds_history}};
+                  {"seconds", m.seconds_history},
+                  {"cpu_seconds", m.cpu_seconds_history}};
   nlohmann::ordered_json opts = nlohmann::ordered_json::object();
   for (const auto& o : m.optimizer_states)
     opts[o.parameter] = {{"optimizer", o.optimizer}, {"steps", o.steps}, {"arrays", o.arrays}};

@@ -20,6 +20,7 @@
 #include <thread>
 #include <tuple>
 
+#include <time.h>
 #include <unistd.h>
 
 #include "settings/config_read.hpp"
@@ -388,6 +389,13 @@ void restore_tile_steps(const resume_data& r, driver& drv, int64_t object_steps)
   drv.set_tile_steps(std::vector<int64_t>(std::size_t(tiles.rows() * tiles.cols()), object_steps));
 }
 
+// The CPU time this process has used, all threads, s (the iterations' cost whatever else runs).
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
 // Seconds since t0, to the millisecond (for log lines).
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::round(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3) / 1e3;
@@ -645,6 +653,7 @@ struct session::state {
   int64_t iterations = 100;
   double slice_thickness_A = 0;  // > 0 with several slices (the manifest's calibration)
   std::vector<double> loss_history, seconds_history;
+  std::vector<double> cpu_seconds_history;  // the process's CPU time per iteration (all its threads)
 
   const component_ref* engine_ref = nullptr;
   const component_ref* loss_ref = nullptr;
@@ -765,6 +774,7 @@ struct session::state {
     stop_reason = std::move(why);
     loss_history.resize(std::size_t(kept.iterations));
     seconds_history.resize(std::size_t(kept.iterations));
+    cpu_seconds_history.resize(std::size_t(kept.iterations));
     drv->set_iterations_done(kept.iterations);
   }
 
@@ -1196,6 +1206,13 @@ void session::state::restore_resumed(state& s, start& st) {
   }
   secs.resize(std::size_t(r.done), 0.0);
   s.seconds_history = std::move(secs);
+  std::vector<double> cpu;
+  try {
+    cpu = r.manifest.at("history").value("cpu_seconds", std::vector<double>());
+  } catch (const nlohmann::json::exception&) {
+  }
+  cpu.resize(std::size_t(r.done), 0.0);  // a file from before the key: 0
+  s.cpu_seconds_history = std::move(cpu);
   log_info("session", cat("resuming '", r.path, "' after iteration ", r.done, " of ", r.total));
 }
 
@@ -1326,6 +1343,7 @@ bool session::run(int64_t iterations, const progress_callback& progress) {
     if (stop_requested()) interrupted(cat("after iteration ", s.drv->iterations_done()));
     const int64_t iteration = s.drv->iterations_done() + 1;
     auto t0 = std::chrono::steady_clock::now();
+    const double cpu0 = process_cpu_seconds();
     double loss = 0;
     try {
       loss = s.drv->run_iteration();
@@ -1334,6 +1352,7 @@ bool session::run(int64_t iterations, const progress_callback& progress) {
       throw;
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double cpu_secs = process_cpu_seconds() - cpu0;
     // A non-finite loss, or NaN left in the state, would only spread: stop with the last state
     // that had neither.
     if (!std::isfinite(loss)) {
@@ -1355,6 +1374,7 @@ bool session::run(int64_t iterations, const progress_callback& progress) {
     s.kept = std::move(now);
     s.loss_history.push_back(loss);
     s.seconds_history.push_back(secs);
+    s.cpu_seconds_history.push_back(cpu_secs);
     if (progress) {
       tycho_progress p{sizeof(tycho_progress), s.drv->iterations_done(), last, loss, secs};
       if (!progress(p)) return false;
@@ -1498,6 +1518,7 @@ std::string session::manifest_json() const {
   m.object_padding_px = s.geometry.padding_px;
   m.loss_history = s.loss_history;
   m.seconds_history = s.seconds_history;
+  m.cpu_seconds_history = s.cpu_seconds_history;
   m.schedule_iterations = s.iterations;
   m.parallel_json = s.parallel_json;
   m.preprocess_json = s.preprocess_json;

@@ -45,6 +45,7 @@ struct result_manifest {
   // (a multislice run), which `tycho evaluate` reads for the slices' depths.
   double slice_thickness_A = 0;
   std::vector<double> loss_history, seconds_history;
+  std::vector<double> cpu_seconds_history;  // the process's CPU time per iteration, s
   int64_t schedule_iterations = 0;    // the run's total: the learning-rate schedules span it
   std::string complex_dtype = "complex64";  // of object and probe: "complex128" in a float64 run
   std::vector<optimizer_state_record> optimizer_states;
