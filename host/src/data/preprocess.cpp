@@ -383,15 +383,28 @@ void recompute_totals(dataset& d) {
 }
 
 namespace {
+// Row by row, each row as two copies (a rotation by ⌊n1/2⌋): the same permutation as the
+// element-wise definition, out[((i + ⌊n0/2⌋) mod n0, (j + ⌊n1/2⌋) mod n1)] = in[i, j], without a
+// modulo per pixel (which cost as much as reading the pattern from disk).
 template <class T>
 void fftshift_values(const T* in, T* out, int64_t n0, int64_t n1) {
-  for (int64_t i = 0; i < n0; ++i)
-    for (int64_t j = 0; j < n1; ++j) out[((i + n0 / 2) % n0) * n1 + (j + n1 / 2) % n1] = in[i * n1 + j];
+  const int64_t h = n1 / 2;
+  for (int64_t i = 0; i < n0; ++i) {
+    const T* src = in + i * n1;
+    T* dst = out + ((i + n0 / 2) % n0) * n1;
+    std::copy(src + (n1 - h), src + n1, dst);  // out[j] = in[j - h + n1] for j < h
+    std::copy(src, src + (n1 - h), dst + h);   // out[j] = in[j - h] for j >= h
+  }
 }
 template <class T>
 void ifftshift_values(const T* in, T* out, int64_t n0, int64_t n1) {
-  for (int64_t i = 0; i < n0; ++i)
-    for (int64_t j = 0; j < n1; ++j) out[i * n1 + j] = in[((i + n0 / 2) % n0) * n1 + (j + n1 / 2) % n1];
+  const int64_t h = n1 / 2;
+  for (int64_t i = 0; i < n0; ++i) {
+    const T* src = in + ((i + n0 / 2) % n0) * n1;
+    T* dst = out + i * n1;
+    std::copy(src + h, src + n1, dst);           // out[j] = in[j + h] for j < n1 − h
+    std::copy(src, src + h, dst + (n1 - h));     // out[j] = in[j + h − n1] for j >= n1 − h
+  }
 }
 }  // namespace
 

@@ -16,8 +16,8 @@ batching_choice choose_batching(const config_document& doc, int64_t object_px, i
     return c;
   }
   // A random batch's windows cover batch_size · window_px pixels (with overlaps): while that is
-  // several times the object, every batch touches most of it anyway, and stepping it whole costs
-  // less than the patterns; beyond, the whole-object work per batch would grow with the scan.
+  // several times the object, every batch touches all of it anyway, and stepping it whole costs
+  // little; beyond, the whole-object work per batch would grow with the scan.
   const double covered = double(batch_size) * double(window_px) / double(auto_compact_coverage);
   c.kind = double(object_px) > covered ? batching::compact : batching::random;
   c.why = cat("batching = \"auto\": the object's ", object_px, " px per slice are ",

@@ -24,6 +24,6 @@ struct batching_choice {
 batching_choice choose_batching(const config_document& doc, int64_t object_px, int64_t window_px, int64_t batch_size);
 
 // "auto" picks compact when the object has more pixels than batch_size · window_px / this.
-constexpr int64_t auto_compact_coverage = 4;
+constexpr int64_t auto_compact_coverage = 8;
 
 }  // namespace tycho::host

@@ -102,7 +102,7 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         one_of(decl("batching", S, "\"auto\"", "",
                     "which patterns form a batch: random (a permutation each iteration), compact (patches of "
                     "neighbouring positions, the object stepped only under each batch's windows), or auto "
-                    "(compact for objects larger than a quarter of what a batch's windows cover)"),
+                    "(compact for objects larger than an eighth of what a batch's windows cover)"),
                {"auto", "random", "compact"}),
         one_of(decl("precision", S, "\"float32\"", "", "what the engine computes in"), {"float32", "float64"}),
         at_least(decl("probe_modes", I, "1", "", "probe modes (mixed state); at most the window's pixels"), 1),
