@@ -100,7 +100,7 @@ def main():
     ap.add_argument("--ranks-size", default="512", help="the size also run on 2 ranks (mpirun); '' for none")
     ap.add_argument("--dose", default="1e5")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    ap.add_argument("--keep", action="store_true", help="keep the work folder's logs and configs")
     args = ap.parse_args()
     if not TYCHO.exists():
         sys.exit("build first: scripts/build")
@@ -181,8 +181,9 @@ def main():
             rows.append(row2)
             print(f"{'':>11} 2 ranks: {row2['us_per_position_iteration']:.1f} µs/pos·it, loss histories within "
                   f"{diff:.2e} of 1 rank's; {'; '.join(reads)}", flush=True)
-        if scan in disk and not args.keep:
-            (work / f"p{scan[0]}.zip").unlink()
+        # The big files go as soon as they are used (the logs stay with --keep).
+        for big in work.glob(f"[pr]{scan[0]}*.zip"):
+            big.unlink()
     base = rows[0]["cpu_us_per_position_iteration"]
     print(f"CPU µs per position·iteration against {sizes[0][0]}x{sizes[0][1]}: " +
           ", ".join(f"{r['scan_shape'][0]}x{r['scan_shape'][1]}{' (2 ranks)' if r.get('ranks') else ''} "
