@@ -37,7 +37,13 @@
  *        tycho_memory_problem::targets_streamed; sources may deliver their stored dtype
  *        (uint8, uint16, float16) through read: tycho_dataset_info::reads_stored_dtype; the
  *        embedding API's tycho_evaluate (tycho_evaluate_options) and tycho_free_string;
- *        a loss's fused path for the engines: tycho_loss_vtable::evaluate_far_field. */
+ *        a loss's fused path for the engines: tycho_loss_vtable::evaluate_far_field;
+ *        the object's work per batch in boxes (issue 30): tycho_engine_vtable::
+ *        set_gradient_region, tycho_step_info::n_boxes / boxes / box_steps with
+ *        tycho_optimizer_vtable::flags (TYCHO_OPTIMIZER_TAKES_BOXES),
+ *        tycho_constraint_state::n_object_boxes / object_boxes; arrays produced while a format
+ *        writes: tycho_array_producer, tycho_record::producers / manifest / manifest_context,
+ *        tycho_format_vtable::flags (TYCHO_FORMAT_PRODUCED_ARRAYS). All before 0.1.0's release. */
 
 /* Release version of the tycho runtime (not the ABI). */
 #define TYCHO_VERSION_STRING "0.1.0"
