@@ -165,29 +165,30 @@ int run_plan_command(const config_document& doc, const registry& reg, const plan
 
   const memory_plan plan = plan_memory(p, capacity);
   out << memory_plan_table(plan);
-  if (options.estimate_time) {
-    // The time per iteration, from a short calibration run of this machine's engine (time_plan.hpp).
-    const time_estimate t = estimate_iteration_time(doc, reg, r);
-    if (t.done) {
-      const int64_t iterations = *setting_value<int64_t>(doc.table_at("reconstruct"), "reconstruct", "iterations");
-      const double total = t.seconds_per_iteration * double(iterations);
-      out << "\ntime     ~" << std::lround(t.seconds_per_iteration * 100) / 100.0 << " s per iteration ("
-          << std::lround(t.us_per_position * 10) / 10.0 << " µs per position·iteration; CPU time "
-          << std::lround(t.cpu_us_per_position * 10) / 10.0 << " µs, " << t.batching << " batches); " << iterations
-          << " iterations ~"
-          << (total < 120 ? cat(std::lround(total), " s") : total < 7200 ? cat(std::lround(total / 60), " min")
-                                                                          : cat(std::lround(total / 360) / 10.0, " h"))
-          << "\n         " << t.why << "\n";
-    } else {
-      out << "\ntime     " << t.why << "\n";
-    }
-  }
   if (capacity == 0) {
     out << "\nthe device memory is not known here (no CUDA driver or device): give --device-memory GiB\n";
     return 2;
   }
   out << "(memory: " << capacity_source << ")\n\n";
   if (!device_model) out << residency_options(p, r.info, doc) << "\n";
+  if (options.estimate_time) {
+    // The time per iteration, from a short calibration run of this machine's engine (time_plan.hpp).
+    const time_estimate t = estimate_iteration_time(doc, reg, r);
+    if (t.done) {
+      const int64_t iterations = *setting_value<int64_t>(doc.table_at("reconstruct"), "reconstruct", "iterations");
+      const double total = t.seconds_per_iteration * double(iterations);
+      out << "time     ~" << std::lround(t.seconds_per_iteration * 100) / 100.0 << " s per iteration ("
+          << std::lround(t.us_per_position * 10) / 10.0 << " µs per position·iteration; CPU time "
+          << std::lround(t.cpu_us_per_position * 10) / 10.0 << " µs, " << t.batching << " batches); " << iterations
+          << " iterations ~"
+          << (total < 120 ? cat(std::lround(total), " s") : total < 7200 ? cat(std::lround(total / 60), " min")
+                                                                          : cat(std::lround(total / 360) / 10.0, " h"))
+          << "\n         " << t.why << "\n\n";
+    } else {
+      out << "time     " << t.why << "\n\n";
+    }
+  }
+
   if (plan.fits && !plan.batch_shrunk) {
     out << "fits: " << human_bytes(plan.total) << (device_model ? " per device" : "") << " of "
         << human_bytes(plan.capacity) << "\n";
