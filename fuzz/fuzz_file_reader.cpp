@@ -3,6 +3,8 @@
 // on /dev/shm that the reader opens as a user's file would be. Readers run in-process through the plugin registry, as the host runs them:
 //
 //   emd, hdf5, cxi, npy, npz   a source component: open, info, positions, the last patterns
+//   mib, arina, dm, empad      the detectors plugin's sources, the same way (empad: the input is
+//                              the .xml, beside a fixed .raw of one frame that it may name)
 //   zip                        the zip format's load (results, prepared files, .npz)
 //   config                     the TOML config: parse (with ${} expansion) and every table
 //
@@ -14,12 +16,14 @@
 #include <tycho/host/registry.hpp>
 #include <tycho/tycho_components.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,7 +34,7 @@
 
 namespace {
 
-// emd, hdf5, cxi, npy, npz, zip or config: from the executable's name (LLVMFuzzerInitialize).
+// emd, hdf5, cxi, npy, npz, mib, arina, dm, empad, zip or config: from the executable's name (LLVMFuzzerInitialize).
 std::string k_reader;
 
 const tycho::host::registry& plugins() {
@@ -43,7 +47,27 @@ const tycho::host::registry& plugins() {
 }
 
 std::string input_path() {
-  const char* ext = k_reader == "npy" ? ".npy" : k_reader == "npz" ? ".npz" : k_reader == "zip" ? ".zip" : ".h5";
+  if (k_reader == "empad") {
+    // The .xml in a folder of its own, beside one EMPAD frame (128 x 130 float32) it may name.
+    const std::string dir = "/dev/shm/tycho-fuzz-empad-" + std::to_string(getpid());
+    mkdir(dir.c_str(), 0700);
+    std::vector<float> frame(128 * 130);
+    for (std::size_t k = 0; k < frame.size(); ++k) frame[k] = float(k % 97);
+    if (FILE* f = std::fopen((dir + "/scan_x1_y1.raw").c_str(), "wb")) {
+      std::fwrite(frame.data(), sizeof(float), frame.size(), f);
+      std::fclose(f);
+    }
+    static std::string made;  // removed at exit, with the frame
+    made = dir;
+    std::atexit([] { std::filesystem::remove_all(made); });
+    return dir + "/scan.xml";
+  }
+  const char* ext = k_reader == "npy"   ? ".npy"
+                    : k_reader == "npz" ? ".npz"
+                    : k_reader == "zip" ? ".zip"
+                    : k_reader == "mib" ? ".mib"
+                    : k_reader == "dm"  ? ".dm4"
+                                        : ".h5";
   return "/dev/shm/tycho-fuzz-" + std::to_string(getpid()) + ext;
 }
 
@@ -120,9 +144,9 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   const std::string prefix = "tycho_fuzz_";
   const auto at = self.rfind(prefix);
   k_reader = at == std::string::npos ? "" : self.substr(at + prefix.size());
-  for (const char* r : {"emd", "hdf5", "cxi", "npy", "npz", "zip", "config"})
+  for (const char* r : {"emd", "hdf5", "cxi", "npy", "npz", "mib", "arina", "dm", "empad", "zip", "config"})
     if (k_reader == r) return 0;
-  std::fprintf(stderr, "%s: name the executable tycho_fuzz_<reader>, reader one of emd, hdf5, cxi, npy, npz, zip, config\n",
+  std::fprintf(stderr, "%s: name the executable tycho_fuzz_<reader>, reader one of emd, hdf5, cxi, npy, npz, mib, arina, dm, empad, zip, config\n",
                self.c_str());
   std::exit(2);
 }

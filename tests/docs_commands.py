@@ -44,6 +44,8 @@ SKIP_LINES = {
     "scripts/test": "runs the whole suite, this test included",
     "scripts/fuzz-short": "builds an instrumented tree with clang (minutes): scripts/test runs it after the suite",
     "scripts/sanitize-tests": "builds an instrumented tree with clang (minutes): scripts/test runs it after the suite",
+    "python3 -m venv": "makes a venv in the reader's home: Python.Wheel installs the wheel in a fresh venv",
+    "pip install": "builds the wheel (minutes, PyPI): Python.Wheel and Python.PipInstallOffline run these installs",
     "mpirun -np 2 build/bin/tycho reconstruct examples/mos2.toml":
         "Open MPI refuses root without --allow-run-as-root (CI runs as root); test_parallel runs 2 ranks",
 }

@@ -1,7 +1,8 @@
-# The Python package (python/) under pytest, against this build's libtycho and tycho command, and
-# its offline install with pip. Needs a python3 with numpy, pytest and tomli-w (Debian:
-# python3-numpy python3-pytest python3-tomli-w, in scripts/install-deps); TYCHO_TEST_PYTHON
-# picks one, else the first of find_package(Python3)'s and /usr/bin/python3 that has them.
+# The Python package (python/) under pytest, against this build's libtycho and tycho command; its
+# offline install with pip; the wheel of pyproject.toml; the first-contact notebook. Needs a
+# python3 with numpy, pytest and tomli-w (Debian: python3-numpy python3-pytest python3-tomli-w,
+# in scripts/install-deps); TYCHO_TEST_PYTHON picks one, else the first of find_package(Python3)'s
+# and /usr/bin/python3 that has them.
 set(TYCHO_TEST_PYTHON "" CACHE FILEPATH "python3 for the Python package's tests (default: found)")
 set(tycho_test_python "${TYCHO_TEST_PYTHON}")
 if(NOT tycho_test_python)
@@ -34,6 +35,27 @@ if(tycho_test_python)
     COMMAND ${tycho_test_python} ${CMAKE_CURRENT_SOURCE_DIR}/python_pip_install_check.py
             ${PROJECT_SOURCE_DIR}/python ${CMAKE_CURRENT_BINARY_DIR}/pip-target $<TARGET_FILE:tycho_shared>)
   set_tests_properties(Python.PipInstallOffline PROPERTIES ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;TYCHO_LOG_LEVEL=warning")
+  # pip wheel . (pyproject.toml, scikit-build-core from PyPI) from this build, installed into a
+  # fresh venv and run with the checkout hidden; skipped (77) when PyPI cannot be reached.
+  add_test(NAME Python.Wheel
+    COMMAND ${tycho_test_python} ${CMAKE_CURRENT_SOURCE_DIR}/python_wheel_check.py
+            ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR})
+  set_tests_properties(Python.Wheel PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900
+    ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1" DEPENDS Python.Package)
+  # The first-contact notebook, headless (nbclient, ipykernel, matplotlib: Debian's, in
+  # scripts/install-deps), and a kernel's interrupts.
+  execute_process(COMMAND ${tycho_test_python} -c "import nbclient, nbformat, ipykernel, matplotlib, jupyter_client"
+                  RESULT_VARIABLE notebook_ok OUTPUT_QUIET ERROR_QUIET)
+  if(notebook_ok EQUAL 0)
+    add_test(NAME Python.Notebook
+      COMMAND ${tycho_test_python} ${CMAKE_CURRENT_SOURCE_DIR}/python_notebook_check.py
+              ${PROJECT_SOURCE_DIR}/examples/mos2.ipynb $<TARGET_FILE:tycho> ${CMAKE_CURRENT_BINARY_DIR}/notebook)
+    set_tests_properties(Python.Notebook PROPERTIES ENVIRONMENT "${python_test_env}" TIMEOUT 900)
+  else()
+    add_test(NAME Python.Notebook COMMAND ${CMAKE_COMMAND} -E echo
+      "${tycho_test_python} lacks nbclient, nbformat, ipykernel or matplotlib: run scripts/install-deps")
+    set_tests_properties(Python.Notebook PROPERTIES WILL_FAIL ON)
+  endif()
 else()
   add_test(NAME Python.Package COMMAND ${CMAKE_COMMAND} -E echo
     "no python3 with numpy, pytest and tomli-w: run scripts/install-deps, or set TYCHO_TEST_PYTHON")

@@ -244,11 +244,14 @@ TEST(Accuracy, ConjugatedObjectIsAnticorrelated) {
 }
 
 // An untouched initial object (all ones) has a constant local phase: no correlation, not NaN,
-// and the registration stays at the geometry's shift.
+// said as such (result.constant: tycho evaluate refuses it), and the registration stays at the
+// geometry's shift.
 TEST(Accuracy, ConstantObjectScoresZero) {
   const std::vector<cf> ones(size_t(kH * kW), cf(1.0f));
   const auto res = tycho::evaluate_accuracy(make_input(ones));
   EXPECT_EQ(res.pearson, 0.0);
+  EXPECT_EQ(res.constant, tycho::constant_map::object);
+  EXPECT_EQ(tycho::evaluate_accuracy(make_input(make_object())).constant, tycho::constant_map::none);
   EXPECT_GT(res.rms_rad, 0.01);
   EXPECT_EQ(res.shift_px[0], kShift[0]);
   EXPECT_EQ(res.shift_px[1], kShift[1]);

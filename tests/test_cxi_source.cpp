@@ -479,6 +479,42 @@ TEST_F(CxiSource, Hdf5ListedPatternsTakeTheirPositions) {
   }
 }
 
+// A raster stored as a flat stack (P, Qx, Qy) with [data] scan_shape: the emd source's scan, bit
+// for bit; a shape that does not multiply to the frame count, or one given beside positions or
+// for a 4-D dataset, is refused naming the key and the counts.
+TEST_F(CxiSource, Hdf5StackWithScanShapeIsTheRaster) {
+  const std::vector<float> emd = emd_patterns();
+  const std::string file = tmp("stack.h5");
+  {
+    h5_file_writer w(file);
+    w.u16("/frames", {768, 96, 96}, tycho::test::mos2_counts().data());
+    w.u16("/cube", {32, 24, 96, 96}, tycho::test::mos2_counts().data());
+    w.doubles("/positions", {768, 2}, std::vector<double>(768 * 2, 0.0));
+  }
+  ASSERT_EQ(open_path(file, "dataset = '/frames'\nscan_shape = [32, 24]\n", "hdf5"), TYCHO_OK) << tycho::last_error();
+  const tycho_dataset_info i = info();
+  EXPECT_EQ(i.scan_shape[0], 32);
+  EXPECT_EQ(i.scan_shape[1], 24);
+  EXPECT_TRUE(same_bits(read(0, k_patterns), emd));
+  EXPECT_TRUE(same_bits(read(23, 3), std::vector<float>(emd.begin() + 23 * k_pattern_px, emd.begin() + 26 * k_pattern_px)));
+  std::vector<double> p;
+  EXPECT_EQ(positions(p), TYCHO_ERR_UNSUPPORTED);  // a raster
+  close();
+  expect_refused(file, "dataset = '/frames'\nscan_shape = [32, 25]\n", TYCHO_ERR_INVALID_ARGUMENT,
+                 {"'scan_shape'", "[32, 25]", "800 positions", "768 frames", "[32, 24]"}, "hdf5");
+  expect_refused(file, "dataset = '/frames'\nscan_shape = [768]\n", TYCHO_ERR_INVALID_ARGUMENT,
+                 {"'scan_shape'", "two integers"}, "hdf5");
+  expect_refused(file, "dataset = '/frames'\nscan_shape = [0, 768]\n", TYCHO_ERR_INVALID_ARGUMENT,
+                 {"'scan_shape'", "at least 1"}, "hdf5");
+  expect_refused(file, "dataset = '/frames'\nscan_shape = [4294967296, 4294967296]\n", TYCHO_ERR_INVALID_ARGUMENT,
+                 {"'scan_shape'", "2^63"}, "hdf5");
+  expect_refused(file, "dataset = '/frames'\nscan_shape = [32, 24]\npositions_dataset = '/positions'\npositions_unit = 'A'\n",
+                 TYCHO_ERR_INVALID_ARGUMENT, {"'scan_shape'", "positions listed"}, "hdf5");
+  expect_refused(file, "dataset = '/cube'\nscan_shape = [24, 32]\n", TYCHO_ERR_INVALID_ARGUMENT,
+                 {"'scan_shape'", "[Rx, Ry, Qx, Qy]"}, "hdf5");
+  expect_refused(file, "dataset = '/frames'\n", TYCHO_ERR_INVALID_ARGUMENT, {"positions_dataset", "scan_shape"}, "hdf5");
+}
+
 TEST_F(CxiSource, Hdf5RefusesBadAxesAndPositions) {
   const std::string file = tmp("f.h5");
   {

@@ -4,6 +4,8 @@
 // what it has.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -82,13 +84,29 @@ TEST_F(EvaluateTruth, ScanMismatchWarnsAndStillScores) {
     EXPECT_NE(r.err.find(w), std::string::npos) << w << "\n" << r.err;
 }
 
-TEST_F(EvaluateTruth, LargerFieldOfViewThanTheCellWarns) {
-  // A 64 x 64 cell of 0.1736 Å (11.1 Å) against the 32 x 24 scan of 0.5 Å steps (15.5 x 11.5 Å).
+// A cell of 80 x 80 px of 0.1736 Å (13.9 Å) against the 32 x 24 scan of 0.5 Å steps (15.5 x 11.5
+// Å): the scan reaches beyond the cell, a warning; the 72 x 54 px compared fit in it. A 64 x 64 cell
+// is smaller than the compared field: refused, where it was repeated to cover it (issue 28).
+TEST_F(EvaluateTruth, LargerFieldOfViewThanTheCellWarnsAndASmallerTruthIsRefused) {
+  auto phase = [](int n) {
+    std::vector<float> v(std::size_t(n * n));
+    for (std::size_t k = 0; k < v.size(); ++k) v[k] = float(std::sin(0.37 * double(k)));
+    return npy_bytes("<f4", "(" + std::to_string(n) + ", " + std::to_string(n) + ")", bytes_of(v));
+  };
+  const fs::path wider = dir_ / "wider.npz";
+  write_truth(wider, {{"phase", phase(80)}});
+  auto r = evaluate(wider);
+  EXPECT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_NE(r.err.find("evaluate: the scanned field of view (15.5 x 11.5 Å) is larger than the truth's cell (13.89 x "
+                       "13.89 Å): the truth is repeated periodically to cover it"),
+            std::string::npos)
+      << r.describe();
   const fs::path small = dir_ / "small.npz";
-  write_truth(small, {{"phase", npy_bytes("<f4", "(64, 64)", std::string(64 * 64 * 4, '\0'))}});
-  auto r = evaluate(small);
-  EXPECT_NE(r.err.find("evaluate: the scanned field of view (15.5 x 11.5 Å) is larger than the truth's cell (11.11 x "
-                       "11.11 Å): the truth is repeated periodically to cover it"),
+  write_truth(small, {{"phase", phase(64)}});
+  r = evaluate(small);
+  EXPECT_TRUE(r.exited_with(2)) << r.describe();
+  EXPECT_NE(r.err.find("the truth's cell (64 x 64 px) is smaller than the field of view it is compared on (72 x 54 px "
+                       "of the object): a truth must cover that field; it is not repeated to fill it"),
             std::string::npos)
       << r.describe();
 }

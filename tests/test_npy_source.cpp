@@ -98,6 +98,27 @@ class NpySource : public ::testing::Test {
   fs::path tmp_;
 };
 
+// A flat stack (N, Qx, Qy) with [data] scan_shape reads as the 4-D array; without the key, or
+// with a shape that does not multiply to N, it is refused naming the key and the counts.
+TEST_F(NpySource, StackWithScanShapeEqualsEmd) {
+  const auto ref = mos2();
+  write_file(tmp("stack.npy"), npy_preamble("<f4", {768, 96, 96}), ref.data(), ref.size() * 4);
+  ASSERT_EQ(open("path = 'stack.npy'\nscan_shape = [32, 24]\n"), TYCHO_OK) << tycho::last_error();
+  const auto i = info();
+  EXPECT_EQ(i.scan_shape[0], 32);
+  EXPECT_EQ(i.scan_shape[1], 24);
+  EXPECT_EQ(i.detector_shape[0], 96);
+  const auto all = read(0, k_patterns);
+  ASSERT_EQ(all.size(), ref.size());
+  EXPECT_EQ(std::memcmp(all.data(), ref.data(), ref.size() * 4), 0);
+  close();
+  expect_refused("path = 'stack.npy'\n", TYCHO_ERR_BAD_DATA, {"(768, 96, 96)", "scan_shape"});
+  expect_refused("path = 'stack.npy'\nscan_shape = [24, 24]\n", TYCHO_ERR_INVALID_ARGUMENT,
+                 {"'scan_shape'", "576 positions", "768 frames"});
+  write_file(tmp("cube.npy"), npy_preamble("<f4", {32, 24, 96, 96}), ref.data(), ref.size() * 4);
+  expect_refused("path = 'cube.npy'\nscan_shape = [32, 24]\n", TYCHO_ERR_BAD_DATA, {"3-D stack", "scan_shape"});
+}
+
 TEST_F(NpySource, NpyEqualsEmdBitForBit) {
   tycho_dataset_info emd_info{};
   const auto ref = mos2(&emd_info);

@@ -494,8 +494,8 @@ TEST_F(ZipFormat, MalformedNpyMembersAreBadData) {
       {"negative dim", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }", four), "non-negative"},
       {"bad bool", npy("{'descr': '<f4', 'fortran_order': maybe, 'shape': (1,), }", four), "True or False"},
       {"junk after", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), } x", four), "after the dict"},
-      {"short data", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (10,), }", four), "expected 40"},
-      {"long data", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (), }", four + four), "expected 4"},
+      {"short data", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (10,), }", four), "declares shape (10,) of float32, 40 bytes"},
+      {"long data", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (), }", four + four), "declares shape () of float32, 4 bytes"},
       {"header past end", std::string("\x93NUMPY\x01\x00\xff\x7f{'descr'", 18), "header claims"},
   };
   for (const auto& c : cases) {

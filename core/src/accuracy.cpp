@@ -175,6 +175,12 @@ accuracy_result evaluate_accuracy(const accuracy_input& in) {
   fov_axis(in, 1, c0, c1);
   const int64_t nr = r1 - r0 + 1, nc = c1 - c0 + 1;
   const double n = double(nr * nc);
+  // The truth is indexed periodically (a cell of a crystal), but a cell smaller than the field
+  // it is compared on would be compared with itself, repeated: a 2 x 2 truth scored.
+  if (nr > th || nc > tw)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "accuracy: the truth's cell (", th, " x ", tw,
+         " px) is smaller than the field of view it is compared on (", nr, " x ", nc,
+         " px of the object): a truth must cover that field; it is not repeated to fill it");
 
   // Object side, centred once: Pearson = Σ a_c b / (|a_c| · sqrt(Σb² - (Σb)²/n)).
   std::vector<double> a(static_cast<size_t>(nr * nc));
@@ -198,6 +204,7 @@ accuracy_result evaluate_accuracy(const accuracy_input& in) {
     base[axis] = std::llround(in.scan_origin_A[axis] / in.truth_pixel_A - in.positions_px[axis]);
 
   std::vector<int64_t> cols(static_cast<size_t>(nc));
+  bool truth_varies = false;  // at some shift searched: else the truth's map is constant there
   const auto pearson_at = [&](int64_t sr, int64_t sc) {
     for (int64_t c = 0; c < nc; ++c) cols[size_t(c)] = wrap(c0 + c + sc, tw);
     double sb = 0.0, sbb = 0.0, sab = 0.0;
@@ -212,9 +219,11 @@ accuracy_result evaluate_accuracy(const accuracy_input& in) {
       }
     }
     const double var_b = sbb - sb * sb / n;
-    // A constant map has no defined correlation; count it as none rather than NaN (the relative
-    // floor catches the rounding residue this one-pass variance leaves for a constant truth).
-    return (saa > 0.0 && var_b > 1e-12 * sbb) ? sab / std::sqrt(saa * var_b) : 0.0;
+    // A constant map has no defined correlation (the relative floor catches the rounding residue
+    // this one-pass variance leaves for a constant truth): 0 here, and said (result.constant).
+    const bool varies = var_b > 1e-12 * sbb;
+    truth_varies = truth_varies || varies;
+    return (saa > 0.0 && varies) ? sab / std::sqrt(saa * var_b) : 0.0;
   };
 
   // The expected shift first, so ties (e.g. all-constant maps) keep it.
@@ -253,6 +262,7 @@ accuracy_result evaluate_accuracy(const accuracy_input& in) {
   res.shift_px[1] = best[1];
   res.fov_shape[0] = nr;
   res.fov_shape[1] = nc;
+  res.constant = !(saa > 0.0) ? constant_map::object : !truth_varies ? constant_map::truth : constant_map::none;
   return res;
 }
 

@@ -79,6 +79,18 @@ std::array<double, 2> drift_direction(const std::vector<double>& nominal, int fa
          "2 x 2 positions; the nominal positions take ", along[0], " x ", along[1], " distinct values for ", count,
          " positions");
   const int slow = 1 - fast_axis;
+  // And stored in raster order, C order over the grid (pattern j = (j / n1, j mod n1), as every
+  // source stores a raster; fast_axis then says which axis the beam swept first). A list taking
+  // the grid's values in another order (a snake scan, shuffled frames) is not such a raster.
+  for (std::size_t j = 0; j < count; ++j) {
+    const double i0 = std::round((nominal[2 * j] - lo[0]) / step[0]);
+    const double i1 = std::round((nominal[2 * j + 1] - lo[1]) / step[1]);
+    if (i0 * double(along[1]) + i1 != double(j))
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "constraint 'positions_affine': linear = \"drift\" needs a raster scan stored ",
+           "in raster order; nominal position ", j, " lies at (", i0, ", ", i1, ") of the ", along[0], " x ", along[1],
+           " grid, where raster order puts position ", i0 * double(along[1]) + i1, ": the positions are listed in ",
+           "another order");
+  }
   std::array<double, 2> g{};
   g[std::size_t(fast_axis)] = 1.0 / step[fast_axis];
   g[std::size_t(slow)] = double(along[fast_axis]) / step[slow];

@@ -4,6 +4,7 @@
 #include <tycho/sdk.hpp>
 #include <tycho/sdk/optimizer.hpp>
 
+#include <cmath>
 #include <vector>
 
 #include "optimizers.hpp"
@@ -32,6 +33,9 @@ struct state_layout<adam_state> {
   static constexpr const char* component = "adam";
   static constexpr int count = 2;
   static constexpr const char* names[count] = {"m", "v"};
+  // v holds the mean squared gradient: a negative value (a damaged or crafted saved state) has
+  // no square root, and the run would go NaN.
+  static constexpr bool non_negative[count] = {false, true};
   static std::vector<float>& host(adam_state& s, int64_t i) { return i == 0 ? s.m : s.v; }
   static std::vector<double>& host64(adam_state& s, int64_t i) { return i == 0 ? s.m64 : s.v64; }
 };
@@ -40,6 +44,7 @@ struct state_layout<sgd_state> {
   static constexpr const char* component = "sgd";
   static constexpr int count = 1;
   static constexpr const char* names[count] = {"velocity"};
+  static constexpr bool non_negative[count] = {false};
   static std::vector<float>& host(sgd_state& s, int64_t) { return s.velocity; }
   static std::vector<double>& host64(sgd_state& s, int64_t) { return s.velocity64; }
 };
@@ -163,6 +168,12 @@ class builtin_optimizer {
   }
 
   void set_state(int64_t i, const void* values, int64_t steps) {
+    // A restored state (a result file's) is untrusted: finite values, and >= 0 where the rule
+    // squares (Adam's v), refused before any is kept.
+    if (f64_)
+      check_state_values(i, static_cast<const double*>(values));
+    else
+      check_state_values(i, static_cast<const float*>(values));
     if (f64_) {
       const auto* src = static_cast<const double*>(values);
       layout::host64(state_, i).assign(src, src + reals_);
@@ -181,6 +192,13 @@ class builtin_optimizer {
   int64_t step_count() const { return state_.steps; }
 
  private:
+  template <class T>
+  void check_state_values(int64_t i, const T* v) const {
+    for (int64_t k = 0; k < reals_; ++k)
+      if (!std::isfinite(v[k]) || (layout::non_negative[i] && v[k] < T(0)))
+        fail(TYCHO_ERR_BAD_DATA, layout::component, " optimizer: state '", layout::names[i], "' holds ", v[k],
+             " at real value ", k, "; expected finite values", layout::non_negative[i] ? " >= 0 (a mean square)" : "");
+  }
 #ifdef TYCHO_HAVE_CUDA
   void device_step(float* p, const float* g, int64_t n, float grad_scale, double lr_scale, void* stream, int device) {
     if constexpr (std::is_same_v<State, adam_state>) {

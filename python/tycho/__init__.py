@@ -7,8 +7,9 @@
         s.save("result.zip", overwrite=True)
     tycho.evaluate("result.zip", "examples/data/mos2_ground_truth.npz")["pearson"]
 
-libtycho.so is found through TYCHO_LIBRARY, the repository's build tree, or an installed prefix
-(:mod:`tycho._library`). Errors raise :class:`TychoError` with tycho's status and message.
+libtycho.so is found through TYCHO_LIBRARY, the package's own (a wheel: ``pip install .`` from the
+repository), the repository's build tree, or an installed prefix (:mod:`tycho._library`).
+:mod:`tycho.view` (matplotlib) draws a live view of a run in a notebook. Errors raise :class:`TychoError` with tycho's status and message.
 """
 from ._dlpack import Tensor
 from ._library import loaded_path as library_path

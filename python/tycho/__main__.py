@@ -26,6 +26,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (TychoError, OSError) as e:
         print(f"tycho: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        return 130  # 128 + SIGINT, as the command; reconstruct() said what it saved
     if path is not None:
         print(f"wrote {path}")
     return 0

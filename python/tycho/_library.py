@@ -3,12 +3,14 @@
 libtycho is looked for, first found wins:
 
 1. ``TYCHO_LIBRARY``: the path of ``libtycho.so`` (or ``libtycho.so.1``), taken as is;
-2. the build tree: ``build/lib`` of the repository this package was installed from (recorded by
+2. the package's own: ``tycho/lib/libtycho.so.1`` beside this file, which a wheel built by
+   ``pip install .`` from the repository root holds (with the command and the plugins);
+3. the build tree: ``build/lib`` of the repository this package was installed from (recorded by
    ``pip install``), or, when the package is used straight from a checkout (``PYTHONPATH=python``),
    ``build/lib`` beside ``python/``;
-3. the dynamic loader: ``libtycho.so.1`` through ``LD_LIBRARY_PATH`` and the ``ldconfig`` cache,
+4. the dynamic loader: ``libtycho.so.1`` through ``LD_LIBRARY_PATH`` and the ``ldconfig`` cache,
    which covers an installed prefix such as ``/usr/local``;
-4. ``<sys.prefix>/lib`` and ``/usr/local/lib``.
+5. ``<sys.prefix>/lib`` and ``/usr/local/lib``.
 
 libtycho then finds its plugins beside itself (``lib/tycho/plugins``) however it was loaded.
 """
@@ -71,6 +73,8 @@ def candidates() -> List[Tuple[str, str]]:
     if env:
         out.append(("TYCHO_LIBRARY", env))
         return out  # an explicit choice: nothing else is tried
+    bundled = pathlib.Path(__file__).resolve().parent / "lib" / SONAME
+    out.append(("this package's own (a wheel built from the repository)", str(bundled)))
     try:
         from ._build_tree import BUILD_LIB_DIR  # written by setup.py at install
         out.append(("the build tree installed from", os.path.join(BUILD_LIB_DIR, "libtycho.so")))
@@ -143,7 +147,8 @@ def load() -> ctypes.CDLL:
             raise ImportError(f"{path} has tycho ABI {major}.x; these bindings need {ABI_MAJOR}.x")
         _lib, _lib_path = lib, path
         return lib
-    raise OSError("libtycho was not found; set TYCHO_LIBRARY to the path of libtycho.so, or build "
+    raise OSError("libtycho was not found; install the package with `pip install .` from the repository "
+                  "(it builds libtycho into the package), set TYCHO_LIBRARY to the path of libtycho.so, or build "
                   "the repository (scripts/build) and reinstall this package. Tried:\n  " + "\n  ".join(tried))
 
 

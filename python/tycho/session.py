@@ -4,7 +4,10 @@ from __future__ import annotations
 import ctypes
 import os
 import pathlib
+import signal
 import sys
+import threading
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
@@ -75,10 +78,53 @@ class _TqdmReporter:
 
 def _tqdm_reporter() -> Optional[ProgressCallback]:
     try:
-        from tqdm.auto import tqdm
+        with warnings.catch_warnings():
+            # In a notebook without ipywidgets tqdm.auto warns, then takes the text bar: the bar
+            # a terminal shows, which a notebook shows as well.
+            warnings.simplefilter("ignore")
+            from tqdm.auto import tqdm
     except ImportError:
         return None
     return _TqdmReporter(tqdm)
+
+
+class _Interrupts:
+    """Ctrl-C (SIGINT; a notebook's "interrupt the kernel") during a run: recorded by a handler
+    installed for the run's length, so that the progress callback stops the run after the
+    iteration under way (libtycho keeps everything done) and ``run`` then raises
+    KeyboardInterrupt. Python's own handler would raise inside the ctypes callback, where the
+    exception can be swallowed ("Exception ignored on calling ctypes callback function") and the
+    run goes on. Outside the main thread signals cannot be caught: nothing is installed."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._previous: Any = None
+
+    def __enter__(self) -> "_Interrupts":
+        if threading.current_thread() is threading.main_thread():
+            try:
+                self._previous = signal.signal(signal.SIGINT, self._record)
+            except ValueError:  # not the main interpreter
+                self._previous = None
+        return self
+
+    def _record(self, _signum: int, _frame: Any) -> None:
+        self.seen = True
+
+    def poll(self) -> bool:
+        """Runs the handlers of signals received while libtycho computed; True once interrupted."""
+        _PyErr_CheckSignals()
+        return self.seen
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _PyErr_CheckSignals() -> None:
+    # Python runs signal handlers between bytecodes only; the callback asks for them at once.
+    if ctypes.pythonapi.PyErr_CheckSignals() != 0:
+        raise KeyboardInterrupt
 
 
 def _line_reporter(p: ProgressInfo) -> None:
@@ -194,6 +240,9 @@ class Session:
         ``False``/``None`` nothing; a callable gets a :class:`ProgressInfo` after each
         iteration and stops the run by returning ``False`` (the iterations done so far are
         kept; no exception). An exception raised by the callable stops the run and is re-raised.
+
+        Ctrl-C (a notebook's interrupt) stops the run after the iteration under way and raises
+        KeyboardInterrupt; the session keeps every iteration done, and ``run`` continues.
         """
         if progress == "auto":
             report = _tqdm_reporter()
@@ -207,24 +256,32 @@ class Session:
             raise TypeError("progress must be 'auto', True, False, None or a callable")
         raised: list = []
 
+        # Installed even without a report: it is where Ctrl-C is noticed (after each iteration).
         @_library.PROGRESS_FN
         def on_progress(p, _user_data):
-            c = p.contents
             try:
+                if interrupts.poll():
+                    return 1
+                if report is None:
+                    return 0
+                c = p.contents
                 go_on = report(ProgressInfo(c.iteration, c.iterations_total, c.loss, c.seconds))
             except BaseException as e:  # re-raised below, after libtycho returned
                 raised.append(e)
                 return 1
             return 1 if go_on is False else 0
 
-        callback = on_progress if report is not None else ctypes.cast(None, _library.PROGRESS_FN)
-        try:
-            status = self._lib.tycho_session_run(self._h(), int(iterations), callback, None)
-        finally:
-            if isinstance(report, _TqdmReporter):
-                report.close()
+        with _Interrupts() as interrupts:
+            try:
+                status = self._lib.tycho_session_run(self._h(), int(iterations), on_progress, None)
+            finally:
+                if isinstance(report, _TqdmReporter):
+                    report.close()
         if raised:
             raise raised[0]
+        if interrupts.seen:
+            raise KeyboardInterrupt(f"tycho: interrupted after iteration {self.iterations_done}; the session keeps "
+                                    "every iteration done: run() again continues from there")
         if status != 8:  # TYCHO_ERR_CANCELLED: the callback asked to stop
             _check(status)
         return self
@@ -316,15 +373,25 @@ def reconstruct(config: Union[str, "os.PathLike[str]"], *, iterations: int = 0,
     length, over which the learning-rate schedules are laid out), and saves the result to
     ``output`` (default: the config's ``[output] path``, else ``tycho-result.zip``, relative to
     the current folder), replacing it. The object is the ``tycho`` command's, bit for bit. Only
-    rank 0 saves; returns the path written (None on other ranks). Writes no PNG previews."""
+    rank 0 saves; returns the path written (None on other ranks). Writes no PNG previews.
+    Interrupted (Ctrl-C), it saves the state after the last complete iteration to the same path,
+    as the command does, and raises KeyboardInterrupt."""
     overrides = list(overrides)
     if iterations > 0:
         overrides.append(f"reconstruct.iterations={int(iterations)}")
     with Session(pathlib.Path(config), overrides=overrides) as s:
-        s.run(0, progress=progress)
+        path = pathlib.Path(output) if output is not None else _configured_output(pathlib.Path(config), overrides)
+        try:
+            s.run(0, progress=progress)
+        except KeyboardInterrupt:
+            # As the command: the state after the last complete iteration is saved, resumable.
+            if s.rank == 0 and s.iterations_done > 0:
+                s.save(path, overwrite=True)
+                print(f"tycho: interrupted: saved the state after iteration {s.iterations_done} to '{path}'; "
+                      f"continue with: tycho reconstruct CONFIG --from {path} -o NEW.zip", file=sys.stderr)
+            raise
         if s.rank != 0:
             return None
-        path = pathlib.Path(output) if output is not None else _configured_output(pathlib.Path(config), overrides)
         return s.save(path, overwrite=True)
 
 

@@ -4,6 +4,7 @@
 #include <tycho/tycho_version.h>
 
 #include <tycho/core/launch.hpp>
+#include <tycho/sdk/error.hpp>
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -153,9 +154,17 @@ int run_and_save(th::session& session, int64_t iterations, int64_t stop_after, c
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!root) return 0;
   save("");
+  // From here the result is saved (an existing one replaced): nothing after it may fail the
+  // run. The previews are extras beside it; a failure to draw or write them is a warning.
   std::string sheet;
-  if (session.previews_enabled())
-    for (const auto& png : write_run_previews(session, out_path)) say("wrote {}\n", sheet = png);
+  if (session.previews_enabled()) {
+    try {
+      for (const auto& png : write_run_previews(session, out_path)) say("wrote {}\n", sheet = png);
+    } catch (const std::exception& e) {
+      say_err("[tycho warning] previews: the result '{}' is complete, but its previews were not written: {}\n",
+              out_path, e.what());
+    }
+  }
   const auto& history = session.loss_history();
   display.summary(n, seconds, history.empty() ? NAN : history.back(), out_path, sheet);
   if (const int sig = th::stop_signal(); sig != 0) {
@@ -178,8 +187,8 @@ int cmd_reconstruct(const std::string& config_path, int64_t iterations, int64_t 
   if (config_path.empty() && !prepared)
     throw tycho::error(TYCHO_ERR_INVALID_ARGUMENT,
                        from_arg.empty() ? "give a CONFIG file (or --from a prepared file from tycho preprocess)"
-                                        : fmt::format("'{}' is not a prepared file: give the CONFIG file of the run "
-                                                      "it continues", from_arg));
+                                        : fmt::format("'{}' is not a prepared file (tycho preprocess): to continue "
+                                                      "the run it holds, give that run's CONFIG file too", from_arg));
   auto doc = config_path.empty() ? th::prepared_config(*prepared) : tycho::config_document::load_file(config_path);
   std::optional<tycho::config_document> prepared_doc;
   if (prepared && !config_path.empty()) prepared_doc = th::prepared_config(*prepared);
@@ -368,7 +377,7 @@ CLI::Validator number_in(double lo, double hi, bool lo_open) {
       },
       fmt::format("NUMBER in {}{}, {}]", lo_open ? "(" : "[", lo, hi));
 }
-constexpr int64_t k_max_iterations = 1000000000;  // 1e9: far beyond any run, far below overflow
+constexpr int64_t k_max_iterations = th::k_most_iterations;  // as [reconstruct] iterations
 
 // The text of an exception that is not a tycho::error, naming what it can: the standard
 // library's own texts ("filesystem error: ...", "std::bad_alloc") say neither which file nor what
@@ -501,6 +510,10 @@ int main(int argc, char** argv) {
     }
     if (pre->parsed()) return cmd_preprocess(pre_config, pre_output, pre_sets, save_raw_data, quiet, overwrite);
   } catch (const tycho::error& e) {
+    say_err("tycho: error: {}{}\n", rank_prefix(), e.what());
+    stop_other_ranks(2);
+    return 2;
+  } catch (const tycho::sdk::error& e) {  // an SDK helper's refusal (tycho/sdk/checked.hpp) inside the host
     say_err("tycho: error: {}{}\n", rank_prefix(), e.what());
     stop_other_ranks(2);
     return 2;

@@ -223,7 +223,7 @@ std::string float32_rounding_warning(const dataset& d) {
   constexpr double k_exact = 16777216.0;  // 2^24: float32 holds every integer up to here
   if ((t.code != kDLUInt && t.code != kDLInt) || !(d.max_value >= k_exact)) return "";
   return cat("data '", d.description, "' is stored as ", t.code == kDLUInt ? "uint" : "int", int(t.bits),
-             " and its values reach ", int64_t(d.max_value), " (the largest, as float32), at or above 2^24 = 16777216: "
+             " and its values reach ", sdk::whole_number_text(d.max_value), " (the largest, as float32), at or above 2^24 = 16777216: "
              "sources deliver float32, which holds every integer only up to 2^24, so larger counts reach the "
              "engine rounded to the nearest float32 (relative error below 6e-8)");
 }

@@ -2,6 +2,7 @@
 
 #include <tycho/core/error.hpp>
 #include <tycho/core/fft_size.hpp>
+#include <tycho/sdk/checked.hpp>
 
 #include <toml++/toml.h>
 
@@ -9,6 +10,7 @@
 #include <optional>
 
 #include "tycho/host/log.hpp"
+#include "tycho/host/run_plan.hpp"
 
 namespace tycho::host {
 
@@ -31,10 +33,14 @@ detector_padding_request read_detector_padding(const toml::table& pre, const std
   }
   if (auto node = pre["pad_detector_to"]) {
     const toml::array* arr = node.as_array();
-    if (!arr || arr->size() != 2 || !(*arr)[0].is_integer() || !(*arr)[1].is_integer() ||
-        *(*arr)[0].value<int64_t>() < 1 || *(*arr)[1].value<int64_t>() < 1)
-      fail(TYCHO_ERR_INVALID_ARGUMENT, origin,
-           ": [preprocess] pad_detector_to must be two positive integers [N0, N1], the padded window in pixels");
+    // Bounded before any arithmetic: [2^62, 2^62] overflowed the window's product.
+    const auto in_range = [&](std::size_t i) {
+      return (*arr)[i].is_integer() && *(*arr)[i].value<int64_t>() >= 1 &&
+             *(*arr)[i].value<int64_t>() <= k_most_window_px;
+    };
+    if (!arr || arr->size() != 2 || !in_range(0) || !in_range(1))
+      fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": [preprocess] pad_detector_to must be two integers [N0, N1] from 1 to ",
+           k_most_window_px, ", the padded window in pixels", arr && arr->size() == 2 ? cat(", got ", *arr) : "");
     if (pad && !*pad)
       fail(TYCHO_ERR_INVALID_ARGUMENT, origin,
            ": [preprocess] pad_detector = false contradicts pad_detector_to; remove one of them");
@@ -112,6 +118,18 @@ detector_padding pad_detector(dataset& d, std::array<int64_t, 2> window) {
   }
 
   const int64_t n = d.n0 * d.n1, m = window[0] * window[1];
+  if (!d.streamed) {
+    // The padded copy of this rank's patterns, bounded by this machine's memory before it is
+    // asked for (a window of 1e5 x 1e5 asked the allocator for 30 TB).
+    const int64_t bytes = sdk::checked_size_or_fail({d.patterns, window[0], window[1], d.counts.empty() ? 4 : 2},
+                                                    "[preprocess] pad_detector_to: the padded patterns",
+                                                    TYCHO_ERR_INVALID_ARGUMENT);
+    if (const uint64_t have = physical_memory_bytes(); have > 0 && uint64_t(bytes) > have)
+      fail(TYCHO_ERR_OUT_OF_MEMORY, "[preprocess] pad_detector_to = [", window[0], ", ", window[1], "]: the ",
+           d.patterns, " patterns padded to ", window[0], " x ", window[1], " pixels need ",
+           human_bytes(uint64_t(bytes)), ", more than this machine's ", human_bytes(have),
+           " of memory; pad to a smaller window (the detector is ", d.n0, " x ", d.n1, ")");
+  }
   if (!d.streamed && !d.counts.empty()) {  // uint16 counts (read_dataset's as_counts)
     std::vector<uint16_t> padded(std::size_t(d.patterns * m));
     for (int64_t j = 0; j < d.patterns; ++j)

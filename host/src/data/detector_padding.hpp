@@ -46,7 +46,12 @@ struct detector_padding_request {
   std::array<int64_t, 2> to{0, 0};      // pad_detector_to; 0: the next fast FFT size
 };
 
-// Reads `pad_detector` (bool, default false) and `pad_detector_to` ([N0, N1], integers ≥ 1)
+// The largest padded window per axis (pad_detector_to): 2^16 px, beyond any detector; checked
+// before the window's product is formed.
+inline constexpr int64_t k_most_window_px = int64_t(1) << 16;
+
+// Reads `pad_detector` (bool, default false) and `pad_detector_to` ([N0, N1], integers from 1
+// to k_most_window_px)
 // from [preprocess]; `origin` names the config in errors. pad_detector = false together with
 // pad_detector_to is refused as contradictory.
 detector_padding_request read_detector_padding(const toml::table& preprocess, const std::string& origin);

@@ -9,6 +9,7 @@
 #include <tycho/core/launch.hpp>
 #include <tycho/core/sharding.hpp>
 #include <tycho/sdk.hpp>
+#include <tycho/sdk/checked.hpp>
 
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
@@ -27,6 +28,8 @@
 #include "settings/config_read.hpp"
 #include "data/detector_padding.hpp"
 #include "results/manifest_checks.hpp"
+#include "results/manifest_reader.hpp"
+#include "results/zip_archive.hpp"
 #include "data/sha256.hpp"
 #include "tycho/host/log.hpp"
 #include "tycho/host/result_record.hpp"
@@ -40,7 +43,7 @@ namespace tycho::host {
 namespace fs = std::filesystem;
 
 struct prepared_file::detail {
-  nlohmann::json manifest;
+  manifest_reader manifest;  // every read checked, naming the file and key
   loaded_record record;  // empty when read from a zip's manifest alone (patterns_in_zip)
   std::string config_toml;
   bool patterns_in_zip = false;  // embedded patterns read in place (target_stream.hpp), not loaded
@@ -74,9 +77,6 @@ const char* k_tables_from_file[] = {"data", "optics", "preprocess"};
 nlohmann::ordered_json number_or_null(double v) {
   return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
 }
-double number_or_nan(const nlohmann::json& v) {
-  return v.is_number() ? v.get<double>() : std::numeric_limits<double>::quiet_NaN();
-}
 
 // The file [data] path names, absolute ("" when the source reads no file); `doc`'s [data] path
 // becomes that absolute path, so the recorded config finds the file from anywhere.
@@ -101,109 +101,95 @@ std::string table_text(const toml::table* t) {
   return os.str();
 }
 
-const nlohmann::json& at(const prepared_file& p, const nlohmann::json& j, const char* key) {
-  if (!j.is_object() || !j.contains(key))
-    fail(TYCHO_ERR_BAD_DATA, "'", p.path, "' is an incomplete prepared file: its manifest lacks '", key, "'");
-  return j.at(key);
-}
-
 // The dataset's info as the source gave it, after the stage (the prepared file's record of it).
 tycho_dataset_info recorded_info(const prepared_file& p) {
-  const auto& m = p.d->manifest;
-  const auto& data = at(p, m, "data");
-  const auto& cal = at(p, m, "source_calibration");
+  const manifest_reader& m = p.d->manifest;
   tycho_dataset_info info{};
   info.struct_size = sizeof info;
-  const auto scan = at(p, data, "scan_shape").get<std::vector<int64_t>>();
-  const auto det = at(p, at(p, m, "preprocess_detector"), "shape").get<std::vector<int64_t>>();
-  if (scan.size() != 2 || det.size() != 2) fail(TYCHO_ERR_BAD_DATA, "'", p.path, "': bad scan or detector shape");
+  const auto scan = m.integers("data.scan_shape", 2, 1, int64_t(1) << 31);
+  const auto det = m.integers("preprocess_detector.shape", 2, 1, k_most_window_px);
   info.scan_shape[0] = scan[0];
   info.scan_shape[1] = scan[1];
   info.detector_shape[0] = det[0];
   info.detector_shape[1] = det[1];
-  info.stored_dtype = {kDLFloat, 32, 1};
-  for (int a = 0; a < 2; ++a) {
-    info.scan_step_A[a] = number_or_nan(at(p, cal, "scan_step_A").at(std::size_t(a)));
-    info.detector_pixel_invA[a] = number_or_nan(at(p, cal, "detector_pixel_invA").at(std::size_t(a)));
+  try {  // the patterns' size, before anything is sized from it
+    sdk::check_data_shape(info.scan_shape, info.detector_shape, cat("'", p.path, "': the prepared patterns"));
+  } catch (const sdk::error& e) {
+    fail(e.status, e.what());
   }
-  info.energy_eV = number_or_nan(at(p, cal, "energy_eV"));
-  info.semiangle_mrad = number_or_nan(at(p, cal, "semiangle_mrad"));
-  info.C10_A = number_or_nan(at(p, cal, "C10_A"));
-  info.patterns_centred = at(p, data, "patterns_centred").get<bool>() ? 1 : 0;
+  info.stored_dtype = {kDLFloat, 32, 1};
+  const auto step = m.numbers("source_calibration.scan_step_A", 2, true, true, "the scan step in Å, or null");
+  const auto dk = m.numbers("source_calibration.detector_pixel_invA", 2, true, true, "the detector pixel in Å⁻¹, or null");
+  for (int a = 0; a < 2; ++a) {
+    info.scan_step_A[a] = step[std::size_t(a)];
+    info.detector_pixel_invA[a] = dk[std::size_t(a)];
+  }
+  info.energy_eV = m.number_or_null("source_calibration.energy_eV", "eV");
+  info.semiangle_mrad = m.number_or_null("source_calibration.semiangle_mrad", "mrad");
+  info.C10_A = m.number_or_null("source_calibration.C10_A", "Å");
+  info.patterns_centred = m.boolean("data.patterns_centred") ? 1 : 0;
   return info;
-}
-
-// The manifest.json of a zip file, without reading its other members (a prepared file's
-// patterns stay on disk until they are read, per batch or at once); nullopt when `path` is not a
-// zip or has no manifest.
-std::optional<std::string> zip_manifest(const std::string& path) {
-  int err = 0;
-  std::unique_ptr<zip_t, void (*)(zip_t*)> za(zip_open(path.c_str(), ZIP_RDONLY, &err), [](zip_t* z) {
-    if (z) zip_discard(z);
-  });
-  if (!za) return std::nullopt;
-  zip_stat_t st;
-  zip_stat_init(&st);
-  if (zip_stat(za.get(), "manifest.json", 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE) || st.size > (uint64_t(64) << 20))
-    return std::nullopt;
-  std::unique_ptr<zip_file_t, int (*)(zip_file_t*)> f(zip_fopen_index(za.get(), st.index, 0), &zip_fclose);
-  if (!f) return std::nullopt;
-  std::string text(std::size_t(st.size), '\0');
-  if (zip_fread(f.get(), text.data(), st.size) != zip_int64_t(st.size)) return std::nullopt;
-  return text;
 }
 
 }  // namespace
 
-std::optional<prepared_file> try_load_prepared(const registry& reg, const std::string& path,
-                                               std::optional<loaded_record>* other) {
-  if (!fs::is_regular_file(path)) return std::nullopt;
+namespace {
+std::optional<prepared_file> load_prepared(const registry& reg, const std::string& path) {
   // A prepared file from its manifest (checked: version, data.embedded, config_toml).
-  const auto from_manifest = [&](nlohmann::json m) {
+  const auto from_manifest = [&](manifest_reader m) {
     prepared_file p;
     p.path = path;
-    check_format_version(m, k_prepared_format_version, path, "prepared file",
+    check_format_version(m.json(), k_prepared_format_version, path, "prepared file",
                          "prepare it again with this tycho (tycho preprocess)");
-    try {
-      p.embedded = at(p, at(p, m, "data"), "embedded").get<bool>();
-      p.d->config_toml = at(p, m, "config_toml").get<std::string>();
-    } catch (const nlohmann::json::exception& e) {
-      fail(TYCHO_ERR_BAD_DATA, "'", path, "' is an incomplete prepared file (", e.what(), ")");
-    }
+    p.embedded = m.boolean("data.embedded");
+    p.d->config_toml = m.string("config_toml");
     p.d->manifest = std::move(m);
     return p;
   };
-  // A zip whose manifest says it is a prepared file: the manifest alone; the patterns are read in
-  // place later (prepared_dataset), so a scan larger than memory can be streamed (target_residency).
-  if (std::optional<std::string> text = zip_manifest(path)) {
-    nlohmann::json m = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-    if (m.is_object() && m.value("format", std::string()) == k_format) {
-      prepared_file p = from_manifest(std::move(m));
-      p.d->patterns_in_zip = true;
-      if (p.embedded) stored_npy_member(path, "patterns.npy");  // refuses a file without them
-      return p;
-    }
+  const auto is_prepared = [](const manifest_reader& m) {
+    const nlohmann::json* format = m.find("format");
+    return format != nullptr && format->is_string() && format->get<std::string>() == k_format;
+  };
+  const component_ref& format = format_for_path(reg, path);
+  if (zip_archive::looks_like_zip(path)) {
+    // The manifest alone (the patterns are read in place later, prepared_dataset, so a scan
+    // larger than memory can be streamed: target_residency). A file that is not a readable zip,
+    // holds a member twice or a manifest that is not JSON is corrupt, whatever it was meant to be.
+    zip_archive z(path);
+    const zip_archive::entry* e = z.find("manifest.json");
+    if (e == nullptr) return std::nullopt;  // read as a result, which names what it lacks
+    manifest_reader m(z.read_text(*e, uint64_t(64) << 20), path);
+    if (!is_prepared(m)) return std::nullopt;
+    prepared_file p = from_manifest(std::move(m));
+    p.d->patterns_in_zip = true;
+    if (p.embedded) stored_npy_member(path, "patterns.npy");  // refuses a file without them
+    return p;
   }
+  // Another format: read whole.
   loaded_record rec;
   try {
-    rec = load_record(format_for_path(reg, path), path);
+    rec = load_record(format, path);
   } catch (const error&) {
     return std::nullopt;
   }
-  nlohmann::json m;
-  try {
-    m = nlohmann::json::parse(rec.manifest_json);
-  } catch (const nlohmann::json::exception&) {
-    m = nullptr;
-  }
-  if (!m.is_object() || m.value("format", std::string()) != k_format) {
-    if (other) *other = std::move(rec);
-    return std::nullopt;
-  }
+  if (rec.manifest_json.empty()) return std::nullopt;
+  manifest_reader m(rec.manifest_json, path);
+  if (!is_prepared(m)) return std::nullopt;
   prepared_file p = from_manifest(std::move(m));
   p.d->record = std::move(rec);
   if (p.embedded) p.d->record.array("patterns", path);  // refuses a file without them
   return p;
+}
+}  // namespace
+
+std::optional<prepared_file> try_load_prepared(const registry& reg, const std::string& path) {
+  if (!fs::is_regular_file(path)) return std::nullopt;
+  try {
+    return load_prepared(reg, path);
+  } catch (const error& e) {  // named as the --from file, as a result's errors are (result_file.hpp)
+    const std::string text = e.what();
+    fail(e.status, "--from", text.rfind(cat("'", path, "'"), 0) == 0 ? " " : ": ", text);
+  }
 }
 
 config_document prepared_config(const prepared_file& p) {
@@ -233,11 +219,10 @@ void merge_prepared_config(config_document& doc, const prepared_file& p) {
 namespace {
 // The dataset a prepared file records (info, description, source, sizes), without its patterns.
 dataset recorded_dataset(const prepared_file& p) {
-  const auto& data = at(p, p.d->manifest, "data");
   dataset d;
   d.info = recorded_info(p);
-  d.description = cat(at(p, data, "description").get<std::string>(), " (prepared in '", p.path, "')");
-  d.source_name = at(p, data, "source").get<std::string>();
+  d.description = cat(p.d->manifest.string("data.description"), " (prepared in '", p.path, "')");
+  d.source_name = p.d->manifest.string("data.source");
   d.all_patterns = d.info.scan_shape[0] * d.info.scan_shape[1];
   d.n0 = d.info.detector_shape[0];
   d.n1 = d.info.detector_shape[1];
@@ -285,7 +270,7 @@ void stream_totals(const prepared_file& p, dataset& d, stored_npy_member& member
 
 dataset streamed_prepared_dataset(const prepared_file& p, const config_document& merged, int64_t part, int64_t parts,
                                   std::string& preprocess_json, std::unique_ptr<stored_npy_member>& member) {
-  const auto& m = p.d->manifest;
+  const nlohmann::json& m = p.d->manifest.json();
   dataset d = recorded_dataset(p);
   member = std::make_unique<stored_npy_member>(p.path, "patterns.npy");
   if (member->shape() != std::vector<int64_t>{d.info.scan_shape[0], d.info.scan_shape[1], d.n0, d.n1})
@@ -309,13 +294,15 @@ dataset streamed_prepared_dataset(const prepared_file& p, const config_document&
 dataset prepared_dataset(const prepared_file& p, const config_document& merged, const registry& reg, int64_t part,
                          int64_t parts, const rank_sum& sum_across_ranks, std::string& preprocess_json,
                          std::unique_ptr<stored_npy_member>& member) {
-  const auto& m = p.d->manifest;
-  try {
-    const auto& data = at(p, m, "data");
+  const nlohmann::json& m = p.d->manifest.json();
+  {
     if (!p.embedded) {
       // Re-read the source and re-run the stage: the file records which bytes it read.
       auto text = [&](const char* key) {  // null (no file) as ""
-        return data.contains(key) && data[key].is_string() ? data[key].get<std::string>() : std::string();
+        const nlohmann::json* v = p.d->manifest.find(cat("data.", key));
+        if (v == nullptr || v->is_null()) return std::string();
+        if (!v->is_string()) p.d->manifest.refuse(cat("data.", key), v, "a string or null");
+        return v->get<std::string>();
       };
       const std::string source = text("source_file"), want = text("source_sha256");
       if (!source.empty()) {
@@ -377,8 +364,6 @@ dataset prepared_dataset(const prepared_file& p, const config_document& merged, 
     recompute_totals(d);
     preprocess_json = m.contains("preprocess") && !m["preprocess"].is_null() ? m["preprocess"].dump() : "";
     return d;
-  } catch (const nlohmann::json::exception& e) {
-    fail(TYCHO_ERR_BAD_DATA, "'", p.path, "' is an incomplete prepared file (", e.what(), ")");
   }
 }
 

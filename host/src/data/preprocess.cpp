@@ -154,6 +154,12 @@ std::array<int64_t, 2> preprocessed_detector_shape(const preprocess_settings& s,
            "use pad_detector_to)");
     n = s.crop;
   }
+  // A factor beyond the detector leaves no pixel: the crop remedy below would suggest [0, 0],
+  // itself refused.
+  if (s.binning > std::min(n[0], n[1]))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[preprocess] binning = ", s.binning, " is larger than the ", n[0], " x ", n[1],
+         " detector", s.crop[0] > 0 ? " (after crop_detector)" : "", "; expected a factor from 1 to ",
+         std::min(n[0], n[1]), " that divides both sizes");
   if (s.binning > 1 && (n[0] % s.binning != 0 || n[1] % s.binning != 0))
     fail(TYCHO_ERR_INVALID_ARGUMENT, "[preprocess] binning = ", s.binning, " does not divide the ", n[0], " x ", n[1],
          " detector", s.crop[0] > 0 ? " (after crop_detector)" : "",

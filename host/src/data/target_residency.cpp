@@ -44,8 +44,17 @@ host_capacity host_memory_capacity(const config_document& doc) {
     c.source = cat("[reconstruct] host_memory_GiB = ", *gib);
     return c;
   }
-  c.bytes = physical_memory_bytes();
-  c.source = "this machine's physical memory";
+  // What the machine can give now, not what it has: the memory other processes hold is not
+  // this run's, and swapping is not planned for. A margin of 10 % is kept for what the plan
+  // does not count (the libraries, the allocator's slack, the page cache a run reads through).
+  if (const uint64_t available = available_memory_bytes(); available > 0) {
+    c.bytes = available - available / 10;
+    c.source = cat("this machine's available memory: ", human_bytes(available),
+                   " (MemAvailable, no swap) less a 10 % margin");
+  } else {
+    c.bytes = physical_memory_bytes();
+    c.source = "this machine's physical memory (its available memory is not known)";
+  }
   // A process limit below the machine's memory is what this run may use.
   for (const auto& [resource, name] : {std::pair{RLIMIT_AS, "RLIMIT_AS"}, std::pair{RLIMIT_DATA, "RLIMIT_DATA"}}) {
     rlimit l{};

@@ -45,7 +45,9 @@ stored_npy_member::stored_npy_member(const std::string& zip_path, const std::str
     const bool f32 = h.dtype && h.dtype->code == kDLFloat && h.dtype->bits == 32 && !h.big_endian;
     const bool u16 = h.dtype && h.dtype->code == kDLUInt && h.dtype->bits == 16 && !h.big_endian;
     if (!(f32 || u16) || h.fortran_order)
-      fail(TYCHO_ERR_BAD_DATA, where_, " has dtype '", h.descr, "'", h.fortran_order ? " in Fortran order" : "",
+      fail(TYCHO_ERR_BAD_DATA, where_, " has dtype ",
+           h.dtype ? sdk::npy::dtype_text(*h.dtype) : cat("'", sdk::printable(h.descr), "'"),
+           h.big_endian ? " (big-endian)" : "", h.fortran_order ? " in Fortran order" : "",
            "; expected little-endian float32 or uint16 in C order");
     dtype_ = *h.dtype;
     if (h.header_bytes + h.data_bytes > st.size) fail(TYCHO_ERR_BAD_DATA, where_, " is truncated");

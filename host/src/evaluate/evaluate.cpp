@@ -15,6 +15,7 @@
 #include "evaluate/truth_file.hpp"
 #include "tycho/host/log.hpp"
 #include "tycho/host/result_record.hpp"
+#include "results/result_file.hpp"
 
 namespace tycho::host {
 
@@ -96,8 +97,23 @@ std::vector<double> nominal_positions(const truth_file& truth, int64_t p) {
   return v;
 }
 
-nlohmann::ordered_json figures(const accuracy_result& r) {
-  return {{"pearson", r.pearson}, {"rms_rad", r.rms_rad}, {"shift_px", {r.shift_px[0], r.shift_px[1]}}};
+// What is constant, for messages ("the object's local phase").
+const char* constant_side(const accuracy_result& r) {
+  return r.constant == constant_map::object ? "the result's map" : "the truth's map";
+}
+
+// The Pearson figure, or null (JSON has no NaN) where one map is constant over the field of view
+// and the correlation is undefined: a per-depth or per-layer figure of an empty slab, with a
+// warning naming it (the main figure refuses instead, check_defined).
+nlohmann::ordered_json pearson_or_null(const accuracy_result& r, const std::string& what) {
+  if (r.constant == constant_map::none) return r.pearson;
+  log_warning("evaluate", cat(what, ": ", constant_side(r), " is constant over the field of view, so the correlation "
+                                    "is undefined: pearson is null"));
+  return nullptr;
+}
+
+nlohmann::ordered_json figures(const accuracy_result& r, const std::string& what) {
+  return {{"pearson", pearson_or_null(r, what)}, {"rms_rad", r.rms_rad}, {"shift_px", {r.shift_px[0], r.shift_px[1]}}};
 }
 
 // Refuses an array holding NaN or inf, naming the file, the array and the first such element
@@ -119,27 +135,26 @@ std::string evaluate_result(const registry& reg, const std::string& result_path,
                             double sigma_A, double fov_fraction, std::optional<double> slice_thickness_A) {
   try {
     return evaluate_checked(reg, result_path, truth_path, sigma_A, fov_fraction, slice_thickness_A);
-  } catch (const nlohmann::json::exception& e) {
-    // A manifest without calibration or history, or with a value of another type: the
-    // library's message names the key; this names the file (it was an "internal error").
-    fail(TYCHO_ERR_BAD_DATA, "'", result_path, "': member 'manifest.json' is not a tycho result's (", e.what(), ")");
+  } catch (const error& e) {
+    // The metric's own refusals name neither file.
+    const std::string text = e.what();
+    if (text.rfind("accuracy: ", 0) != 0) throw;
+    fail(e.status, "'", result_path, "' against the truth '", truth_path, "': ", text.substr(10));
   }
 }
 
 namespace {
 std::string evaluate_checked(const registry& reg, const std::string& result_path, const std::string& truth_path,
                              double sigma_A, double fov_fraction, std::optional<double> slice_thickness_A) {
-  auto result = load_record(format_for_path(reg, result_path), result_path);
-  // Only the members the metrics use are read: others (metadata strings, ...) are ignored.
+  // Read and checked as `tycho reconstruct --from` reads it (results/result_file.hpp): format
+  // and version, every member's size against the manifest before anything is inflated, shapes,
+  // finite values, the positions inside the object.
+  const result_file file = read_result_file(reg, result_path, "", "evaluated");
+  const loaded_record& result = file.record;
+  const nlohmann::json& manifest = file.manifest.json();
   const truth_file truth = read_truth_file(truth_path);
   for (const auto& w : truth.warnings) log_warning("evaluate", "'" + truth_path + "': " + w);
-  if (result.manifest_json.empty())
-    fail(TYCHO_ERR_BAD_DATA, "'", result_path, "' has no manifest.json: not a tycho result");
-  auto manifest = nlohmann::json::parse(result.manifest_json);
-  double pixel = manifest.at("calibration").at("object_pixel_A").at(0).get<double>();
-  if (!(pixel > 0) || !std::isfinite(pixel))
-    fail(TYCHO_ERR_BAD_DATA, "'", result_path, "': member 'manifest.json' has calibration.object_pixel_A = ", pixel,
-         "; expected a finite pixel size > 0 in Å");
+  const double pixel = file.object_pixel_A[0];
 
   const owned_array& object = result.array("object", result_path);
   const owned_array& positions = result.array("positions_px", result_path);
@@ -218,12 +233,21 @@ std::string evaluate_checked(const registry& reg, const std::string& result_path
   nlohmann::ordered_json j;
   j["result"] = result_path;
   j["truth"] = truth_path;
+  // A constant object (untouched, all zeros) or truth has no correlation to report: refused,
+  // where it used to score pearson 0.0.
+  if (r.constant != constant_map::none) {
+    const bool of_object = r.constant == constant_map::object;
+    fail(TYCHO_ERR_BAD_DATA, "'", of_object ? result_path : truth_path, "': the ", of_object ? "object" : "truth",
+         "'s local phase is constant over the ", r.fov_shape[0], " x ", r.fov_shape[1],
+         " px field of view compared, so its correlation with the ", of_object ? "truth" : "result",
+         " is undefined: nothing to score (an untouched or empty ", of_object ? "object" : "truth", "?)");
+  }
   j["pearson"] = r.pearson;
   j["rms_rad"] = r.rms_rad;
   j["shift_px"] = {r.shift_px[0], r.shift_px[1]};
   j["fov_px"] = {r.fov_shape[0], r.fov_shape[1]};
   j["sigma_A"] = sigma_A;
-  j["iterations"] = manifest.at("history").at("iterations");
+  j["iterations"] = file.iterations;
 
   // The slice thickness: the result's own, unless the command line gives one.
   std::optional<double> dz = result_slice_thickness(manifest);
@@ -246,7 +270,7 @@ std::string evaluate_checked(const registry& reg, const std::string& result_path
   // A total phase that may exceed π: high-passed, unwrapped (the sum of the slices' phases).
   if (truth.phase_total) {
     const std::vector<double> phi = summed_slice_phases(slice_ptr(0), slices, h, w);
-    j["total_phase"] = figures(high_passed(phi, truth.phase_total->values));
+    j["total_phase"] = figures(high_passed(phi, truth.phase_total->values), "total_phase");
   }
 
   // Per depth: groups of result slices against groups of the truth's slabs, high-passed likewise.
@@ -260,7 +284,7 @@ std::string evaluate_checked(const registry& reg, const std::string& result_path
         for (std::size_t i = 0; i < t.size(); ++i) t[i] += truth.slabs[std::size_t(k)].phase.values[i];
       const std::vector<double> phi = summed_slice_phases(zs.data(), int64_t(g.result_slices.size()), h, w);
       nlohmann::ordered_json d = {{"z_A", {g.z0_A, g.z1_A}}, {"slices", g.result_slices}, {"truth_slabs", g.truth_slabs}};
-      d.update(figures(high_passed(phi, t)));
+      d.update(figures(high_passed(phi, t), cat("the depths ", g.z0_A, " to ", g.z1_A, " Å")));
       depths.push_back(std::move(d));
     }
     j["depths"] = std::move(depths);
@@ -276,11 +300,12 @@ std::string evaluate_checked(const registry& reg, const std::string& result_path
                                     std::to_string(slices) + " slices of " + std::to_string(*dz) +
                                     " Å: it is compared with the last slice");
       nlohmann::ordered_json e = {{"layer", l.name}, {"depth_A", l.depth_A}, {"slice", s}};
-      e.update(figures(local(slice_ptr(s), l.phase.values)));
+      e.update(figures(local(slice_ptr(s), l.phase.values), cat("layer '", l.name, "'")));
       for (const truth_layer& other : truth.layers)  // two layers: one other
         if (&other != &l) {
           e["other_layer"] = other.name;
-          e["pearson_other"] = local(slice_ptr(s), other.phase.values).pearson;
+          e["pearson_other"] =
+              pearson_or_null(local(slice_ptr(s), other.phase.values), cat("layer '", l.name, "' against '", other.name, "'"));
         }
       layers.push_back(std::move(e));
     }

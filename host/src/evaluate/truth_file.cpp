@@ -57,7 +57,7 @@ std::optional<owned_array> read_member(zip_t* za, const std::string& path, const
     fail(e.status, e.what());
   }
   if (!h.dtype || h.big_endian)
-    fail(TYCHO_ERR_BAD_DATA, where, " has dtype '", h.descr, "'; expected a little-endian number");
+    fail(TYCHO_ERR_BAD_DATA, where, " has dtype '", sdk::printable(h.descr), "'; expected a little-endian number");
   owned_array a;
   a.name = name;
   a.dtype = *h.dtype;

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -79,6 +80,23 @@ std::string residency_options(const memory_problem& p, const tycho_dataset_info&
 uint64_t physical_memory_bytes() {
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
+}
+
+uint64_t available_memory_bytes() {
+  // /proc/meminfo's MemAvailable: what can be allocated without swapping (free memory plus the
+  // page cache and reclaimable slabs the kernel would give back), in kB.
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  unsigned long long kb = 0;
+  bool found = false;
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+      found = true;
+      break;
+    }
+  std::fclose(f);
+  return found && kb < (uint64_t(1) << 53) ? uint64_t(kb) * 1024u : 0;
 }
 
 int64_t default_engine_threads() {

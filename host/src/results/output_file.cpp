@@ -1,6 +1,7 @@
 #include "tycho/host/output_file.hpp"
 
 #include <tycho/core/error.hpp>
+#include <tycho/sdk/error.hpp>
 
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -60,9 +61,20 @@ std::vector<std::string> run_input_files(const std::vector<const config_document
   return files;
 }
 
+void check_file_name_text(const std::string& name, const std::string& what) {
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const auto c = static_cast<unsigned char>(name[i]);
+    if (c < 0x20 || c == 0x7f)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, what, " '", sdk::printable(name), "' holds ",
+           c == 0 ? "a NUL byte" : "a control character", " at byte ", i,
+           "; expected a file name without NUL or control characters (the system would cut or garble it)");
+  }
+}
+
 void check_output_file(const std::string& path, const std::vector<std::string>& inputs, bool overwrite,
                        const char* what, const char* example_name) {
   if (path.empty()) fail(TYCHO_ERR_INVALID_ARGUMENT, "the ", what, " file name is empty");
+  check_file_name_text(path, cat("the ", what, " file name"));
   std::error_code ec;
   const fs::file_status st = fs::symlink_status(path, ec);
   const bool exists = !ec && fs::exists(st);

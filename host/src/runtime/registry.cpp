@@ -102,7 +102,7 @@ std::vector<std::string> registry::default_search_dirs() {
     candidates.push_back(here / "tycho" / "plugins");
     candidates.push_back(here / ".." / "lib" / "tycho" / "plugins");
   }
-  candidates.push_back(fs::path(TYCHO_INSTALL_PLUGIN_DIR));
+  if (const fs::path installed = TYCHO_INSTALL_PLUGIN_DIR; !installed.empty()) candidates.push_back(installed);
   // A missing folder stays in the list (lexically normalised) so `tycho plugins` and the log
   // line of global() name every place that was looked at.
   for (const fs::path& candidate : candidates) {

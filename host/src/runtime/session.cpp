@@ -3,10 +3,12 @@
 #include <tycho/core/driver.hpp>
 #include <tycho/core/device_label.hpp>
 #include <tycho/core/error.hpp>
+#include <tycho/core/last_error.hpp>
 #include <tycho/core/geometry.hpp>
 #include <tycho/core/multislice.hpp>
 #include <tycho/host/optics.hpp>
 #include <tycho/sdk.hpp>
+#include <tycho/sdk/optimizer.hpp>
 
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
@@ -28,12 +30,14 @@
 #include "runtime/constraint_list.hpp"
 #include "runtime/positions_from.hpp"
 #include "results/manifest_checks.hpp"
+#include "results/result_file.hpp"
 #include "tycho/host/dataset.hpp"
 #include "data/bad_pixels.hpp"
 #include "data/chunked_preprocess.hpp"
 #include "data/finite_values.hpp"
 #include "data/detector_padding.hpp"
 #include "tycho/host/log.hpp"
+#include "tycho/host/output_file.hpp"
 #include "tycho/host/prepared.hpp"
 #include "tycho/host/preprocess.hpp"
 #include "tycho/host/progress.hpp"
@@ -118,7 +122,10 @@ reconstruct_settings read_reconstruct_settings(const config_document& doc) {
   const toml::table& rec_t = doc.table_at("reconstruct");
   reconstruct_settings r;
   r.iterations = *setting_value<int64_t>(rec_t, "reconstruct", "iterations");
-  if (r.iterations < 0) fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] iterations must be >= 0, got ", r.iterations);
+  // Bounded as the command line's --iterations is (1e9: far beyond any run, far below overflow).
+  if (r.iterations < 0 || r.iterations > k_most_iterations)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] iterations must be from 0 to ", k_most_iterations, ", got ",
+         r.iterations);
   int64_t modes = *setting_value<int64_t>(rec_t, "reconstruct", "probe_modes");
   int64_t slices = *setting_value<int64_t>(rec_t, "reconstruct", "slices");
   std::string precision = *setting_value<std::string>(rec_t, "reconstruct", "precision");
@@ -193,6 +200,49 @@ reconstruct_settings read_reconstruct_settings(const config_document& doc) {
   return r;
 }
 
+// Beam energies tycho computes with: 1 eV to 100 MeV (electron microscopes run at 1 keV to a few
+// MeV). Beyond, the wavelength and the aperture's reach leave double's sane range: 1e300 eV was
+// refused by a message about the aperture, 1e-300 eV by one about the defocus.
+constexpr double k_least_energy_eV = 1.0, k_most_energy_eV = 1e8;
+void check_beam_energy(double eV, const std::string& what) {
+  if (!(eV >= k_least_energy_eV && eV <= k_most_energy_eV))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, what, " = ", eV, " eV: expected a beam energy from ", k_least_energy_eV,
+         " eV to ", k_most_energy_eV, " eV (100 MeV)");
+}
+// Scan steps (and origins) in Å: 1e-6 Å to 1e9 Å (10 cm) bound every real scan; a step of
+// 1e-300 Å put every position on one pixel.
+constexpr double k_least_scan_step_A = 1e-6, k_most_scan_step_A = 1e9;
+// The smallest scan step in object pixels: below it the positions of a scan coincide.
+constexpr double k_least_scan_step_px = 1e-3;
+
+// The runtime's own values that no later stage may find wrong after work has begun (a result
+// replaced, the data read): every key's declared type (output.previews = "yes" was refused
+// only after the run), finite numbers in arrays, and the settings whose range is known without
+// the data. Values that come from the data file are checked where the data is read
+// (resolve_run_geometry).
+void check_setting_ranges(const config_document& doc) {
+  for (const auto& table : host_setting_tables())
+    if (table != "reconstruct.constraints")  // a list of tables: validate_constraints
+      check_setting_types(doc.table_at(table), table, host_settings(table), "the runtime");
+  const toml::table& optics_t = doc.table_at("optics");
+  if (auto e = read_key<double>(optics_t, "energy_eV", "optics")) check_beam_energy(*e, "[optics] energy_eV");
+  if (auto step = read_key<double>(doc.table_at("data"), "scan_step_A", "data"))
+    if (!(*step >= k_least_scan_step_A && *step <= k_most_scan_step_A))
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[data] scan_step_A = ", *step, " Å: expected a scan step from ",
+           k_least_scan_step_A, " to ", k_most_scan_step_A, " Å");
+  if (auto origin = doc.table_at("preprocess")["scan_origin_A"].as_array())
+    for (const auto& v : *origin)
+      if (const double x = v.is_integer() ? double(*v.value<int64_t>()) : v.value_or(0.0); !(std::abs(x) <= k_most_scan_step_A))
+        fail(TYCHO_ERR_INVALID_ARGUMENT, "[preprocess] scan_origin_A holds ", x, " Å: expected values within ±",
+             k_most_scan_step_A, " Å");
+  // [preprocess]: padding, crop, binning, rotation (their readers' checks and messages).
+  read_detector_padding(doc.table_at("preprocess"), doc.origin());
+  read_preprocess_settings(doc.table_at("preprocess"), doc.origin());
+  // [output] path: a NUL cut the written name short of the one reported.
+  check_file_name_text(*setting_value<std::string>(doc.table_at("output"), "output", "path"), "[output] path");
+  configured_checkpoint_every(doc);
+}
+
 // Checks every table's keys and that every named component exists, before any data is read:
 // a typo must not cost the minutes it takes to load a large scan.
 // `tycho plan` (engine_may_be_absent) accepts an engine that cannot run here when a plan-only
@@ -246,6 +296,7 @@ void validate_config(const config_document& doc, const registry& reg, bool engin
   const toml::table& out_t = doc.table_at("output");
   check_keys(out_t, "output", host_keys("output"), origin);
   reg.find(TYCHO_COMPONENT_FORMAT, *setting_value<std::string>(out_t, "output", "format"));
+  check_setting_ranges(doc);
 }
 
 // Whether an optimizer component has the state functions appended to its vtable (an older
@@ -270,55 +321,30 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return t.empty() ? "()" : t;
 }
 
-// A result file to resume from (`tycho reconstruct --from`): its arrays, its manifest, how many
-// iterations it ran and the total its schedules span.
+// A result file to resume from (`tycho reconstruct --from`), read and checked as every result
+// is (results/result_file.hpp); a resumed run needs its schedule's length and its optimizers'
+// state besides.
 struct resume_data {
   std::string path;
-  loaded_record record;
-  nlohmann::json manifest;
+  result_file file;
+  loaded_record& record;
   int64_t done = 0, total = 0;
   std::vector<int64_t> scan_shape, window_shape;
+  explicit resume_data(result_file f)
+      : path(f.path), file(std::move(f)), record(file.record), done(file.iterations),
+        scan_shape(file.scan_shape.begin(), file.scan_shape.end()),
+        window_shape(file.window_shape.begin(), file.window_shape.end()) {}
+  resume_data(resume_data&& o) noexcept
+      : path(std::move(o.path)), file(std::move(o.file)), record(file.record), done(o.done), total(o.total),
+        scan_shape(std::move(o.scan_shape)), window_shape(std::move(o.window_shape)) {}
 };
 
-resume_data load_resume(const std::string& path, const registry& reg, std::optional<loaded_record> loaded = {}) {
-  if (!std::filesystem::is_regular_file(path))
-    fail(TYCHO_ERR_NOT_FOUND, "--from '", path, "': no such file");
-  resume_data r;
-  r.path = path;
-  try {
-    r.record = loaded ? std::move(*loaded) : load_record(format_for_path(reg, path), path);
-  } catch (const error& e) {
-    fail(TYCHO_ERR_BAD_DATA, "'", path, "' is not a tycho result: ", e.what());
-  }
-  try {
-    r.manifest = nlohmann::json::parse(r.record.manifest_json);
-  } catch (const nlohmann::json::exception&) {
-    r.manifest = nullptr;
-  }
-  if (!r.manifest.is_object() || !r.manifest.contains("format") || r.manifest["format"] != "tycho-result")
-    fail(TYCHO_ERR_BAD_DATA, "'", path, "' is not a tycho result (its manifest.json does not say \"format\": \"tycho-result\")");
-  check_format_version(r.manifest, k_result_format_version, path, "tycho result",
-                       "resume it with the tycho that wrote it");
-  try {
-    const auto& h = r.manifest.at("history");
-    if (!h.contains("schedule_iterations") || !r.manifest.contains("optimizer_state"))
-      fail(TYCHO_ERR_BAD_DATA, "'", path, "' cannot be resumed: it was written by a tycho that did not save ",
-           "the optimizer state and the schedule's length");
-    r.done = iteration_count(h, "iterations", "history.iterations", path);
-    r.total = iteration_count(h, "schedule_iterations", "history.schedule_iterations", path);
-    r.scan_shape = r.manifest.at("data").at("scan_shape").get<std::vector<int64_t>>();
-    r.window_shape = r.manifest.at("calibration").at("window_shape").get<std::vector<int64_t>>();
-  } catch (const nlohmann::json::exception& e) {
-    fail(TYCHO_ERR_BAD_DATA, "'", path, "' is not a tycho result: its manifest is incomplete (", e.what(), ")");
-  }
-  if (r.done < 0 || r.total < 0) fail(TYCHO_ERR_BAD_DATA, "'", path, "': negative iteration counts in its manifest");
-  // A NaN in the object, the probe or the optimizer's moments would spread through every
-  // iteration of the resumed run.
-  for (const auto& a : r.record.arrays) require_finite(a, path, "resumed with --from");
-  const owned_array& history = r.record.array("loss_history", path);
-  if (history.dtype.code != kDLFloat || history.dtype.bits != 64 || history.count() != r.done)
-    fail(TYCHO_ERR_BAD_DATA, "'", path, "': loss_history ", shape_text(history.shape), " does not hold the ",
-         r.done, " iterations its manifest records");
+resume_data load_resume(const std::string& path, const registry& reg) {
+  resume_data r(read_result_file(reg, path, "--from", "resumed with --from"));
+  if (!r.file.schedule_iterations || !r.file.manifest.find("optimizer_state"))
+    fail(TYCHO_ERR_BAD_DATA, "'", path, "' cannot be resumed: it was written by a tycho that did not save ",
+         "the optimizer state and the schedule's length");
+  r.total = *r.file.schedule_iterations;
   return r;
 }
 
@@ -337,9 +363,7 @@ void check_resume_shapes(const resume_data& r, const std::vector<int64_t>& scan,
   // The dtype of the configured precision: a resumed run keeps the precision it was saved in.
   const DLDataType want{kDLComplex, uint8_t(float64 ? 128 : 64), 1};
   auto same = [](DLDataType a, DLDataType b) { return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes; };
-  auto name = [](DLDataType t) {
-    return t.code == kDLComplex ? cat("complex", int(t.bits)) : cat("dtype code ", int(t.code), " of ", int(t.bits), " bits");
-  };
+  auto name = [](DLDataType t) { return dtype_name_of(t); };
   if (!same(obj.dtype, want) || !same(prb.dtype, want))
     fail(TYCHO_ERR_INVALID_ARGUMENT, "--from '", r.path, "' holds a ", name(obj.dtype), " object and a ",
          name(prb.dtype), " probe (precision ", precision_of(obj.dtype), "), but [reconstruct] precision = \"",
@@ -354,23 +378,26 @@ void check_resume_shapes(const resume_data& r, const std::vector<int64_t>& scan,
 void restore_optimizer(const resume_data& r, const char* which, const component_ref& ref, tycho_optimizer* opt) {
   const auto* vt = ref.as<tycho_optimizer_vtable>();
   const int64_t count = has_state_functions(vt) ? vt->state_count(opt) : 0;
-  const nlohmann::json& all = r.manifest.at("optimizer_state");
-  if (!all.contains(which)) {
+  const std::optional<saved_optimizer>& saved =
+      std::string(which) == "object" ? r.file.object_optimizer : r.file.probe_optimizer;
+  if (!saved) {
     if (count == 0) return;
     fail(TYCHO_ERR_BAD_DATA, "'", r.path, "' holds no state for the ", which, " optimizer");
   }
-  const nlohmann::json& saved = all.at(which);
-  std::string saved_name = saved.value("optimizer", std::string());
-  if (saved_name != ref.name)
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "--from '", r.path, "': the ", which, " optimizer was \"", saved_name,
+  if (saved->optimizer != ref.name)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "--from '", r.path, "': the ", which, " optimizer was \"", saved->optimizer,
          "\", the config asks for \"", ref.name, "\"; a resumed run keeps its optimizers");
-  const int64_t steps = saved.value("steps", int64_t(0));
   for (int64_t i = 0; i < count; ++i) {
     const char* name = nullptr;
     check_status(vt->state_array(opt, i, &name, nullptr), "optimizer state_array");
-    const owned_array& a = r.record.array(cat("optimizer.", which, ".", name ? name : ""), r.path);
+    const std::string array = cat("optimizer.", which, ".", name ? name : "");
+    const owned_array& a = r.record.array(array, r.path);
     DLTensor t = const_cast<owned_array&>(a).view();
-    check_status(vt->set_state(opt, i, &t, steps), "optimizer set_state");
+    // The optimizer checks the values it is given (e.g. Adam's mean squares >= 0): its refusal
+    // names the file and the array here.
+    if (vt->set_state(opt, i, &t, saved->steps) != TYCHO_OK)
+      fail(TYCHO_ERR_BAD_DATA, "'", r.path, "': array '", array, "' (resumed with --from) is refused by the ", which,
+           " optimizer: ", last_error());
   }
 }
 
@@ -383,7 +410,12 @@ void restore_tile_steps(const resume_data& r, driver& drv, int64_t object_steps)
     if (a.dtype.code != kDLInt || a.dtype.bits != 64 || a.shape != std::vector<int64_t>{tiles.rows(), tiles.cols()})
       fail(TYCHO_ERR_BAD_DATA, "'", r.path, "': object_tile_steps ", shape_text(a.shape), " is not (", tiles.rows(),
            ", ", tiles.cols(), ") int64, the tiles of this run's object");
-    drv.set_tile_steps(std::vector<int64_t>(a.as<int64_t>(), a.as<int64_t>() + a.count()));
+    std::vector<int64_t> steps(a.as<int64_t>(), a.as<int64_t>() + a.count());
+    for (std::size_t k = 0; k < steps.size(); ++k)  // counted on from here: bounded as the optimizers' own
+      if (steps[k] < 0 || steps[k] > sdk::k_most_optimizer_steps)
+        fail(TYCHO_ERR_BAD_DATA, "'", r.path, "': object_tile_steps holds ", steps[k], " at tile (",
+             int64_t(k) / tiles.cols(), ", ", int64_t(k) % tiles.cols(), "); expected a step count from 0 to 2^53");
+    drv.set_tile_steps(std::move(steps));
     return;
   }
   drv.set_tile_steps(std::vector<int64_t>(std::size_t(tiles.rows() * tiles.cols()), object_steps));
@@ -437,7 +469,7 @@ bool packs_integer_targets(const config_document& config, DLDevice device) {
 std::string precision_of(DLDataType dtype) {
   if ((dtype.code == kDLComplex && dtype.bits == 128) || (dtype.code == kDLFloat && dtype.bits == 64)) return "float64";
   if ((dtype.code == kDLComplex && dtype.bits == 64) || (dtype.code == kDLFloat && dtype.bits == 32)) return "float32";
-  return cat("dtype code ", int(dtype.code), " of ", int(dtype.bits), " bits");
+  return dtype_name_of(dtype);
 }
 
 run_geometry resolve_run_geometry(const config_document& doc, const tycho_dataset_info& info,
@@ -460,7 +492,7 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
     log_warning("session", cat("'", desc, "' does not record the defocus and [optics] gives neither C10_A ",
                                "nor defocus_A: starting from an in-focus probe (C10 = 0)"));
   }
-  if (!(r.optics.energy_eV > 0)) fail(TYCHO_ERR_INVALID_ARGUMENT, "[optics] energy_eV must be > 0");
+  check_beam_energy(r.optics.energy_eV, optics_t.contains("energy_eV") ? "[optics] energy_eV" : cat("the beam energy recorded in '", desc, "'"));
   if (!(r.optics.semiangle_mrad > 0)) fail(TYCHO_ERR_INVALID_ARGUMENT, "[optics] semiangle_mrad must be > 0");
   r.wavelength_A = wavelength_A(r.optics.energy_eV);
 
@@ -510,6 +542,37 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
     r.geometry.scan_origin_A[0] = *(*arr)[0].value<double>();
     r.geometry.scan_origin_A[1] = *(*arr)[1].value<double>();
   }
+  // Degenerate scans: a step that puts the positions of a raster on one point, or listed
+  // positions that all coincide (a CXI file whose translations are all zero), are refused rather
+  // than reconstructed from one spot.
+  if (!listed) {
+    for (int a = 0; a < 2; ++a) {
+      if (info.scan_shape[a] < 2) continue;  // one position along the axis: the step does not matter
+      const double s_A = r.geometry.step_A[a], s_px = s_A / r.geometry.pixel_A[a];
+      if (!(s_A >= k_least_scan_step_A && s_A <= k_most_scan_step_A) || !(s_px >= k_least_scan_step_px))
+        fail(TYCHO_ERR_INVALID_ARGUMENT,
+             data_t.contains("scan_step_A") ? std::string("[data] scan_step_A") : cat("the scan step recorded in '", desc, "'"),
+             " = ", s_A, " Å along scan axis ", a, " is ", s_px, " object pixels of ", r.geometry.pixel_A[a],
+             " Å: expected a step from ", k_least_scan_step_A, " to ", k_most_scan_step_A, " Å and at least ",
+             k_least_scan_step_px, " px (", k_least_scan_step_px * r.geometry.pixel_A[a],
+             " Å), or the scan's positions coincide");
+    }
+  } else if (positions_A.size() >= 4) {
+    double spread_px[2];
+    for (int a = 0; a < 2; ++a) {
+      double lo = INFINITY, hi = -INFINITY;
+      for (std::size_t k = std::size_t(a); k < positions_A.size(); k += 2) {
+        lo = std::min(lo, positions_A[k]);
+        hi = std::max(hi, positions_A[k]);
+      }
+      spread_px[a] = (hi - lo) / r.geometry.pixel_A[a];
+    }
+    if (std::isfinite(spread_px[0]) && std::isfinite(spread_px[1]) &&  // non-finite: layout_object names it
+        spread_px[0] < k_least_scan_step_px && spread_px[1] < k_least_scan_step_px)
+      fail(TYCHO_ERR_BAD_DATA, "data '", desc, "' lists ", positions_A.size() / 2,
+           " scan positions that all lie on one point (within ", spread_px[0], " x ", spread_px[1],
+           " object pixels): expected a scan of positions that differ; check the file's positions (translations)");
+  }
   // The layout holds every pattern's position (16 bytes each): bounded by this machine's memory
   // before it is allocated, since the scan shape is the data file's word.
   const uint64_t position_bytes = uint64_t(info.scan_shape[0]) * uint64_t(info.scan_shape[1]) * 16u;
@@ -517,7 +580,11 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
     fail(TYCHO_ERR_OUT_OF_MEMORY, "data '", desc, "': the positions of its ", info.scan_shape[0], " x ",
          info.scan_shape[1], " patterns alone need ", human_bytes(position_bytes), ", more than this machine's ",
          human_bytes(have), " of memory (check the file's shape)");
-  r.layout = listed ? layout_object(r.geometry, positions_A) : layout_object(r.geometry);
+  try {
+    r.layout = listed ? layout_object(r.geometry, positions_A) : layout_object(r.geometry);
+  } catch (const error& e) {  // the layout names neither the data nor where its positions come from
+    fail(e.status, "data '", desc, "'", listed ? " (the positions it lists)" : "", ": ", e.what());
+  }
   return r;
 }
 
@@ -816,8 +883,7 @@ void session::state::open_config(state& s, const std::string& resume_from, paral
   const registry& reg = *s.reg;
   // A prepared file (`tycho preprocess`) starts a fresh run from its data: its [data], [optics]
   // and [preprocess] replace the config's (tycho/host/prepared.hpp).
-  std::optional<loaded_record> from_record;  // a result to resume, read once
-  if (!resume_from.empty() && (st.prepared = try_load_prepared(reg, resume_from, &from_record)))
+  if (!resume_from.empty() && (st.prepared = try_load_prepared(reg, resume_from)))
     merge_prepared_config(s.config, *st.prepared);
   validate_config(s.config, reg);
   // Devices, launcher and reducer: refused before the data is read when they cannot be honoured.
@@ -829,7 +895,7 @@ void session::state::open_config(state& s, const std::string& resume_from, paral
   // Resuming: the schedules span the resumed run's total (its recorded
   // history.schedule_iterations), whatever [reconstruct] iterations says; the config records it.
   if (!resume_from.empty() && !st.prepared) {
-    st.resume = load_resume(resume_from, reg, std::move(from_record));
+    st.resume.emplace(load_resume(resume_from, reg));
     s.config.set_from_text(cat("reconstruct.iterations=", st.resume->total));
   }
   st.settings = read_reconstruct_settings(s.config);
@@ -1199,19 +1265,15 @@ void session::state::restore_resumed(state& s, start& st) {
   s.drv->set_iterations_done(r.done);
   const owned_array& h = r.record.array("loss_history", r.path);
   s.loss_history.assign(h.as<double>(), h.as<double>() + h.count());
-  std::vector<double> secs;
-  try {
-    secs = r.manifest.at("history").value("seconds", std::vector<double>());
-  } catch (const nlohmann::json::exception&) {
-  }
+  std::vector<double> secs;  // the seconds of each iteration done, for the manifest (0 when not recorded)
+  if (const nlohmann::json* v = r.file.manifest.find("history.seconds"); v && v->is_array())
+    for (const auto& e : *v) secs.push_back(e.is_number() && std::isfinite(e.get<double>()) ? e.get<double>() : 0.0);
   secs.resize(std::size_t(r.done), 0.0);
   s.seconds_history = std::move(secs);
-  std::vector<double> cpu;
-  try {
-    cpu = r.manifest.at("history").value("cpu_seconds", std::vector<double>());
-  } catch (const nlohmann::json::exception&) {
-  }
-  cpu.resize(std::size_t(r.done), 0.0);  // a file from before the key: 0
+  std::vector<double> cpu;  // as the seconds; a file from before the key: 0
+  if (const nlohmann::json* v = r.file.manifest.find("history.cpu_seconds"); v && v->is_array())
+    for (const auto& e : *v) cpu.push_back(e.is_number() && std::isfinite(e.get<double>()) ? e.get<double>() : 0.0);
+  cpu.resize(std::size_t(r.done), 0.0);
   s.cpu_seconds_history = std::move(cpu);
   log_info("session", cat("resuming '", r.path, "' after iteration ", r.done, " of ", r.total));
 }

@@ -6,6 +6,7 @@
 
 #include <tycho/core/error.hpp>
 #include <tycho/core/last_error.hpp>
+#include <tycho/sdk/error.hpp>
 
 #include <filesystem>
 #include <new>
@@ -21,6 +22,8 @@ tycho_status status_barrier(const char* who, F&& f) noexcept {
   try {
     return f();
   } catch (const error& e) {
+    return set_last_error(e.status, e.what());
+  } catch (const sdk::error& e) {  // an SDK helper's refusal (tycho/sdk/checked.hpp) inside the host
     return set_last_error(e.status, e.what());
   } catch (const std::bad_alloc&) {
     return set_last_error(TYCHO_ERR_OUT_OF_MEMORY, cat(prefix, "out of host memory"));

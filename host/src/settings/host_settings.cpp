@@ -66,12 +66,12 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
     std::map<std::string, std::vector<setting_decl>> m;
     m["data"] = {
         decl("source", S, quoted(defaults::source), "", "the source component that reads the data"),
-        at_least(decl("scan_step_A", N, none, "Å", "scan step for both scan axes (default: from the file)"), 0, true),
+        at_most(at_least(decl("scan_step_A", N, none, "Å", "scan step for both scan axes (default: from the file)"), 1e-6), 1e9),
         at_least(decl("detector_pixel_invA", N, none, "Å⁻¹", "reciprocal pixel size for both detector axes (default: from the file)"), 0, true),
         decl("positions_from", S, none, "", "a tycho result whose saved positions a fresh run starts from (e.g. corrected by an earlier run on the same data), relative to the config's folder"),
     };
     m["optics"] = {
-        at_least(decl("energy_eV", N, none, "eV", "beam energy (default: from the file)"), 0, true),
+        at_most(at_least(decl("energy_eV", N, none, "eV", "beam energy (default: from the file)"), 1), 1e8),
         at_least(decl("semiangle_mrad", N, none, "mrad", "probe-forming aperture semiangle (default: from the file)"), 0, true),
         decl("C10_A", N, none, "Å", "defocus aberration C10, < 0 underfocus (default: from the file, else 0)"),
         decl("defocus_A", N, none, "Å", "abTEM's defocus, stored as C10 = −defocus_A"),
@@ -80,7 +80,7 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         at_least(decl("object_padding_px", I, "16", "px", "object margin beyond the outermost probe windows, each side"), 0),
         decl("scan_origin_A", NL, "[0, 0]", "Å", "where the first scan position lies, [x, y]"),
         decl("pad_detector", B, "false", "", "pad each detector axis to the next fast FFT size, masked"),
-        decl("pad_detector_to", IL, none, "px", "pad the detector to this window [N0', N1'], masked"),
+        decl("pad_detector_to", IL, none, "px", "pad the detector to this window [N0', N1'], masked; each from the detector's size to 65536"),
         decl("saturation_value", M, none, "", "a number > 0 or false: values at or above it are masked as saturated (default: the integer dtype's maximum)"),
         at_most(at_least(decl("max_masked_fraction", N, "0.5", "", "the largest fraction of detector pixels that may be masked"), 0), 1),
         decl("integer_targets", B, none, "", "keep integer counts as uint16 targets (default: true for counts the source delivers as such; float32 data of whole counts packed only for an engine on a GPU)"),
@@ -95,7 +95,7 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
     };
     m["reconstruct"] = {
         decl("engine", S, quoted(defaults::engine), "", "the engine component"),
-        at_least(decl("iterations", I, "100", "", "iterations (epochs over all patterns)"), 0),
+        at_most(at_least(decl("iterations", I, "100", "", "iterations (epochs over all patterns)"), 0), 1e9),
         at_least(decl("batch_size", I, "128", "", "mini-batch size in positions, global over the ranks"), 1),
         decl("loss", S, quoted(defaults::loss), "", "the loss component"),
         decl("seed", I, "0", "", "seeds the per-iteration permutation of the patterns"),

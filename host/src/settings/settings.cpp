@@ -140,14 +140,38 @@ std::vector<setting_decl> read_settings(const tycho_setting* settings, const std
   fail(TYCHO_ERR_ABI_MISMATCH, owner, ": its settings array has no end (a setting with key NULL)");
 }
 
+namespace {
+// The declared type, and finite elements in an array of numbers (TOML spells nan and inf; no
+// setting means them: scan_origin_A = [nan, 0] passed here and failed in the engine).
+void check_type(const toml::node& n, const setting_decl& d, const std::string& head, const std::string& owner) {
+  if (!has_type(n, d.type))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, head, with_article(d.type), " (declared by ", owner, "), got ", node_kind(n));
+  if (d.type == TYCHO_SETTING_NUMBER_LIST) {
+    const toml::array& a = *n.as_array();
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const double v = a[i].is_integer() ? double(a[i].as_integer()->get()) : a[i].as_floating_point()->get();
+      if (!std::isfinite(v))
+        fail(TYCHO_ERR_INVALID_ARGUMENT, head, "an array of finite numbers (declared by ", owner, "), got ",
+             number_text(v), " at index ", i);
+    }
+  }
+}
+}  // namespace
+
+void check_setting_types(const toml::table& t, const std::string& where, const std::vector<setting_decl>& decls,
+                         const std::string& owner) {
+  for (const auto& d : decls)
+    if (const toml::node* n = t.get(d.key))
+      check_type(*n, d, cat("config key '", d.key, "' in [", where, "] must be "), owner);
+}
+
 void check_setting_values(const toml::table& t, const std::string& where, const std::vector<setting_decl>& decls,
                           const std::string& owner) {
   for (const auto& d : decls) {
     const toml::node* n = t.get(d.key);
     if (n == nullptr) continue;
     const std::string head = cat("config key '", d.key, "' in [", where, "] must be ");
-    if (!has_type(*n, d.type))
-      fail(TYCHO_ERR_INVALID_ARGUMENT, head, with_article(d.type), " (declared by ", owner, "), got ", node_kind(*n));
+    check_type(*n, d, head, owner);
     if (d.type == TYCHO_SETTING_STRING && !d.allowed.empty()) {
       const std::string v = *n->value<std::string>();
       bool ok = false;

@@ -19,6 +19,12 @@ namespace tycho::host {
 void check_setting_values(const toml::table& t, const std::string& where, const std::vector<setting_decl>& decls,
                           const std::string& owner);
 
+// The declared types only (and finite elements of arrays of numbers), not ranges: what the
+// runtime checks of its own tables before any work, whose ranges its readers check with
+// messages of their own.
+void check_setting_types(const toml::table& t, const std::string& where, const std::vector<setting_decl>& decls,
+                         const std::string& owner);
+
 // The value of the runtime's key `key` of [table] in `t` (read_key's checks and messages),
 // else its declared default parsed from the TOML text, else nullopt.
 // T: std::string, int64_t, double or bool.

@@ -173,12 +173,14 @@ tycho_record* load_record(const char* path_c) {
       fail(TYCHO_ERR_BAD_DATA, "cannot load ", path, ": entry #", i, ": ", zip_strerror(za.get()));
     const std::string_view member = st.name;
     if (member == "manifest.json") {
+      if (rec->has_manifest)
+        fail(TYCHO_ERR_BAD_DATA, "cannot load ", path, ": member 'manifest.json' appears twice");
       rec->manifest = read_text(za.get(), st, path);
       rec->has_manifest = true;
     } else if (member.size() > 4 && member.ends_with(".npy")) {
       std::string name(member.substr(0, member.size() - 4));
       if (!names.insert(name).second)
-        fail(TYCHO_ERR_BAD_DATA, "cannot load ", path, ": member '", member, "' appears twice");
+        fail(TYCHO_ERR_BAD_DATA, "cannot load ", path, ": member '", sdk::printable(member), "' appears twice");
       rec->arrays_owned.push_back(read_array(za.get(), st, std::move(name), path));
     }
   }

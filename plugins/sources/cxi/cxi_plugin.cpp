@@ -5,6 +5,7 @@
 // (tycho_dataset_info::reads_stored_dtype; pattern_reader.cpp), and hand out their positions
 // through read_positions.
 #include <tycho/sdk.hpp>
+#include <tycho/sdk/scan_shape.hpp>
 #include <tycho/sdk/source.hpp>
 
 #include <algorithm>
@@ -57,8 +58,8 @@ using hdf5_source = hdf5_file_source<&cxi::open_hdf5>;
 // "source", "scan_step_A" and "detector_pixel_invA" are the host's keys.
 const char* const k_cxi_keys[] = {"path", "dataset", "translations", "translations_shape", "probe_position",
                                   "centred", nullptr};
-const char* const k_hdf5_keys[] = {"path", "dataset", "axes", "positions_dataset", "positions_unit", "centred",
-                                   nullptr};
+const char* const k_hdf5_keys[] = {"path",           "dataset", "axes",       "positions_dataset",
+                                   "positions_unit", "centred", "scan_shape", nullptr};
 
 using tycho::sdk::setting;
 const tycho_setting k_cxi_settings[] = {
@@ -85,6 +86,7 @@ const tycho_setting k_hdf5_settings[] = {
     setting("positions_unit", TYCHO_SETTING_STRING, nullptr,
             "the unit of positions_dataset: A, nm, pm, um, mm or m; required with it"),
     setting("centred", TYCHO_SETTING_BOOL, "true", "zero frequency at index N/2 of each pattern"),
+    tycho::sdk::scan_shape_setting(),
     tycho::sdk::end_of_settings()};
 
 const tycho_component k_components[] = {

@@ -2,6 +2,7 @@
 // config's `axes` map), positions optionally from another dataset; calibrations and optics come
 // from the config ([data] scan_step_A / detector_pixel_invA, [optics]), as for the npy source.
 #include <tycho/sdk.hpp>
+#include <tycho/sdk/scan_shape.hpp>
 #include <tycho/sdk/source.hpp>
 
 #include <tycho/sdk/hdf5/h5_read.hpp>
@@ -62,9 +63,22 @@ void open_hdf5(const tycho_config* cfg, source_data& s) {
   init_info(s, centred);
 
   const bool listed = roles.size() == 3;
-  if (listed && !positions)
+  const std::optional<sdk::scan_shape_t> stack_shape = sdk::config_scan_shape(config);
+  if (stack_shape && (!listed || positions))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key 'scan_shape' in ", table, " is for a stack of frames (axes [P, Qx, Qy]) "
+         "without positions; '", s.description, "' ", listed ? "has its positions listed ('positions_dataset')"
+                                                              : cat("has its scan axes ", roles_text(roles)));
+  if (stack_shape) {
+    // A raster stored as a flat stack: the scan's shape from the config; reads stay by frame number.
+    const int64_t frames = s.layout.scan[0];
+    const sdk::scan_shape_t raster = sdk::resolve_scan_shape(config, frames, std::nullopt, "", s.description, "hdf5");
+    s.info.scan_shape[0] = raster[0];
+    s.info.scan_shape[1] = raster[1];
+  } else if (listed && !positions) {
     fail(TYCHO_ERR_INVALID_ARGUMENT, "'", s.description, "' is a list of ", s.layout.scan[0], " patterns (axes ",
-         roles_text(roles), "): give their positions with 'positions_dataset' and 'positions_unit' in ", table);
+         roles_text(roles), "): give their positions with 'positions_dataset' and 'positions_unit' in ", table,
+         ", or the scan's shape with 'scan_shape' = [Rx, Ry] for a raster stored as a stack");
+  }
   if (positions) {
     std::string path = positions->empty() || positions->front() != '/' ? "/" + *positions : *positions;
     const std::vector<double> p = read_table(s, path, 2, table_order::from_shape, "",
@@ -73,8 +87,8 @@ void open_hdf5(const tycho_config* cfg, source_data& s) {
     for (std::size_t k = 0; k < p.size(); ++k) s.positions_A[k] = p[k] * *to_A;
   }
   sdk::log(TYCHO_LOG_INFO, "hdf5",
-           cat("opened '", s.description, "': axes ", roles_text(roles), ", ", s.layout.scan[0], " x ",
-               s.layout.scan[1], " patterns of ", s.layout.detector[0], " x ", s.layout.detector[1], " ",
+           cat("opened '", s.description, "': axes ", roles_text(roles), ", ", s.info.scan_shape[0], " x ",
+               s.info.scan_shape[1], " patterns of ", s.layout.detector[0], " x ", s.layout.detector[1], " ",
                sdk::dtype_name(s.info.stored_dtype), positions ? cat(", positions from ", *positions) : std::string()));
 }
 

@@ -1,11 +1,13 @@
 // The `npy` source component: 4D-STEM diffraction data from a NumPy .npy file or one array of
-// an .npz archive, shape (Rx, Ry, Qx, Qy) in C order; calibrations come from the config
+// an .npz archive, shape (Rx, Ry, Qx, Qy) in C order, or a stack (N, Qx, Qy) of N = Rx·Ry frames
+// with [data] scan_shape = [Rx, Ry]; calibrations come from the config
 // ([data] scan_step_A / detector_pixel_invA, [optics]). Patterns are converted to float32 on
 // read, and read() reads only the requested patterns (an .npz member stored uncompressed is
 // read in place; a compressed one is inflated once, at open).
 #include <tycho/sdk.hpp>
 #include <tycho/sdk/source.hpp>
 #include <tycho/sdk/npy.hpp>
+#include <tycho/sdk/scan_shape.hpp>
 
 #include <zip.h>
 
@@ -26,6 +28,7 @@ static_assert(std::endian::native == std::endian::little, "the npy source assume
 
 using tycho::sdk::cat;
 using tycho::sdk::fail;
+using tycho::sdk::printable;
 namespace npy = tycho::sdk::npy;
 namespace fs = std::filesystem;
 
@@ -54,6 +57,8 @@ struct npy_data {
   DLDataType dtype{};
   int64_t scan[2] = {0, 0};
   int64_t detector[2] = {0, 0};
+  // [data] scan_shape: the array is then a flat stack (N, Qx, Qy) of N = Rx·Ry frames.
+  std::optional<tycho::sdk::scan_shape_t> stack_shape;
   tycho_dataset_info info{};
 };
 
@@ -88,14 +93,16 @@ bool is_supported(DLDataType t) {
 void accept_header(npy_data& s, const npy::header& h) {
   const std::string& d = s.description;
   if (h.big_endian)
-    fail(TYCHO_ERR_BAD_DATA, "'", d, "' is big-endian (dtype '", h.descr,
+    fail(TYCHO_ERR_BAD_DATA, "'", d, "' is big-endian (dtype '", printable(h.descr),
          "'), expected little-endian data (convert with arr.astype(arr.dtype.newbyteorder('<')))");
   if (!h.dtype || !is_supported(*h.dtype))
-    fail(TYCHO_ERR_BAD_DATA, "'", d, "' has dtype '", h.descr,
+    fail(TYCHO_ERR_BAD_DATA, "'", d, "' has dtype '", printable(h.descr),
          "', expected uint8, uint16, uint32, int16, int32, float16, float32 or float64");
-  if (h.shape.size() != 4)
+  const std::size_t rank = s.stack_shape ? 3 : 4;
+  if (h.shape.size() != rank)
     fail(TYCHO_ERR_BAD_DATA, "'", d, "' has shape ", npy::shape_text(h.shape),
-         ", expected a 4-D array (Rx, Ry, Qx, Qy)");
+         s.stack_shape ? ", expected a 3-D stack of frames (N, Qx, Qy), as [data] scan_shape says"
+                       : ", expected a 4-D array (Rx, Ry, Qx, Qy) (a 3-D stack (N, Qx, Qy) needs [data] scan_shape)");
   if (std::any_of(h.shape.begin(), h.shape.end(), [](int64_t v) { return v == 0; }))
     fail(TYCHO_ERR_BAD_DATA, "'", d, "' has shape ", npy::shape_text(h.shape),
          ", which holds no patterns");
@@ -104,10 +111,20 @@ void accept_header(npy_data& s, const npy::header& h) {
          "' is stored in Fortran order, expected a C-order (Rx, Ry, Qx, Qy) array (save "
          "np.ascontiguousarray(arr))");
   s.dtype = *h.dtype;
-  s.scan[0] = h.shape[0];
-  s.scan[1] = h.shape[1];
-  s.detector[0] = h.shape[2];
-  s.detector[1] = h.shape[3];
+  if (s.stack_shape) {
+    const auto& r = *s.stack_shape;
+    if (r[0] * r[1] != h.shape[0])  // (checked_mul'd when read)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "config key 'scan_shape' = [", r[0], ", ", r[1], "] makes ", r[0] * r[1],
+           " positions, but '", d, "' holds ", h.shape[0], " frames ", npy::shape_text(h.shape),
+           ": the shape must multiply to the frame count");
+    s.scan[0] = r[0];
+    s.scan[1] = r[1];
+  } else {
+    s.scan[0] = h.shape[0];
+    s.scan[1] = h.shape[1];
+  }
+  s.detector[0] = h.shape[rank - 2];
+  s.detector[1] = h.shape[rank - 1];
   tycho::sdk::check_data_shape(s.scan, s.detector, "'" + s.description + "'");
   s.data_offset = h.header_bytes;
 }
@@ -140,15 +157,21 @@ archive_ptr open_archive(const std::string& path) {
 }
 
 // Reads the first bytes of member `index` (its .npy header) to see whether it is 4-D.
-std::vector<int64_t> member_shape(zip_t* za, const zip_stat_t& st) {
+// The shape a member's .npy header declares; `error` receives why it cannot be read (a header
+// that lies about its shape, a truncated member) instead.
+std::vector<int64_t> member_shape(zip_t* za, const zip_stat_t& st, const std::string& where, std::string& error) {
   member_ptr f(zip_fopen_index(za, st.index, 0));
-  if (!f) return {};
+  if (!f) {
+    error = cat(where, ": cannot be opened: ", zip_strerror(za));
+    return {};
+  }
   try {
     const auto read = [&](void* dst, std::size_t n) {
-      if (zip_fread(f.get(), dst, n) != zip_int64_t(n)) fail(TYCHO_ERR_BAD_DATA, "short read");
+      if (zip_fread(f.get(), dst, n) != zip_int64_t(n)) fail(TYCHO_ERR_BAD_DATA, where, ": ends inside its .npy header");
     };
-    return npy::read_header(read, st.size, "").shape;
-  } catch (const tycho::sdk::error&) {
+    return npy::read_header(read, st.size, where).shape;
+  } catch (const tycho::sdk::error& e) {
+    error = e.what();
     return {};
   }
 }
@@ -168,7 +191,13 @@ void open_npz_member(npy_data& s, const std::optional<std::string>& wanted) {
         !(st.valid & ZIP_STAT_SIZE))
       continue;
     const std::string name = st.name;
-    if (name.size() > 4 && name.ends_with(".npy")) arrays.push_back({name.substr(0, name.size() - 4), st});
+    if (name.size() > 4 && name.ends_with(".npy")) {
+      for (const auto& a : arrays)
+        if (a.name + ".npy" == name)
+          fail(TYCHO_ERR_BAD_DATA, "'", s.file_name, "': member '", printable(name),
+               "' appears twice; expected each member once (readers disagree which one is meant)");
+      arrays.push_back({name.substr(0, name.size() - 4), st});
+    }
   }
   std::string listed;
   for (const auto& a : arrays) listed += cat(listed.empty() ? "" : ", ", "'", a.name, "'");
@@ -182,18 +211,27 @@ void open_npz_member(npy_data& s, const std::optional<std::string>& wanted) {
       fail(TYCHO_ERR_NOT_FOUND, "'", s.file_name, "' has no array '", *wanted,
            "' ([data] array); its arrays: ", listed);
   } else {
-    std::vector<const member*> four_d;
-    std::string shapes;
+    // The only 4-D array; with [data] scan_shape, the only 3-D stack of frames.
+    const std::size_t rank = s.stack_shape ? 3 : 4;
+    const char* kind = s.stack_shape ? "3-D array" : "4-D array";
+    std::vector<const member*> found;
+    std::string shapes, first_error;
     for (const auto& a : arrays) {
-      auto shape = member_shape(za, a.st);
-      shapes += cat(shapes.empty() ? "" : ", ", "'", a.name, "' ", npy::shape_text(shape));
-      if (shape.size() == 4) four_d.push_back(&a);
+      std::string error;
+      auto shape = member_shape(za, a.st, cat("'", s.file_name, "': member '", printable(a.st.name), "'"), error);
+      shapes += cat(shapes.empty() ? "" : ", ", "'", printable(a.name), "' ",
+                    error.empty() ? npy::shape_text(shape) : std::string("(unreadable)"));
+      if (first_error.empty()) first_error = error;
+      if (error.empty() && shape.size() == rank) found.push_back(&a);
     }
-    if (four_d.size() != 1)
-      fail(four_d.empty() ? TYCHO_ERR_NOT_FOUND : TYCHO_ERR_BAD_DATA, "'", s.file_name, "' holds ",
-           four_d.empty() ? "no 4-D array" : "several 4-D arrays",
+    // A member whose header cannot be read (it lies about its shape, it is truncated) is named
+    // as such, not counted as "no 4-D array".
+    if (found.empty() && !first_error.empty()) fail(TYCHO_ERR_BAD_DATA, first_error);
+    if (found.size() != 1)
+      fail(found.empty() ? TYCHO_ERR_NOT_FOUND : TYCHO_ERR_BAD_DATA, "'", s.file_name, "' holds ",
+           found.empty() ? cat("no ", kind) : cat("several ", kind, "s"),
            "; set [data] array to one of its arrays: ", shapes.empty() ? "none" : shapes);
-    chosen = four_d.front();
+    chosen = found.front();
   }
   s.array = chosen->name;
   s.description = s.file_name + ":" + s.array;
@@ -310,6 +348,7 @@ class npy_source {
     std::optional<std::string> array = config.get_string("array");
     const bool centred = config.get_bool("centred").value_or(true);
     if (array && array->ends_with(".npy")) array->resize(array->size() - 4);
+    s_.stack_shape = tycho::sdk::config_scan_shape(config);
 
     s_.file_name = path;
     s_.description = path;
@@ -370,7 +409,7 @@ class npy_source {
 };
 
 // "source", "scan_step_A" and "detector_pixel_invA" are the host's keys.
-const char* const k_config_keys[] = {"path", "array", "centred", nullptr};
+const char* const k_config_keys[] = {"path", "array", "centred", "scan_shape", nullptr};
 const tycho_setting k_settings[] = {
     tycho::sdk::setting("path", TYCHO_SETTING_STRING, nullptr,
                         "a .npy file or an .npz archive (by its extension), relative to the config file's folder; "
@@ -379,6 +418,7 @@ const tycho_setting k_settings[] = {
                         "an .npz archive's member without .npy; default: its only 4-D array"),
     tycho::sdk::setting("centred", TYCHO_SETTING_BOOL, "true",
                         "true: zero frequency at index N/2 of each pattern (fftshift order); false: at index 0"),
+    tycho::sdk::scan_shape_setting(),
     tycho::sdk::end_of_settings()};
 
 const tycho_component k_components[] = {tycho::sdk::with_settings(

@@ -53,20 +53,28 @@ struct accuracy_input {
   int search_radius_px = 12;    // integer registration search around the expected alignment
 };
 
+// Which compared map was constant over the field of view (the correlation is then undefined).
+enum class constant_map { none, object, truth };
+
 struct accuracy_result {
   double pearson;       // best Pearson correlation of the compared maps over the searched shifts
   double rms_rad;       // RMS of (object - truth) map after removing the mean difference
   int64_t shift_px[2];  // chosen offset, truth index - object index (before the periodic wrap)
   int64_t fov_shape[2]; // rows, cols of object pixels compared
+  // none: pearson is defined. object / truth: that side's map is constant over the field of view
+  // (at every shift searched, for the truth), so the correlation is undefined; pearson is then 0,
+  // which a caller must not report as a score (tycho evaluate refuses it).
+  constant_map constant = constant_map::none;
 };
 
 // Evaluates the metric. Field of view: the bounding box of the positions, shrunk about its centre
 // to fov_fraction of its extent per axis, rounded to whole pixels and clipped to the object.
 // Expected alignment: truth pixel = object pixel - positions_px[0] + scan_origin_A / truth_pixel_A;
 // every integer shift within ±search_radius_px of its rounding is tried (truth wraps periodically).
-// A constant local phase on either side (e.g. an untouched object of ones) gives pearson 0.
-// Throws tycho::error(TYCHO_ERR_INVALID_ARGUMENT) on null pointers, bad sizes, mismatched pixel
-// sizes or an empty field of view.
+// A constant local phase on either side (e.g. an untouched object of ones) has no defined
+// correlation: pearson 0 and `constant` says which side. Throws
+// tycho::error(TYCHO_ERR_INVALID_ARGUMENT) on null pointers, bad sizes, mismatched pixel sizes,
+// an empty field of view, or a truth cell smaller than the field of view on either axis.
 accuracy_result evaluate_accuracy(const accuracy_input& in);
 
 // Building blocks, exposed so tests can check them by hand.

@@ -46,11 +46,11 @@ struct prepared_file {
 
 // Loads `path` when it is a prepared file (its manifest says "format": "tycho-prepared"); nullopt
 // when it is anything else (a result, not a zip, missing): the caller then treats it as a result.
-// A prepared file of another format version, or an incomplete one, is refused. `other`, when
-// given, receives the record of a file that loads but is not a prepared file (a result to resume),
-// so that it is read once.
-std::optional<prepared_file> try_load_prepared(const registry& reg, const std::string& path,
-                                               std::optional<loaded_record>* other = nullptr);
+// A prepared file of another format version, or an incomplete one, is refused; so is a zip file
+// that is corrupt whatever it was meant to be (not a readable zip, a member twice, a manifest
+// that is not JSON). A result is not read here (results/result_file.hpp reads it, checking its
+// sizes before anything is inflated).
+std::optional<prepared_file> try_load_prepared(const registry& reg, const std::string& path);
 
 // The prepared file's own config (for `tycho reconstruct --from P` without CONFIG); its relative
 // paths resolve against the prepared file's folder.

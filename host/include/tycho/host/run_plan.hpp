@@ -64,6 +64,9 @@ run_preview preview_run(const config_document& doc, const registry& reg);
 
 // This machine's physical memory, bytes.
 uint64_t physical_memory_bytes();
+// The memory this machine can give a new process without swapping: /proc/meminfo's MemAvailable
+// (swap is not counted), bytes; 0 when unknown.
+uint64_t available_memory_bytes();
 // Threads the cpu engine uses when [reconstruct] threads is not given: OMP_NUM_THREADS, else
 // the CPUs this process may run on (what OpenMP's default team uses).
 int64_t default_engine_threads();

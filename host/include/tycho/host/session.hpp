@@ -17,6 +17,11 @@
 
 namespace tycho::host {
 
+// The most iterations a run may be given ([reconstruct] iterations, --iterations): 1e9, far
+// beyond any run and far below overflow.
+inline constexpr int64_t k_most_iterations = 1'000'000'000;
+
+
 // The precision a tensor's dtype computes in: "float32" for complex64 or float32, "float64" for
 // complex128 or float64 (how the host reads an engine's precision from its object tensor).
 std::string precision_of(DLDataType dtype);

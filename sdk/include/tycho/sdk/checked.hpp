@@ -9,6 +9,8 @@
 #include <tycho/sdk/error.hpp>
 
 #include <cstdint>
+#include <cstdio>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <string>
@@ -39,6 +41,40 @@ namespace tycho::sdk {
     r = *next;
   }
   return r;
+}
+
+// `value` when it lies in [lo, hi], else throws "<what> is <value>; expected a whole number from
+// <lo> to <hi><unit>" (TYCHO_ERR_BAD_DATA; `status` for a setting). Every integer a file or a
+// setting gives is checked so before arithmetic uses it (a step count of 2^63 - 1 incremented,
+// a padded size near 2^63 multiplied).
+inline int64_t integer_in_range(int64_t value, int64_t lo, int64_t hi, const std::string& what,
+                                const char* unit = "", tycho_status status = TYCHO_ERR_BAD_DATA) {
+  if (value < lo || value > hi)
+    fail(status, what, " is ", value, "; expected a whole number from ", lo, " to ", hi, unit);
+  return value;
+}
+
+// The product of `factors` (each >= 0, e.g. patterns, pixels, bytes per value), or throws
+// "<what> needs <a> x <b> x ... bytes, which exceeds 2^63" (`status`) when it overflows int64:
+// the size a buffer is asked for, checked before the request.
+inline int64_t checked_size_or_fail(std::initializer_list<int64_t> factors, const std::string& what,
+                                    tycho_status status = TYCHO_ERR_BAD_DATA) {
+  const auto product = checked_product(factors.begin(), factors.size());
+  if (!product) {
+    std::string text;
+    for (int64_t f : factors) text += (text.empty() ? "" : " x ") + std::to_string(f);
+    fail(status, what, " needs ", text, " bytes, which exceeds 2^63 (or a factor is negative)");
+  }
+  return *product;
+}
+
+// A whole-numbered double (a count as float32 or float64) as decimal text, exactly, without
+// converting it to an integer type it may not fit (2^64 does not fit int64: converting it is
+// undefined behaviour).
+inline std::string whole_number_text(double v) {
+  char buf[400];
+  std::snprintf(buf, sizeof buf, "%.0f", v);
+  return buf;
 }
 
 namespace detail {

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace tycho::sdk {
 
@@ -23,6 +24,26 @@ std::string cat(const Args&... args) {
   os.precision(10);
   (os << ... << args);
   return os.str();
+}
+
+// Text read from a file (a header, a name) as a message may quote it: control characters and
+// NUL bytes as \xNN, so that they reach no terminal raw and cut no line; at most `most` bytes,
+// then "...".
+inline std::string printable(std::string_view text, std::size_t most = 200) {
+  static const char digits[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < text.size() && i < most; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) {
+      out += "\\x";
+      out += digits[c >> 4];
+      out += digits[c & 15];
+    } else {
+      out += char(c);
+    }
+  }
+  if (text.size() > most) out += "...";
+  return out;
 }
 
 template <class... Args>

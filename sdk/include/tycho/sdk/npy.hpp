@@ -48,6 +48,9 @@ inline std::string shape_text(const std::vector<int64_t>& shape) {
   return s + (shape.size() == 1 ? ",)" : ")");
 }
 
+// "float32", "complex64", "bool": for messages (defined with the codec below).
+inline std::string dtype_text(DLDataType dtype);
+
 // The DLPack type of a descr without its byte-order character ("f4", "u2"); nullopt if none.
 inline std::optional<DLDataType> dtype_of_code(std::string_view code) {
   struct entry {
@@ -108,8 +111,9 @@ class dict_parser {
   [[noreturn]] void bad(const std::string& what) const {
     std::string text(s_.substr(0, 200));
     text.erase(text.find_last_not_of(" \n") + 1);
-    fail(TYCHO_ERR_BAD_DATA, where_, ": malformed .npy header: ", what, " (at character ", pos_,
-         " of \"", text, s_.size() > 200 ? "...\"" : "\"", ")");
+    // The header's bytes as they are, NUL and control characters escaped (\x00).
+    fail(TYCHO_ERR_BAD_DATA, where_, ": malformed .npy header: ", printable(what), " (at character ", pos_,
+         " of \"", printable(text), s_.size() > 200 ? "...\"" : "\"", ")");
   }
   void skip_space() {
     while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
@@ -249,8 +253,9 @@ inline header read_header(const std::function<void(void*, std::size_t)>& read, u
   h.big_endian = order == '>' && h.dtype->bits > 8;
   h.data_bytes = array_bytes(h.shape, h.dtype->bits / 8, where);
   if (total_bytes - h.header_bytes < h.data_bytes)
-    fail(TYCHO_ERR_BAD_DATA, where, ": is truncated: shape ", shape_text(h.shape), " of '", h.descr,
-         "' needs ", h.data_bytes, " bytes of data, ", total_bytes - h.header_bytes, " follow the header");
+    fail(TYCHO_ERR_BAD_DATA, where, ": its .npy header declares shape ", shape_text(h.shape), " of ",
+         dtype_text(*h.dtype), " ('", printable(h.descr), "'), ", h.data_bytes, " bytes of data, but only ",
+         total_bytes - h.header_bytes, " follow the header: the header lies about the shape, or the array is truncated");
   return h;
 }
 
@@ -382,9 +387,10 @@ inline stored_header read_stored_header(const std::function<void(void*, std::siz
   const std::optional<DLDataType> dtype =
       code == "b1" ? std::optional<DLDataType>(DLDataType{bool_code, 8, 1}) : dtype_of_code(code);
   if (!dtype)
-    fail(TYCHO_ERR_BAD_DATA, where, ": unsupported .npy dtype '", p.descr, "', expected one of ", stored_dtypes());
+    fail(TYCHO_ERR_BAD_DATA, where, ": unsupported .npy dtype '", printable(p.descr), "', expected one of ",
+         stored_dtypes());
   if (order == '>' && dtype->bits > 8)
-    fail(TYCHO_ERR_BAD_DATA, where, ": big-endian .npy dtype '", p.descr, "', expected little-endian ('<')");
+    fail(TYCHO_ERR_BAD_DATA, where, ": big-endian .npy dtype '", printable(p.descr), "', expected little-endian ('<')");
   stored_header h;
   h.dtype = *dtype;
   h.shape = p.shape;
@@ -392,8 +398,9 @@ inline stored_header read_stored_header(const std::function<void(void*, std::siz
   h.header_bytes = p.header_bytes;
   h.data_bytes = array_bytes(h.shape, h.dtype.bits / 8u, where);
   if (member_bytes - h.header_bytes != h.data_bytes)
-    fail(TYCHO_ERR_BAD_DATA, where, ": holds ", member_bytes - h.header_bytes, " bytes of array data, expected ",
-         h.data_bytes, " for shape ", shape_text(h.shape), " of ", dtype_text(h.dtype));
+    fail(TYCHO_ERR_BAD_DATA, where, ": holds ", member_bytes - h.header_bytes, " bytes of array data, but its .npy "
+         "header declares shape ", shape_text(h.shape), " of ", dtype_text(h.dtype), ", ", h.data_bytes,
+         " bytes: the header lies about the shape, or the member is truncated");
   return h;
 }
 

@@ -25,10 +25,10 @@
 // tensors given, C-contiguous, on a device type the component lists in `devices`
 // (TYCHO_ERR_UNSUPPORTED); the gradient of the parameter's shape, dtype and device; the step
 // info given; a state index in [0, state_count); state values in host memory with the
-// parameter's shape and dtype, and a step count >= 0. Boxes in a step's info (ABI 1.3) only for
-// a class with takes_boxes, a parameter of two axes or more in host memory, each box non-empty
-// inside its last two axes with a step count >= 1; an info whose struct_size ends before the
-// boxes has none.
+// parameter's shape and dtype, and a step count from 0 to 2^53. Boxes in a step's info (ABI 1.3)
+// only for a class with takes_boxes, a parameter of two axes or more in host memory, each box
+// non-empty inside its last two axes with a step count from 1 to 2^53; an info whose struct_size
+// ends before the boxes has none.
 #pragma once
 
 #include <tycho/sdk/adapter.hpp>
@@ -37,6 +37,10 @@
 #include <vector>
 
 namespace tycho::sdk {
+
+// The largest step count a restored state may carry (set_state): 2^53, far beyond any run and
+// far below int64's end, so that steps counted on from it stay exact and cannot overflow.
+inline constexpr int64_t k_most_optimizer_steps = int64_t(1) << 53;
 
 namespace detail {
 TYCHO_SDK_DETECT(optimizer_has_state, T::state_count);
@@ -115,8 +119,9 @@ struct optimizer_adapter {
                             param->shape[param->ndim - 1]);
         if (info->box_steps == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, id.who(), ": boxes without their step counts");
         for (int64_t k = 0; k < info->n_boxes; ++k)
-          if (info->box_steps[k] < 1)
-            fail(TYCHO_ERR_INVALID_ARGUMENT, id.who(), ": box ", k, " has step count ", info->box_steps[k], " (>= 1)");
+          if (info->box_steps[k] < 1 || info->box_steps[k] > k_most_optimizer_steps)
+            fail(TYCHO_ERR_INVALID_ARGUMENT, id.who(), ": box ", k, " has step count ", info->box_steps[k],
+                 " (outside [1, 2^53])");
       }
       in.optimizer.step(*param, *grad, *info, stream);
     });
@@ -141,7 +146,9 @@ struct optimizer_adapter {
       if (values == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, id.who(), ": state values are missing");
       if (values->device.device_type != kDLCPU)
         fail(TYCHO_ERR_INVALID_ARGUMENT, id.who(), ": state values must be in host memory");
-      if (steps < 0) fail(TYCHO_ERR_INVALID_ARGUMENT, id.who(), ": step count ", steps, " is negative");
+      // Bounded so that counting on from it cannot overflow (a saved count of 2^63 - 1 did).
+      if (steps < 0 || steps > k_most_optimizer_steps)
+        fail(TYCHO_ERR_INVALID_ARGUMENT, id.who(), ": step count ", steps, " is outside [0, 2^53]");
       if (!detail::same_shape(*values, in.shape) || !same_dtype(values->dtype, in.dtype) || !is_contiguous(*values))
         fail(TYCHO_ERR_INVALID_ARGUMENT, id.who(), ": state '", O::state_name(i), "' ", shape_string(*values), " ",
              dtype_name(values->dtype), " does not match the parameter's shape and dtype");

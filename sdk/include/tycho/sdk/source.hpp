@@ -13,6 +13,9 @@
 //     // only when the stored dtype is uint8, uint16 or float16, so integer counts reach the host
 //     // as integers, without a float32 copy of the scan (docs/plugin-guide.md).
 //     void read_stored(int64_t first, int64_t count, void* dst);
+//     // Optional, with read_stored: false when this data set cannot be delivered as stored, e.g.
+//     // because the source marks pixels it inserts or masks as NaN (only float32 can say so).
+//     bool delivers_stored() const;
 //     // Optional: a data set that lists its positions: (P, 2) Å in scan order (empty: a raster,
 //     // whose read_positions answers TYCHO_ERR_UNSUPPORTED).
 //     const std::vector<double>& positions_A() const;
@@ -112,6 +115,7 @@ namespace detail {
 TYCHO_SDK_DETECT(source_has_positions, std::declval<const T&>().positions_A());
 TYCHO_SDK_DETECT(source_has_scope, typename T::call_scope{});
 TYCHO_SDK_DETECT(source_has_read_stored, std::declval<T&>().read_stored(int64_t{}, int64_t{}, static_cast<void*>(nullptr)));
+TYCHO_SDK_DETECT(source_has_delivers_stored, bool(std::declval<const T&>().delivers_stored()));
 struct no_scope {};
 template <class S, bool = source_has_scope<S>::value>
 struct scope_of {
@@ -146,16 +150,20 @@ struct source_adapter {
       const S& s = self(src, "info");
       if (out == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, id.who(), ": info() needs an output");
       tycho_dataset_info i = s.info();
-      i.reads_stored_dtype = reads_stored(i) ? 1 : 0;
+      i.reads_stored_dtype = reads_stored(s, i) ? 1 : 0;
       copy_dataset_info(i, out);
     });
   }
-  // Whether S delivers `i`'s stored dtype unconverted: it has read_stored and the dtype is one
-  // a host may ask for.
-  static bool reads_stored(const tycho_dataset_info& i) {
+  // Whether S delivers `i`'s stored dtype unconverted: it has read_stored, the dtype is one a
+  // host may ask for, and S does not decline (delivers_stored).
+  static bool reads_stored(const S& s, const tycho_dataset_info& i) {
     if constexpr (detail::source_has_read_stored<S>::value) {
+      if constexpr (detail::source_has_delivers_stored<S>::value) {
+        if (!s.delivers_stored()) return false;
+      }
       return deliverable_stored_dtype(i.stored_dtype);
     } else {
+      (void)s;
       return false;
     }
   }
@@ -163,7 +171,7 @@ struct source_adapter {
     return guarded([&] {
       S& s = self(src, "read");
       const tycho_dataset_info& i = s.info();
-      const bool stored = reads_stored(i);
+      const bool stored = reads_stored(s, i);
       check_read_request(id.name, i.description != nullptr ? i.description : id.name, i.scan_shape,
                          i.detector_shape, first, count, dst, stored ? &i.stored_dtype : nullptr);
       if (count == 0) return;
