@@ -26,7 +26,9 @@
 
 #include "array_difference.hpp"
 #include "built_in_plugins.hpp"
+#include "npy_file.hpp"
 #include "test_paths.hpp"
+#include "zip_members.hpp"
 
 namespace {
 
@@ -235,6 +237,29 @@ TEST(CompactBatches, ThreeRanksFollowOneAndAResumedRunContinuesBitForBit) {
   EXPECT_EQ(resumed.loss_history(), one.loss_history());
   EXPECT_EQ(resumed.get("object").bytes, one.get("object").bytes);
   EXPECT_EQ(resumed.get("object_tile_steps").bytes, tiles.bytes);
+
+  // The tile counts are untrusted input as every member of a result is: of another shape than
+  // batching.tile_px tiles the object, refused by the reader of results; a negative count (Adam's
+  // bias correction of a step before the first), refused when it is restored.
+  const std::string crafted = (std::filesystem::temp_directory_path() / "tycho-compact-crafted.zip").string();
+  const std::string rows = std::to_string(tiles.shape[0]), cols = std::to_string(tiles.shape[1]);
+  std::vector<int64_t> negative(counts, counts + tiles.count());
+  negative[1] = -3;
+  for (const auto& [member, want] :
+       {std::pair{tycho::test::npy_bytes("<i8", "(1, 1)", tycho::test::bytes_of({int64_t(1)})),
+                  "array 'object_tile_steps' is (1, 1) int64; expected (rows, cols) int64, the 16 x 16 px tiles "
+                  "(batching.tile_px) of the object"},
+        std::pair{tycho::test::npy_bytes("<i8", "(" + rows + ", " + cols + ")", tycho::test::bytes_of(negative)),
+                  "object_tile_steps holds -3 at tile (0, 1); expected a step count from 0 to 2^53"}}) {
+    tycho::test::write_zip_members(crafted, {{"object_tile_steps.npy", member}}, path);
+    try {
+      tycho::host::session refused(doc.clone(), tycho::host::registry::global(), crafted);
+      ADD_FAILURE() << "resumed from " << want;
+    } catch (const tycho::error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+  std::filesystem::remove(crafted);
   std::filesystem::remove(path);
 }
 
