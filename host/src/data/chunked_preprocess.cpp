@@ -4,6 +4,7 @@
 #include <tycho/sdk.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <type_traits>
 #include <vector>
 
@@ -16,6 +17,17 @@ namespace tycho::host {
 
 bool keeps_integer_targets(const config_document& doc) {
   return read_key<bool>(doc.table_at("preprocess"), "integer_targets", "preprocess").value_or(true);
+}
+
+bool expects_count_targets(const config_document& doc, const tycho_dataset_info& info) {
+  const DLDataType t = info.stored_dtype;
+  const bool delivers =
+      info.struct_size >= offsetof(tycho_dataset_info, reads_stored_dtype) + sizeof(info.reads_stored_dtype) &&
+      info.reads_stored_dtype != 0 && t.code == kDLUInt && t.lanes == 1 && (t.bits == 8 || t.bits == 16);
+  if (!delivers || !keeps_integer_targets(doc)) return false;
+  const preprocess_settings s = read_preprocess_settings(doc.table_at("preprocess"), doc.origin());
+  const double largest = (t.bits == 8 ? 255.0 : 65535.0) * double(s.binning) * double(s.binning);
+  return !s.normalise && largest <= 65535.0;
 }
 
 bool stage_changes_patterns(const config_document& doc) {

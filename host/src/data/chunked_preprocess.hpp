@@ -37,6 +37,13 @@ struct chunked_read {
 // float32, and no float32 copy of the scan is ever made).
 bool keeps_integer_targets(const config_document& doc);
 
+// Whether a run of `doc` on a source of header `info` will hold uint16 counts, as far as the
+// config and the header tell before any pattern is read (tycho plan: 2 bytes per target): the
+// source delivers uint8/uint16 counts as such, integer targets are asked for, no normalise, and
+// a binning whose sums cannot pass 65535 at the stored dtype's largest value. The run decides on
+// the counts themselves (results_stay_counts), so it may keep counts where this says float32.
+bool expects_count_targets(const config_document& doc, const tycho_dataset_info& info);
+
 // Whether the stage in `doc` changes the patterns, so that read_preprocessed_in_chunks applies
 // (a stage that only measures, or none, leaves them to read_dataset).
 bool stage_changes_patterns(const config_document& doc);

@@ -25,6 +25,7 @@
 
 #include "settings/config_read.hpp"
 #include "settings/settings_read.hpp"
+#include "data/chunked_preprocess.hpp"
 #include "data/target_residency.hpp"
 #include "tycho/host/log.hpp"
 
@@ -145,6 +146,10 @@ int run_plan_command(const config_document& doc, const registry& reg, const plan
                      std::ostream& out) {
   run_preview r = preview_run(doc, reg);
   memory_problem& p = r.problem;
+  if (expects_count_targets(doc, r.info)) {
+    p.target_bytes = 2;         // uint16 counts, as the run will hold them
+    p.binned_target_bytes = 4;  // binned, their sums may pass 65535 (the run then holds float32)
+  }
   if (options.devices > 0) p.devices = options.devices;
   const bool device_model = memory_on_device(p);
 
