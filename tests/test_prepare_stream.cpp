@@ -26,15 +26,17 @@ namespace {
 using tycho::host::prepare_mode;
 
 // Both ways of `tycho preprocess` on `config_text`, their members compared; returns the streamed
-// file's path and its patterns' npy dtype text.
+// file's path. `want_descr`: its patterns' npy dtype text; "" for a file that does not embed them
+// (--save-raw-data not given: the streamed way then only counts the last pass, for the totals).
 std::string prepare_both_ways(const tycho::test::temp_folder& tmp, const std::string& config_text,
                               const std::string& want_descr) {
+  const bool embed = !want_descr.empty();
   const std::string config = tmp.write("c.toml", config_text);
   std::ostringstream out;
   for (const auto how : {prepare_mode::in_memory, prepare_mode::streamed}) {
     auto doc = tycho::config_document::load_file(config);
     const std::string path = tmp / (how == prepare_mode::streamed ? "streamed.zip" : "memory.zip");
-    EXPECT_EQ(tycho::host::preprocess_command(std::move(doc), tycho::host::registry::global(), path, true, out,
+    EXPECT_EQ(tycho::host::preprocess_command(std::move(doc), tycho::host::registry::global(), path, embed, out,
                                               TYCHO_SAVE_OVERWRITE, how),
               0);
   }
@@ -50,6 +52,11 @@ std::string prepare_both_ways(const tycho::test::temp_folder& tmp, const std::st
     return j;
   };
   EXPECT_EQ(manifest("memory.zip"), manifest("streamed.zip"));
+  if (!embed) {
+    EXPECT_FALSE(tycho::test::read_zip_member(tmp / "streamed.zip", "patterns.npy").has_value());
+    EXPECT_GT(manifest("streamed.zip")["data"]["mean_total_intensity"].get<double>(), 0.0);
+    return tmp / "streamed.zip";
+  }
   const auto patterns = *tycho::test::read_zip_member(tmp / "streamed.zip", "patterns.npy");
   EXPECT_NE(patterns.substr(0, 128).find(want_descr), std::string::npos) << patterns.substr(0, 80);
   return tmp / "streamed.zip";
@@ -92,6 +99,10 @@ TEST(PrepareStream, AStageThatCropsRecentresAndNormalisesWritesTheInMemoryFloat3
                     k_simulated + "[preprocess]\ncrop_detector = [40, 40]\ncom_fit = \"plane\"\nrecentre = true\n"
                                   "normalise = true\n",
                     "'descr': '<f4'");
+  prepare_both_ways(tmp,
+                    k_simulated + "[preprocess]\ncrop_detector = [40, 40]\ncom_fit = \"plane\"\nrecentre = true\n"
+                                  "normalise = true\n",
+                    "");
 }
 
 TEST(PrepareStream, TheMoS2CountsOfAnEmdFileWithAFitThatOnlyMeasures) {
@@ -102,6 +113,11 @@ TEST(PrepareStream, TheMoS2CountsOfAnEmdFileWithAFitThatOnlyMeasures) {
                         "\"\n[optics]\nenergy_eV = 80e3\nsemiangle_mrad = 25.0\nC10_A = -150.0\n"
                         "[preprocess]\ncom_fit = \"plane\"\n",
                     "'descr': '<u2'");
+  prepare_both_ways(tmp,
+                    "[data]\nsource = \"emd\"\npath = \"" + data +
+                        "\"\n[optics]\nenergy_eV = 80e3\nsemiangle_mrad = 25.0\nC10_A = -150.0\n"
+                        "[preprocess]\ncom_fit = \"plane\"\n",
+                    "");
 }
 
 }  // namespace

@@ -87,6 +87,11 @@ void streamed_patterns::produce(unsigned char* dst, uint64_t bytes) {
   }
 }
 
+void streamed_patterns::drain() {
+  while (produced_ < total_patterns_) next_pattern();
+  at_ = pattern_bytes_.size();
+}
+
 tycho_status streamed_patterns::produce_callback(void* context, void* dst, size_t bytes) {
   try {
     static_cast<streamed_patterns*>(context)->produce(static_cast<unsigned char*>(dst), bytes);

@@ -37,6 +37,8 @@ class streamed_patterns {
   // The producer of the (Rx, Ry, N0, N1) centred patterns, valid while this object lives.
   tycho_array_producer producer() { return {&streamed_patterns::produce_callback, this}; }
   bool complete() const { return produced_ == total_patterns_; }
+  // Every pattern produced and dropped: the header's totals, for a file that does not embed them.
+  void drain();
 
  private:
   void produce(unsigned char* dst, uint64_t bytes);

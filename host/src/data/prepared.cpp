@@ -385,8 +385,11 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
   tycho_config data_cfg{&data_t, "[data]", doc.base_dir()};
   const component_ref& format = format_for_path(reg, output);
   // Embedded patterns stream from the source into the file (prepare_stream.hpp) where the format
-  // takes produced arrays: the host never holds the scan. Else (or asked for) the scan in memory.
-  const bool streamed = settings.save_raw_data && how == prepare_mode::streamed && format_takes_produced_arrays(format);
+  // takes produced arrays: the host never holds the scan. A file that does not embed them is made
+  // from the same passes, the last one only counted (its totals). Else (or asked for) the scan in
+  // memory.
+  const bool streamed =
+      how == prepare_mode::streamed && (!settings.save_raw_data || format_takes_produced_arrays(format));
   std::unique_ptr<streamed_patterns> stream;
   dataset held;                      // in memory: the preprocessed patterns (counts when they stay counts)
   const dataset* d = &held;          // the data after the stage (streamed: its header)
@@ -399,8 +402,11 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
     source_info = stream->source_info();
     log_info("preprocess", cat("read ", d->patterns, " patterns in chunks of ", stream->read_as(), " (",
                                stream->passes() - 1, stream->passes() == 2 ? " pass" : " passes",
-                               " before the file); writing them as ", stream->counts() ? "uint16 counts" : "float32",
-                               " as they are preprocessed and read again"));
+                               " before the file); ",
+                               settings.save_raw_data ? cat("writing them as ", stream->counts() ? "uint16 counts" : "float32",
+                                                            " as they are preprocessed and read again")
+                                                      : "preprocessing them again for their totals"));
+    if (!settings.save_raw_data) stream->drain();  // the manifest's totals; nothing kept
   } else if (stage_changes_patterns(doc)) {
     // A stage that changes the patterns runs on chunks of the source (chunked_preprocess.hpp).
     chunked_read chunked =
@@ -451,7 +457,7 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
   }
   if (!rep.com.empty()) {
     arrays.push_back(owned_array::from_vector("com", {kDLFloat, 64, 1}, {rx, ry, 2}, rep.com));
-    if (streamed) producers.push_back({nullptr, nullptr});
+    if (streamed && settings.save_raw_data) producers.push_back({nullptr, nullptr});
   }
 
   // The manifest (made after the patterns when they are streamed: their totals are known then).
@@ -508,7 +514,7 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
   };
   {
     const defer_stop_signals finish_the_save_first;
-    if (streamed) {
+    if (streamed && settings.save_raw_data) {
       save_produced_record(format, arrays, producers, [&] {
         if (!stream->complete()) fail(TYCHO_ERR_INTERNAL, "preprocess: the manifest was asked for before the patterns");
         return manifest();
