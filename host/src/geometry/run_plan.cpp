@@ -61,7 +61,7 @@ std::string residency_options(const memory_problem& p, const tycho_dataset_info&
   in_memory.targets_streamed = false;
   streamed.targets_streamed = true;
   const uint64_t per_iteration = uint64_t(ceil_div_i64(p.patterns, p.devices)) * uint64_t(info.detector_shape[0]) *
-                                 uint64_t(info.detector_shape[1]) * 4u;
+                                 uint64_t(info.detector_shape[1]) * uint64_t(p.target_bytes);  // uint16 counts: 2
   const double bandwidth = copy_bandwidth();
   // Refused as the run refuses it ("gpu" is no residency), rather than echoed in the table.
   const std::string asked = residency_name(read_target_residency(doc));
