@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <complex>
+#include <cstdint>
 #include <filesystem>
 #include <mutex>
 #include <random>
@@ -176,6 +177,11 @@ TEST(OptimizerBoxes, AdamOnBoxesIsTheWholeArrayStepInsideThemAndNothingOutside) 
   EXPECT_NE(std::string(tycho::last_error()).find("outside the 9 x 11 plane"), std::string::npos) << tycho::last_error();
   tycho_step_info uncounted{sizeof(tycho_step_info), 1.0, 1.0, 3, 1, inside.data(), zero.data()};
   EXPECT_EQ(vt->step(b, pv.get(), pv.get(), &uncounted, nullptr), TYCHO_ERR_INVALID_ARGUMENT);
+  // Nor a count past 2^53, the bound of a restored state (2^63 - 1 overflowed Adam's step).
+  const std::vector<int64_t> huge = {INT64_MAX};
+  tycho_step_info overflowing{sizeof(tycho_step_info), 1.0, 1.0, 3, 1, inside.data(), huge.data()};
+  EXPECT_EQ(vt->step(b, pv.get(), pv.get(), &overflowing, nullptr), TYCHO_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tycho::last_error()).find("(outside [1, 2^53])"), std::string::npos) << tycho::last_error();
   for (tycho_optimizer* o : {a, b, c}) vt->destroy(o);
 }
 
