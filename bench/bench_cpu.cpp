@@ -72,6 +72,7 @@ struct options {
   std::string planning = "measure";  // the engine's default
   std::string precision = "float32";  // [reconstruct] precision
   bool reference = false;             // [reconstruct] shift_groups = false: four 2-D FFTs per position
+  std::string deterministic = "true";  // [reconstruct] deterministic: fixed-point sums, or float ones
   int slices = 1;                     // [reconstruct] slices (slice_thickness_A = 2 Å)
   int modes = 1;                      // [reconstruct] probe_modes
   std::string jsonl = k_source_dir + "/bench/results.jsonl";
@@ -103,6 +104,7 @@ struct case_result {
   std::string planning;
   std::string precision = "float32";
   bool reference = false;
+  bool deterministic = true;
   int slices = 1, modes = 1;
   int warmup = 0;
   std::vector<double> seconds;  // the timed iterations
@@ -139,6 +141,7 @@ json to_json(const case_result& r) {
               {"detector", {r.detector[0], r.detector[1]}},
               {"batch", r.batch},       {"threads", r.threads},
               {"planning", r.planning}, {"precision", r.precision}, {"reference", r.reference},
+              {"deterministic", r.deterministic},
               {"slices", r.slices},     {"modes", r.modes},
               {"warmup", r.warmup},
               {"seconds", r.seconds},   {"floor_seconds", r.floor_seconds},
@@ -159,6 +162,7 @@ case_result from_json(const json& j) {
   r.planning = j.at("planning");
   r.precision = j.value("precision", "float32");
   r.reference = j.value("reference", false);
+  r.deterministic = j.value("deterministic", true);
   r.slices = j.value("slices", 1);
   r.modes = j.value("modes", 1);
   r.warmup = j.at("warmup");
@@ -193,8 +197,9 @@ std::string config_text(const case_spec& c, const options& o, int threads) {
   if (c.mos2_origin) t += "scan_origin_A = [17.0, 19.0]\n";
   t += fmt::format(
       "\n[reconstruct]\nengine = \"cpu\"\niterations = {}\nbatch_size = {}\nloss = \"amplitude\"\n"
-      "seed = 0\nthreads = {}\nfft_planning = \"{}\"\nprecision = \"{}\"\nshift_groups = {}\n\n",
-      o.warmup + o.iterations, o.batch, threads, o.planning, o.precision, o.reference ? "false" : "true");
+      "seed = 0\nthreads = {}\nfft_planning = \"{}\"\nprecision = \"{}\"\nshift_groups = {}\ndeterministic = {}\n\n",
+      o.warmup + o.iterations, o.batch, threads, o.planning, o.precision, o.reference ? "false" : "true",
+      o.deterministic);
   if (o.slices > 1) t += fmt::format("slices = {}\nslice_thickness_A = 2.0\n", o.slices);
   if (o.modes > 1) t += fmt::format("probe_modes = {}\n", o.modes);
   t += "\n";
@@ -254,6 +259,7 @@ case_result run_case(const case_spec& c, const options& o) {
   r.planning = o.planning;
   r.precision = o.precision;
   r.reference = o.reference;
+  r.deterministic = o.deterministic == "true";
   r.slices = o.slices;
   r.modes = o.modes;
   r.warmup = o.warmup;
@@ -326,6 +332,7 @@ case_result run_case_in_child(const case_spec& c, const options& o) {
                                    "--batch", std::to_string(o.batch),
                                    "--fft-planning", o.planning,
                                    "--precision", o.precision,
+                                   "--deterministic", o.deterministic,
                                    "--tmp-dir", o.tmp_dir,
                                    "--no-record", "--result-file", result.string()};
   if (o.verbose) args.push_back("--verbose");
@@ -411,6 +418,7 @@ json record(const case_result& r, const tycho::bench::machine_info& m, const std
   j["threads"] = r.threads;
   j["fft_planning"] = r.planning;
   j["precision"] = r.precision;
+  j["deterministic"] = r.deterministic;
   // Per position and mode; several slices always take the reference path (cpu_engine.hpp).
   j["transforms"] =
       r.reference || r.slices > 1 ? "reference: 4 per position" : "shift groups: 3 per position + 1 per group";
@@ -548,6 +556,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--reference", o.reference,
                "the engine's reference path ([reconstruct] shift_groups = false: 4 FFTs per position)");
+  app.add_option("--deterministic", o.deterministic,
+                 "[reconstruct] deterministic: fixed-point sums (the same bits on any number of ranks) or float sums")
+      ->check(CLI::IsMember({"true", "false"}))
+      ->capture_default_str();
   app.add_option("--slices", o.slices, "object slices (multislice, 2 Å apart)")->check(CLI::Range(1, 64))->capture_default_str();
   app.add_option("--modes", o.modes, "probe modes")->check(CLI::Range(1, 16))->capture_default_str();
   app.add_option("--batch", o.batch, "mini-batch size, positions")->capture_default_str();

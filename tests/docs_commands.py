@@ -135,7 +135,7 @@ def main():
     listing = "--list" in sys.argv
     only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None  # one page, while editing it
     work = Path(tempfile.mkdtemp(prefix="tycho_docs_"))
-    for name in ("examples", "abi", "sdk", "scripts", "docs"):
+    for name in ("examples", "abi", "sdk", "scripts", "docs", "bench"):
         (work / name).symlink_to(source / name)
     (work / "build").symlink_to(build)
     env = dict(os.environ)

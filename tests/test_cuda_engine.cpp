@@ -20,6 +20,8 @@
 //   CudaEngine.OddWindowTenIterationsMatchCpu  the same on a non-square, odd detector (the MoS2
 //                   patterns cropped to 81 x 90);
 //   CudaEngine.DeterministicRepeats  deterministic = true: bit-identical objects and probes;
+//   CudaEngine.DeterministicSumsOnTwoDevicesGiveOneDevicesBits  a batch cut between two engines,
+//                   their int64 sums added: one engine's object and probe gradients, bit for bit;
 //   CudaEngine.MoS2AccuracyMatchesCpu  100 iterations: Pearson within 0.005 of the cpu engine's.
 //
 // Why the 10-iteration comparisons use a yardstick: Adam divides each real by the root of its
@@ -209,8 +211,9 @@ struct synthetic_problem {
 // exactly as the driver does: compute_batch, then collect_loss where the engine has one.
 class engine_run {
  public:
+  // host_finishes: the test sums the engines' fixed-point sums and calls finish() (as the driver).
   engine_run(const std::string& engine, const synthetic_problem& p, const std::string& config_toml,
-             const char* loss = "amplitude")
+             const char* loss = "amplitude", bool host_finishes = false)
       : doc_(tycho::config_document::parse("[reconstruct]\n" + config_toml, "<test>", "")),
         cfg_{&doc_.table_at("reconstruct"), "[reconstruct]", ""} {
     const auto& e = plugins().find(TYCHO_COMPONENT_ENGINE, engine);
@@ -227,6 +230,7 @@ class engine_run {
     s.object_init = &p.object_t;
     s.probe_init = &p.probe_t;
     s.loss = {lvt_, loss_};
+    s.host_finishes_batches = host_finishes ? 1 : 0;
     const bool cuda_only = (e.devices & TYCHO_DEVICE_BIT(kDLCUDA)) && !(e.devices & TYCHO_DEVICE_BIT(kDLCPU));
     s.device = cuda_only ? DLDevice{kDLCUDA, 0} : DLDevice{kDLCPU, 0};
     status_ = evt_->create(&s, &eng_);
@@ -260,6 +264,34 @@ class engine_run {
     for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
     std::vector<cfloat> out(static_cast<size_t>(n));
     EXPECT_EQ(evt_->read_tensor(eng_, id, out.data(), out.size() * sizeof(cfloat)), TYCHO_OK)
+        << tycho::last_error();
+    return out;
+  }
+  // compute_batch alone (the loss stays with the engine), and the step after the host's sum of
+  // the fixed-point sums: `again` (1: compute the batch again).
+  void compute(const std::vector<int64_t>& indices) {
+    double loss = 0;
+    EXPECT_EQ(evt_->compute_batch(eng_, indices.data(), int64_t(indices.size()), &loss), TYCHO_OK)
+        << tycho::last_error();
+  }
+  int32_t finish(uint32_t flags) {
+    int32_t again = -1;
+    double loss = 0;
+    EXPECT_EQ(evt_->finish_batch(eng_, flags, &again, &loss, nullptr), TYCHO_OK) << tycho::last_error();
+    return again;
+  }
+  double collect() {
+    double loss = 0;
+    EXPECT_EQ(evt_->collect_loss(eng_, &loss), TYCHO_OK) << tycho::last_error();
+    return loss;
+  }
+  std::vector<int64_t> read_sums() {
+    DLTensor t = tensor(TYCHO_TENSOR_FIXED_POINT_SUMS);
+    EXPECT_EQ(t.dtype.code, kDLInt);
+    EXPECT_EQ(t.dtype.bits, 64);
+    std::vector<int64_t> out(size_t(t.ndim == 1 ? t.shape[0] : 0));
+    EXPECT_EQ(evt_->read_tensor(eng_, TYCHO_TENSOR_FIXED_POINT_SUMS, out.data(), out.size() * sizeof(int64_t)),
+              TYCHO_OK)
         << tycho::last_error();
     return out;
   }
@@ -716,6 +748,63 @@ TEST(CudaEngine, DeterministicRepeats) {
     const auto& b = runs[1].array(name, "b.zip");
     EXPECT_EQ(a.shape, b.shape) << name;
     EXPECT_TRUE(a.bytes == b.bytes) << name << " differs between two deterministic runs";
+  }
+}
+
+// cudaMemcpy from libcudart loaded at run time (kind 4, cudaMemcpyDefault: unified addressing).
+void copy_to_device(void* dst, const void* src, size_t bytes) {
+  using fn = int (*)(void*, const void*, size_t, int);
+  static const auto copy = reinterpret_cast<fn>(dlsym(tycho::test::open_cudart(), "cudaMemcpy"));
+  ASSERT_NE(copy, nullptr);
+  ASSERT_EQ(copy(dst, src, bytes, 4), 0) << "cudaMemcpy";
+  // From pageable memory cudaMemcpy may return before the copy lands; the engine's stream is its own.
+  using sync_fn = int (*)();
+  static const auto sync = reinterpret_cast<sync_fn>(dlsym(tycho::test::open_cudart(), "cudaDeviceSynchronize"));
+  ASSERT_NE(sync, nullptr);
+  ASSERT_EQ(sync(), 0) << "cudaDeviceSynchronize";
+}
+
+// deterministic = true across devices: two engines (two devices' ranks; on a machine with one GPU
+// both on it) each compute part of every batch, their int64 sums are added as ncclInt64 adds them
+// and both finish the batch; object and probe gradients are then one engine's bits. The loss
+// comes from the loss component's double atomics: equal to rounding only.
+TEST(CudaEngine, DeterministicSumsOnTwoDevicesGiveOneDevicesBits) {
+  REQUIRE_CUDA_DEVICE();
+  synthetic_problem p(24, 20, 5, 8, false, 4321u);
+  const std::string cfg = "batch_size = 16\ndeterministic = true\n";
+  engine_run one("cuda", p, cfg), a("cuda", p, cfg, "amplitude", true), b("cuda", p, cfg, "amplitude", true);
+  ASSERT_TRUE(one.ok() && a.ok() && b.ok()) << one.error() << a.error() << b.error();
+  std::vector<int64_t> order(size_t(p.patterns));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(5));
+  for (int k = 0; k < 2; ++k) {
+    const std::vector<int64_t> batch(order.begin() + 16 * k, order.begin() + 16 * (k + 1));
+    const double l1 = one.batch(batch);
+    const std::vector<int64_t> mine_a(batch.begin(), batch.begin() + 7), mine_b(batch.begin() + 7, batch.end());
+    int32_t again = 1;
+    for (int attempt = 0; attempt < 4 && again == 1; ++attempt) {
+      a.compute(mine_a);
+      b.compute(mine_b);
+      std::vector<int64_t> sa = a.read_sums(), sb = b.read_sums();
+      ASSERT_EQ(sa.size(), sb.size());
+      for (size_t i = 0; i < sa.size(); ++i) sa[i] = int64_t(uint64_t(sa[i]) + uint64_t(sb[i]));
+      for (engine_run* r : {&a, &b})
+        copy_to_device(r->tensor(TYCHO_TENSOR_FIXED_POINT_SUMS).data, sa.data(), sa.size() * sizeof(int64_t));
+      const uint32_t flags = k == 1 ? TYCHO_FINISH_ENDS_ITERATION : 0u;
+      again = a.finish(flags);
+      EXPECT_EQ(b.finish(flags), again) << "the devices must decide alike";
+    }
+    ASSERT_EQ(again, 0) << "the sums did not settle";
+    const double la = a.collect(), lb = b.collect();
+    EXPECT_EQ(la, lb) << "batch " << k;
+    EXPECT_NEAR(la, l1, 1e-9 * std::abs(l1)) << "batch " << k;
+    for (auto id : {TYCHO_TENSOR_OBJECT_GRAD, TYCHO_TENSOR_PROBE_GRAD}) {
+      const auto g1 = one.read(id), ga = a.read(id), gb = b.read(id);
+      EXPECT_GT(norm_of(g1), 0);
+      EXPECT_TRUE(std::memcmp(g1.data(), ga.data(), g1.size() * sizeof(cfloat)) == 0 && ga.size() == g1.size())
+          << "batch " << k << ", tensor " << int(id) << ": two devices differ from one";
+      EXPECT_TRUE(ga == gb) << "batch " << k << ", tensor " << int(id);
+    }
   }
 }
 

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -104,8 +105,15 @@ TEST_F(CxiSource, Mos2FileReadsLikeTheEmdFile) {
   EXPECT_EQ(i.stored_dtype.code, kDLUInt);
   EXPECT_EQ(i.stored_dtype.bits, 16);
   EXPECT_NEAR(i.energy_eV, 80e3, 80e3 * 1e-12);
-  EXPECT_NEAR(i.detector_pixel_invA[0], 0.06, 0.06 * 1e-12);
-  EXPECT_NEAR(i.detector_pixel_invA[1], 0.06, 0.06 * 1e-12);
+  // The detector in metres: the host makes the reciprocal pixel p / (z λ) with the run's
+  // wavelength (electrons here, as the file does not say: 0.06 Å⁻¹), not the source.
+  EXPECT_TRUE(std::isnan(i.detector_pixel_invA[0]) && std::isnan(i.detector_pixel_invA[1]));
+  EXPECT_DOUBLE_EQ(i.detector_distance_m, tycho::test::k_mos2_distance_m);
+  for (int a = 0; a < 2; ++a) {
+    EXPECT_DOUBLE_EQ(i.detector_pixel_m[a], tycho::test::mos2_pixel_m());
+    EXPECT_NEAR(i.detector_pixel_m[a] / (i.detector_distance_m * tycho::test::electron_wavelength_A(i.energy_eV)), 0.06, 1e-12);
+  }
+  EXPECT_EQ(i.radiation, TYCHO_RADIATION_UNKNOWN);
   EXPECT_TRUE(std::isnan(i.scan_step_A[0]) && std::isnan(i.scan_step_A[1]));  // a list, not a raster
   EXPECT_TRUE(std::isnan(i.semiangle_mrad) && std::isnan(i.C10_A));           // not in CXI: config
   EXPECT_EQ(i.patterns_centred, 1);
@@ -193,8 +201,9 @@ TEST_F(CxiSource, UnitsAttributesAreConverted) {
   ASSERT_EQ(open_path(tmp("units.cxi")), TYCHO_OK) << tycho::last_error();
   tycho_dataset_info i = info();
   EXPECT_DOUBLE_EQ(i.energy_eV, 80e3);
-  EXPECT_NEAR(i.detector_pixel_invA[0], 0.06, 1e-12);
-  EXPECT_NEAR(i.detector_pixel_invA[1], 0.06, 1e-12);
+  EXPECT_NEAR(i.detector_distance_m, tycho::test::k_mos2_distance_m, 1e-15);
+  EXPECT_NEAR(i.detector_pixel_m[0], tycho::test::mos2_pixel_m(), 1e-18);
+  EXPECT_NEAR(i.detector_pixel_m[1], tycho::test::mos2_pixel_m(), 1e-18);
   const std::vector<double> p = positions();
   EXPECT_NEAR(p[2 * 100], 100 / 24 * 0.5, 1e-9);
   EXPECT_NEAR(p[2 * 100 + 1], 100 % 24 * 0.5, 1e-9);
@@ -543,6 +552,108 @@ TEST_F(CxiSource, Hdf5RefusesBadAxesAndPositions) {
                  {file + ":/nope", "does not exist"}, "hdf5");
   expect_refused(file, "dataset = '/missing'\n", TYCHO_ERR_NOT_FOUND, {file + ":/missing", "does not exist"}, "hdf5");
   expect_refused(file, "", TYCHO_ERR_INVALID_ARGUMENT, {"'dataset'"}, "hdf5");
+}
+
+
+// ---------------------------------------------------------------- cxi: X-ray files
+
+// basis_vectors turn the detector's axes into the object's: a frame axis stepping along lab −y
+// makes object axis 0 run along −y, and the probe (at −t on the sample) then lies at +t_y there.
+// Their lengths are the pixel sizes, whatever x_pixel_size and y_pixel_size say.
+TEST_F(CxiSource, BasisVectorsOrientTheScanAndSizeThePixels) {
+  std::vector<double> expected;
+  {
+    const std::string file = tmp("default.cxi");
+    tycho::test::write_mos2_cxi(file);
+    ASSERT_EQ(open_path(file), TYCHO_OK) << tycho::last_error();
+    expected = positions();  // probe_position ["-y", "-x"]: (i, j) · 0.5 Å
+    close();
+  }
+  const double p = 2 * tycho::test::mos2_pixel_m();
+  const std::vector<double> rows = {0, -p, 0, -p, 0, 0};  // (2, 3): axis 0 along −y, axis 1 along −x
+  const std::vector<double> columns = {0, -p, -p, 0, 0, 0};  // the same as (3, 2), vectors as columns
+  std::vector<double> per_frame;
+  for (int k = 0; k < 768; ++k) per_frame.insert(per_frame.end(), rows.begin(), rows.end());
+  struct form {
+    const char* name;
+    std::vector<hsize_t> dims;
+    const std::vector<double>* values;
+  };
+  for (const form& f : {form{"rows", {2, 3}, &rows}, form{"columns", {3, 2}, &columns},
+                        form{"per_frame", {768, 2, 3}, &per_frame}}) {
+    const std::string file = tmp(std::string(f.name) + ".cxi");
+    tycho::test::write_mos2_cxi(file);
+    {
+      h5_file_writer w(file, true);
+      w.doubles("/entry_1/instrument_1/detector_1/basis_vectors", f.dims, *f.values);
+    }
+    ASSERT_EQ(open_path(file), TYCHO_OK) << f.name << ": " << tycho::last_error();
+    const tycho_dataset_info i = info();
+    EXPECT_DOUBLE_EQ(i.detector_pixel_m[0], p) << f.name;
+    EXPECT_DOUBLE_EQ(i.detector_pixel_m[1], p) << f.name;
+    const std::vector<double> got = positions();
+    ASSERT_EQ(got.size(), expected.size());
+    for (std::size_t k = 0; k < got.size(); ++k) ASSERT_NEAR(got[k], -expected[k], 1e-9) << f.name << " value " << k;
+    close();
+    // probe_position in the config still wins.
+    ASSERT_EQ(open_path(file, "probe_position = ['-y', '-x']\n"), TYCHO_OK) << tycho::last_error();
+    EXPECT_NEAR(positions()[2 * 100], expected[2 * 100], 1e-9) << f.name;
+    close();
+  }
+  // A detector tilted out of the plane normal to the beam, or skewed, is refused by name.
+  const std::string tilted = tmp("tilted.cxi");
+  tycho::test::write_mos2_cxi(tilted);
+  {
+    h5_file_writer w(tilted, true);
+    w.doubles("/entry_1/instrument_1/detector_1/basis_vectors", {2, 3}, {0, -p, 0.1 * p, -p, 0, 0});
+  }
+  expect_refused(tilted, "", TYCHO_ERR_UNSUPPORTED, {tilted + ":/entry_1/instrument_1/detector_1/basis_vectors", "z part"});
+  const std::string bad = tmp("bad_shape.cxi");
+  tycho::test::write_mos2_cxi(bad);
+  {
+    h5_file_writer w(bad, true);
+    w.doubles("/entry_1/instrument_1/detector_1/basis_vectors", {4}, {0, 1, 0, 1});
+  }
+  expect_refused(bad, "", TYCHO_ERR_BAD_DATA, {"basis_vectors", "(2, 3), (3, 2) or (768, 2, 3)"});
+  // Per frame: a later frame's NaN is a difference too, not a silent pass.
+  const std::string nan_frame = tmp("nan_frame.cxi");
+  tycho::test::write_mos2_cxi(nan_frame);
+  {
+    std::vector<double> v = per_frame;
+    v[6 * 500 + 1] = std::numeric_limits<double>::quiet_NaN();
+    h5_file_writer w(nan_frame, true);
+    w.doubles("/entry_1/instrument_1/detector_1/basis_vectors", {768, 2, 3}, v);
+  }
+  expect_refused(nan_frame, "", TYCHO_ERR_BAD_DATA, {"basis_vectors", "frame 500 differ"});
+}
+
+// What the beam is: NXsource's probe where the file has one, else its wavelength against its
+// energy (hc / E for photons); unknown when neither says.
+TEST_F(CxiSource, RadiationFromTheSourceGroup) {
+  const double hc_eV_m = 1.239841984e-6, e_eV = 80e3;
+  struct file_case {
+    const char* name;
+    const char* probe;   // nullptr: none
+    double wavelength_m; // 0: none
+    int32_t expected;
+  };
+  for (const file_case& c : {file_case{"xray_probe", "x-ray", 0, TYCHO_RADIATION_XRAY},
+                             file_case{"electron_probe", "electron", 0, TYCHO_RADIATION_ELECTRON},
+                             file_case{"photon_wavelength", nullptr, hc_eV_m / e_eV, TYCHO_RADIATION_XRAY},
+                             file_case{"electron_wavelength", nullptr, tycho::test::electron_wavelength_A(e_eV) * 1e-10,
+                                       TYCHO_RADIATION_ELECTRON},
+                             file_case{"neither", nullptr, 0, TYCHO_RADIATION_UNKNOWN}}) {
+    const std::string file = tmp(std::string(c.name) + ".cxi");
+    tycho::test::write_mos2_cxi(file);
+    {
+      h5_file_writer w(file, true);
+      if (c.probe) w.string_attr("/entry_1/instrument_1/source_1", "probe", c.probe);
+      if (c.wavelength_m > 0) w.number("/entry_1/instrument_1/source_1/wavelength", c.wavelength_m);
+    }
+    ASSERT_EQ(open_path(file), TYCHO_OK) << c.name << ": " << tycho::last_error();
+    EXPECT_EQ(info().radiation, c.expected) << c.name;
+    close();
+  }
 }
 
 }  // namespace

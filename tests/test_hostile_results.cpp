@@ -14,6 +14,7 @@
 #include <tycho/core/error.hpp>
 #include <tycho/core/last_error.hpp>
 
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -439,6 +440,33 @@ TEST_F(HostileResultFiles, CorruptPreparedFilesAreCalledCorrupt) {
   EXPECT_EQ(from_error(twice, false),
             "tycho: error: --from '" + twice + "': member 'patterns.npy' appears twice; expected each member once (readers "
             "disagree which one is meant): the file is corrupt or crafted");
+}
+
+// The X-ray fields of a prepared manifest (issue 29): the listed positions (data.positions_A) and
+// the source's far-field detector and radiation are read through the same checks as the rest,
+// naming the key and what was expected.
+TEST_F(HostileResultFiles, PreparedXrayFieldsAreChecked) {
+  const std::string prepared = tmp_ / "prepared_xray.zip";
+  auto pre = run_command({tycho::test::tycho_exe(), "preprocess", config_, "-q", "--save-raw-data", "-o", prepared});
+  ASSERT_TRUE(pre.exited_with(0)) << pre.describe();
+  std::string one_bad = "[";
+  for (int k = 0; k < 768; ++k) one_bad += k == 0 ? "[0, 0]" : k == 300 ? ", [\"a\", 0]" : ", [1.5, 2]";
+  one_bad += "]";
+  const std::vector<std::array<std::string, 3>> cases = {
+      {"data.positions_A", "[[0, 0]]", "data.positions_A = [[0,0]], expected 768 positions [x, y] of finite numbers in"},
+      {"data.positions_A", one_bad, "data.positions_A = "},
+      {"source_calibration.radiation", "\"neutron\"", "\"electron\", \"xray\" or null"},
+      {"source_calibration.detector_pixel_m", "[1e-4, -1]", "source_calibration.detector_pixel_m"},
+      {"source_calibration.detector_distance_m", "\"far\"", "source_calibration.detector_distance_m"},
+      {"source_calibration.detector_distance_m", "-1.2", "source_calibration.detector_distance_m = -1.2, expected a distance > 0"}};
+  for (const auto& [key, value, part] : cases) {
+    const std::string edited = tmp_ / "edited_prepared.zip";
+    auto py = python(k_edit_manifest, {prepared, edited, key, value});
+    ASSERT_TRUE(py.exited_with(0)) << py.describe();
+    const std::string m = from_error(edited, false);
+    EXPECT_NE(m.find(part), std::string::npos) << key << " = " << value.substr(0, 40) << "\n" << m;
+    EXPECT_NE(m.find(edited), std::string::npos) << m;
+  }
 }
 
 class HostileNpz : public ::testing::Test {

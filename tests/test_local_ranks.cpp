@@ -13,6 +13,8 @@
 #include <chrono>
 #include <cmath>
 #include <complex>
+#include <cstring>
+#include <tuple>
 #include <iostream>
 #include <mutex>
 
@@ -78,10 +80,13 @@ three_ranks run_three_ranks(const tycho::config_document& doc) {
 // iterations: loss 1.0e-7 / 1.7e-7, object 2.0e-6 / 4.3e-6 of its largest value, grouped / per
 // position); the shipped example (no guard, where Adam's first steps amplify the rounding) at the
 // spread measured over 20 iterations on 1, 2 and 4 ranks (here: loss 8.1e-6, object 4.7e-5).
+// (These are the float sums, [reconstruct] deterministic = false; the default's sums give one
+// rank's bits: LocalRanks.DeterministicSums* below.)
 TEST(LocalRanks, ThreeThreadsFollowOneRanksTrajectory) {
   const int iterations = 8;
   for (const char* groups : {"true", "false"}) {
     auto doc = mos2_config(iterations);
+    doc.set_from_text("reconstruct.deterministic=false");
     doc.set_from_text("reconstruct.amplitude_epsilon=1e-2");
     doc.set_from_text(std::string("reconstruct.shift_groups=") + groups);
     const three_ranks r = run_three_ranks(doc);
@@ -90,7 +95,9 @@ TEST(LocalRanks, ThreeThreadsFollowOneRanksTrajectory) {
     EXPECT_LT(r.loss_difference, 1e-5) << "shift_groups " << groups;
     EXPECT_LT(r.object_difference, 1e-4) << "shift_groups " << groups;
   }
-  const three_ranks r = run_three_ranks(mos2_config(iterations));
+  auto example = mos2_config(iterations);
+  example.set_from_text("reconstruct.deterministic=false");
+  const three_ranks r = run_three_ranks(example);
   std::cout << "example: loss " << r.loss_difference << ", object " << r.object_difference << "\n";
   EXPECT_LT(r.loss_difference, 2e-4);
   EXPECT_LT(r.object_difference, 1e-2);
@@ -141,9 +148,9 @@ TEST(LocalRanks, ADifferingConfigIsNamed) {
 }  // namespace
 
 namespace {
-// Several ranks with two slices and two probe modes: each rank sums its share's gradients of
-// every slice and mode, and orthonormalises the same replicated modes, so the trajectory is one
-// rank's up to rounding. Slices alone keep the 1e-5 of one slice; with a second, weak mode the
+// Several ranks with two slices and two probe modes, float sums (deterministic = false): each rank
+// sums its share's gradients of every slice and mode, and orthonormalises the same replicated
+// modes, so the trajectory is one rank's up to rounding. Slices alone keep the 1e-5 of one slice; with a second, weak mode the
 // ranks' order of summation rounds its near-zero gradients differently and Adam's first steps
 // (about lr · sign(g) there) turn that into visible differences. Measured after 4 iterations:
 // loss ratios within 4e-4, object within 5e-5 and probe within 8e-4 of their largest values.
@@ -152,6 +159,7 @@ tycho::config_document layered(int iterations) {
   doc.set_from_text("reconstruct.slices=2");
   doc.set_from_text("reconstruct.slice_thickness_A=2.0");
   doc.set_from_text("reconstruct.probe_modes=2");
+  doc.set_from_text("reconstruct.deterministic=false");
   return doc;
 }
 }  // namespace
@@ -262,4 +270,91 @@ TEST(LocalRanks, APositionsConstraintOnSeveralRanksIsRefused) {
     EXPECT_NE(std::string(e.what()).find("positions_affine"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("runs on one rank in this version"), std::string::npos) << e.what();
   }
+}
+
+// ---------------------------------------------------------------- deterministic sums (issue 31)
+// [reconstruct] deterministic = true, the default: every sum is of integers on a grid fixed
+// before the batch (tycho/sdk/fixed_point.hpp), so after 20 iterations the loss history, object,
+// probe and positions are the same bytes on 1, 2 and 4 ranks as threads and with 1, 2 and 4
+// engine threads. The same under mpirun: tests/test_parallel.cpp (UnderMpirun.DeterministicSums*).
+namespace {
+
+struct bits {
+  std::vector<double> loss;
+  tycho::owned_array object, probe, positions;
+};
+
+bits run_bits(const tycho::config_document& doc, int ranks) {
+  bits out;
+  if (ranks == 1) {
+    tycho::host::session s(doc.clone(), tycho::host::registry::global());
+    s.run(0, {});
+    return {s.loss_history(), s.get("object"), s.get("probe"), s.get("positions_px")};
+  }
+  std::vector<DLDevice> cpus(std::size_t(ranks), DLDevice{kDLCPU, 0});
+  std::mutex m;
+  tycho::host::run_local_ranks(doc, tycho::host::registry::global(), cpus, [&](tycho::host::parallel_context& ctx) {
+    tycho::host::session s(doc.clone(), tycho::host::registry::global(), "", &ctx);
+    s.run(0, {});
+    std::lock_guard lock(m);
+    if (ctx.is_root()) out = {s.loss_history(), s.get("object"), s.get("probe"), s.get("positions_px")};
+  });
+  return out;
+}
+
+// `doc` (threads = 1) on one rank, then with 2 and 4 engine threads, and on 2 and 4 ranks as
+// threads: every result the same bytes as the first, which is returned.
+bits expect_same_bits_everywhere(const tycho::config_document& doc, const std::string& tag) {
+  const bits one = run_bits(doc, 1);
+  EXPECT_EQ(one.loss.size(), 20u) << tag;
+  auto same = [&](const bits& b, const std::string& how) {
+    EXPECT_TRUE(b.loss.size() == one.loss.size() &&
+                std::memcmp(b.loss.data(), one.loss.data(), one.loss.size() * sizeof(double)) == 0)
+        << tag << ", " << how << ": the loss history differs from one rank's";
+    for (const auto& [name, mine, theirs] : {std::tuple{"object", &b.object, &one.object},
+                                             std::tuple{"probe", &b.probe, &one.probe},
+                                             std::tuple{"positions", &b.positions, &one.positions}}) {
+      EXPECT_EQ(mine->shape, theirs->shape) << tag << ", " << how << ": " << name;
+      EXPECT_TRUE(mine->bytes == theirs->bytes) << tag << ", " << how << ": " << name << " differs from one rank's";
+    }
+  };
+  for (int threads : {2, 4}) {
+    auto threaded = doc.clone();
+    threaded.set_from_text("reconstruct.threads=" + std::to_string(threads));
+    same(run_bits(threaded, 1), std::to_string(threads) + " engine threads");
+  }
+  for (int ranks : {2, 4}) same(run_bits(doc, ranks), std::to_string(ranks) + " ranks as threads");
+  return one;
+}
+
+}  // namespace
+
+TEST(LocalRanks, DeterministicSumsGiveOneRanksBitsOnTheExample) {
+  expect_same_bits_everywhere(mos2_config(20), "example");
+}
+
+// Two slices, two probe modes and position correction from iteration 2 (the detector cropped to 48²
+// to keep the test short): the positions move, and move alike on every rank.
+TEST(LocalRanks, DeterministicSumsGiveOneRanksBitsWithSlicesModesAndPositionCorrection) {
+  auto doc = mos2_config(20);
+  doc.set_from_text("preprocess.crop_detector=[48, 48]");
+  doc.set_from_text("reconstruct.slices=2");
+  doc.set_from_text("reconstruct.slice_thickness_A=2.0");
+  doc.set_from_text("reconstruct.probe_modes=2");
+  doc.set_from_text("reconstruct.positions.correct=true");
+  doc.set_from_text("reconstruct.positions.first_iteration=2");
+  const tycho::owned_array nominal =
+      tycho::host::session(doc.clone(), tycho::host::registry::global()).get("positions_px");
+  const bits one = expect_same_bits_everywhere(doc, "2 slices, 2 modes, position correction");
+  ASSERT_EQ(one.positions.shape, nominal.shape);
+  double moved = 0;
+  for (int64_t k = 0; k < nominal.count(); ++k)
+    moved = std::max(moved, std::abs(one.positions.as<double>()[k] - nominal.as<double>()[k]));
+  EXPECT_GT(moved, 1e-3) << "the positions did not move: the test proves nothing";
+}
+
+TEST(LocalRanks, DeterministicSumsGiveOneRanksBitsWithThePoissonLoss) {
+  auto doc = mos2_config(20);
+  doc.set_from_text("reconstruct.loss=\"poisson\"");
+  expect_same_bits_everywhere(doc, "poisson");
 }

@@ -325,7 +325,7 @@ TEST(PlanCommand, MoS2FitsTheCpu) {
 }
 
 TEST(PlanCommand, TooLittleMemoryNamesTheTermAndTheRemedies) {
-  auto r = run_command({tycho::test::tycho_exe(), "plan", example_config(), "--device-memory", "0.001", "--set",
+  auto r = run_command({tycho::test::tycho_exe(), "plan", example_config(), "--device-memory", "0.0014", "--set",
                         "reconstruct.threads=2"});
   ASSERT_TRUE(r.exited_with(2)) << r.describe();
   EXPECT_NE(r.out.find("does not fit"), std::string::npos) << r.out;
@@ -333,7 +333,7 @@ TEST(PlanCommand, TooLittleMemoryNamesTheTermAndTheRemedies) {
   EXPECT_NE(r.out.find("more devices"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("binning the detector by"), std::string::npos) << r.out;
   EXPECT_LT(r.out.find("more devices"), r.out.find("binning the detector")) << r.out;
-  // By a factor [preprocess] binning accepts: 9 would fit by size but does not divide 96.
+  // By a factor [preprocess] binning accepts (a divisor of 96); the deterministic sums' 16 B per object pixel count.
   EXPECT_NE(r.out.find("binning the detector by 12 (window 8 x 8) would fit"), std::string::npos) << r.out;
   auto binned = run_command({tycho::test::tycho_exe(), "plan", example_config(), "--set", "preprocess.binning=12"});
   EXPECT_TRUE(binned.exited_with(0)) << binned.describe();

@@ -249,15 +249,53 @@ void UnderMpirun::expect_one_trajectory(const std::vector<std::string>& extra, c
 //   probes 6.3e-4, loss histories 5e-5 (measured, 2026-12-02). Checked at 1e-2 and 2e-4. Another
 //   batch order (one rank, seed 1 against seed 0) moves them by 9e-2, 0.15 and 5e-3: a rank that
 //   computes other batches than one rank would fails.
+// (All of the above with float sums, [reconstruct] deterministic = false; the default's sums give
+// one rank's bits, below.)
 TEST_F(UnderMpirun, OneTrajectoryForOneTwoAndFourRanks) {
   for (const char* groups : {"true", "false"})
-    expect_one_trajectory({"--set", "reconstruct.amplitude_epsilon=1e-2", "--set",
-                           std::string("reconstruct.shift_groups=") + groups},
+    expect_one_trajectory({"--set", "reconstruct.deterministic=false", "--set", "reconstruct.amplitude_epsilon=1e-2",
+                           "--set", std::string("reconstruct.shift_groups=") + groups},
                           std::string("guarded_groups_") + groups, 1e-5, 1e-4f);
 }
 
 TEST_F(UnderMpirun, TheShippedExampleKeepsItsTrajectoryOnOneTwoAndFourRanks) {
-  expect_one_trajectory({}, "example", 2e-4, 1e-2f);
+  expect_one_trajectory({"--set", "reconstruct.deterministic=false"}, "example", 2e-4, 1e-2f);
+}
+
+// [reconstruct] deterministic = true, the default (issue 31): integer sums on a grid fixed before
+// each batch, exact over the ranks (MPI_INT64_T), so the result file's loss history, object,
+// probe and positions are the same bytes on 1, 2 and 4 ranks after 20 iterations: the example,
+// its per-position path, 2 slices x 2 modes with position correction (the detector cropped to
+// 48², to stay short) and the Poisson loss. Ranks as threads and engine threads:
+// tests/test_local_ranks.cpp.
+TEST_F(UnderMpirun, DeterministicSumsGiveOneRanksBits) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> runs = {
+      {"example", {}},
+      {"per_position", {"--set", "reconstruct.shift_groups=false"}},
+      {"layered_corrected",
+       {"--set", "preprocess.crop_detector=[48, 48]", "--set", "reconstruct.slices=2", "--set",
+        "reconstruct.slice_thickness_A=2.0", "--set", "reconstruct.probe_modes=2", "--set", "reconstruct.positions.correct=true", "--set",
+        "reconstruct.positions.first_iteration=2"}},
+      {"poisson", {"--set", "reconstruct.loss=\"poisson\""}}};
+  for (const auto& [tag, extra] : runs) {
+    std::map<int, std::string> results;
+    for (int np : {1, 2, 4}) {
+      results[np] = tmp_ / ("bits_" + tag + "_w" + std::to_string(np) + ".zip");
+      auto r = mpirun(np, args(results[np], 20, extra));
+      ASSERT_TRUE(r.exited_with(0)) << tag << ": " << r.describe();
+    }
+    const auto one = tycho::test::load_result(results[1]);
+    EXPECT_EQ(one.array("loss_history", results[1]).count(), 20) << tag;
+    for (int np : {2, 4}) {
+      const auto rec = tycho::test::load_result(results[np]);
+      for (const char* name : {"loss_history", "object", "probe", "positions_px"}) {
+        const auto& a = one.array(name, results[1]);
+        const auto& b = rec.array(name, results[np]);
+        EXPECT_EQ(a.shape, b.shape) << tag << ", " << np << " ranks: " << name;
+        EXPECT_TRUE(a.bytes == b.bytes) << tag << ", " << np << " ranks: " << name << " differs from one rank's";
+      }
+    }
+  }
 }
 
 TEST_F(UnderMpirun, AFloat64RunComputesInFloat64OnEveryRank) {

@@ -128,8 +128,9 @@ static_assert(offsetof(tycho_engine_vtable, read_tensor) == 40);
 static_assert(offsetof(tycho_engine_vtable, stream) == 48);
 static_assert(offsetof(tycho_engine_vtable, collect_loss) == 56);
 static_assert(offsetof(tycho_engine_vtable, plan_memory) == 64);  // 1.1
-static_assert(offsetof(tycho_engine_vtable, set_gradient_region) == 72);  // appended in 1.3
-static_assert(sizeof(tycho_engine_vtable) == 80);
+static_assert(offsetof(tycho_engine_vtable, finish_batch) == 72);  // appended in 1.3
+static_assert(offsetof(tycho_engine_vtable, set_gradient_region) == 80);  // appended in 1.3
+static_assert(sizeof(tycho_engine_vtable) == 88);
 
 static_assert(offsetof(tycho_optimizer_vtable, create) == 8);
 static_assert(offsetof(tycho_optimizer_vtable, step) == 16);
@@ -218,12 +219,18 @@ TEST(PluginAbi, LayoutIsStable) {
   EXPECT_GT(offsetof(tycho_engine_setup, position_gradient), offsetof(tycho_engine_setup, slice_thickness_A));
   EXPECT_EQ(int(TYCHO_TENSOR_POSITIONS), 4);
   EXPECT_EQ(int(TYCHO_TENSOR_POSITIONS_GRAD), 5);
+  EXPECT_EQ(int(TYCHO_TENSOR_FIXED_POINT_SUMS), 6);  // appended in ABI 1.3
+  EXPECT_EQ(TYCHO_FINISH_ENDS_ITERATION, 1u);
 #if UINTPTR_MAX == 0xffffffffffffffffu
   EXPECT_EQ(offsetof(tycho_engine_setup, slice_propagator), 104u);
   EXPECT_EQ(offsetof(tycho_engine_setup, position_gradient), 120u);
   // ABI 1.3 appended target_reader (targets per mini-batch).
   EXPECT_EQ(offsetof(tycho_engine_setup, target_reader), 128u);
-  EXPECT_EQ(sizeof(tycho_engine_setup), 136u);
+  // ... and host_finishes_batches (deterministic sums).
+  EXPECT_EQ(offsetof(tycho_engine_setup, host_finishes_batches), 136u);
+  EXPECT_EQ(offsetof(tycho_engine_setup, scan_positions_px), 144u);
+  EXPECT_EQ(offsetof(tycho_engine_setup, scan_first), 152u);
+  EXPECT_EQ(sizeof(tycho_engine_setup), 160u);
   EXPECT_EQ(sizeof(tycho_plugin_descriptor), 56u);
   EXPECT_EQ(sizeof(tycho_component), 80u);
   EXPECT_EQ(sizeof(tycho_host_api), 96u);
@@ -248,7 +255,12 @@ TEST(PluginAbi, LayoutIsStable) {
   // ABI 1.3 appended reads_stored_dtype to the data set's info (sources deliver their stored dtype).
   EXPECT_EQ(offsetof(tycho_dataset_info, description), 112u);
   EXPECT_EQ(offsetof(tycho_dataset_info, reads_stored_dtype), 120u);
-  EXPECT_EQ(sizeof(tycho_dataset_info), 128u);
+  // ... and, still before 0.1.0's release, the far-field geometry and the radiation: from byte
+  // 128 on, past the tail padding of the struct as it was, so struct_size tells them apart.
+  EXPECT_EQ(offsetof(tycho_dataset_info, detector_distance_m), 128u);
+  EXPECT_EQ(offsetof(tycho_dataset_info, detector_pixel_m), 136u);
+  EXPECT_EQ(offsetof(tycho_dataset_info, radiation), 152u);
+  EXPECT_EQ(sizeof(tycho_dataset_info), 160u);
 #endif
   // The vtables and the host table: struct_size then abi_version.
   EXPECT_EQ(offsetof(tycho_source_vtable, abi_version), 4u);

@@ -374,11 +374,13 @@ struct small_problem {
 class cpu_engine_run : public tycho::test::engine_under_test {
  public:
   // loss_far_field false: the loss without its fused path (tycho_loss_vtable::evaluate_far_field).
+  // deterministic false: float sums ([reconstruct] deterministic).
   cpu_engine_run(const small_problem& p, const std::string& precision, int threads = 2, bool shift_groups = true,
-                 bool loss_far_field = true)
+                 bool loss_far_field = true, bool deterministic = true)
       : tycho::test::engine_under_test("cpu",
                                        "precision = \"" + precision + "\"\nthreads = " + std::to_string(threads) +
-                                           "\nshift_groups = " + (shift_groups ? "true" : "false") + "\n",
+                                           "\nshift_groups = " + (shift_groups ? "true" : "false") +
+                                           "\ndeterministic = " + (deterministic ? "true" : "false") + "\n",
                                        setup_of(p), "amplitude", loss_far_field) {}
 
  private:
@@ -424,7 +426,10 @@ TEST(PrecisionEngine, Float64MatchesFloat32FromTheSameState) {
 // false, the reference), on a raster (groups of 5, rows repeating an offset) and on random
 // offsets (groups of 1), with 1 and 2 threads, one probe mode and three: float64 to 1e-12,
 // float32 to its rounding (measured, 1 and 3 modes: float64 ≤ 2.2e-16 loss, 1.6e-15 gradients;
-// float32 ≤ 3.1e-8 loss, 9.1e-7 gradients).
+// float32 ≤ 3.1e-8 loss, 9.1e-7 gradients). With float sums (deterministic = false): the
+// deterministic sums' grids add their own rounding to each path (float64 probe gradient: up to
+// 5e-11 here), and each path is checked against itself across ranks and threads elsewhere
+// (tests/test_deterministic_sums.cpp).
 TEST(PrecisionEngine, ShiftGroupsMatchPerPositionShifts) {
   for (int64_t modes : {1, 3}) {
     for (bool raster : {true, false}) {
@@ -437,7 +442,8 @@ TEST(PrecisionEngine, ShiftGroupsMatchPerPositionShifts) {
           SCOPED_TRACE(testing::Message() << precision << (raster ? " raster" : " random") << " threads " << threads
                                           << " modes " << modes);
           const double tol = std::string(precision) == "float64" ? 1e-12 : 2e-6;
-          cpu_engine_run grouped(p, precision, threads), reference(p, precision, threads, false);
+          cpu_engine_run grouped(p, precision, threads, true, true, false),
+              reference(p, precision, threads, false, true, false);
           ASSERT_TRUE(grouped.ok() && reference.ok()) << tycho::last_error();
           const double lg = grouped.batch(idx), lr = reference.batch(idx);
           std::cout << precision << (raster ? " raster" : " random") << " threads " << threads << " modes " << modes

@@ -77,7 +77,27 @@ typedef struct tycho_dataset_info {
    * float32 copy of the scan. 0, or a struct_size that ends before this field (an older
    * source): read() fills float32 only, and a host never asks for another dtype. */
   int32_t reads_stored_dtype;
+  /* ---- appended in ABI 1.3 (before tycho 0.1.0's release): X-ray data and far-field geometry.
+   * These start at byte 128 on LP64, beyond the tail padding that follows reads_stored_dtype
+   * (whose bytes a source built before them may leave undefined), so a struct_size that covers
+   * a field tells that the source filled it. */
+  double detector_distance_m;     /* specimen-to-detector distance, m; NaN: not recorded */
+  double detector_pixel_m[2];     /* physical pixel size along Qx, Qy, m; NaN: not recorded.
+                                   * With the distance, the host computes the reciprocal pixel
+                                   * p / (λ z) from the run's wavelength (config or file), so
+                                   * a source need not know it; detector_pixel_invA, when also
+                                   * set, is then not used */
+  int32_t radiation;              /* tycho_radiation: what the file says the beam is; 0 unknown */
 } tycho_dataset_info;
+
+/* What a beam is made of (tycho_dataset_info::radiation; [optics] radiation): it decides the
+ * wavelength of the energy, λ = 12.2643 / sqrt(E (1 + 0.978476e-6 E)) Å for electrons and
+ * λ = 12398.42 / E Å for X-ray photons (E in eV). */
+typedef enum tycho_radiation {
+  TYCHO_RADIATION_UNKNOWN = 0,
+  TYCHO_RADIATION_ELECTRON = 1,
+  TYCHO_RADIATION_XRAY = 2
+} tycho_radiation;
 
 typedef struct tycho_source_vtable {
   uint32_t struct_size;
@@ -260,6 +280,18 @@ typedef struct tycho_engine_setup {
    * mini-batch's through the reader (docs/streaming.md). An engine that cannot refuses at
    * create (the built-in cuda engine does in this version). */
   const struct tycho_target_reader* target_reader;
+  /* ---- appended in ABI 1.3 (before tycho 0.1.0's release): deterministic sums. 1: the host
+   * finishes every batch of an engine that keeps its sums as integers (get_tensor of
+   * TYCHO_TENSOR_FIXED_POINT_SUMS succeeds): after compute_batch it sums that tensor over the
+   * ranks and calls finish_batch. 0 (or a setup that ends before this field): no host does, and
+   * such an engine finishes each batch itself in compute_batch, as for one rank. */
+  int32_t host_finishes_batches;
+  /* The probe centres of every pattern of the run, every rank's ((P_all, 2) float64 host, valid
+   * during create), of which positions_px is rows [scan_first, scan_first + P): what an engine
+   * needs to lay out its integer sums alike on every rank (the cpu engine's row-offset classes).
+   * NULL: positions_px is the whole scan (scan_first 0). */
+  const DLTensor* scan_positions_px;
+  int64_t scan_first;
 } tycho_engine_setup;
 
 /* ---- added in ABI 1.3: the host's reader of the targets of a mini-batch, handed to an engine
@@ -295,7 +327,12 @@ typedef enum tycho_tensor_id {
                                    * engine's view is writable: the host moves the positions
                                    * between batches (position correction) */
   /* ---- appended in ABI 1.2 */
-  TYCHO_TENSOR_POSITIONS_GRAD = 5 /* (P, 2) float64, dL/dr per pattern (setup position_gradient) */
+  TYCHO_TENSOR_POSITIONS_GRAD = 5, /* (P, 2) float64, dL/dr per pattern (setup position_gradient) */
+  /* ---- appended in ABI 1.3 (before tycho 0.1.0's release) */
+  TYCHO_TENSOR_FIXED_POINT_SUMS = 6 /* (n) int64 on the engine's device: the last compute_batch's
+                                     * gradients and loss as integers, in the engine's own layout
+                                     * (tycho_engine_vtable::finish_batch); only an engine that keeps
+                                     * deterministic sums has it (else TYCHO_ERR_UNSUPPORTED) */
 } tycho_tensor_id;
 
 typedef struct tycho_engine_vtable {
@@ -331,6 +368,21 @@ typedef struct tycho_engine_vtable {
    * NULL (or a vtable of ABI 1.0): the engine cannot be planned and `tycho plan` says so. */
   tycho_status (*plan_memory)(const tycho_config* cfg, const tycho_memory_problem* problem,
                               tycho_memory_report* out);
+  /* ---- appended in ABI 1.3 (before tycho 0.1.0's release): deterministic sums, the same bits
+   * for any number of ranks (docs/guarantees.md). An engine that keeps its batch sums as
+   * integers on a grid fixed before the batch exposes them as TYCHO_TENSOR_FIXED_POINT_SUMS. With
+   * setup->host_finishes_batches = 1, after each compute_batch (which then leaves the gradients and
+   * the loss in those integers: a host engine adds nothing to loss_sum) the host sums that tensor
+   * over the ranks in place (int64: exact, in any order) and calls finish_batch, which either
+   * converts the sums into OBJECT_GRAD and PROBE_GRAD and adds the batch's loss over every rank to
+   * *loss_sum (host engines; device engines keep it for collect_loss) and sets *again = 0, or sets
+   * *again = 1: a value overflowed the grid (or the grid that starts an iteration moved), the grids
+   * are changed and the host must compute the same batch again (compute_batch, the sum,
+   * finish_batch). Every rank reads the same sums, so every rank decides alike. `flags`:
+   * TYCHO_FINISH_ENDS_ITERATION on the last batch of an iteration (the next batch's grid then
+   * depends on that iteration's data alone, so a run resumed there quantises as one that did not
+   * stop). Device engines: queued on `stream`, and waits for the work it needs to decide. */
+  tycho_status (*finish_batch)(tycho_engine* eng, uint32_t flags, int32_t* again, double* loss_sum, void* stream);
   /* ---- appended in ABI 1.3 (before tycho 0.1.0's release): the part of the object gradient
    * the host reads after the next compute_batch calls. `boxes` holds n_boxes rows of four
    * int64 [row0, row1, col0, col1): half-open, disjoint boxes of the object's last two axes
@@ -341,6 +393,9 @@ typedef struct tycho_engine_vtable {
    * engine always fills the whole object gradient (the host then treats it as n_boxes = 0). */
   tycho_status (*set_gradient_region)(tycho_engine* eng, const int64_t* boxes, int64_t n_boxes);
 } tycho_engine_vtable;
+
+/* Bits of finish_batch's flags (ABI 1.3). */
+#define TYCHO_FINISH_ENDS_ITERATION 1u
 
 /* ---------------------------------------------------------------- optimizer */
 
@@ -453,7 +508,9 @@ typedef struct tycho_reducer_setup {
 
 /* Collectives across the ranks of a data-parallel run (one rank per engine). Every rank calls
  * every collective in the same order. Tensors are C-contiguous float32, float64, complex64 or
- * complex128 (complex as pairs of reals) on setup->device. */
+ * complex128 (complex as pairs of reals) on setup->device; since ABI 1.3 allreduce_sum also takes
+ * int64 (an engine's deterministic sums: exact two's-complement sums, the same in any order), and
+ * a reducer that cannot refuses it (TYCHO_ERR_UNSUPPORTED). */
 typedef struct tycho_reducer_vtable {
   uint32_t struct_size;
   uint32_t abi_version;

@@ -37,7 +37,11 @@
  *        tycho_memory_problem::targets_streamed; sources may deliver their stored dtype
  *        (uint8, uint16, float16) through read: tycho_dataset_info::reads_stored_dtype; the
  *        embedding API's tycho_evaluate (tycho_evaluate_options) and tycho_free_string;
- *        a loss's fused path for the engines: tycho_loss_vtable::evaluate_far_field;
+ *        a loss's fused path for the engines: tycho_loss_vtable::evaluate_far_field; X-ray
+ *        data: tycho_dataset_info::detector_distance_m, detector_pixel_m and radiation
+ *        (tycho_radiation); deterministic sums: TYCHO_TENSOR_FIXED_POINT_SUMS, tycho_engine_vtable::finish_batch
+ *        (TYCHO_FINISH_ENDS_ITERATION), tycho_engine_setup::host_finishes_batches,
+ *        scan_positions_px and scan_first, int64 in a reducer's allreduce_sum;
  *        the object's work per batch in boxes (issue 30): tycho_engine_vtable::
  *        set_gradient_region, tycho_step_info::n_boxes / boxes / box_steps with
  *        tycho_optimizer_vtable::flags (TYCHO_OPTIMIZER_TAKES_BOXES),

@@ -51,6 +51,13 @@ driver::driver(engine_binding engine, std::vector<optimizer_binding> optimizers,
   if (options_.positions.enabled && share_.world_size > 1 && share_.kind != shard::mode::patterns)
     fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct.positions] correct = true on ", share_.world_size,
          " ranks needs [parallel] sharding = \"patterns\" (each rank corrects the positions of the patterns it holds)");
+  // Deterministic sums (tycho_engine_vtable::finish_batch): an engine that keeps its batch sums as
+  // integers has them summed here instead of its float gradients and loss.
+  fixed_point_ = engine_.vtable->struct_size >= offsetof(tycho_engine_vtable, finish_batch) + sizeof(void*) &&
+                 engine_.vtable->finish_batch != nullptr && [&] {
+                   DLTensor t{};
+                   return engine_.vtable->get_tensor(engine_.instance, TYCHO_TENSOR_FIXED_POINT_SUMS, &t) == TYCHO_OK;
+                 }();
   // A constraint on the positions fits the whole scan (an affine map, a drift): it sees one
   // rank's share only, so it would differ from rank to rank.
   if (options_.positions.enabled && share_.world_size > 1)
@@ -148,13 +155,15 @@ double driver::run_iteration() {
     if (tiles_) mark_region(global, count, object_steps);
     check_status(engine_.vtable->compute_batch(engine_.instance, indices, n, &loss),
                  "engine compute_batch");
+    if (fixed_point_) finish_fixed_point_batch(indices, n, b + 1 == batches, loss, stream);
     for (const auto& opt : optimizers_) {
       if (epoch < opt.first_iteration) continue;
       DLTensor param{}, grad{};
       check_status(engine_.vtable->get_tensor(engine_.instance, opt.parameter, &param), "engine get_tensor");
       check_status(engine_.vtable->get_tensor(engine_.instance, opt.gradient, &grad), "engine get_tensor");
       const bool in_tiles = tiles_ && opt.parameter == TYCHO_TENSOR_OBJECT;
-      if (collectives_ != nullptr) {
+      // Deterministic sums: the gradients are already every rank's (finish_fixed_point_batch).
+      if (collectives_ != nullptr && !fixed_point_) {
         if (in_tiles)
           sum_region(grad, stream);
         else
@@ -176,9 +185,33 @@ double driver::run_iteration() {
   }
   if (engine_.vtable->collect_loss != nullptr)
     check_status(engine_.vtable->collect_loss(engine_.instance, &loss), "engine collect_loss");
-  if (collectives_ != nullptr) loss = collectives_->sum(loss);
+  if (collectives_ != nullptr && !fixed_point_) loss = collectives_->sum(loss);  // fixed point: already every rank's
   ++iterations_done_;
   return loss / double(n_patterns_);
+}
+
+// The engine's integer sums of the batch summed over the ranks (exact, in any order), then
+// converted by the engine; it may ask for the batch again when a value overflowed the grid fixed
+// before it (every rank reads the same sums, so every rank asks alike: tycho/sdk/fixed_point.hpp).
+void driver::finish_fixed_point_batch(const int64_t* indices, int64_t n, bool ends_iteration, double& loss,
+                                      void* stream) {
+  for (int attempt = 0;; ++attempt) {
+    if (attempt > 0)
+      check_status(engine_.vtable->compute_batch(engine_.instance, indices, n, &loss), "engine compute_batch");
+    DLTensor sums{};
+    check_status(engine_.vtable->get_tensor(engine_.instance, TYCHO_TENSOR_FIXED_POINT_SUMS, &sums), "engine get_tensor");
+    if (collectives_ != nullptr) collectives_->sum_in_place(sums, stream);
+    int32_t again = 0;
+    check_status(engine_.vtable->finish_batch(engine_.instance, ends_iteration ? TYCHO_FINISH_ENDS_ITERATION : 0u,
+                                              &again, &loss, stream),
+                 "engine finish_batch");
+    if (!again) return;
+    // Each attempt raises a grid to fit what the last one found, so two settle every batch; more
+    // means values that no grid holds (a non-finite value the engine did not flag).
+    if (attempt >= 3)
+      fail(TYCHO_ERR_BAD_DATA, "the deterministic sums of a batch overflowed every grid tried (", attempt + 1,
+           " attempts): values beyond any fixed-point range; [reconstruct] deterministic = false sums them as floats");
+  }
 }
 
 namespace {

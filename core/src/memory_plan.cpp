@@ -194,13 +194,30 @@ std::vector<memory_term> memory_terms(const memory_problem& p) {
     // or modes also the wave entering each slice of each mode and each mode's far field
     // (K·(S+1)), intensity and dL/dI, a whole object-gradient copy (all slices), the
     // probe-spectrum accumulator (all modes), the two phase ramps.
-    const uint64_t group_buffers = s == 1 ? mul(2, k) : 0;
+    // Deterministic sums: the accumulators are int64 (re, im) pairs, and the groups keep only A.
+    const uint64_t acc = p.deterministic ? 16 : c;
+    const uint64_t group_buffers = s == 1 ? mul(p.deterministic ? 1 : 2, k) : 0;
     const uint64_t buffers = add(add(4, group_buffers), s > 1 || k > 1 ? mul(k, s + 1) : 0);
     const uint64_t per_thread = add(add(mul(mul(buffers, c), m), mul(2 * real, m)),
-                                    add(add(mul(obj, c), mul(probe, c)), mul(add(n0, n1), c)));
+                                    add(add(mul(obj, acc), mul(probe, acc)), mul(add(n0, n1), c)));
     t.push_back({"transients", mul(u(p.threads), per_thread),
-                 cat(p.threads, " threads · (", buffers, "·", M, "·", c, " + 2·", M, "·", real, " + ", O, "·", c, " + ",
-                     KM, "·", c, " + (", n0, "+", n1, ")·", c, ") B")});
+                 cat(p.threads, " threads · (", buffers, "·", M, "·", c, " + 2·", M, "·", real, " + ", O, "·", acc,
+                     " + ", KM, "·", acc, " + (", n0, "+", n1, ")·", c, ") B")});
+    if (p.deterministic) {
+      // The rank's int64 sums (cpu_engine.cpp, sums_): object, probe (per row-offset class with
+      // one slice: at most min(B, P)/4 classes and 256 MiB, the bound counted), the header
+      // (tycho/sdk/fixed_point.hpp: 4478 words for two tensors).
+      uint64_t classes = 1;
+      if (s == 1) {
+        const uint64_t most = std::max<uint64_t>(1, u(std::min(p.batch_size, p.patterns)) / 4);
+        const uint64_t fit = (uint64_t(256) << 20) / std::max<uint64_t>(1, mul(probe, 16));
+        if (most <= fit) classes = most;
+      }
+      constexpr uint64_t header = 4478 * 8;
+      t.push_back({"deterministic sums", add(add(mul(obj, 16), mul({probe, classes, 16})), header),
+                   cat(O, "·16 + ", classes > 1 ? cat(classes, " classes · ") : std::string(), KM, "·16 + ", header,
+                       " B (int64)")});
+    }
     const uint64_t workspace = k > 1 ? k + 2 : 2;  // the probe spectra, the transform's input (and output)
     t.push_back({"FFT workspace", mul(workspace, mul(m, c)),
                  cat(workspace, " · ", M, " · ", c,
@@ -221,6 +238,9 @@ std::vector<memory_term> memory_terms(const memory_problem& p) {
     t.push_back({"FFT workspace", mul({u(p.fft_plans), b, m, c, fast ? 1u : 4u}),
                  cat(p.fft_plans, " plan · ", b, " · ", M, " · ", c, " B",
                      fast ? "" : " · 4 (not 2^a·3^b·5^c·7^d: Bluestein)")});
+    if (p.deterministic)  // cuda_engine.cu: the batch's integers, object and probe spectrum, and the header
+      t.push_back({"deterministic sums", add(mul(add(obj, probe), 16), 4478 * 8),
+                   cat("(", O, " + ", KM, ")·16 + ", 4478 * 8, " B (int64)")});
     if (p.reserve_bytes > 0) t.push_back({"runtime reserve", p.reserve_bytes, "CUDA context and allocator"});
   }
   uint64_t total = 0;

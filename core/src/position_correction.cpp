@@ -34,10 +34,28 @@ void position_curvature(const std::complex<T>* probe, int64_t modes, int64_t n0,
   for (int a = 0; a < 2; ++a) curvature[a] = count > 0 ? 2.0 * power * sum[a] / double(count) : 0.0;
 }
 
+// The steps' sum is exact, so the same on one rank as on several (whose partial sums the host
+// adds as doubles): each step enters it rounded to a multiple of q = 2^(⌈log2 max_step_px⌉ − 24)
+// (|step| ≤ max_step_px, so a step is at most 2^24 of them and 2^28 steps sum below 2^52 q:
+// every partial sum is a double exactly, in any order). The positions themselves move by the
+// steps as computed; only their mean is taken from the rounded ones (at most q/2 ≈ 3e-8 px off).
+namespace {
+constexpr int64_t k_most_exact_steps = int64_t(1) << 28;
+double step_quantum(double max_step_px) {
+  int e = 0;
+  std::frexp(std::max(max_step_px, 1e-300), &e);  // max_step_px ≤ 2^e
+  return std::ldexp(1.0, e - 24);
+}
+}  // namespace
+
 void position_steps(const double* gradient, int64_t count, const double h[2], const position_step_options& o,
                     double* step, double sum[2]) {
   sum[0] = sum[1] = 0;
   if (count <= 0) return;
+  if (count > k_most_exact_steps)
+    fail(TYCHO_ERR_UNSUPPORTED, "position correction: ", count, " positions, more than the ", k_most_exact_steps,
+         " whose mean step is summed exactly");
+  const double q = step_quantum(o.max_step_px);
   if (!(h[0] > 0 && h[1] > 0 && std::isfinite(h[0]) && std::isfinite(h[1])))
     fail(TYCHO_ERR_BAD_DATA, "position correction: the curvature (", h[0], ", ", h[1],
          ") is not finite and positive: the object has no structure yet to locate the patterns by; ",
@@ -49,7 +67,7 @@ void position_steps(const double* gradient, int64_t count, const double h[2], co
         fail(TYCHO_ERR_BAD_DATA, "position correction: the gradient of position ", j, " is ", g);
       const double d = std::clamp(-o.rate * g / h[a], -o.max_step_px, o.max_step_px);
       step[std::size_t(2 * j + a)] = d;
-      sum[a] += d;
+      sum[a] += std::nearbyint(d / q) * q;  // exact: see step_quantum
     }
 }
 

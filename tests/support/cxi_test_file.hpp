@@ -17,8 +17,10 @@ namespace tycho::test {
 
 class h5_file_writer {
  public:
-  explicit h5_file_writer(const std::string& path)
-      : file_(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)) {}
+  // A new file at `path`; `append`: opens the existing one for writing instead.
+  explicit h5_file_writer(const std::string& path, bool append = false)
+      : file_(append ? H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT)
+                     : H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)) {}
   ~h5_file_writer() { H5Fclose(file_); }
   h5_file_writer(const h5_file_writer&) = delete;
   h5_file_writer& operator=(const h5_file_writer&) = delete;

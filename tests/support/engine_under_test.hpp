@@ -62,6 +62,11 @@ class engine_under_test {
   tycho_status set_region(const std::vector<int64_t>& boxes) {
     return evt_->set_gradient_region(eng_, boxes.data(), int64_t(boxes.size() / 4));
   }
+  // compute_batch's status (for refusals; last_error() has the message).
+  tycho_status try_batch(const std::vector<int64_t>& idx) {
+    double loss = 0;
+    return evt_->compute_batch(eng_, idx.data(), int64_t(idx.size()), &loss);
+  }
   tycho_status get_status(tycho_tensor_id id) {
     DLTensor t{};
     return evt_->get_tensor(eng_, id, &t);
@@ -78,6 +83,13 @@ class engine_under_test {
     for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
     const auto* b = static_cast<const unsigned char*>(t.data);
     return std::vector<unsigned char>(b, b + n);
+  }
+  // Deterministic sums (ABI 1.3): the step after the host's sum of the engine's integer sums
+  // (TYCHO_TENSOR_FIXED_POINT_SUMS) over the ranks; returns `again` (1: compute the batch again).
+  int32_t finish(uint32_t flags, double& loss) {
+    int32_t again = -1;
+    EXPECT_EQ(evt_->finish_batch(eng_, flags, &again, &loss, nullptr), TYCHO_OK) << tycho::last_error();
+    return again;
   }
   // A complex tensor's values in double precision, whatever the engine's.
   std::vector<std::complex<double>> values(tycho_tensor_id id) {

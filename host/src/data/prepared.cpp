@@ -37,6 +37,7 @@
 #include "settings/settings_read.hpp"
 #include "tycho/host/stop_signals.hpp"
 #include "data/target_stream.hpp"
+#include "geometry/beam_optics.hpp"
 
 namespace tycho::host {
 
@@ -127,6 +128,23 @@ tycho_dataset_info recorded_info(const prepared_file& p) {
   info.energy_eV = m.number_or_null("source_calibration.energy_eV", "eV");
   info.semiangle_mrad = m.number_or_null("source_calibration.semiangle_mrad", "mrad");
   info.C10_A = m.number_or_null("source_calibration.C10_A", "Å");
+  // A far-field detector in metres and the radiation (absent from files written before them: NaN, unknown).
+  info.detector_distance_m = m.number_or_null("source_calibration.detector_distance_m", "m");
+  if (info.detector_distance_m <= 0)  // NaN (unknown) passes
+    m.refuse("source_calibration.detector_distance_m", m.find("source_calibration.detector_distance_m"),
+             "a distance > 0 in m, or null");
+  info.detector_pixel_m[0] = info.detector_pixel_m[1] = std::numeric_limits<double>::quiet_NaN();
+  if (m.find("source_calibration.detector_pixel_m")) {
+    const auto px = m.numbers("source_calibration.detector_pixel_m", 2, true, true, "the detector pixel in m, or null");
+    info.detector_pixel_m[0] = px[0];
+    info.detector_pixel_m[1] = px[1];
+  }
+  info.radiation = TYCHO_RADIATION_UNKNOWN;
+  if (const nlohmann::json* r = m.find("source_calibration.radiation"); r && !r->is_null()) {
+    const std::string kind = m.string("source_calibration.radiation");
+    if (kind != "xray" && kind != "electron") m.refuse("source_calibration.radiation", r, "\"electron\", \"xray\" or null");
+    info.radiation = kind == "xray" ? TYCHO_RADIATION_XRAY : TYCHO_RADIATION_ELECTRON;
+  }
   info.patterns_centred = m.boolean("data.patterns_centred") ? 1 : 0;
   return info;
 }
@@ -226,6 +244,19 @@ dataset recorded_dataset(const prepared_file& p) {
   d.all_patterns = d.info.scan_shape[0] * d.info.scan_shape[1];
   d.n0 = d.info.detector_shape[0];
   d.n1 = d.info.detector_shape[1];
+  // Positions the source listed (data.positions_A, (P, 2) Å), checked as read_source_positions checks them.
+  if (const nlohmann::json* pos = p.d->manifest.find("data.positions_A")) {
+    const std::string expected = cat(d.all_patterns, " positions [x, y] of finite numbers in Å");
+    if (!pos->is_array() || int64_t(pos->size()) != d.all_patterns) p.d->manifest.refuse("data.positions_A", pos, expected);
+    d.positions_A.reserve(std::size_t(2 * d.all_patterns));
+    for (const auto& xy : *pos) {
+      if (!xy.is_array() || xy.size() != 2 || !xy[0].is_number() || !xy[1].is_number() ||
+          !std::isfinite(xy[0].get<double>()) || !std::isfinite(xy[1].get<double>()))
+        p.d->manifest.refuse("data.positions_A", pos, expected);
+      d.positions_A.push_back(xy[0].get<double>());
+      d.positions_A.push_back(xy[1].get<double>());
+    }
+  }
   return d;
 }
 
@@ -427,7 +458,7 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
 
   const detector_padding_request pad_request = read_detector_padding(doc.table_at("preprocess"), doc.origin());
   const auto window = padded_window(pad_request, d->n0, d->n1);
-  const run_geometry g = resolve_run_geometry(doc, d->info, d->description, window[0], window[1]);
+  const run_geometry g = resolve_run_geometry(doc, d->info, d->description, window[0], window[1], d->positions_A);
   const std::string checksum = source_file.empty() ? "" : sha256_file(source_file);
   const uintmax_t source_bytes = source_file.empty() ? 0 : fs::file_size(source_file);
 
@@ -476,13 +507,23 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
                  {"source_file", source_file.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(source_file)},
                  {"source_bytes", source_bytes},
                  {"source_sha256", checksum.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(checksum)}};
+    if (!d->positions_A.empty()) {  // listed by the source (a CXI file's translations): a run from the file needs them
+      nlohmann::ordered_json pos = nlohmann::ordered_json::array();
+      for (std::size_t k = 0; k + 1 < d->positions_A.size(); k += 2) pos.push_back({d->positions_A[k], d->positions_A[k + 1]});
+      j["data"]["positions_A"] = std::move(pos);
+    }
     j["source_calibration"] = {
         {"scan_step_A", {number_or_null(source_info.scan_step_A[0]), number_or_null(source_info.scan_step_A[1])}},
         {"detector_pixel_invA",
          {number_or_null(d->info.detector_pixel_invA[0]), number_or_null(d->info.detector_pixel_invA[1])}},
         {"energy_eV", number_or_null(source_info.energy_eV)},
         {"semiangle_mrad", number_or_null(source_info.semiangle_mrad)},
-        {"C10_A", number_or_null(source_info.C10_A)}};
+        {"C10_A", number_or_null(source_info.C10_A)},
+        {"detector_distance_m", number_or_null(source_far_field_m(d->info)[0])},
+        {"detector_pixel_m", {number_or_null(source_far_field_m(d->info)[1]), number_or_null(source_far_field_m(d->info)[2])}},
+        {"radiation", source_radiation(source_info) == TYCHO_RADIATION_XRAY       ? nlohmann::ordered_json("xray")
+                      : source_radiation(source_info) == TYCHO_RADIATION_ELECTRON ? nlohmann::ordered_json("electron")
+                                                                                  : nlohmann::ordered_json(nullptr)}};
     j["preprocess_detector"] = {{"shape", {d->n0, d->n1}}};
     j["calibration"] = {{"scan_step_A", {g.geometry.step_A[0], g.geometry.step_A[1]}},
                         {"detector_pixel_invA", {g.sampling.dk_invA[0], g.sampling.dk_invA[1]}},

@@ -12,6 +12,7 @@
 
 #include "settings/config_read.hpp"
 #include "data/detector_padding.hpp"
+#include "geometry/beam_optics.hpp"
 #include "data/pattern_steps.hpp"
 #include "data/preprocess_stage.hpp"
 #include "tycho/host/log.hpp"
@@ -308,13 +309,12 @@ binning_optics resolve_binning_optics(const config_document& doc, const tycho_da
          "binned window, and neither the data nor the config give it; set '", key, "' in [", table, "]");
   };
   o.optics.energy_eV = known(optics_t, "energy_eV", "optics", info.energy_eV, "beam energy");
-  o.optics.semiangle_mrad = known(optics_t, "semiangle_mrad", "optics", info.semiangle_mrad, "probe semiangle");
+  resolve_probe_model(optics_t, info, info.description ? info.description : "the data", o.optics);  // X-ray too
   if (auto defocus = read_key<double>(optics_t, "defocus_A", "optics")) o.optics.C10_A = -*defocus;
   else if (auto c10 = read_key<double>(optics_t, "C10_A", "optics")) o.optics.C10_A = *c10;
   else o.optics.C10_A = std::isfinite(info.C10_A) ? info.C10_A : 0.0;
-  const double dk = known(data_t, "detector_pixel_invA", "data", info.detector_pixel_invA[0], "detector pixel size");
-  const double dk1 = data_t.contains("detector_pixel_invA") || !std::isfinite(info.detector_pixel_invA[1])
-                         ? dk : info.detector_pixel_invA[1];
+  const auto [dk, dk1] = resolve_detector_pixel_invA(data_t, info, info.description ? info.description : "the data",
+                                                     sdk::wavelength_A(o.optics));
   o.dk_invA = {dk, dk1};
   if (!(o.optics.energy_eV > 0 && o.optics.semiangle_mrad > 0 && dk > 0 && dk1 > 0))
     fail(TYCHO_ERR_INVALID_ARGUMENT, "[preprocess] binning: the energy, semiangle and detector pixel must be > 0");
@@ -627,7 +627,10 @@ double stage_plan::normalise_totals(const dataset& d, const pattern_feed& feed, 
 
 void finish_preprocess_stage(dataset& d, stage_plan& plan, bool recompute) {
   const preprocess_settings& s = plan.report.settings;
-  if ((plan.steps.turns % 2 == 1) != s.transpose) std::swap(d.info.detector_pixel_invA[0], d.info.detector_pixel_invA[1]);
+  if ((plan.steps.turns % 2 == 1) != s.transpose) {
+    std::swap(d.info.detector_pixel_invA[0], d.info.detector_pixel_invA[1]);
+    std::swap(d.info.detector_pixel_m[0], d.info.detector_pixel_m[1]);  // a far-field detector's, in metres
+  }
   d.n0 = plan.steps.out[0];
   d.n1 = plan.steps.out[1];
   d.info.detector_shape[0] = d.n0;

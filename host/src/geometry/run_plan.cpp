@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <vector>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <thread>
@@ -28,6 +29,7 @@
 #include "data/chunked_preprocess.hpp"
 #include "data/target_residency.hpp"
 #include "tycho/host/log.hpp"
+#include "tycho/host/settings.hpp"
 
 namespace tycho::host {
 
@@ -74,6 +76,24 @@ std::string residency_options(const memory_problem& p, const tycho_dataset_info&
                                  std::lround(bandwidth / 1e9 * 10) / 10.0, " GB/s copy bandwidth (a warm page cache)")
                            : std::string("bandwidth unknown"),
              "\n");
+}
+
+// What a run's sums promise (docs/guarantees.md): an engine with deterministic sums gives the
+// same bits on any number of ranks, threads and devices; float sums round as each batch is cut.
+std::string sums_line(const config_document& doc, const registry& reg, const std::string& engine) {
+  const component_ref* c = reg.find_description(TYCHO_COMPONENT_ENGINE, engine);
+  const setting_decl* decl = nullptr;
+  if (c != nullptr)
+    for (const auto& d : c->settings)
+      if (d.key == "deterministic" && d.type == TYCHO_SETTING_BOOL) decl = &d;
+  const std::string varies = "the last bits of the gradients depend on how many ranks and threads share each batch";
+  if (decl == nullptr) return cat("sums     float: the ", engine, " engine keeps no deterministic sums; ", varies, "\n");
+  bool on = decl->default_text && *decl->default_text == "true";
+  if (std::optional<bool> v = doc.table_at("reconstruct")["deterministic"].value<bool>()) on = *v;
+  if (!on) return cat("sums     float ([reconstruct] deterministic = false): ", varies, "\n");
+  return "sums     deterministic ([reconstruct] deterministic = true): gradients and loss summed as fixed-point "
+         "integers,\n         the same bits for any number of ranks, threads and devices (the same engine, precision "
+         "and batch order)\n";
 }
 
 }  // namespace
@@ -166,7 +186,7 @@ int run_plan_command(const config_document& doc, const registry& reg, const plan
   out << ")";
   if (!r.engine_available)
     out << "\n         the '" << r.engine_name << "' engine is not available here: planned with its model anyway";
-  out << "\n\n";
+  out << "\n" << sums_line(doc, reg, r.engine_name) << "\n";
 
   uint64_t capacity = 0;
   std::string capacity_source;

@@ -156,6 +156,10 @@ time_estimate estimate_iteration_time(const config_document& doc, const registry
   setup.slice_propagator = slices > 1 ? &propagator_t : nullptr;
   setup.slice_thickness_A = slices > 1 ? 1.0 : 0.0;
   setup.position_gradient = *setting_value<bool>(doc.table_at("reconstruct.positions"), "reconstruct.positions", "correct") ? 1 : 0;
+  // The driver below finishes the batches of an engine with deterministic sums, as a run's does
+  // (an engine set up without it finishes them itself, and the driver's finish_batch would then
+  // find no sums left to finish); the calibration's positions are its whole scan.
+  setup.host_finishes_batches = 1;
   check_status(run.evt->create(&setup, &run.engine), "engine create (the time estimate's calibration)");
 
   std::vector<optimizer_binding> bindings;

@@ -198,8 +198,9 @@ struct parallel_context::impl {
     int64_t n = 1;
     for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
     const bool complex = t.dtype.code == kDLComplex;
+    const bool int64 = t.dtype.code == kDLInt && t.dtype.bits == 64;  // deterministic sums: exact
     const int bits = complex ? t.dtype.bits / 2 : t.dtype.bits;
-    if (!(t.dtype.code == kDLFloat || complex) || (bits != 32 && bits != 64) || t.dtype.lanes != 1)
+    if (!(t.dtype.code == kDLFloat || complex || int64) || (bits != 32 && bits != 64) || t.dtype.lanes != 1)
       fail(TYCHO_ERR_UNSUPPORTED, "parallel: cannot sum a tensor of dtype code ", int(t.dtype.code), ", ", t.dtype.bits,
            " bits");
     const int64_t reals = complex ? 2 * n : n;
@@ -209,7 +210,11 @@ struct parallel_context::impl {
     for (int32_t r = 0; r < world; ++r) {
       if (r == rank) theirs = mine;
       host_broadcast(theirs.data(), bytes, r);
-      if (bits == 32) {
+      if (int64) {  // unsigned: two's-complement wrap-around is defined, and the total is the same
+        const uint64_t* v = reinterpret_cast<const uint64_t*>(theirs.data());
+        uint64_t* out = reinterpret_cast<uint64_t*>(data);
+        for (int64_t k = 0; k < reals; ++k) out[k] = (r == 0 ? 0u : out[k]) + v[k];
+      } else if (bits == 32) {
         const float* v = reinterpret_cast<const float*>(theirs.data());
         float* out = reinterpret_cast<float*>(data);
         for (int64_t k = 0; k < reals; ++k) out[k] = (r == 0 ? 0.0f : out[k]) + v[k];

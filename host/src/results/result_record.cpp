@@ -61,6 +61,7 @@ std::string to_json(const result_manifest& m) {
                       {"detector_padding", m.detector_padding},
                       {"scan_origin_A", m.scan_origin_A},
                       {"energy_eV", m.energy_eV},
+                      {"radiation", m.radiation},
                       {"wavelength_A", m.wavelength_A},
                       {"semiangle_mrad", m.semiangle_mrad},
                       {"C10_A", m.C10_A},

@@ -28,6 +28,7 @@
 #include "settings/config_read.hpp"
 #include "runtime/batching_choice.hpp"
 #include "runtime/constraint_list.hpp"
+#include "runtime/initial_probe.hpp"
 #include "runtime/positions_from.hpp"
 #include "results/manifest_checks.hpp"
 #include "results/result_file.hpp"
@@ -36,6 +37,7 @@
 #include "data/chunked_preprocess.hpp"
 #include "data/finite_values.hpp"
 #include "data/detector_padding.hpp"
+#include "geometry/beam_optics.hpp"
 #include "tycho/host/log.hpp"
 #include "tycho/host/output_file.hpp"
 #include "tycho/host/prepared.hpp"
@@ -241,6 +243,10 @@ void check_setting_ranges(const config_document& doc) {
   // [output] path: a NUL cut the written name short of the one reported.
   check_file_name_text(*setting_value<std::string>(doc.table_at("output"), "output", "path"), "[output] path");
   configured_checkpoint_every(doc);
+  // [optics] radiation, probe model and zone plate, [data]'s far-field detector: what the config alone decides.
+  check_beam_settings(doc.table_at("optics"), doc.table_at("data"));
+  // [reconstruct.probe] initial: a file that exists (it is read once the window is known).
+  initial_probe_path(doc.table_at("reconstruct.probe"), doc.base_dir());
 }
 
 // Checks every table's keys and that every named component exists, before any data is read:
@@ -479,8 +485,7 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
   const toml::table& data_t = doc.table_at("data");
   const toml::table& optics_t = doc.table_at("optics");
   r.optics.energy_eV = calibration(optics_t, "energy_eV", "optics", info.energy_eV, desc, "beam energy");
-  r.optics.semiangle_mrad = calibration(optics_t, "semiangle_mrad", "optics", info.semiangle_mrad, desc,
-                                        "probe semiangle");
+  resolve_probe_model(optics_t, info, desc, r.optics);  // radiation, zone plate or pinhole, semiangle (X-ray)
   if (auto defocus = read_key<double>(optics_t, "defocus_A", "optics")) {
     r.optics.C10_A = -*defocus;
   } else if (auto c10 = read_key<double>(optics_t, "C10_A", "optics")) {
@@ -494,17 +499,16 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
   }
   check_beam_energy(r.optics.energy_eV, optics_t.contains("energy_eV") ? "[optics] energy_eV" : cat("the beam energy recorded in '", desc, "'"));
   if (!(r.optics.semiangle_mrad > 0)) fail(TYCHO_ERR_INVALID_ARGUMENT, "[optics] semiangle_mrad must be > 0");
-  r.wavelength_A = wavelength_A(r.optics.energy_eV);
+  r.wavelength_A = wavelength_A(r.optics);  // of electrons or photons ([optics] radiation)
 
-  double dk = calibration(data_t, "detector_pixel_invA", "data", info.detector_pixel_invA[0], desc,
-                          "detector pixel size (Å⁻¹)");
+  const auto detector_pixel = resolve_detector_pixel_invA(data_t, info, desc, r.wavelength_A);  // or the far field's
+  double dk = detector_pixel[0];
   // Positions listed by the source replace the raster: no scan step then (recorded as NaN).
   const bool listed = !positions_A.empty();
   if (listed && data_t.contains("scan_step_A"))
     log_warning("session", cat("'", desc, "' lists its scan positions: [data] scan_step_A is not used"));
   double step = listed ? std::nan("") : calibration(data_t, "scan_step_A", "data", info.scan_step_A[0], desc, "scan step (Å)");
-  double dk1 = data_t.contains("detector_pixel_invA") || !std::isfinite(info.detector_pixel_invA[1])
-                   ? dk : info.detector_pixel_invA[1];
+  double dk1 = detector_pixel[1];
   double step1 = listed || data_t.contains("scan_step_A") || !std::isfinite(info.scan_step_A[1]) ? step : info.scan_step_A[1];
   if (!(dk > 0 && dk1 > 0 && (listed || (step > 0 && step1 > 0))))
     fail(TYCHO_ERR_INVALID_ARGUMENT, "scan step and detector pixel must be > 0 (got ", step, " Å, ", dk, " Å⁻¹)");
@@ -1066,6 +1070,10 @@ void session::state::resolve_geometry(state& s, start& st) {
          " % of its intensity lies within 5 % of the window's edge (window ", s.data.n0 * s.geometry.pixel_A[0],
          " Å wide, C10 = ", s.optics.C10_A, " Å, semiangle ", s.optics.semiangle_mrad,
          " mrad); reduce the defocus or use a larger detector window");
+  // [reconstruct.probe] initial: a probe from a file (an .npy, a CXI file's illumination) instead.
+  if (auto from_file = initial_probe_from_file(s.config.table_at("reconstruct.probe"), s.config.base_dir(), s.data.n0,
+                                               s.data.n1))
+    st.probe = std::move(*from_file);
 }
 
 // 4. The loss and the engine, set up with the targets, the positions and the initial arrays.
@@ -1187,6 +1195,11 @@ void session::state::create_engine(state& s, start& st) {
   setup.slice_propagator = settings.slices > 1 ? &propagator_t : nullptr;
   setup.slice_thickness_A = settings.slices > 1 ? settings.slice_thickness_A : 0.0;
   setup.position_gradient = settings.driver.positions.enabled ? 1 : 0;
+  setup.host_finishes_batches = 1;  // the driver sums an engine's fixed-point sums and finishes its batches
+  int64_t scan_shape[2] = {s.data.all_patterns, 2};
+  DLTensor scan_positions{s.all_positions_px.data(), {kDLCPU, 0}, 2, k_float64, scan_shape, nullptr, 0};
+  setup.scan_positions_px = &scan_positions;  // every rank's: an engine lays out its sums alike on every rank
+  setup.scan_first = s.data.first;
   check_status(s.engine_ref->as<tycho_engine_vtable>()->create(&setup, &s.engine), "engine create");
   // An engine that does not read [reconstruct] precision must not run a float64 config in float32.
   if (const std::string held = precision_of(s.engine_tensor(TYCHO_TENSOR_OBJECT).dtype);
@@ -1573,6 +1586,7 @@ std::string session::manifest_json() const {
   m.scan_origin_A = {s.geometry.scan_origin_A[0], s.geometry.scan_origin_A[1]};
   m.energy_eV = s.optics.energy_eV;
   m.wavelength_A = s.wavelength_A;
+  m.radiation = s.optics.kind == sdk::radiation::xray ? "xray" : "electron";
   m.semiangle_mrad = s.optics.semiangle_mrad;
   m.C10_A = s.optics.C10_A;
   m.mean_total_intensity = s.data.mean_total_intensity;

@@ -69,12 +69,22 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         at_most(at_least(decl("scan_step_A", N, none, "Å", "scan step for both scan axes (default: from the file)"), 1e-6), 1e9),
         at_least(decl("detector_pixel_invA", N, none, "Å⁻¹", "reciprocal pixel size for both detector axes (default: from the file)"), 0, true),
         decl("positions_from", S, none, "", "a tycho result whose saved positions a fresh run starts from (e.g. corrected by an earlier run on the same data), relative to the config's folder"),
+        at_least(decl("detector_distance_m", N, none, "m", "far-field detector: specimen-to-detector distance; with detector_pixel_size_m gives detector_pixel_invA = p / (λ z) (default: from the file)"), 0, true),
+        at_least(decl("detector_pixel_size_m", N, none, "m", "far-field detector: physical pixel size, both axes (default: from the file)"), 0, true),
     };
     m["optics"] = {
         at_most(at_least(decl("energy_eV", N, none, "eV", "beam energy (default: from the file)"), 1), 1e8),
         at_least(decl("semiangle_mrad", N, none, "mrad", "probe-forming aperture semiangle (default: from the file)"), 0, true),
         decl("C10_A", N, none, "Å", "defocus aberration C10, < 0 underfocus (default: from the file, else 0)"),
         decl("defocus_A", N, none, "Å", "abTEM's defocus, stored as C10 = −defocus_A"),
+        one_of(decl("radiation", S, none, "", "what the beam is, which sets the wavelength of energy_eV (default: what the file says, else \"electron\")"),
+               {"electron", "xray"}),
+        one_of(decl("probe_model", S, "\"aperture\"", "", "the initial probe: a disc or annulus in the back focal plane (condenser aperture, zone plate), or a pinhole in real space"),
+               {"aperture", "pinhole"}),
+        at_most(at_least(decl("central_stop", N, "0", "", "a zone plate's central stop: the blocked fraction of the pupil's radius"), 0), 1, true),
+        at_least(decl("zone_plate_diameter_m", N, none, "m", "zone plate diameter D; with focal_length_m gives semiangle_mrad = D / 2f"), 0, true),
+        at_least(decl("focal_length_m", N, none, "m", "zone plate focal length f"), 0, true),
+        at_least(decl("pinhole_diameter_m", N, none, "m", "probe_model = \"pinhole\": its diameter; propagated by C10 to the specimen"), 0, true),
     };
     m["preprocess"] = {
         at_least(decl("object_padding_px", I, "16", "px", "object margin beyond the outermost probe windows, each side"), 0),
@@ -127,6 +137,10 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         1, true));
     m["reconstruct.probe"].push_back(
         decl("orthogonalize_modes", B, "true", "", "keep several modes orthonormal, in decreasing power, after each step"));
+    m["reconstruct.probe"].push_back(decl("initial", S, "\"model\"", "",
+                                          "the starting probe: \"model\" (the [optics] model), or an .npy or HDF5 file (a CXI file's illumination), relative to the config's folder"));
+    m["reconstruct.probe"].push_back(decl("initial_dataset", S, none, "",
+                                          "the probe's dataset in an HDF5 initial (default: /entry_1/instrument_1/source_1/illumination, else .../source_1/probe)"));
     m["reconstruct.positions"] = {
         decl("correct", B, "false", "", "position correction: move each probe position by its gradient once per iteration"),
         at_least(decl("first_iteration", I, "1", "", "the positions stay fixed before this iteration"), 1),

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <limits>
 
 namespace tycho::cpu {
 
@@ -31,6 +32,18 @@ struct cpu_engine<Real>::thread_scratch {
   int64_t row_min = 0, row_max = -1;  // rows of object_grad touched in this batch
   int64_t col_min = 0, col_max = -1;  // and its columns (the windows' bounding box)
   double loss = 0;
+  double pattern_loss = 0;  // the loss of the pattern under way (what the loss component adds)
+  // Deterministic sums: the object's and the probe's (re, im) integers, what the loops saw, and
+  // the loss summed exactly. By class, probe_fixed is one class's (M, N0, N1): the class this
+  // thread's run starts in when an earlier run holds that class's first positions (`carry`);
+  // the thread owns the classes that start in its run and adds their shares straight into the
+  // rank's sums (`class_sums`: the group under way's).
+  std::vector<int64_t> object_fixed, probe_fixed;
+  int64_t carry = -1;
+  int64_t* class_sums = nullptr;
+  bool class_first = false;
+  fixed_tally object_tally, probe_tally;
+  sdk::fixed_point::exact_sum loss_exact;
   bool fused_loss = false;  // the loss's evaluate_far_field serves this thread (cleared if it refuses)
   tycho_status status = TYCHO_OK;
   std::string error;
@@ -144,13 +157,19 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
                                              : "per-position shifts (the grouped ones need one slice and no "
                                                "position correction)";
   log(TYCHO_LOG_INFO, "cpu", cat(sizeof(Real) == 8 ? "float64" : "float32", ", ", threads_, " threads, ",
-                                 kernels_->instruction_set, " pointwise loops, ", path));
+                                 kernels_->instruction_set, " pointwise loops, ", path,
+                                 options.deterministic ? ", deterministic sums" : ", float sums (deterministic = false)"));
   fft_ = std::make_unique<fft_plan_2d<Real>>(n0_, n1_, options.measure_fft);
   if (shift_groups_) {
     rows_ = std::make_unique<fft_plan_axis<Real>>(n0_, n1_, 1, options.measure_fft);
     columns_ = std::make_unique<fft_plan_axis<Real>>(n0_, n1_, 0, options.measure_fft);
   }
   const int64_t m = n0_ * n1_;
+  deterministic_ = options.deterministic;
+  host_finishes_ = options.host_finishes;
+  batch_size_ = std::max<int64_t>(1, options.batch_size);
+  scan_patterns_ = options.scan_positions != nullptr ? options.scan_patterns : patterns_;
+  if (deterministic_) find_classes(options);
   for (int t = 0; t < threads_; ++t) {
     auto s = std::make_unique<thread_scratch>();
     s->shifted_probe = make_fft_buffer<Real>(m);
@@ -160,7 +179,7 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
     if (shift_groups_) {
       for (int64_t k = 0; k < modes_; ++k) {
         s->group_probe.push_back(make_fft_buffer<Real>(m));
-        s->group_grad.push_back(make_fft_buffer<Real>(m));
+        if (!deterministic_) s->group_grad.push_back(make_fft_buffer<Real>(m));
       }
     }
     s->fused_loss = loss_has_far_field;
@@ -170,9 +189,24 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
       for (int64_t k = 0; k < slices_ * modes_; ++k) s->slice_waves.push_back(make_fft_buffer<Real>(m));
       for (int64_t k = 0; k < modes_; ++k) s->far_fields.push_back(make_fft_buffer<Real>(m));
     }
-    s->object_grad.assign(object_.size(), complex(0));
-    s->probe_spectrum_grad.assign(std::size_t(modes_ * m), complex(0));
+    if (deterministic_) {
+      s->object_fixed.assign(2 * object_.size(), 0);
+      s->probe_fixed.assign(std::size_t(2 * modes_ * m), 0);
+    } else {
+      s->object_grad.assign(object_.size(), complex(0));
+      s->probe_spectrum_grad.assign(std::size_t(modes_ * m), complex(0));
+    }
     scratch_.push_back(std::move(s));
+  }
+  if (deterministic_) {
+    const int64_t classes = by_class_ ? int64_t(class_delta0_.size()) : 1;
+    probe_at_ = 2 * int64_t(object_.size());
+    header_at_ = probe_at_ + 2 * classes * modes_ * m;
+    sums_.assign(std::size_t(header_at_) + sdk::fixed_point::header::words(2), 0);
+    sums_view_ = tensor_view(sums_.data(), dtype_int64, {int64_t(sums_.size())});
+    // At most batch_size positions a batch (of every rank's: the same grids on every rank), each
+    // adding one value per mode to an element.
+    grids_ = sdk::fixed_point::grid_schedule(2, std::min(batch_size_, scan_patterns_) * modes_);
   }
   constexpr DLDataType c = complex_dtype<Real>();
   views_[TYCHO_TENSOR_OBJECT] = tensor_view(object_.data(), c, {slices_, h_, w_});
@@ -189,6 +223,54 @@ cpu_engine<Real>::~cpu_engine() = default;
 template <class Real>
 DLTensor* cpu_engine<Real>::tensor(tycho_tensor_id id) {
   return views_[id].get();  // the adapter has checked the id
+}
+
+template <class Real>
+DLTensor* cpu_engine<Real>::fixed_point_sums() {
+  return deterministic_ ? sums_view_.get() : nullptr;
+}
+
+// The scan's distinct row offsets δ0 (as item() rounds them), when the grouped path's
+// deterministic sums keep the probe's by class (cpu_engine.hpp): at most half a batch of classes
+// (else a class gathers too few positions per batch to pay for its column pass and its share of
+// the ranks' sum: at most a quarter of a batch of them, on average 4 positions a class and batch;
+// the memory plan counts that bound), at most 256 MiB of class sums. Decided from every rank's
+// positions alone, so alike on every rank.
+template <class Real>
+void cpu_engine<Real>::find_classes(const engine_options& options) {
+  if (!shift_groups_) return;
+  // The classes of every rank's positions, so that the sums' layout is the same on every rank.
+  const double* scan = options.scan_positions != nullptr ? options.scan_positions : positions_.data();
+  const int64_t scan_patterns = options.scan_positions != nullptr ? options.scan_patterns : patterns_;
+  class_delta0_.resize(std::size_t(scan_patterns));
+  for (int64_t j = 0; j < scan_patterns; ++j) class_delta0_[std::size_t(j)] = row_offset(scan[2 * j]);
+  std::sort(class_delta0_.begin(), class_delta0_.end());
+  class_delta0_.erase(std::unique(class_delta0_.begin(), class_delta0_.end()), class_delta0_.end());
+  const double classes = double(class_delta0_.size());
+  const double bytes = classes * double(modes_) * double(n0_ * n1_) * 16.0;
+  by_class_ = 4 * int64_t(classes) <= std::max<int64_t>(4, std::min(options.batch_size, scan_patterns)) &&
+              bytes <= 256.0 * 1048576.0;
+  if (!by_class_) {
+    log(TYCHO_LOG_INFO, "cpu", cat("deterministic sums: ", class_delta0_.size(),
+                                   " row offsets, too many to sum by class: each position's probe share whole"));
+    class_delta0_.clear();
+    return;
+  }
+  class_of_.resize(std::size_t(patterns_));
+  for (int64_t j = 0; j < patterns_; ++j)
+    class_of_[std::size_t(j)] =
+        std::lower_bound(class_delta0_.begin(), class_delta0_.end(), row_offset(positions_[2 * j])) -
+        class_delta0_.begin();
+  by_class_ = true;
+  log(TYCHO_LOG_INFO, "cpu", cat("deterministic sums: the probe's by ", class_delta0_.size(), " row-offset classes"));
+}
+
+template <class Real>
+double cpu_engine<Real>::row_offset(double centre0) const {
+  const double t0 = centre0 - double(n0_ / 2);
+  double delta0 = t0 - std::floor(t0);
+  if (shift_groups_ && sizeof(Real) == 4) delta0 = std::nearbyint(delta0 * 268435456.0) / 268435456.0;  // item()
+  return delta0;
 }
 
 template <class Real>
@@ -213,10 +295,16 @@ typename cpu_engine<Real>::batch_item cpu_engine<Real>::item(int64_t j) const {
     it.delta0 = std::nearbyint(it.delta0 * q) / q;
     it.delta1 = std::nearbyint(it.delta1 * q) / q;
   }
+  if (by_class_) {
+    it.klass = class_of_[std::size_t(j)];
+    // The grouped path never moves positions; a host that did would break the classes' sums.
+    if (class_delta0_[std::size_t(it.klass)] != it.delta0)
+      fail(TYCHO_ERR_INTERNAL, "cpu engine: position ", j, " moved under the grouped shifts' row-offset classes");
+  }
   return it;
 }
 
-// The loss of pattern j from s.intensity: adds to s.loss, dL/dI into s.dloss.
+// The loss of pattern j from s.intensity: adds to s.pattern_loss, dL/dI into s.dloss.
 template <class Real>
 void cpu_engine<Real>::evaluate_loss(int64_t j, thread_scratch& s) {
   const int64_t m = n0_ * n1_;
@@ -234,7 +322,7 @@ void cpu_engine<Real>::evaluate_loss(int64_t j, thread_scratch& s) {
   tensor_view mask(const_cast<uint8_t*>(mask_), dtype_uint8, {n0_, n1_});
   tycho_status st = loss_.vtable->evaluate(loss_.instance, model.get(), measured.get(),
                                            mask_ ? mask.get() : nullptr, target_scale_, grad.get(),
-                                           &s.loss, nullptr);
+                                           &s.pattern_loss, nullptr);
   if (st != TYCHO_OK) throw loss_error(st, j);
 }
 
@@ -247,7 +335,7 @@ error cpu_engine<Real>::loss_error(tycho_status st, int64_t j) const {
 }
 
 // The loss's fused path for pattern j's single far field `wave` (unnormalised, Ψ = wave/√M):
-// adds to s.loss and writes into `g_spectrum` dL/dI · wave / M, the input of the inverse
+// adds to s.pattern_loss and writes into `g_spectrum` dL/dI · wave / M, the input of the inverse
 // transform that gives ∂L/∂ψ* (what intensity + evaluate_loss + scale_by compute, in one pass
 // and bit for bit; tycho_components.h). False when the loss does not take these tensors
 // (TYCHO_ERR_UNSUPPORTED): this thread then uses the three steps from now on.
@@ -266,7 +354,7 @@ bool cpu_engine<Real>::loss_far_field(int64_t j, thread_scratch& s, const comple
   const double inv_m = 1.0 / double(m);
   const tycho_status st = loss_.vtable->evaluate_far_field(loss_.instance, far.get(), inv_m, measured.get(),
                                                            mask_ ? mask.get() : nullptr, target_scale_, inv_m,
-                                                           grad.get(), &s.loss, nullptr);
+                                                           grad.get(), &s.pattern_loss, nullptr);
   if (st == TYCHO_ERR_UNSUPPORTED) {
     s.fused_loss = false;
     return false;
@@ -295,12 +383,43 @@ void cpu_engine<Real>::model_and_object_gradient(const batch_item& it, thread_sc
   fft_->backward(in, wave);
 
   // Object gradient on the patch, and conj(O_patch)·g for the probe gradient, in one pass.
-  complex* og = s.object_grad.data() + it.i0 * w_ + it.j0;
-  kernels_->gradient_products(pj, obj, w_, wave, og, in, n0_, n1_);
+  object_products(pj, 0, it, wave, in, s);
   s.row_min = std::min(s.row_min, it.i0);
   s.row_max = std::max(s.row_max, it.i0 + n0_ - 1);
   s.col_min = std::min(s.col_min, it.j0);
   s.col_max = std::max(s.col_max, it.j0 + n1_ - 1);
+}
+
+template <class Real>
+void cpu_engine<Real>::object_products(const complex* psi, int64_t slice, const batch_item& it, const complex* g,
+                                       complex* probe_term, thread_scratch& s) {
+  const int64_t at = slice * h_ * w_ + it.i0 * w_ + it.j0;
+  const complex* obj = object_.data() + at;
+  if (deterministic_)
+    kernels_->gradient_products_fixed(psi, obj, w_, g, s.object_fixed.data() + 2 * at, probe_term, n0_, n1_,
+                                      sdk::fixed_point::scale_of(grids_.grid(0)), &s.object_tally);
+  else
+    kernels_->gradient_products(psi, obj, w_, g, s.object_grad.data() + at, probe_term, n0_, n1_);
+}
+
+template <class Real>
+void cpu_engine<Real>::add_probe_share(const complex* spectrum, int64_t k, thread_scratch& s,
+                                       bool by_row) {
+  const int64_t m = n0_ * n1_;
+  if (!deterministic_) {
+    kernels_->add_times_conj_ramp(spectrum, s.ramp0.data(), s.ramp1.data(), s.probe_spectrum_grad.data() + k * m,
+                                  n0_, n1_);
+    return;
+  }
+  const double scale = sdk::fixed_point::scale_of(grids_.grid(1));
+  if (by_row) {  // a row spectrum into its class's sums (begin_group chose them)
+    kernels_->add_times_conj_columns_fixed(spectrum, s.ramp1.data(), s.class_sums + 2 * k * m, n0_, n1_, scale,
+                                           &s.probe_tally, s.class_first);
+    if (k == modes_ - 1) s.class_first = false;  // the group's first position wrote every mode's values
+  } else {
+    kernels_->add_times_conj_ramp_fixed(spectrum, s.ramp0.data(), s.ramp1.data(), s.probe_fixed.data() + 2 * k * m,
+                                        n0_, n1_, scale, &s.probe_tally);
+  }
 }
 
 // Pattern `it` through the model and back, for any number of slices and modes: the exit waves,
@@ -316,10 +435,19 @@ void cpu_engine<Real>::model_and_gradients(const batch_item& it, thread_scratch&
   complex* in = s.input.get();
   complex* work = s.work.get();
   const int64_t m = n0_ * n1_;
+  // The pattern's loss on its own, then into the thread's sum: exactly with deterministic sums.
+  s.pattern_loss = 0;
+  auto add_pattern_loss = [&] {
+    if (deterministic_)
+      s.loss_exact.add(s.pattern_loss);
+    else
+      s.loss += s.pattern_loss;
+  };
   if (slices_ == 1 && modes_ == 1) {
     complex* pj = s.shifted_probe.get();
     shifted_probe(0, pj);
     model_and_object_gradient(it, s, pj);
+    add_pattern_loss();
     probe_gradient(0);
     return;
   }
@@ -349,6 +477,7 @@ void cpu_engine<Real>::model_and_gradients(const batch_item& it, thread_scratch&
       kernels_->add_intensity(s.far_fields[std::size_t(k)].get(), inv_m, s.intensity.data(), m);
     evaluate_loss(it.pattern, s);
   }
+  add_pattern_loss();
   // Backward, mode by mode: g through the slices in reverse.
   complex* g = s.wave.get();
   for (int64_t k = 0; k < modes_; ++k) {
@@ -356,9 +485,7 @@ void cpu_engine<Real>::model_and_gradients(const batch_item& it, thread_scratch&
     fft_->backward(in, g);
     for (int64_t sl = slices_ - 1; sl >= 0; --sl) {
       const complex* psi = s.slice_waves[std::size_t(k * slices_ + sl)].get();
-      const complex* obj = object_.data() + sl * h_ * w_ + it.i0 * w_ + it.j0;
-      complex* og = s.object_grad.data() + sl * h_ * w_ + it.i0 * w_ + it.j0;
-      kernels_->gradient_products(psi, obj, w_, g, og, in, n0_, n1_);
+      object_products(psi, sl, it, g, in, s);
       if (sl > 0) {  // ∂L/∂ψ_s* (in `in`) back through the propagation: F⁻¹[conj(H)·F[·]]
         fft_->forward(in, work);
         kernels_->multiply_conj(work, propagator_.data(), in, m);
@@ -392,8 +519,7 @@ void cpu_engine<Real>::process_pattern(const batch_item& it, thread_scratch& s, 
   double grad0 = 0, grad1 = 0;
   auto probe_gradient = [&](int64_t k) {
     fft_->forward(in, work);
-    kernels_->add_times_conj_ramp(work, s.ramp0.data(), s.ramp1.data(), s.probe_spectrum_grad.data() + k * m, n0_,
-                                  n1_);
+    add_probe_share(work, k, s, false);
     if (!position_gradient_) return;
     // dL/dc_a = 2 Re Σ_k conj(W) · S · (−2πi f_a / N_a), S = F[P_kj] (unnormalised: the
     // spectrum with its 1/M times the ramp), W = F[∂L/∂P*] unnormalised.
@@ -433,12 +559,19 @@ void cpu_engine<Real>::process_pattern(const batch_item& it, thread_scratch& s, 
 // space along axis 1.
 template <class Real>
 void cpu_engine<Real>::begin_group(double delta0, thread_scratch& s, const complex* probe_spectrum) {
+  if (by_class_) {  // this class's sums: the rank's when the class starts in this run, else the carry
+    const int64_t klass = std::lower_bound(class_delta0_.begin(), class_delta0_.end(), delta0) - class_delta0_.begin();
+    const int64_t words = 2 * modes_ * n0_ * n1_;
+    s.class_sums = klass == s.carry ? s.probe_fixed.data() : sums_.data() + probe_at_ + klass * words;
+    s.class_first = true;  // its first position writes them (no zeroing pass)
+  }
   fill_ramp(s.ramp0, n0_, delta0, -1.0);
   complex* in = s.input.get();
   for (int64_t k = 0; k < modes_; ++k) {
     kernels_->multiply_rows(probe_spectrum + k * n0_ * n1_, s.ramp0.data(), in, n0_, n1_);
     columns_->backward(in, s.group_probe[std::size_t(k)].get());
-    std::fill(s.group_grad[std::size_t(k)].get(), s.group_grad[std::size_t(k)].get() + n0_ * n1_, complex(0));
+    if (!deterministic_)
+      std::fill(s.group_grad[std::size_t(k)].get(), s.group_grad[std::size_t(k)].get() + n0_ * n1_, complex(0));
   }
   s.group_delta0 = delta0;
 }
@@ -447,6 +580,7 @@ void cpu_engine<Real>::begin_group(double delta0, thread_scratch& s, const compl
 // the thread's spectrum accumulator of mode k.
 template <class Real>
 void cpu_engine<Real>::end_group(thread_scratch& s) {
+  if (deterministic_) return;  // each position's share went to the sums on its own
   complex* work = s.work.get();
   for (int64_t k = 0; k < modes_; ++k) {
     columns_->forward(s.group_grad[std::size_t(k)].get(), work);  // destroys B_k: begin_group zeroes it
@@ -472,10 +606,19 @@ void cpu_engine<Real>::process_run(const batch_item* items, int64_t count, threa
       kernels_->multiply_columns(s.group_probe[std::size_t(k)].get(), r1, in, n0_, n1_);
       rows_->backward(in, out);
     };
-    // B_k += conj(r1) · F1[conj(O_patch)·g_k].
+    // B_k += conj(r1) · F1[conj(O_patch)·g_k]. Deterministic: each position's conj(r1) · F1[·]
+    // into its class's integers, or (no classes) its whole share, F[·] · conj(r0 r1).
     auto probe_gradient = [&](int64_t k) {
-      rows_->forward(in, work);
-      kernels_->add_times_conj_columns(work, r1, s.group_grad[std::size_t(k)].get(), n0_, n1_);
+      if (!deterministic_) {
+        rows_->forward(in, work);
+        kernels_->add_times_conj_columns(work, r1, s.group_grad[std::size_t(k)].get(), n0_, n1_);
+      } else if (by_class_) {
+        rows_->forward(in, work);
+        add_probe_share(work, k, s, true);
+      } else {
+        fft_->forward(in, work);
+        add_probe_share(work, k, s, false);
+      }
     };
     model_and_gradients(it, s, shifted_probe, probe_gradient);
   }
@@ -500,28 +643,41 @@ void cpu_engine<Real>::read_batch_targets(const int64_t* indices, int64_t count)
 
 template <class Real>
 double cpu_engine<Real>::compute_batch(const int64_t* indices, int64_t count) {
-  const int64_t m = n0_ * n1_;  // the adapter has checked the indices
-  if (reader_ != nullptr) read_batch_targets(indices, count);
-
-  // F[P_k] / M for every mode k, shared read-only by all threads.
-  auto probe_spectrum = make_fft_buffer<Real>(modes_ * m), batch_input = make_fft_buffer<Real>(m);
-  // Several modes: each mode's transform into an aligned buffer of its own (mode k's part of
-  // probe_spectrum is aligned only when M·(complex size) is a multiple of FFTW's alignment).
-  fft_buffer<Real> mode_output = modes_ > 1 ? make_fft_buffer<Real>(m) : fft_buffer<Real>();
-  const Real inv_m = Real(1) / Real(m);
-  for (int64_t k = 0; k < modes_; ++k) {
-    std::copy(probe_.begin() + k * m, probe_.begin() + (k + 1) * m, batch_input.get());
-    complex* out = modes_ > 1 ? mode_output.get() : probe_spectrum.get();
-    fft_->forward(batch_input.get(), out);
-    for (int64_t q = 0; q < m; ++q) probe_spectrum[k * m + q] = out[q] * inv_m;
+  // Streamed targets: read once per batch (the deterministic sums' host may ask for a batch again;
+  // the reader's buffer stays valid until its next read).
+  if (reader_ != nullptr && !(count == int64_t(last_batch_.size()) && std::equal(indices, indices + count, last_batch_.begin()))) {
+    read_batch_targets(indices, count);  // the adapter has checked the indices
+    last_batch_.assign(indices, indices + count);
   }
-
   std::vector<batch_item> items(static_cast<std::size_t>(count));
   for (int64_t i = 0; i < count; ++i) items[std::size_t(i)] = item(indices[i]);
   if (shift_groups_)  // stable: the same order, so the same sums, on every run
     std::stable_sort(items.begin(), items.end(),
                      [](const batch_item& a, const batch_item& b) { return a.delta0 < b.delta0; });
+  if (!deterministic_) return compute_float(items.data(), count);
+  if (host_finishes_) {
+    // The grids hold for batch_size positions (tycho/sdk/fixed_point.hpp); the host's batches,
+    // cut over its ranks, never hold more.
+    if (count > batch_size_)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: a batch of ", count, " positions, more than [reconstruct] ",
+           "batch_size = ", batch_size_, ", for which the deterministic sums' grids are sized");
+    compute_fixed(items.data(), count);
+    return 0;  // the loss comes with finish_batch, over every rank
+  }
+  // No host sums these (one rank, an engine driven directly): settle each batch here.
+  if (count > std::min(batch_size_, scan_patterns_))
+    grids_ = sdk::fixed_point::grid_schedule(2, count * modes_);
+  for (int attempt = 0;; ++attempt) {
+    compute_fixed(items.data(), count);
+    double loss = 0;
+    if (!finish_batch(false, loss)) return loss;
+    if (attempt >= 3) fail(TYCHO_ERR_INTERNAL, "cpu engine: the deterministic sums' grids did not settle");
+  }
+}
 
+// F[P_k] / M for every mode k, shared read-only by all threads, then the batch over the threads.
+template <class Real>
+void cpu_engine<Real>::run_threads(const batch_item* items, int64_t count, const complex* probe_spectrum) {
   for (auto& s : scratch_) {
     s->loss = 0;
     s->row_min = h_;
@@ -529,6 +685,9 @@ double cpu_engine<Real>::compute_batch(const int64_t* indices, int64_t count) {
     s->col_min = w_;
     s->col_max = -1;
     s->status = TYCHO_OK;
+    s->object_tally = {};
+    s->probe_tally = {};
+    s->loss_exact.clear();
   }
   auto guarded_call = [&](thread_scratch& s, auto&& call) {
     try {
@@ -549,7 +708,11 @@ double cpu_engine<Real>::compute_batch(const int64_t* indices, int64_t count) {
       const int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
       const int64_t first = count * t / T, last = count * (t + 1) / T;
       thread_scratch& s = *scratch_[std::size_t(t)];
-      guarded_call(s, [&] { process_run(items.data() + first, last - first, s, probe_spectrum.get()); });
+      // By class: the class this run starts in belongs to an earlier run when it started there.
+      s.carry = by_class_ && first > 0 && first < last && items[first - 1].klass == items[first].klass
+                    ? items[first].klass
+                    : -1;
+      guarded_call(s, [&] { process_run(items + first, last - first, s, probe_spectrum); });
     }
   } else {
     // A static schedule gives every thread the same patterns in the same order on every run.
@@ -557,14 +720,42 @@ double cpu_engine<Real>::compute_batch(const int64_t* indices, int64_t count) {
     for (int64_t i = 0; i < count; ++i) {
       thread_scratch& s = *scratch_[std::size_t(omp_get_thread_num())];
       if (s.status != TYCHO_OK) continue;
-      guarded_call(s, [&] { process_pattern(items[std::size_t(i)], s, probe_spectrum.get()); });
+      guarded_call(s, [&] { process_pattern(items[i], s, probe_spectrum); });
     }
   }
+  for (auto& s : scratch_)
+    if (s->status != TYCHO_OK) throw error(s->status, s->error);
+}
+
+namespace {
+// F[P_k] / M of every mode k into `spectrum` (M·N0·N1), through `input` and, with several modes,
+// `mode_output` (FFTW's alignment for each mode's transform).
+template <class Real>
+void probe_spectra(const fft_plan_2d<Real>& fft, const std::vector<std::complex<Real>>& probe, int64_t modes, int64_t m,
+                   std::complex<Real>* spectrum, std::complex<Real>* input, std::complex<Real>* mode_output) {
+  const Real inv_m = Real(1) / Real(m);
+  for (int64_t k = 0; k < modes; ++k) {
+    std::copy(probe.begin() + k * m, probe.begin() + (k + 1) * m, input);
+    std::complex<Real>* out = modes > 1 ? mode_output : spectrum;
+    fft.forward(input, out);
+    for (int64_t q = 0; q < m; ++q) spectrum[k * m + q] = out[q] * inv_m;
+  }
+}
+}  // namespace
+
+template <class Real>
+double cpu_engine<Real>::compute_float(const batch_item* items, int64_t count) {
+  const int64_t m = n0_ * n1_;
+  // Several modes: each mode's transform into an aligned buffer of its own (mode k's part of
+  // probe_spectrum is aligned only when M·(complex size) is a multiple of FFTW's alignment).
+  auto probe_spectrum = make_fft_buffer<Real>(modes_ * m), batch_input = make_fft_buffer<Real>(m);
+  fft_buffer<Real> mode_output = modes_ > 1 ? make_fft_buffer<Real>(m) : fft_buffer<Real>();
+  probe_spectra(*fft_, probe_, modes_, m, probe_spectrum.get(), batch_input.get(), mode_output.get());
+  run_threads(items, count, probe_spectrum.get());
 
   // Sum the per-thread gradients (only the part touched) and reset them.
   double loss = 0;
   for (auto& s : scratch_) {
-    if (s->status != TYCHO_OK) throw error(s->status, s->error);
     loss += s->loss;
   }
   sum_object_gradients();
@@ -575,6 +766,16 @@ double cpu_engine<Real>::compute_batch(const int64_t* indices, int64_t count) {
       s->probe_spectrum_grad[std::size_t(k)] = complex(0);
     }
   }
+  probe_gradient_from_spectrum();
+  return loss;
+}
+
+template <class Real>
+void cpu_engine<Real>::probe_gradient_from_spectrum() {
+  const int64_t m = n0_ * n1_;
+  const Real inv_m = Real(1) / Real(m);
+  auto batch_input = make_fft_buffer<Real>(m);
+  fft_buffer<Real> mode_output = modes_ > 1 ? make_fft_buffer<Real>(m) : fft_buffer<Real>();
   // ∂L/∂P_k* = F⁻¹[Σ_j conj(ramp_j) F[...]]: one inverse transform per mode and batch.
   for (int64_t k = 0; k < modes_; ++k) {
     for (int64_t q = 0; q < m; ++q) batch_input[q] = probe_grad_[std::size_t(k * m + q)] * inv_m;
@@ -585,7 +786,130 @@ double cpu_engine<Real>::compute_batch(const int64_t* indices, int64_t count) {
       std::copy(mode_output.get(), mode_output.get() + m, probe_grad_.begin() + k * m);
     }
   }
-  return loss;
+}
+
+// The batch into the threads' integers, then their sum into sums_ with the header (what one rank
+// hands the reducer; tycho/sdk/fixed_point.hpp). Integers add in any order, so how the threads
+// share the work (and the merge) does not change them.
+template <class Real>
+void cpu_engine<Real>::compute_fixed(const batch_item* items, int64_t count) {
+  namespace fp = sdk::fixed_point;
+  const int64_t m = n0_ * n1_;
+  auto probe_spectrum = make_fft_buffer<Real>(modes_ * m), batch_input = make_fft_buffer<Real>(m);
+  fft_buffer<Real> mode_output = modes_ > 1 ? make_fft_buffer<Real>(m) : fft_buffer<Real>();
+  probe_spectra(*fft_, probe_, modes_, m, probe_spectrum.get(), batch_input.get(), mode_output.get());
+  for (int t = 0; t < 2; ++t) used_grid_[t] = grids_.grid(t);
+  run_threads(items, count, probe_spectrum.get());
+
+  // The object: each row the sum of the threads that touched it (their rows then zeroed). Serial,
+  // as every step after the threads' work: a parallel loop's barriers cost more than these passes
+  // whenever the machine runs more threads than it has cores.
+  const int64_t rows = slices_ * h_, row_words = 2 * w_;
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t i = row % h_;
+    int64_t* out = sums_.data() + row * row_words;
+    bool first = true;
+    for (auto& s : scratch_) {
+      if (i < s->row_min || i > s->row_max) continue;
+      int64_t* in = s->object_fixed.data() + row * row_words;
+      if (first)
+        std::copy(in, in + row_words, out);
+      else
+        for (int64_t k = 0; k < row_words; ++k) out[k] += in[k];
+      std::fill(in, in + row_words, 0);
+      first = false;
+    }
+    if (first) std::fill(out, out + row_words, 0);
+  }
+  // The probe: the threads' spectra; by class, the classes their owners wrote, the carried parts
+  // added, and zeros for the classes this batch does not hold.
+  int64_t* probe = sums_.data() + probe_at_;
+  const int64_t class_words = 2 * modes_ * m;
+  if (!by_class_) {
+    std::fill(probe, probe + class_words, 0);
+    for (auto& s : scratch_)
+      for (int64_t k = 0; k < class_words; ++k) probe[k] += s->probe_fixed[std::size_t(k)];
+    for (auto& s : scratch_) std::fill(s->probe_fixed.begin(), s->probe_fixed.end(), 0);
+  } else {
+    std::vector<uint8_t> present(class_delta0_.size(), 0);
+    for (int64_t i = 0; i < count; ++i) present[std::size_t(items[i].klass)] = 1;
+    for (std::size_t c = 0; c < present.size(); ++c)
+      if (!present[c]) std::fill(probe + int64_t(c) * class_words, probe + int64_t(c + 1) * class_words, 0);
+    for (auto& s : scratch_) {
+      if (s->carry < 0) continue;
+      int64_t* out = probe + s->carry * class_words;
+      for (int64_t k = 0; k < class_words; ++k) out[k] += s->probe_fixed[std::size_t(k)];
+      s->carry = -1;
+    }
+  }
+  double largest[2] = {0, 0};
+  int64_t non_finite[2] = {0, 0};
+  fp::exact_sum loss;
+  for (auto& s : scratch_) {
+    largest[0] = std::max(largest[0], s->object_tally.largest);
+    largest[1] = std::max(largest[1], s->probe_tally.largest);
+    non_finite[0] += s->object_tally.non_finite;
+    non_finite[1] += s->probe_tally.non_finite;
+    loss.add(s->loss_exact);
+  }
+  int64_t* header = sums_.data() + header_at_;
+  std::fill(header, header + fp::header::words(2), 0);
+  fp::header::write(header, grids_, largest, non_finite, loss);
+}
+
+template <class Real>
+bool cpu_engine<Real>::finish_batch(bool ends_iteration, double& loss) {
+  namespace fp = sdk::fixed_point;
+  if (!deterministic_) fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: finish_batch without deterministic sums");
+  const int64_t m = n0_ * n1_;
+  const int64_t* h = sums_.data() + header_at_;
+  bool same_grids = false;
+  const std::vector<fp::tensor_report> reports = fp::header::read(h, grids_, same_grids);
+  if (!same_grids)
+    fail(TYCHO_ERR_INTERNAL, "cpu engine: the ranks' deterministic sums were quantised on different grids ",
+         "(their engines went through different batches)");
+  if (!grids_.settle(reports, ends_iteration)) {
+    if (grids_.recomputed() >= 2 * recomputed_logged_ + 1) {  // 1, 3, 7, ...: a record, not a flood
+      recomputed_logged_ = grids_.recomputed();
+      log(TYCHO_LOG_INFO, "cpu", cat("deterministic sums: a batch computed again on a new grid (",
+                                     grids_.recomputed(), " so far)"));
+    }
+    return true;
+  }
+  const double batch_loss = fp::header::loss(h, 2).value();
+  if (reports[0].non_finite > 0 || reports[1].non_finite > 0 || !std::isfinite(batch_loss)) {
+    // What float sums would have carried: NaN; the run stops on its loss.
+    std::fill(object_grad_.begin(), object_grad_.end(), complex(NAN, NAN));
+    std::fill(probe_grad_.begin(), probe_grad_.end(), complex(NAN, NAN));
+    loss += std::numeric_limits<double>::quiet_NaN();
+    return false;
+  }
+  // Integers to floating point, once: element by element, so in any number of pieces.
+  kernels_->from_fixed(sums_.data(), used_grid_[0], re(object_grad_.data()), 2 * int64_t(object_.size()));
+  const int64_t* probe = sums_.data() + probe_at_;
+  if (!by_class_) {
+    kernels_->from_fixed(probe, used_grid_[1], re(probe_grad_.data()), 2 * modes_ * m);
+  } else {
+    // Each class's row spectra through conj(r0) · F0[·] (the grouped path's end_group, once for
+    // the batch of every rank), then their sum in class order, element by element.
+    const int64_t classes = int64_t(class_delta0_.size()), class_words = 2 * modes_ * m;
+    std::fill(probe_grad_.begin(), probe_grad_.end(), complex(0));
+    thread_scratch& s = *scratch_[0];
+    std::vector<complex> ramp0;
+    for (int64_t c = 0; c < classes; ++c) {
+      const int64_t* first = probe + c * class_words;
+      if (std::all_of(first, first + class_words, [](int64_t v) { return v == 0; })) continue;
+      fill_ramp(ramp0, n0_, class_delta0_[std::size_t(c)], -1.0);
+      for (int64_t k = 0; k < modes_; ++k) {
+        kernels_->from_fixed(first + 2 * k * m, used_grid_[1], re(s.input.get()), 2 * m);
+        columns_->forward(s.input.get(), s.work.get());
+        kernels_->add_times_conj_rows(s.work.get(), ramp0.data(), probe_grad_.data() + k * m, n0_, n1_);
+      }
+    }
+  }
+  probe_gradient_from_spectrum();
+  loss += batch_loss;
+  return false;
 }
 
 template <class Real>

@@ -33,6 +33,27 @@
 // Each thread takes a contiguous run of the batch sorted by δ0 (stable), so the result is the
 // same on every run for a given thread count.
 //
+// Deterministic sums (engine_options::deterministic, [reconstruct] deterministic; the scheme and
+// its bounds: tycho/sdk/fixed_point.hpp): every position's contribution to the object gradient
+// (per mode and slice) and to the probe gradient's spectrum (per mode) is added to per-thread
+// int64 accumulators, rounded to a grid the same on every rank; the threads' integers are added
+// into one int64 tensor (TYCHO_TENSOR_FIXED_POINT_SUMS) that the host sums over the ranks, and
+// finish_batch converts it to the float gradients once. The loss is summed exactly per pattern.
+// The position gradient is one pattern's alone (a sum over its pixels and modes in a fixed order),
+// so it needs nothing. Nothing a thread or rank computes then depends on which others share the
+// batch, so the result is the same bits for any number of threads and ranks. The per-position
+// path quantises F[∂L/∂P_kj*]·conj(ramp_j) per position. The grouped path cannot quantise a
+// group's B (its positions depend on how the batch is cut): it quantises each position's
+// conj(r1) · F1[conj(O)·g] into the sums of its row-offset class (the distinct δ0 of every rank's
+// positions, setup.scan_positions_px, found once: this path never moves positions), and after the
+// ranks' sum every rank takes each class through conj(r0) · F0[·] once (in class order) into the
+// spectrum: a column pass per class and batch instead of per group and thread. The thread whose
+// run holds a class's first position writes that class's sums in place; a run that starts inside
+// a class keeps its part aside (thread_scratch::carry) until the threads are done. With more
+// classes than a quarter of a batch (irregular positions: each group a position or two anyway),
+// or over 256 MiB of class sums, each position's share goes the whole way (a 2-D transform) into
+// the spectrum instead.
+//
 // One engine per real type ([reconstruct] precision): cpu_engine<float> computes in single
 // precision (FFTW's fftwf_ interface) and exposes complex64 tensors; cpu_engine<double> computes
 // in double precision (fftw_) and exposes complex128 ones. Either takes object_init and
@@ -42,6 +63,7 @@
 #pragma once
 
 #include <tycho/sdk.hpp>
+#include <tycho/sdk/fixed_point.hpp>
 
 #include <complex>
 #include <cstdint>
@@ -59,6 +81,13 @@ struct engine_options {
   bool double_precision = false;  // [reconstruct] precision = "float64"
   bool shift_groups = true;       // true (default): shift groups (one slice, any modes, no position gradient;
                                   // else per position); false: four 2-D transforms per position
+  bool deterministic = true;      // fixed-point sums (above); false: float sums in each thread's order
+  int64_t batch_size = 128;       // [reconstruct] batch_size: the most positions in a batch (the grids' bound)
+  bool host_finishes = false;     // the host sums TYCHO_TENSOR_FIXED_POINT_SUMS and calls finish_batch
+  // Every rank's probe centres ((scan_patterns, 2), during construction; nullptr: the setup's
+  // own): the grouped path's row-offset classes are the whole scan's, the same on every rank.
+  const double* scan_positions = nullptr;
+  int64_t scan_patterns = 0;
 };
 
 // What the vtable calls, whatever the engine's real type; the adapter has checked batch indices
@@ -67,11 +96,17 @@ class engine_base {
  public:
   virtual ~engine_base() = default;
   // Returns Σ L over the batch; gradients (sums) land in the OBJECT_GRAD / PROBE_GRAD tensors.
+  // With deterministic sums and host_finishes: returns 0 and leaves the sums for finish_batch.
   virtual double compute_batch(const int64_t* indices, int64_t count) = 0;
   virtual DLTensor* tensor(tycho_tensor_id id) = 0;
   // The object gradient is read only inside `boxes` (n rows [row0, row1, col0, col1), checked
   // by the adapter) from the next batch on; n = 0: everywhere.
   virtual void set_gradient_region(const int64_t* boxes, int64_t n) = 0;
+  // Deterministic sums: the int64 tensor the host reduces (nullptr without them), and the step
+  // after the reduction: true when the batch must be computed again, else the gradients are set
+  // and `loss` has the batch's Σ L (over every rank) added.
+  virtual DLTensor* fixed_point_sums() = 0;
+  virtual bool finish_batch(bool ends_iteration, double& loss) = 0;
 };
 
 // The engine for `options.double_precision`, from a setup that has passed the SDK engine
@@ -88,6 +123,8 @@ class cpu_engine final : public engine_base {
   double compute_batch(const int64_t* indices, int64_t count) override;
   DLTensor* tensor(tycho_tensor_id id) override;
   void set_gradient_region(const int64_t* boxes, int64_t n) override { region_.assign(boxes, boxes + 4 * n); }
+  DLTensor* fixed_point_sums() override;
+  bool finish_batch(bool ends_iteration, double& loss) override;
 
  private:
   struct thread_scratch;
@@ -95,8 +132,28 @@ class cpu_engine final : public engine_base {
     int64_t pattern;       // index into the targets
     int64_t i0, j0;        // the window's integer top-left (object pixels)
     double delta0, delta1; // its sub-pixel offset, in [0, 1] (px)
+    int64_t klass = 0;     // deterministic, grouped path by class: its row-offset class
   };
+  // One batch's model and gradients into the threads' sums, then summed over the threads: float
+  // sums into object_grad_ and the probe spectrum (returns Σ L), or fixed-point ones into sums_.
+  double compute_float(const batch_item* items, int64_t count);
+  void compute_fixed(const batch_item* items, int64_t count);
+  void run_threads(const batch_item* items, int64_t count, const complex* probe_spectrum);
+  // probe_grad_ holds Σ_j conj(ramp_j) F[...] per mode: ∂L/∂P* = F⁻¹[it / M], in place.
+  void probe_gradient_from_spectrum();
+  // The object gradient's term conj(psi) · g on pattern `it`'s patch of slice `slice`, and
+  // conj(O_patch) · g into `probe_term` (float or fixed-point sums, as the engine runs).
+  void object_products(const complex* psi, int64_t slice, const batch_item& it, const complex* g,
+                       complex* probe_term, thread_scratch& s);
+  // Adds pattern `it`'s spectrum `spectrum` of mode k to the probe sums: conj(ramp0 ⊗ ramp1)
+  // · spectrum (the per-position path), or by class conj(ramp1) · (a row spectrum).
+  void add_probe_share(const complex* spectrum, int64_t k, thread_scratch& s, bool by_row);
+  // The grouped path's row-offset classes, when the deterministic sums keep them (cpu_engine.hpp).
+  void find_classes(const engine_options& options);
   batch_item item(int64_t j) const;
+  // The sub-pixel offset along axis 0 of a window centred at `centre0` (object pixels), as item()
+  // takes it (rounded to 2⁻²⁸ px for the float32 grouped path).
+  double row_offset(double centre0) const;
   // The reference path: the shifted probe and the probe gradient's back-shift as 2-D transforms.
   // Any number of slices and modes; the position gradient when asked for.
   void process_pattern(const batch_item& it, thread_scratch& s, const complex* probe_spectrum);
@@ -133,6 +190,7 @@ class cpu_engine final : public engine_base {
   // of the current batch (float32 or uint16 as the reader gives); pattern j's row in it.
   const tycho_target_reader* reader_ = nullptr;
   std::vector<int64_t> batch_row_;  // (P): row of pattern j in the current batch
+  std::vector<int64_t> last_batch_;  // the indices the reader last read
   const uint8_t* mask_;
   double target_scale_;
   tycho_loss_binding loss_;
@@ -147,6 +205,20 @@ class cpu_engine final : public engine_base {
   std::unique_ptr<fft_plan_axis<Real>> rows_, columns_;  // along axis 1, axis 0
   std::vector<std::unique_ptr<thread_scratch>> scratch_;
   sdk::tensor_view views_[6];
+
+  // Deterministic sums (options.deterministic; tycho/sdk/fixed_point.hpp). Tensors of the grids:
+  // 0 the object gradient, 1 the probe gradient's spectrum (or row spectra by class).
+  bool deterministic_ = false, host_finishes_ = false;
+  int64_t batch_size_ = 128, scan_patterns_ = 0;  // the grids' bound; every rank's patterns
+  sdk::fixed_point::grid_schedule grids_;
+  int used_grid_[2] = {0, 0};        // the grids the sums in sums_ were quantised on
+  std::vector<int64_t> sums_;        // object (2·S·H·W) | probe (2·M·N0·N1, or 2·C·M·N0·N1) | header
+  int64_t probe_at_ = 0, header_at_ = 0;
+  sdk::tensor_view sums_view_;
+  bool by_class_ = false;            // grouped path: probe shares per row-offset class
+  std::vector<double> class_delta0_; // (C) the classes' δ0, ascending
+  std::vector<int64_t> class_of_;    // (P) each pattern's class
+  int64_t recomputed_logged_ = 0;
 };
 
 }  // namespace tycho::cpu

@@ -7,10 +7,15 @@
 #include <memory>
 #include <string>
 
+#include <tycho/sdk/fixed_point.hpp>
+
 #include "cpu_engine.hpp"
 
 namespace {
 using namespace tycho::sdk;
+
+// The memory model's count of the sums' header (core/src/memory_plan.cpp: 4478 words).
+static_assert(fixed_point::header::words(2) == 4478);
 
 // The engine in the precision the setup asks for, with its [reconstruct] keys read.
 class cpu_component {
@@ -20,10 +25,13 @@ class cpu_component {
   double compute_batch(const int64_t* indices, int64_t count) { return engine_->compute_batch(indices, count); }
   DLTensor* tensor(tycho_tensor_id id) { return engine_->tensor(id); }
   void set_gradient_region(const int64_t* boxes, int64_t n) { engine_->set_gradient_region(boxes, n); }
+  DLTensor* fixed_point_sums() { return engine_->fixed_point_sums(); }
+  bool finish_batch(bool ends_iteration, double& loss) { return engine_->finish_batch(ends_iteration, loss); }
 
   // The cpu model of tycho/core/memory_plan.hpp: what cpu_engine.cpp allocates, per thread.
-  static void plan_memory(const config_view&, const tycho_memory_problem& problem, tycho_memory_report* out) {
-    const tycho::memory_problem p = tycho::from_abi(problem, tycho::memory_model::cpu);
+  static void plan_memory(const config_view& cfg, const tycho_memory_problem& problem, tycho_memory_report* out) {
+    tycho::memory_problem p = tycho::from_abi(problem, tycho::memory_model::cpu);
+    p.deterministic = cfg.get_bool("deterministic").value_or(true);
     std::vector<tycho::memory_term> terms = tycho::memory_terms(p);
     terms.pop_back();  // the total: the host sums
     tycho::to_abi(terms, tycho::memory_flags(p), out);
@@ -47,6 +55,14 @@ class cpu_component {
     // has one slice (any number of modes) and no position gradient; false: the reference path
     // (four 2-D transforms per position), to compare against.
     o.shift_groups = cfg.get_bool("shift_groups").value_or(true);
+    // true (default): fixed-point sums, the same bits for any number of threads and ranks
+    // (cpu_engine.hpp); false: float sums, whose last bits follow how the batch is cut.
+    o.deterministic = cfg.get_bool("deterministic").value_or(true);
+    o.batch_size = cfg.get_int("batch_size").value_or(128);
+    if (o.batch_size <= 0) fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] batch_size must be > 0, got ", o.batch_size);
+    o.host_finishes = s.host_finishes_batches;
+    o.scan_positions = s.scan_positions_px;
+    o.scan_patterns = s.scan_patterns;
     o.double_precision = s.float64;
     return o;
   }
@@ -58,7 +74,8 @@ constexpr engine_capabilities k_caps{"cpu", TYCHO_DEVICE_BIT(kDLCPU), /*float64=
                                      /*probe_modes=*/true, /*position_gradient=*/true, /*alternative=*/nullptr,
                                      /*streamed_targets=*/true};
 
-const char* const k_keys[] = {"threads", "fft_planning", "shift_groups", nullptr};
+// batch_size is the runtime's key (declared there); the engine reads it to bound its sums' grids.
+const char* const k_keys[] = {"threads", "fft_planning", "shift_groups", "deterministic", "batch_size", nullptr};
 const char* const k_planning[] = {"estimate", "measure", nullptr};
 const tycho_setting k_settings[] = {
     setting("threads", TYCHO_SETTING_INTEGER, "0", "OpenMP threads for a batch; 0: all (OMP_NUM_THREADS applies)")
@@ -69,6 +86,9 @@ const tycho_setting k_settings[] = {
     setting("shift_groups", TYCHO_SETTING_BOOL, "true",
             "true: sub-pixel probe shifts per row-offset group (3 transforms per position and mode; one slice, "
             "no position correction, else per position); false: per position (4)"),
+    setting("deterministic", TYCHO_SETTING_BOOL, "true",
+            "true: gradients and loss summed as fixed-point integers, the same bits for any number of threads and "
+            "ranks; false: float sums, whose last bits follow how the batch is cut"),
     end_of_settings()};
 const tycho_component k_components[] = {
     with_settings(component(TYCHO_COMPONENT_ENGINE, "cpu", "1.0.0",

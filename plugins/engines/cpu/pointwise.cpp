@@ -1,7 +1,16 @@
 // The two builds of the pointwise loops (pointwise.hpp) and the choice between them.
 #include "pointwise.hpp"
 
+#include <tycho/sdk/fixed_point.hpp>
 #include <tycho/sdk/simd.hpp>
+
+#include <bit>
+#include <cmath>
+#include <limits>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
 
 namespace tycho::cpu {
 
@@ -16,7 +25,9 @@ namespace pointwise_sse2 {
 // AVX2 without FMA (pointwise.hpp: the same bits as the SSE2 build).
 namespace pointwise_avx2 {
 #define TYCHO_POINTWISE_TARGET __attribute__((target("avx2")))
+#define TYCHO_POINTWISE_AVX2 1
 #include "pointwise_loops.inc"
+#undef TYCHO_POINTWISE_AVX2
 #undef TYCHO_POINTWISE_TARGET
 }  // namespace pointwise_avx2
 #endif

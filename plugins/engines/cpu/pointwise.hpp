@@ -24,6 +24,13 @@
 
 namespace tycho::cpu {
 
+// What a fixed-point loop (below) saw of the values it quantised, for the grid's check
+// (tycho/sdk/fixed_point.hpp): the largest |v · scale| and the count of NaN and infinite values.
+struct fixed_tally {
+  double largest = 0;
+  int64_t non_finite = 0;
+};
+
 template <class Real>
 struct pointwise_kernels {
   using complex = std::complex<Real>;
@@ -60,6 +67,22 @@ struct pointwise_kernels {
                             complex* probe_term, int64_t n0, int64_t n1);
   // out = counts, widened exactly to float32
   void (*widen)(const uint16_t* counts, float* out, int64_t n);
+
+  // Deterministic sums (cpu_engine.hpp): the same products as gradient_products,
+  // add_times_conj_columns and add_times_conj_ramp, each real part v then added to an int64
+  // accumulator ((re, im) pairs: 2 per complex value, the object's at a stride of 2·o_stride) as
+  // round(v · scale) (tycho::sdk::fixed_point::quantise), with *tally updated. Integers, so the
+  // two builds agree here too.
+  void (*gradient_products_fixed)(const complex* p, const complex* o, int64_t o_stride, const complex* g,
+                                  int64_t* o_acc, complex* probe_term, int64_t n0, int64_t n1, double scale,
+                                  fixed_tally* tally);
+  // first: acc = (the values) instead of +=, for an accumulator's first position (no zeroing pass)
+  void (*add_times_conj_columns_fixed)(const complex* x, const complex* r, int64_t* acc, int64_t n0, int64_t n1,
+                                       double scale, fixed_tally* tally, bool first);
+  void (*add_times_conj_ramp_fixed)(const complex* x, const complex* r0, const complex* r1, int64_t* acc,
+                                    int64_t n0, int64_t n1, double scale, fixed_tally* tally);
+  // out = double(n) · 2^g as Real (n values): a grid's integers back to floating point
+  void (*from_fixed)(const int64_t* n, int g, Real* out, int64_t count);
 };
 
 // The table for this CPU: AVX2 where the CPU (and the OS) has it, else SSE2; the environment

@@ -4,8 +4,9 @@
 
 namespace tycho::cuda {
 
-void plan_memory(const sdk::config_view&, const tycho_memory_problem& problem, tycho_memory_report* out) {
+void plan_memory(const sdk::config_view& cfg, const tycho_memory_problem& problem, tycho_memory_report* out) {
   memory_problem p = from_abi(problem, memory_model::cuda);
+  p.deterministic = cfg.get_bool("deterministic").value_or(false);
   // cuda_engine.cu: one cuFFT work area shared by the plans, 8 partial sums of the probe
   // gradient, and an allowance for the CUDA context and the stream-ordered allocator.
   p.fft_plans = 1;

@@ -14,7 +14,8 @@ inline const char* const k_config_keys[] = {"batch_size", "deterministic", "pool
 // Typed declarations (ABI 1.1); batch_size is the runtime's key, declared there.
 inline const tycho_setting k_settings[] = {
     sdk::setting("deterministic", TYCHO_SETTING_BOOL, "false",
-                 "sum the probe gradient in a fixed order: bit-for-bit repeatable runs, a little slower"),
+                 "gradients summed as fixed-point integers: the same object, probe and positions on any number of "
+                 "devices and on every run; false: float atomics"),
     sdk::setting("pool_release_threshold_bytes", TYCHO_SETTING_INTEGER, "-1",
                  "memory the stream-ordered pool keeps between batches; -1: keep everything", "bytes")
         .at_least(-1),

@@ -12,7 +12,10 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <tycho/sdk/fixed_point.hpp>
 
 #include "cuda_math.hpp"
 
@@ -24,8 +27,6 @@ using cuda_math::c32;
 namespace {
 
 constexpr int k_threads = 256;        // element-wise kernels
-constexpr int k_tile_x = 32;          // deterministic object-gradient tiles: 32 × 8 pixels
-constexpr int k_tile_y = 8;
 constexpr int k_staging_slots = 4;    // pinned index buffers in flight
 constexpr int k_probe_grad_slices = 8;  // the probe-gradient sum over the batch, split in slices
 
@@ -152,7 +153,7 @@ __global__ void __launch_bounds__(k_threads)
 
 // K5: with g_j = F⁻¹[...] in `g`: conj(O_patch) · g_j overwrites the shifted probe P_j in place
 // (the input of the probe gradient's forward FFT), and with Atomic the object gradient gets
-// conj(P_j) · g_j added with float atomics (the deterministic mode gathers it first, below).
+// conj(P_j) · g_j added with float atomics (the deterministic sums round it first, below).
 template <bool Atomic>
 __global__ void __launch_bounds__(k_threads)
     patch_gradient_kernel(c32* __restrict__ shifted_probes, const c32* __restrict__ g,
@@ -178,69 +179,77 @@ __global__ void __launch_bounds__(k_threads)
   shifted_probes[j * m + e] = cuda_math::mul(cuda_math::conj(object[pixel]), gv);
 }
 
-// Deterministic object gradient: each block owns a 32 × 8 tile of the object and each thread
-// one pixel; the batch slots whose patch overlaps the tile are listed in index order (a
-// warp-ballot compaction, 256 slots per round), then every pixel sums conj(P_j) g_j over that
-// list in order. The result depends on nothing but the data: no atomics, no scheduling.
-// accumulate = false writes the tile (zero where no patch lies), true adds (later passes).
-__global__ void __launch_bounds__(k_tile_x * k_tile_y)
-    object_gradient_gather_kernel(const c32* __restrict__ shifted_probes, const c32* __restrict__ g,
-                                  const longlong2* __restrict__ origin, int64_t n, int64_t n0,
-                                  int64_t n1, int64_t h, int64_t w, bool accumulate,
-                                  c32* __restrict__ object_grad) {
-  constexpr int k_block = k_tile_x * k_tile_y;
-  constexpr int k_warps = k_block / 32;
-  __shared__ int list_slot[k_block];
-  __shared__ longlong2 list_origin[k_block];
-  __shared__ int warp_count[k_warps];
+// Deterministic sums (tycho/sdk/fixed_point.hpp): v rounded to an integer on the batch's grid,
+// round(v · scale), by the 1.5·2^52 trick of sdk::fixed_point::quantise (exact for |v · scale| <
+// 2^51; larger values are caught by the largest |v| kept beside), as the unsigned two's-complement
+// integer the atomics add: integer sums are the same in any order.
+__device__ inline unsigned long long quantised(float v, double scale) {
+  return static_cast<unsigned long long>(__double_as_longlong(double(v) * scale + 6755399441055744.0) -
+                                         0x4338000000000000LL);
+}
+// |v| as its bits: an unsigned max keeps the largest, and any NaN or infinity above it.
+__device__ inline unsigned magnitude(float v) { return __float_as_uint(v) & 0x7fffffffu; }
+// The warp's largest into *largest, one atomic per warp (every thread of the warp calls it).
+__device__ inline void keep_largest(unsigned mine, unsigned* largest) {
+  for (int offset = 16; offset > 0; offset >>= 1) mine = max(mine, __shfl_down_sync(0xffffffffu, mine, offset));
+  if ((threadIdx.x & 31) == 0) atomicMax(largest, mine);
+}
 
-  const int tid = threadIdx.y * k_tile_x + threadIdx.x;
-  const int lane = tid & 31, warp = tid >> 5;
-  const int64_t tile_y0 = int64_t(blockIdx.y) * k_tile_y, tile_x0 = int64_t(blockIdx.x) * k_tile_x;
-  const int64_t y = tile_y0 + threadIdx.y, x = tile_x0 + threadIdx.x;
+// K5, deterministic: conj(P_j) · g_j rounded and added to the object's integers (two per pixel)
+// with 64-bit integer atomics; conj(O_patch) · g_j replaces P_j as in patch_gradient_kernel.
+__global__ void __launch_bounds__(k_threads)
+    patch_gradient_fixed_kernel(c32* __restrict__ shifted_probes, const c32* __restrict__ g,
+                                const c32* __restrict__ object, const longlong2* __restrict__ origin,
+                                int64_t n1, int64_t m, int64_t w, double scale,
+                                unsigned long long* __restrict__ object_sums, unsigned* __restrict__ largest) {
+  const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  unsigned mine = 0;
+  if (e < m) {
+    const int64_t j = blockIdx.y;
+    const int64_t a = e / n1, b = e - a * n1;
+    const longlong2 o = origin[j];
+    const int64_t pixel = (o.x + a) * w + o.y + b;
+    const c32 gv = g[j * m + e];
+    const c32 v = cuda_math::mul(cuda_math::conj(shifted_probes[j * m + e]), gv);
+    atomicAdd(object_sums + 2 * pixel, quantised(v.x, scale));
+    atomicAdd(object_sums + 2 * pixel + 1, quantised(v.y, scale));
+    mine = max(magnitude(v.x), magnitude(v.y));
+    shifted_probes[j * m + e] = cuda_math::mul(cuda_math::conj(object[pixel]), gv);
+  }
+  keep_largest(mine, largest);
+}
+
+// K6, deterministic: each pixel of the probe gradient's spectrum sums its slots' rounded
+// F[conj(O_patch) g_j] · conj(ramp0_j ramp1_j) (probe_gradient_slices_kernel's products) in
+// integers, added to the batch's (later passes add too).
+__global__ void __launch_bounds__(k_threads)
+    probe_gradient_fixed_kernel(const c32* __restrict__ work, const c32* __restrict__ ramp0,
+                                const c32* __restrict__ ramp1, int64_t n, int64_t n0, int64_t n1, double scale,
+                                unsigned long long* __restrict__ probe_sums, unsigned* __restrict__ largest) {
   const int64_t m = n0 * n1;
-  c32 acc{0.f, 0.f};
+  const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  unsigned mine = 0;
+  if (e < m) {
+    const int64_t a = e / n1, b = e - a * n1;
+    unsigned long long re = 0, im = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const c32 r = cuda_math::mul(ramp0[j * n0 + a], ramp1[j * n1 + b]);
+      const c32 v = cuda_math::mul(work[j * m + e], cuda_math::conj(r));
+      re += quantised(v.x, scale);
+      im += quantised(v.y, scale);
+      mine = max(mine, max(magnitude(v.x), magnitude(v.y)));
+    }
+    probe_sums[2 * e] += re;
+    probe_sums[2 * e + 1] += im;
+  }
+  keep_largest(mine, largest);
+}
 
-  for (int64_t base = 0; base < n; base += k_block) {
-    // Which of slots base .. base+255 overlap this tile, kept in slot order.
-    const int64_t j = base + tid;
-    bool overlaps = false;
-    longlong2 o{0, 0};
-    if (j < n) {
-      o = origin[j];
-      overlaps = o.x < tile_y0 + k_tile_y && o.x + n0 > tile_y0 && o.y < tile_x0 + k_tile_x &&
-                 o.y + n1 > tile_x0;
-    }
-    const unsigned ballot = __ballot_sync(0xffffffffu, overlaps);
-    if (lane == 0) warp_count[warp] = __popc(ballot);
-    __syncthreads();
-    int before = 0, total = 0;
-    for (int k = 0; k < k_warps; ++k) {
-      before += k < warp ? warp_count[k] : 0;
-      total += warp_count[k];
-    }
-    if (overlaps) {
-      const int at = before + __popc(ballot & ((1u << lane) - 1u));
-      list_slot[at] = int(j);
-      list_origin[at] = o;
-    }
-    __syncthreads();
-    if (y < h && x < w) {
-      for (int k = 0; k < total; ++k) {
-        const longlong2 ok = list_origin[k];
-        const int64_t a = y - ok.x, b = x - ok.y;
-        if (a >= 0 && a < n0 && b >= 0 && b < n1) {
-          const int64_t at = int64_t(list_slot[k]) * m + a * n1 + b;
-          acc = cuda_math::add(acc, cuda_math::mul(cuda_math::conj(shifted_probes[at]), g[at]));
-        }
-      }
-    }
-    __syncthreads();  // the lists are rewritten in the next round
-  }
-  if (y < h && x < w) {
-    c32& out = object_grad[y * w + x];
-    out = accumulate ? cuda_math::add(out, acc) : acc;
-  }
+// The integers of a grid back to floats: out = float(double(n) · scale) · post.
+__global__ void __launch_bounds__(k_threads)
+    from_fixed_kernel(const long long* __restrict__ n, int64_t count, double scale, float post, float* __restrict__ out) {
+  const int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k < count) out[k] = float(double(n[k]) * scale) * post;
 }
 
 // K6a: the probe gradient's spectrum, Σ_j F[conj(O_patch) g_j] · conj(ramp0_j(a) ramp1_j(b)),
@@ -309,6 +318,20 @@ struct cuda_engine::impl {
   int64_t* staging = nullptr;  // pinned: k_staging_slots × max_batch indices
   double* loss_h = nullptr;    // pinned
   cudaEvent_t staging_done[k_staging_slots] = {};
+
+  // Deterministic sums (`deterministic = true`; tycho/sdk/fixed_point.hpp): the batch's integers
+  // (object 2·H·W, probe spectrum 2·M, then the header the ranks read alike), the largest |v| of
+  // each (as bits), the header's host copy, the grids, and the loss of the batches finished.
+  bool host_finishes = false;
+  long long* sums = nullptr;
+  int64_t probe_at = 0, header_at = 0, sums_words = 0;
+  unsigned* largest_d = nullptr;
+  unsigned* largest_h = nullptr;  // pinned, 2
+  int64_t* header_h = nullptr;    // pinned
+  sdk::fixed_point::grid_schedule grids;
+  int used_grid[2] = {0, 0};
+  double finished_loss = 0;
+  sdk::tensor_view sums_view;
   int next_slot = 0;
 
   cufftHandle plan_batch = 0, plan_remainder = 0, plan_one = 0;
@@ -316,7 +339,7 @@ struct cuda_engine::impl {
 
   sdk::tensor_view views[5];
 
-  explicit impl(const tycho_engine_setup& setup) {
+  impl(const tycho_engine_setup& setup, bool finishes) : host_finishes(finishes) {
     try {
       init(setup);
     } catch (...) {
@@ -387,6 +410,7 @@ struct cuda_engine::impl {
     config_view cfg(setup.config);
     const int64_t batch = cfg.get_int("batch_size").value_or(128);
     if (batch <= 0) fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] batch_size must be > 0, got ", batch);
+    max_batch_configured = batch;
     // Slots ride on gridDim.y (≤ 65535); larger batches run in passes of this size.
     max_batch = std::min({batch, patterns, int64_t(65535)});
     remainder = patterns % max_batch;
@@ -457,12 +481,27 @@ struct cuda_engine::impl {
     origin = allocate<longlong2>(b, "batch buffers");
     indices_d = allocate<int64_t>(b, "batch buffers");
     loss_d = allocate<double>(1, "loss accumulator");
+    if (deterministic) {
+      probe_at = 2 * h * w;
+      header_at = probe_at + 2 * m;
+      sums_words = header_at + int64_t(sdk::fixed_point::header::words(2));
+      sums = allocate<long long>(sums_words, "deterministic sums");
+      largest_d = allocate<unsigned>(2, "deterministic sums");
+      grids = sdk::fixed_point::grid_schedule(2, batch);  // one mode: a value per position and element
+    }
 
     check(cudaHostAlloc(reinterpret_cast<void**>(&staging), size_t(k_staging_slots * b) * sizeof(int64_t),
                         cudaHostAllocDefault),
           "cudaHostAlloc", "pinned index staging");
     check(cudaHostAlloc(reinterpret_cast<void**>(&loss_h), sizeof(double), cudaHostAllocDefault), "cudaHostAlloc",
           "pinned loss read-back");
+    if (deterministic) {
+      check(cudaHostAlloc(reinterpret_cast<void**>(&largest_h), 2 * sizeof(unsigned), cudaHostAllocDefault),
+            "cudaHostAlloc", "pinned deterministic sums");
+      check(cudaHostAlloc(reinterpret_cast<void**>(&header_h), sdk::fixed_point::header::words(2) * sizeof(int64_t),
+                          cudaHostAllocDefault),
+            "cudaHostAlloc", "pinned deterministic sums");
+    }
     for (auto& ev : staging_done)
       check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreateWithFlags", "index staging");
 
@@ -519,6 +558,7 @@ struct cuda_engine::impl {
     views[TYCHO_TENSOR_OBJECT_GRAD] = tensor_view(object_grad, dtype_complex64, {1, h, w}, dev);
     views[TYCHO_TENSOR_PROBE_GRAD] = tensor_view(probe_grad, dtype_complex64, {1, n0, n1}, dev);
     views[TYCHO_TENSOR_POSITIONS] = tensor_view(positions_d, dtype_float64, {patterns, 2}, dev);
+    if (deterministic) sums_view = tensor_view(sums, dtype_int64, {sums_words}, dev);
 
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties", cat("device ", device));
@@ -527,7 +567,7 @@ struct cuda_engine::impl {
         cat("device ", device, " (", prop.name, ", ", prop.multiProcessorCount, " SMs): targets ",
             mib(double(patterns * m) * 4.0), " MiB, batch buffers ", mib(batch_bytes), " MiB for ", b,
             " positions, FFT work ", mib(double(work_bytes)), " MiB; ",
-            deterministic ? "deterministic object gradient" : "atomic object gradient"));
+            deterministic ? "deterministic sums (fixed point)" : "float sums (atomic object gradient)"));
   }
 
   void release() noexcept {
@@ -542,8 +582,12 @@ struct cuda_engine::impl {
       if (ev != nullptr) (void)cudaEventDestroy(ev);
     if (staging != nullptr) (void)cudaFreeHost(staging);
     if (loss_h != nullptr) (void)cudaFreeHost(loss_h);
+    if (largest_h != nullptr) (void)cudaFreeHost(largest_h);
+    if (header_h != nullptr) (void)cudaFreeHost(header_h);
     staging = nullptr;
     loss_h = nullptr;
+    largest_h = nullptr;
+    header_h = nullptr;
     if (stream != nullptr) {
       (void)cudaStreamSynchronize(stream);
       (void)cudaStreamDestroy(stream);
@@ -624,11 +668,9 @@ struct cuda_engine::impl {
 
     // Object gradient; conj(O_patch) g_j replaces P_j.
     if (deterministic) {
-      const dim3 tiles(blocks_for(w, k_tile_x), blocks_for(h, k_tile_y));
-      object_gradient_gather_kernel<<<tiles, dim3(k_tile_x, k_tile_y), 0, stream>>>(
-          shifted, wave, origin, n, n0, n1, h, w, !first, object_grad);
-      check_launch("object gradient (deterministic)");
-      patch_gradient_kernel<false><<<grid, k_threads, 0, stream>>>(shifted, wave, object, origin, n1, m, w, object_grad);
+      patch_gradient_fixed_kernel<<<grid, k_threads, 0, stream>>>(
+          shifted, wave, object, origin, n1, m, w, sdk::fixed_point::scale_of(used_grid[0]),
+          reinterpret_cast<unsigned long long*>(sums), largest_d);
     } else {
       patch_gradient_kernel<true><<<grid, k_threads, 0, stream>>>(shifted, wave, object, origin, n1, m, w, object_grad);
     }
@@ -638,6 +680,13 @@ struct cuda_engine::impl {
     check_fft(cufftExecC2C(plan, reinterpret_cast<cufftComplex*>(shifted), reinterpret_cast<cufftComplex*>(shifted),
                            CUFFT_FORWARD),
               "cufftExecC2C", "probe gradients, forward");
+    if (deterministic) {
+      probe_gradient_fixed_kernel<<<blocks_for(m, k_threads), k_threads, 0, stream>>>(
+          shifted, ramp0, ramp1, n, n0, n1, sdk::fixed_point::scale_of(used_grid[1]),
+          reinterpret_cast<unsigned long long*>(sums + probe_at), largest_d + 1);
+      check_launch("probe gradient (deterministic)");
+      return;
+    }
     const int64_t slices = std::min<int64_t>(k_probe_grad_slices, n);
     const int64_t slice_len = (n + slices - 1) / slices;
     const int64_t used = (n + slice_len - 1) / slice_len;
@@ -651,6 +700,105 @@ struct cuda_engine::impl {
 
   // The adapter has checked count and the indices.
   void compute_batch(const int64_t* indices, int64_t count) {
+    if (!deterministic) return compute_float(indices, count);
+    if (host_finishes) {
+      if (count > grids_batch())
+        fail(TYCHO_ERR_INVALID_ARGUMENT, "cuda engine: a batch of ", count, " positions, more than [reconstruct] ",
+             "batch_size, for which the deterministic sums' grids are sized");
+      return compute_fixed(indices, count);
+    }
+    // No host sums these (one device, an engine driven directly): settle each batch here, on
+    // grids sized for it when it is longer than batch_size.
+    if (count > grids_batch()) grids = sdk::fixed_point::grid_schedule(2, count);
+    for (int attempt = 0;; ++attempt) {
+      compute_fixed(indices, count);
+      if (!finish_batch(false)) return;
+      if (attempt >= 3) fail(TYCHO_ERR_INTERNAL, "cuda engine: the deterministic sums' grids did not settle");
+    }
+  }
+  int64_t grids_batch() const { return std::max<int64_t>(max_batch_configured, 1); }
+  int64_t max_batch_configured = 0;
+
+  // The batch into the integers, then this rank's header (its grids, its largest values, its
+  // loss) from what the device found: one wait per batch, for 16 bytes.
+  void compute_fixed(const int64_t* indices, int64_t count) {
+    namespace fp = sdk::fixed_point;
+    set_device();
+    for (int t = 0; t < 2; ++t) used_grid[t] = grids.grid(t);
+    check(cudaMemsetAsync(sums, 0, size_t(header_at) * sizeof(long long), stream), "cudaMemsetAsync",
+          "deterministic sums");
+    check(cudaMemsetAsync(largest_d, 0, 2 * sizeof(unsigned), stream), "cudaMemsetAsync", "deterministic sums");
+    if (count > 0) {
+      check(cudaMemcpyAsync(probe_spectrum, probe, size_t(m) * sizeof(c32), cudaMemcpyDeviceToDevice, stream),
+            "cudaMemcpyAsync", "probe spectrum");
+      check_fft(cufftExecC2C(plan_one, reinterpret_cast<cufftComplex*>(probe_spectrum),
+                             reinterpret_cast<cufftComplex*>(probe_spectrum), CUFFT_FORWARD),
+                "cufftExecC2C", "probe, forward");
+      for (int64_t start = 0; start < count; start += max_batch)
+        pass(indices + start, std::min(max_batch, count - start), start == 0);
+    }
+    check(cudaMemcpyAsync(largest_h, largest_d, 2 * sizeof(unsigned), cudaMemcpyDeviceToHost, stream),
+          "cudaMemcpyAsync", "deterministic sums");
+    check(cudaMemcpyAsync(loss_h, loss_d, sizeof(double), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync",
+          "loss read-back");
+    check(cudaMemsetAsync(loss_d, 0, sizeof(double), stream), "cudaMemsetAsync", "loss accumulator");
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", "the batch's largest values");
+    double largest[2];
+    int64_t non_finite[2];
+    for (int t = 0; t < 2; ++t) {
+      non_finite[t] = largest_h[t] >= 0x7f800000u ? 1 : 0;  // a NaN or infinity
+      float v = 0;
+      std::memcpy(&v, &largest_h[t], sizeof v);
+      largest[t] = non_finite[t] ? 0.0 : double(v) * fp::scale_of(used_grid[t]);
+    }
+    // The loss component sums its pixels with double atomics: this rank's loss is added exactly
+    // over the ranks, its own last bits may differ between runs.
+    fp::exact_sum loss;
+    loss.add(*loss_h);
+    std::fill(header_h, header_h + fp::header::words(2), 0);
+    fp::header::write(header_h, grids, largest, non_finite, loss);
+    check(cudaMemcpyAsync(sums + header_at, header_h, fp::header::words(2) * sizeof(int64_t), cudaMemcpyHostToDevice,
+                          stream),
+          "cudaMemcpyAsync", "deterministic sums' header");
+  }
+
+  // After the host's sum over the ranks: true when the batch must be computed again; else the
+  // gradients are the sums' floats and the batch's loss waits for collect_loss.
+  bool finish_batch(bool ends_iteration) {
+    namespace fp = sdk::fixed_point;
+    set_device();
+    check(cudaMemcpyAsync(header_h, sums + header_at, fp::header::words(2) * sizeof(int64_t), cudaMemcpyDeviceToHost,
+                          stream),
+          "cudaMemcpyAsync", "deterministic sums' header");
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", "the summed header");
+    bool same_grids = false;
+    const std::vector<fp::tensor_report> reports = fp::header::read(header_h, grids, same_grids);
+    if (!same_grids)
+      fail(TYCHO_ERR_INTERNAL, "cuda engine: the ranks' deterministic sums were quantised on different grids");
+    if (!grids.settle(reports, ends_iteration)) return true;
+    const double batch_loss = fp::header::loss(header_h, 2).value();
+    if (reports[0].non_finite > 0 || reports[1].non_finite > 0 || !std::isfinite(batch_loss)) {
+      // What float sums would have carried: NaN (all bits set is a NaN); the run stops on its loss.
+      check(cudaMemsetAsync(object_grad, 0xff, size_t(h * w) * sizeof(c32), stream), "cudaMemsetAsync", "NaN");
+      check(cudaMemsetAsync(probe_grad, 0xff, size_t(m) * sizeof(c32), stream), "cudaMemsetAsync", "NaN");
+      finished_loss += std::numeric_limits<double>::quiet_NaN();
+      return false;
+    }
+    from_fixed_kernel<<<blocks_for(2 * h * w, k_threads), k_threads, 0, stream>>>(
+        sums, 2 * h * w, std::ldexp(1.0, used_grid[0]), 1.0f, reinterpret_cast<float*>(object_grad));
+    check_launch("object gradient from the sums");
+    // The spectrum, times 1/M for the inverse transform (probe_gradient_sum_kernel's order).
+    from_fixed_kernel<<<blocks_for(2 * m, k_threads), k_threads, 0, stream>>>(
+        sums + probe_at, 2 * m, std::ldexp(1.0, used_grid[1]), 1.0f / float(m), reinterpret_cast<float*>(probe_grad));
+    check_launch("probe gradient from the sums");
+    check_fft(cufftExecC2C(plan_one, reinterpret_cast<cufftComplex*>(probe_grad),
+                           reinterpret_cast<cufftComplex*>(probe_grad), CUFFT_INVERSE),
+              "cufftExecC2C", "probe gradient, inverse");
+    finished_loss += batch_loss;
+    return false;
+  }
+
+  void compute_float(const int64_t* indices, int64_t count) {
     if (count == 0) {  // a rank that holds none of this batch's patterns contributes zeros
       set_device();
       check(cudaMemsetAsync(object_grad, 0, size_t(h * w) * sizeof(c32), stream), "cudaMemsetAsync", "object gradient");
@@ -665,8 +813,7 @@ struct cuda_engine::impl {
     check_fft(cufftExecC2C(plan_one, reinterpret_cast<cufftComplex*>(probe_spectrum),
                            reinterpret_cast<cufftComplex*>(probe_spectrum), CUFFT_FORWARD),
               "cufftExecC2C", "probe, forward");
-    if (!deterministic)
-      check(cudaMemsetAsync(object_grad, 0, size_t(h * w) * sizeof(c32), stream), "cudaMemsetAsync", "object gradient");
+    check(cudaMemsetAsync(object_grad, 0, size_t(h * w) * sizeof(c32), stream), "cudaMemsetAsync", "object gradient");
 
     for (int64_t start = 0; start < count; start += max_batch)
       pass(indices + start, std::min(max_batch, count - start), start == 0);
@@ -679,7 +826,10 @@ struct cuda_engine::impl {
 
   // The adapter has checked the id (no position gradient: the setup cannot ask for one here)
   // and read_tensor's size.
-  DLTensor* tensor(tycho_tensor_id id) { return views[id].get(); }
+  DLTensor* tensor(tycho_tensor_id id) {
+    if (id == TYCHO_TENSOR_FIXED_POINT_SUMS) return deterministic ? sums_view.get() : nullptr;
+    return int(id) >= 0 && int(id) < 5 ? views[id].get() : nullptr;
+  }
 
   void read_tensor(tycho_tensor_id id, void* dst, size_t size) {
     const DLTensor& t = *tensor(id);
@@ -691,6 +841,10 @@ struct cuda_engine::impl {
 
   double collect_loss() {
     set_device();
+    if (deterministic) {  // the finished batches' loss, every rank's (finish_batch has waited for each)
+      check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", "the iteration's batches");
+      return std::exchange(finished_loss, 0.0);
+    }
     check(cudaMemcpyAsync(loss_h, loss_d, sizeof(double), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync",
           "loss read-back");
     check(cudaMemsetAsync(loss_d, 0, sizeof(double), stream), "cudaMemsetAsync", "loss accumulator");
@@ -699,12 +853,15 @@ struct cuda_engine::impl {
   }
 };
 
-cuda_engine::cuda_engine(const tycho_engine_setup& setup) : p_(std::make_unique<impl>(setup)) {}
+cuda_engine::cuda_engine(const tycho_engine_setup& setup, bool host_finishes)
+    : p_(std::make_unique<impl>(setup, host_finishes)) {}
 cuda_engine::~cuda_engine() = default;
 void cuda_engine::compute_batch(const int64_t* indices, int64_t count) { p_->compute_batch(indices, count); }
 DLTensor* cuda_engine::tensor(tycho_tensor_id id) { return p_->tensor(id); }
 void cuda_engine::read_tensor(tycho_tensor_id id, void* dst, size_t bytes) { p_->read_tensor(id, dst, bytes); }
 void* cuda_engine::stream() const { return p_->stream; }
 double cuda_engine::collect_loss() { return p_->collect_loss(); }
+DLTensor* cuda_engine::fixed_point_sums() { return p_->deterministic ? p_->sums_view.get() : nullptr; }
+bool cuda_engine::finish_batch(bool ends_iteration) { return p_->finish_batch(ends_iteration); }
 
 }  // namespace tycho::cuda

@@ -15,13 +15,15 @@ using namespace tycho::sdk;
 // collect_loss, and tensors are read back through the engine's stream.
 class cuda_component {
  public:
-  explicit cuda_component(const engine_setup& s) : engine_(*s.raw) {}
+  explicit cuda_component(const engine_setup& s) : engine_(*s.raw, s.host_finishes_batches) {}
 
   void compute_batch(const int64_t* indices, int64_t count) { engine_.compute_batch(indices, count); }
   DLTensor* tensor(tycho_tensor_id id) { return engine_.tensor(id); }
   void read_tensor(tycho_tensor_id id, void* dst, size_t bytes) { engine_.read_tensor(id, dst, bytes); }
   void* stream() { return engine_.stream(); }
   double collect_loss() { return engine_.collect_loss(); }
+  DLTensor* fixed_point_sums() { return engine_.fixed_point_sums(); }
+  bool finish_batch(bool ends_iteration, double&) { return engine_.finish_batch(ends_iteration); }
   static void plan_memory(const config_view& cfg, const tycho_memory_problem& p, tycho_memory_report* out) {
     tycho::cuda::plan_memory(cfg, p, out);
   }

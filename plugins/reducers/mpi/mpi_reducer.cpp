@@ -55,9 +55,11 @@ class mpi_reducer {
 
   // The runtime broadcasts its own bytes (uint8) through a host reducer.
   static constexpr bool broadcasts_bytes = true;
+  // Deterministic sums: int64, added exactly (MPI_INT64_T) in whatever order MPI chooses.
+  static constexpr bool sums_int64 = true;
 
   void allreduce_sum(const collective_buffer& b, void*) {
-    const MPI_Datatype type = b.value_bytes == 8 ? MPI_DOUBLE : MPI_FLOAT;
+    const MPI_Datatype type = b.integer ? MPI_INT64_T : b.value_bytes == 8 ? MPI_DOUBLE : MPI_FLOAT;
     const int64_t elem = b.value_bytes;
     char* data = static_cast<char*>(b.data);
     for (int64_t done = 0; done < b.count; done += INT_MAX / 2) {  // MPI counts are int

@@ -200,7 +200,9 @@ struct nccl_reducer {
   }
 };
 
-ncclDataType_t nccl_type(const collective_buffer& b) { return b.value_bytes == 8 ? ncclFloat64 : ncclFloat32; }
+ncclDataType_t nccl_type(const collective_buffer& b) {
+  return b.integer ? ncclInt64 : b.value_bytes == 8 ? ncclFloat64 : ncclFloat32;
+}
 
 // ---------------------------------------------------------------- create
 
@@ -353,6 +355,9 @@ class nccl_component {
 
   int32_t rank() const { return r_.rank; }
   int32_t world_size() const { return r_.world; }
+
+  // Deterministic sums: int64, added exactly (ncclInt64) whatever NCCL's ring or tree.
+  static constexpr bool sums_int64 = true;
 
   void allreduce_sum(const collective_buffer& b, void* stream) {
     r_.call(cat("allreduce_sum of ", b.count, " reals"), [&] {

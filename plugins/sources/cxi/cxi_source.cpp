@@ -6,8 +6,17 @@
 //   /entry_1/sample_1/geometry_1/translation (or .../geometry_1/translations,
 //       .../geometry/translation(s), /entry_1/data_1/translation)  (N, 3) or (3, N), metres
 //   /entry_1/instrument_1/source_1/energy  J, a scalar or one (constant) value per frame
+//   /entry_1/instrument_1/source_1/probe  optional, NeXus NXsource: "x-ray", "electron", ...
+//   /entry_1/instrument_1/source_1/wavelength  optional, m: with the energy, tells photons
+//       (λ = hc / E) from electrons
 //   /entry_1/instrument_1/detector_1/distance, x_pixel_size, y_pixel_size  m
+//   /entry_1/instrument_1/detector_1/basis_vectors  optional, m: the lab-frame (x, y, z) step of
+//       one pixel along each frame axis, (2, 3), (3, 2) (vectors as columns) or (N, 2, 3)
 //   /entry_1/instrument_1/detector_1/mask  optional, (Qx, Qy), 0 = good pixel
+//
+// The distance and pixel size are reported in metres (tycho_dataset_info::detector_distance_m,
+// detector_pixel_m): the host turns them into Å⁻¹ with the run's wavelength, which depends on
+// the radiation ([optics] radiation, or what this file says) as well as the energy.
 //
 // A `units` attribute on a value, where present, is honoured (m, mm, um, nm, pm, Å; J, eV, keV)
 // and any other unit is refused; without one the CXI unit is assumed.
@@ -17,6 +26,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cmath>
 #include <optional>
 
@@ -50,17 +60,19 @@ std::string list_text(const char* const* paths, std::size_t n) {
   return s;
 }
 
-// The probe position along object axis a is sign[a] · translation[component[a]] (0 = x, 1 = y).
+// The probe position along object axis a is Σ_c m[a][c] · translation[c] (c = x, y, z).
 struct position_map {
-  std::array<int, 2> component{1, 0};
-  std::array<double, 2> sign{-1.0, -1.0};
+  std::array<std::array<double, 3>, 2> m{{{0, -1, 0}, {-1, 0, 0}}};
+  std::array<int, 2> component{1, 0};  // the translation component each axis's pixel size is named after
   std::string text = "[\"-y\", \"-x\"]";
+  bool given = false;  // by the config's probe_position
 };
 
 position_map read_position_map(const sdk::config_view& cfg) {
   position_map m;
   auto names = string_list(cfg, "probe_position");
   if (!names) return m;
+  m.given = true;
   const std::string key = cat("config key 'probe_position' in ", cfg.table_name());
   if (names->size() != 2)
     fail(TYCHO_ERR_INVALID_ARGUMENT, key, " must be two of \"x\", \"y\", \"-x\", \"-y\" (object axis 0, axis 1), got ",
@@ -78,7 +90,8 @@ position_map read_position_map(const sdk::config_view& cfg) {
       fail(TYCHO_ERR_INVALID_ARGUMENT, key, ": \"", (*names)[a],
            "\" is not one of \"x\", \"y\", \"-x\", \"-y\" (the translation's component along that object axis)");
     m.component[a] = n == "x" ? 0 : 1;
-    m.sign[a] = sign;
+    m.m[a] = {0, 0, 0};
+    m.m[a][std::size_t(m.component[a])] = sign;
   }
   m.text += "]";
   if (m.component[0] == m.component[1])
@@ -179,6 +192,98 @@ void check_mask(const source_data& s) {
          "(masking comes in a later version), so it refuses data with bad pixels rather than fit them");
 }
 
+
+// The detector's basis vectors (CXI 1.6): the lab-frame step, in metres, of one pixel along each
+// axis of a frame. A far-field pattern's axis a runs along the lab direction e_a of its basis
+// vector, and so does object axis a of the reconstruction; a CXI translation t moves the sample,
+// so the probe lies at −t on it, and its position along object axis a is −t · e_a.
+struct detector_basis {
+  position_map map;
+  std::array<double, 2> pixel_m{};
+};
+
+std::optional<detector_basis> read_basis(const source_data& s) {
+  const std::string path = cat(k_detector, "/basis_vectors"), where = cat(s.file_name, ":", path);
+  h5::h5_id obj = h5::open_object(s.file.get(), path);
+  if (!obj) return std::nullopt;
+  const std::vector<int64_t> shape = h5::is_dataset(obj.get()) ? h5::dataset_shape(obj.get()) : std::vector<int64_t>{};
+  const int64_t frames = s.layout.scan[0] * s.layout.scan[1];
+  const bool rows = shape == std::vector<int64_t>{2, 3}, columns = shape == std::vector<int64_t>{3, 2},
+             per_frame = shape.size() == 3 && shape[0] == frames && shape[1] == 2 && shape[2] == 3;
+  auto values = rows || columns || per_frame ? h5::read_numbers(s.file.get(), path) : std::nullopt;
+  if (!values)
+    fail(TYCHO_ERR_BAD_DATA, "'", where, "' is ", h5::is_dataset(obj.get()) ? cat("of shape ", h5::shape_text(shape)) : std::string("not a dataset"),
+         ", expected the detector's basis vectors: numbers of shape (2, 3), (3, 2) or (", frames,
+         ", 2, 3), the lab-frame (x, y, z) step of one pixel along each frame axis, in metres");
+  const double f = unit_factor(obj.get(), where, &length_to_m, 1.0, "metres (m; or mm, um, nm, pm, A)");
+  std::array<std::array<double, 3>, 2> b{};
+  for (int a = 0; a < 2; ++a)
+    for (int c = 0; c < 3; ++c) b[std::size_t(a)][std::size_t(c)] = (*values)[std::size_t(columns ? c * 2 + a : a * 3 + c)] * f;
+  if (per_frame)  // one set per frame: it must not vary
+    for (int64_t j = 1; j < frames; ++j)
+      for (int k = 0; k < 6; ++k)
+        if (!(std::abs((*values)[std::size_t(j * 6 + k)] - (*values)[std::size_t(k)]) * f <= 1e-6 * std::abs(b[std::size_t(k / 3)][std::size_t(k % 3)]) + 1e-15))  // NaN too
+          fail(TYCHO_ERR_BAD_DATA, "'", where, "': the basis vectors of frame ", j, " differ from frame 0's; tycho needs one detector orientation for the whole scan");
+  detector_basis out;
+  std::array<std::array<double, 3>, 2> e{};
+  for (int a = 0; a < 2; ++a) {
+    const auto& v = b[std::size_t(a)];
+    const double n = std::sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]);
+    if (!std::isfinite(n) || !(n > 0))
+      fail(TYCHO_ERR_BAD_DATA, "'", where, "': the basis vector of frame axis ", a, " is (", v[0], ", ", v[1], ", ", v[2],
+           ") m, expected a finite, non-zero pixel step");
+    for (int c = 0; c < 3; ++c) e[std::size_t(a)][std::size_t(c)] = v[std::size_t(c)] / n;
+    if (std::abs(e[std::size_t(a)][2]) > 1e-3)
+      fail(TYCHO_ERR_UNSUPPORTED, "'", where, "': frame axis ", a, " leaves the plane normal to the beam (its basis vector (",
+           v[0], ", ", v[1], ", ", v[2], ") m has a z part); tycho reads detectors normal to the beam only");
+    out.pixel_m[std::size_t(a)] = n;
+  }
+  const double dot = e[0][0] * e[1][0] + e[0][1] * e[1][1];
+  if (std::abs(dot) > 1e-3)
+    fail(TYCHO_ERR_UNSUPPORTED, "'", where, "': the two frame axes are not perpendicular (cosine ", dot,
+         "); tycho reads rectangular pixel grids only");
+  out.map.text = "(from basis_vectors) [";
+  for (int a = 0; a < 2; ++a) {
+    for (int c = 0; c < 3; ++c) out.map.m[std::size_t(a)][std::size_t(c)] = -e[std::size_t(a)][std::size_t(c)];
+    out.map.component[std::size_t(a)] = std::abs(e[std::size_t(a)][0]) >= std::abs(e[std::size_t(a)][1]) ? 0 : 1;
+    out.map.text += cat(a ? ", " : "", "(", out.map.m[std::size_t(a)][0], ", ", out.map.m[std::size_t(a)][1], ") · (x, y)");
+  }
+  out.map.text += "]";
+  return out;
+}
+
+// What the file says the beam is: NXsource's `probe` ("x-ray", "electron", ...) where present,
+// else its wavelength against its energy (photons: λ = hc / E; electrons: the relativistic λ);
+// unknown when neither tells.
+int32_t read_radiation(const source_data& s) {
+  const std::string src = "/entry_1/instrument_1/source_1";
+  h5::h5_id group = h5::open_object(s.file.get(), src);
+  if (!group) return TYCHO_RADIATION_UNKNOWN;
+  if (auto probe = h5::read_string(group.get(), "probe")) {
+    std::string p;
+    for (char c : *probe)
+      if (c != ' ' && c != '-' && c != '_') p += char(std::tolower(static_cast<unsigned char>(c)));
+    if (p == "xray" || p == "photon" || p == "xrays" || p == "photons") return TYCHO_RADIATION_XRAY;
+    if (p == "electron" || p == "electrons") return TYCHO_RADIATION_ELECTRON;
+    sdk::log(TYCHO_LOG_WARNING, "cxi",
+             cat("'", s.file_name, ":", src, "/probe' is \"", *probe, "\": tycho knows electrons and X-rays only; "
+                 "set [optics] radiation"));
+    return TYCHO_RADIATION_UNKNOWN;
+  }
+  if (!std::isfinite(s.info.energy_eV)) return TYCHO_RADIATION_UNKNOWN;
+  auto lambda_m = read_value(s, src + "/wavelength", &length_to_m, 1.0, "metres (m)", "wavelength", "m");
+  if (!lambda_m || !(*lambda_m > 0)) return TYCHO_RADIATION_UNKNOWN;
+  const double lambda_A = *lambda_m * 1e10;
+  const auto near = [&](double v) { return std::abs(lambda_A - v) <= 1e-3 * v; };
+  if (near(sdk::photon_wavelength_A(s.info.energy_eV))) return TYCHO_RADIATION_XRAY;
+  if (near(sdk::wavelength_A(s.info.energy_eV))) return TYCHO_RADIATION_ELECTRON;
+  sdk::log(TYCHO_LOG_WARNING, "cxi",
+           cat("'", s.file_name, ":", src, "/wavelength' (", lambda_A, " Å) is neither the photon (",
+               sdk::photon_wavelength_A(s.info.energy_eV), " Å) nor the electron wavelength (",
+               sdk::wavelength_A(s.info.energy_eV), " Å) of its energy (", s.info.energy_eV, " eV)"));
+  return TYCHO_RADIATION_UNKNOWN;
+}
+
 }  // namespace
 
 void open_cxi(const tycho_config* cfg, source_data& s) {
@@ -190,7 +295,7 @@ void open_cxi(const tycho_config* cfg, source_data& s) {
   const std::optional<std::string> translations_key = config.get_string("translations");
   const bool centred = config.get_bool("centred").value_or(true);
   const table_order order = read_table_order(config);
-  const position_map map = read_position_map(config);
+  position_map map = read_position_map(config);
   s.file = open_file(s.file_name, given, "cxi");
   const hid_t file = s.file.get();
 
@@ -223,6 +328,10 @@ void open_cxi(const tycho_config* cfg, source_data& s) {
   }
   init_info(s, centred);
 
+  // ---- the detector's orientation: its basis vectors, unless the config gives probe_position
+  const std::optional<detector_basis> basis = read_basis(s);
+  if (basis && !map.given) map = basis->map;
+
   // ---- the translations → probe positions in Å
   std::string translations;
   if (translations_key) {
@@ -246,7 +355,9 @@ void open_cxi(const tycho_config* cfg, source_data& s) {
   s.positions_A.resize(std::size_t(2 * frames));
   for (int64_t j = 0; j < frames; ++j)
     for (int a = 0; a < 2; ++a)
-      s.positions_A[std::size_t(2 * j + a)] = map.sign[std::size_t(a)] * t[std::size_t(3 * j + map.component[std::size_t(a)])] * to_A;
+      s.positions_A[std::size_t(2 * j + a)] =
+          (map.m[std::size_t(a)][0] * t[std::size_t(3 * j)] + map.m[std::size_t(a)][1] * t[std::size_t(3 * j + 1)] +
+           map.m[std::size_t(a)][2] * t[std::size_t(3 * j + 2)]) * to_A;
 
   // ---- optics and detector
   if (auto e = read_value(s, k_energy_path, &energy_to_eV, 1.0 / k_joule_per_eV, "joules (J; or eV, keV)",
@@ -256,43 +367,37 @@ void open_cxi(const tycho_config* cfg, source_data& s) {
            " J, expected a beam energy > 0 in joules");
     s.info.energy_eV = *e;
   }
+  s.info.radiation = read_radiation(s);
   const std::string det = k_detector;
   auto distance = read_value(s, det + "/distance", &length_to_m, 1.0, "metres (m)", "detector distance", "m");
-  const char* pixel_name[2] = {map.component[0] == 0 ? "x_pixel_size" : "y_pixel_size",
-                               map.component[1] == 0 ? "x_pixel_size" : "y_pixel_size"};
-  std::optional<double> pixel[2];
-  for (int a = 0; a < 2; ++a) {
-    pixel[a] = read_value(s, det + "/" + pixel_name[a], &length_to_m, 1.0, "metres (m)", "detector pixel size", "m");
-    if (pixel[a] && !(*pixel[a] > 0))
-      fail(TYCHO_ERR_BAD_DATA, "'", s.file_name, ":", det, "/", pixel_name[a], "' is ", *pixel[a],
-           " m, expected a pixel size > 0 in metres");
-  }
   if (distance && !(*distance > 0))
     fail(TYCHO_ERR_BAD_DATA, "'", s.file_name, ":", det, "/distance' is ", *distance,
          " m, expected a detector distance > 0 in metres");
-  // The reciprocal pixel of a far-field detector, small angles: a pixel of size p at distance z
-  // subtends p / z radians, and an angle θ is the spatial frequency k = θ / λ, so
-  //   dk = p / (z · λ)   [Å⁻¹, with p and z in the same unit and λ in Å].
-  // (Fraunhofer sampling: the real-space pixel of an N-pixel window is λ z / (N p) = 1 / (N dk),
-  // the relation docs/conventions.md uses; e.g. J. W. Goodman, Introduction to Fourier Optics,
-  // ch. 4.) λ is the relativistic electron wavelength of the file's energy (sdk/optics.hpp),
-  // the one the runtime uses for the probe.
-  if (distance && pixel[0] && pixel[1]) {
-    if (std::isfinite(s.info.energy_eV)) {
-      const double lambda_A = sdk::wavelength_A(s.info.energy_eV);
-      for (int a = 0; a < 2; ++a) s.info.detector_pixel_invA[a] = *pixel[a] / (*distance * lambda_A);
-    } else {
-      sdk::log(TYCHO_LOG_WARNING, "cxi",
-               cat("'", s.file_name, "' records no beam energy (", k_energy_path,
-                   "): the detector pixel in Å⁻¹ cannot be computed from its distance and pixel size; give "
-                   "[data] detector_pixel_invA and [optics] energy_eV"));
+  std::optional<double> pixel[2];
+  for (int a = 0; a < 2; ++a) {
+    if (basis) {
+      pixel[a] = basis->pixel_m[std::size_t(a)];
+      continue;
     }
+    const char* name = map.component[std::size_t(a)] == 0 ? "x_pixel_size" : "y_pixel_size";
+    pixel[a] = read_value(s, det + "/" + name, &length_to_m, 1.0, "metres (m)", "detector pixel size", "m");
+    if (pixel[a] && !(*pixel[a] > 0))
+      fail(TYCHO_ERR_BAD_DATA, "'", s.file_name, ":", det, "/", name, "' is ", *pixel[a],
+           " m, expected a pixel size > 0 in metres");
   }
+  // Reported in metres: the host computes the reciprocal pixel of a far-field detector,
+  // dk = p / (z · λ) Å⁻¹ (small angles: a pixel of size p at distance z subtends p / z rad, and
+  // an angle θ is the spatial frequency θ / λ; J. W. Goodman, Introduction to Fourier Optics,
+  // ch. 4), with the wavelength of the run's radiation: photons or electrons of this energy.
+  if (distance) s.info.detector_distance_m = *distance;
+  for (int a = 0; a < 2; ++a)
+    if (pixel[a]) s.info.detector_pixel_m[a] = *pixel[a];
   check_mask(s);
   sdk::log(TYCHO_LOG_INFO, "cxi",
            cat("opened '", s.description, "': ", frames, " frames of ", s.layout.detector[0], " x ",
                s.layout.detector[1], " ", sdk::dtype_name(s.info.stored_dtype), ", positions from ", translations,
-               " as probe_position = ", map.text));
+               " as probe_position = ", map.text,
+               basis && !map.given ? " (from the detector's basis_vectors)" : ""));
 }
 
 }  // namespace tycho::cxi

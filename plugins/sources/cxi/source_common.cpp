@@ -45,6 +45,8 @@ void init_info(source_data& s, bool centred) {
   i.scan_step_A[0] = i.scan_step_A[1] = nan;
   i.detector_pixel_invA[0] = i.detector_pixel_invA[1] = nan;
   i.energy_eV = i.semiangle_mrad = i.C10_A = nan;
+  i.detector_distance_m = i.detector_pixel_m[0] = i.detector_pixel_m[1] = nan;
+  i.radiation = TYCHO_RADIATION_UNKNOWN;
   i.patterns_centred = centred ? 1 : 0;
   i.description = s.description.c_str();
 }

@@ -108,8 +108,9 @@ class driver {
 
   // One iteration (epoch): every pattern once, in the global batches of the batch plan
   // (batch_plan.hpp: batch_size each, one may be smaller), each rank computing its members of
-  // each batch. Gradients are summed over
-  // the ranks and divided by the global batch size before the optimizer step.
+  // each batch. Gradients are summed over the ranks and divided by the global batch size before
+  // the optimizer step; an engine with deterministic sums has its integer sums summed instead
+  // (the same bits on any number of ranks).
   // Returns the mean loss per pattern over all ranks.
   double run_iteration();
   int64_t iterations_done() const { return iterations_done_; }
@@ -137,6 +138,9 @@ class driver {
   // `epoch`; batch −1 after the position step.
   void apply_constraints(uint32_t targets, int64_t epoch, int64_t batch, int64_t batches, void* stream);
   void correct_positions(int64_t epoch);
+  // Deterministic sums: the engine's integer sums over the ranks, then its finish_batch (again
+  // until the batch's sums settle on their grid).
+  void finish_fixed_point_batch(const int64_t* indices, int64_t n, bool ends_iteration, double& loss, void* stream);
   // Several ranks: every rank's positions into gathered_positions_ (blocks summed with zeros).
   void gather_positions(void* stream);
   void setup_tiles();
@@ -155,6 +159,7 @@ class driver {
   driver_options options_;
   shard share_;
   rank_collectives* collectives_;
+  bool fixed_point_ = false;  // the engine keeps deterministic sums (TYCHO_TENSOR_FIXED_POINT_SUMS)
   std::vector<int64_t> local_indices_;
   std::vector<double> gathered_positions_;
   batch_plan plan_;

@@ -30,6 +30,14 @@
 //                                                           not 2^a·3^b·5^c·7^d (Bluestein)
 //   runtime reserve  —                                      a fixed allowance (the CUDA context)
 //
+// Deterministic sums (deterministic; the cpu engine's [reconstruct] deterministic, on by default):
+// the cpu engine's per-thread object and probe accumulators are int64 pairs (16 B per element:
+// S·O·16 + K·M·16 instead of S·O·C + K·M·C), its shift groups keep no B buffers (g = K), and
+// once per rank a "deterministic sums" term holds the int64 sums it hands the reducer:
+// 16·O + 16·K·M·c + 35824 B, c the grouped path's row-offset classes (one slice: at most
+// min(B, P)/4 and 256 MiB of them, counted at that bound since the plan does not see the
+// positions; else 1). The cuda engine's (its `deterministic`, off by default): (O + K·M)·16 + 35824 B.
+//
 // Streamed targets (target_residency = "disk", targets_streamed): the targets term is one
 // batch, b·M·4 (host_staging: two), and a host engine's plan adds the host's next batch read
 // ahead in the same process, "read-ahead" b·M·4 (docs/streaming.md).
@@ -80,6 +88,7 @@ struct memory_problem {
   int64_t probe_gradient_slices = 8;   // cuda: partial sums of the probe gradient (G)
   uint64_t reserve_bytes = 0;          // cuda: fixed per-device allowance (context, allocator)
   bool targets_streamed = false;       // target_residency "disk": one batch held, not the shard
+  bool deterministic = false;          // fixed-point sums (the engine's [reconstruct] deterministic)
   std::shared_ptr<const memory_reporter> reporter;  // reported: the engine's description
 };
 

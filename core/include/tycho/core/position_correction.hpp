@@ -41,7 +41,8 @@ void step_positions(double* positions, const double* gradient, int64_t count, co
 
 // The two halves of step_positions, for several ranks that share the mean step: the capped
 // steps ((count, 2) px) of `count` positions and their sum per axis (add every rank's sums and
-// counts to get the mean) ...
+// counts to get the mean: the sums are of steps rounded to a grid of max_step_px · 2^-24 at most,
+// so they add exactly, in any order, and the mean is the same bits on any number of ranks) ...
 void position_steps(const double* gradient, int64_t count, const double h[2], const position_step_options& options,
                     double* steps, double sum[2]);
 // ... then each position moves by its step minus `mean` (ignored without remove_mean_shift),

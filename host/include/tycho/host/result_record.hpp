@@ -39,6 +39,7 @@ struct result_manifest {
   std::vector<std::vector<int64_t>> detector_padding;  // per axis [before, after], centred order
   std::vector<double> scan_step_A, detector_pixel_invA, object_pixel_A, scan_origin_A;
   double energy_eV = 0, wavelength_A = 0, semiangle_mrad = 0, C10_A = 0;
+  std::string radiation = "electron";  // [optics] radiation as resolved: "electron" or "xray"
   double mean_total_intensity = 0;
   int64_t object_padding_px = 0;
   // Δz between consecutive object slices, Å: written as calibration.slice_thickness_A when > 0

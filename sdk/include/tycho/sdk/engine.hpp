@@ -13,6 +13,12 @@
 //                                      // compute_batch then returns void
 //     static void plan_memory(const tycho::sdk::config_view& cfg, const tycho_memory_problem& p,
 //                             tycho_memory_report* out);   // tycho plan (pure, thread-safe)
+//     // Deterministic sums (tycho/sdk/fixed_point.hpp): the int64 sums the host reduces, nullptr
+//     // when this instance keeps none; and the step after their reduction: true to be computed
+//     // again, else the gradients are set and the batch's Σ L (every rank's) added to `loss`
+//     // (host engines; a device engine keeps it for collect_loss and may leave `loss` alone).
+//     DLTensor* fixed_point_sums();
+//     bool finish_batch(bool ends_iteration, double& loss);
 //     // The object gradient is read only inside these boxes from the next batch on (n = 0: all
 //     // of it); tycho_engine_vtable::set_gradient_region. Boxes checked (below), to be copied.
 //     void set_gradient_region(const int64_t* boxes, int64_t n);
@@ -35,8 +41,9 @@
 // - compute_batch: count >= 0, indices given when count > 0, each in [0, P); loss_sum given
 //   (host engines).
 // - get_tensor / read_tensor: a known id (the positions' gradient only when the setup asked for
-//   it); read_tensor's `bytes` equal to the tensor's size (host tensors are copied here unless
-//   the class has its own read_tensor).
+//   it; the fixed-point sums only from an instance that keeps them); read_tensor's `bytes` equal
+//   to the tensor's size (host tensors are copied here unless the class has its own read_tensor).
+// - finish_batch (classes with fixed_point_sums): an `again` given, and sums kept.
 // - plan_memory: a problem and a report given.
 // - set_gradient_region: n >= 0 boxes, each non-empty and inside the object's last two axes.
 #pragma once
@@ -81,6 +88,13 @@ struct engine_setup {
   // ABI 1.3: no targets tensor; the batch's targets come from this reader (checked: complete,
   // float32 or uint16, a non-empty shape). NULL when the setup holds the targets.
   const tycho_target_reader* target_reader = nullptr;
+  // ABI 1.3: the host sums an engine's fixed-point sums over the ranks and calls finish_batch
+  // after every compute_batch (false from an older host: the engine finishes batches itself).
+  bool host_finishes_batches = false;
+  // ABI 1.3: every rank's positions ((scan_patterns, 2), checked: positions_px is rows
+  // [scan_first, scan_first + patterns) of them); the setup's own positions when it has none.
+  const double* scan_positions_px = nullptr;
+  int64_t scan_patterns = 0, scan_first = 0;
 };
 
 namespace detail {
@@ -125,6 +139,9 @@ inline engine_setup check_engine_setup(const engine_capabilities& caps, const ty
   // ABI 1.3: targets per batch through a reader instead of a tensor.
   const bool has_1_3 = s.struct_size >= offsetof(tycho_engine_setup, target_reader) + sizeof(void*);
   out.target_reader = has_1_3 && s.targets == nullptr ? s.target_reader : nullptr;
+  out.host_finishes_batches =
+      s.struct_size >= offsetof(tycho_engine_setup, host_finishes_batches) + sizeof(int32_t) &&
+      s.host_finishes_batches != 0;
   if (out.target_reader != nullptr) {
     const tycho_target_reader& r = *out.target_reader;
     if (!caps.streamed_targets)
@@ -202,6 +219,23 @@ inline engine_setup check_engine_setup(const engine_capabilities& caps, const ty
   if (s.loss.vtable == nullptr || s.loss.instance == nullptr)
     fail(TYCHO_ERR_INVALID_ARGUMENT, who, ": no loss component given");
   out.positions_px = data_of<const double>(*s.positions_px);
+  out.scan_positions_px = out.positions_px;
+  out.scan_patterns = out.patterns;
+  if (s.struct_size >= offsetof(tycho_engine_setup, scan_first) + sizeof(int64_t) && s.scan_positions_px != nullptr) {
+    expect_tensor(s.scan_positions_px, "scan_positions_px", dtype_float64, 2);
+    if (!on_host(*s.scan_positions_px)) fail(TYCHO_ERR_INVALID_ARGUMENT, who, ": scan_positions_px must be a host tensor");
+    const int64_t all = s.scan_positions_px->shape[0];
+    if (s.scan_positions_px->shape[1] != 2 || s.scan_first < 0 || s.scan_first > all || out.patterns > all - s.scan_first)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, who, ": scan_positions_px ", shape_string(*s.scan_positions_px),
+           " does not hold the setup's ", out.patterns, " positions from row scan_first = ", s.scan_first);
+    const double* scan = data_of<const double>(*s.scan_positions_px);
+    if (std::memcmp(scan + 2 * s.scan_first, out.positions_px, sizeof(double) * 2 * std::size_t(out.patterns)) != 0)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, who, ": positions_px differs from rows ", s.scan_first, " to ",
+           s.scan_first + out.patterns - 1, " of scan_positions_px");
+    out.scan_positions_px = scan;
+    out.scan_patterns = all;
+    out.scan_first = s.scan_first;
+  }
   for (int64_t j = 0; j < out.patterns; ++j)
     check_window_inside(who.c_str(), j, out.positions_px[2 * j], out.positions_px[2 * j + 1], out.n0, out.n1,
                         out.height, out.width);
@@ -212,6 +246,7 @@ TYCHO_SDK_DETECT(engine_has_read_tensor,
                  std::declval<T&>().read_tensor(TYCHO_TENSOR_OBJECT, std::declval<void*>(), size_t(0)));
 TYCHO_SDK_DETECT(engine_has_stream, std::declval<T&>().stream());
 TYCHO_SDK_DETECT(engine_has_collect_loss, std::declval<T&>().collect_loss());
+TYCHO_SDK_DETECT(engine_has_fixed_point, std::declval<T&>().fixed_point_sums());
 TYCHO_SDK_DETECT(engine_has_gradient_region,
                  std::declval<T&>().set_gradient_region(std::declval<const int64_t*>(), int64_t(0)));
 TYCHO_SDK_DETECT(engine_has_plan_memory,
@@ -238,13 +273,29 @@ struct engine_adapter {
   static instance& self(tycho_engine* eng, const char* call) { return detail::instance_of<instance>(eng, id(), call); }
 
   static const DLTensor& checked_tensor(instance& in, tycho_tensor_id tid) {
-    if (int(tid) < 0 || int(tid) > TYCHO_TENSOR_POSITIONS_GRAD)
+    if (int(tid) < 0 || int(tid) > TYCHO_TENSOR_FIXED_POINT_SUMS)
       fail(TYCHO_ERR_INVALID_ARGUMENT, id().who(), ": unknown tensor id ", int(tid));
     if (tid == TYCHO_TENSOR_POSITIONS_GRAD && !in.position_gradient)
       fail(TYCHO_ERR_INVALID_ARGUMENT, id().who(), ": no position gradient: the setup did not ask for one");
+    if (tid == TYCHO_TENSOR_FIXED_POINT_SUMS) {
+      const DLTensor* sums = fixed_point_sums(in);
+      if (sums == nullptr)
+        fail(TYCHO_ERR_UNSUPPORTED, id().who(), ": keeps no fixed-point sums (its [reconstruct] deterministic = false, ",
+             "or it has no deterministic mode)");
+      return *sums;
+    }
     const DLTensor* t = in.engine.tensor(tid);
     if (t == nullptr) fail(TYCHO_ERR_INTERNAL, id().who(), ": tensor ", int(tid), " is missing");
     return *t;
+  }
+
+  static const DLTensor* fixed_point_sums(instance& in) {
+    if constexpr (detail::engine_has_fixed_point<E>::value) {
+      return in.engine.fixed_point_sums();
+    } else {
+      (void)in;
+      return nullptr;
+    }
   }
 
   static tycho_status create(const tycho_engine_setup* setup, tycho_engine** out) {
@@ -315,6 +366,25 @@ struct engine_adapter {
       if (loss_sum != nullptr) *loss_sum += loss;
     });
   }
+  static tycho_status finish_batch(tycho_engine* eng, uint32_t flags, int32_t* again, double* loss_sum, void*) {
+    if (again != nullptr) *again = 0;
+    return guarded([&] {
+      instance& in = self(eng, "finish_batch");
+      if (again == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, id().who(), ": finish_batch() without `again`");
+      if (fixed_point_sums(in) == nullptr)
+        fail(TYCHO_ERR_INVALID_ARGUMENT, id().who(), ": finish_batch() on an engine that keeps no fixed-point sums");
+      if constexpr (detail::engine_has_fixed_point<E>::value) {
+        double loss = 0;
+        *again = in.engine.finish_batch((flags & TYCHO_FINISH_ENDS_ITERATION) != 0, loss) ? 1 : 0;
+        if constexpr (!detail::engine_has_collect_loss<E>::value) {
+          if (*again == 0) {
+            if (loss_sum == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, id().who(), ": no loss accumulator");
+            *loss_sum += loss;
+          }
+        }
+      }
+    });
+  }
   static tycho_status set_gradient_region(tycho_engine* eng, const int64_t* boxes, int64_t n) {
     return guarded([&] {
       instance& in = self(eng, "set_gradient_region");
@@ -341,6 +411,7 @@ struct engine_adapter {
     vt.stream = &stream;
     if constexpr (detail::engine_has_collect_loss<E>::value) vt.collect_loss = &collect_loss;
     if constexpr (detail::engine_has_plan_memory<E>::value) vt.plan_memory = &plan_memory;
+    if constexpr (detail::engine_has_fixed_point<E>::value) vt.finish_batch = &finish_batch;
     if constexpr (detail::engine_has_gradient_region<E>::value) vt.set_gradient_region = &set_gradient_region;
     return vt;
   }

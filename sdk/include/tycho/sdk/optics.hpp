@@ -1,7 +1,8 @@
-// Electron optics shared by the runtime and plugins, header-only (CONVENTIONS.md, "Optics"):
-// the relativistic wavelength, the sampling of a detector window and the initial probe. One
+// Probe optics shared by the runtime and plugins, header-only (CONVENTIONS.md, "Optics"): the
+// wavelength of electrons (relativistic) and of X-ray photons, the sampling of a detector window
+// and the initial probe (a condenser aperture, a zone plate's annular pupil, or a pinhole). One
 // formula in one place, so that the host's initial probe and a plugin's probe (the `simulate`
-// source) are the same numbers.
+// source) are the same numbers. docs/xray.md describes the X-ray models.
 //
 //   tycho::sdk::probe_optics optics{80e3, 25.0, -150.0};
 //   tycho::sdk::window_sampling w{{96, 96}, {0.06, 0.06}};
@@ -32,11 +33,40 @@ inline double wavelength_A(double energy_eV) {
   return 12.2643 / std::sqrt(energy_eV * (1.0 + 0.978476e-6 * energy_eV));
 }
 
+// What the beam is made of: it decides the wavelength of an energy.
+enum class radiation : int32_t { electron = 1, xray = 2 };  // the values of TYCHO_RADIATION_*
+
+// hc in keV·Å (CODATA 2018: h c = 1.23984198e-6 eV·m): a photon of E keV has λ = 12.398420 / E Å.
+constexpr double k_hc_keV_A = 12.39841984;
+
+// Photon wavelength in Å for an energy in eV: λ = hc / E. 8 keV → 1.549802 Å.
+inline double photon_wavelength_A(double energy_eV) { return k_hc_keV_A * 1e3 / energy_eV; }
+
+// The wavelength of `kind` at `energy_eV`, Å.
+inline double wavelength_A(double energy_eV, radiation kind) {
+  return kind == radiation::xray ? photon_wavelength_A(energy_eV) : wavelength_A(energy_eV);
+}
+
+// How the initial probe is formed (docs/xray.md):
+//   aperture  a disc (annulus with central_stop > 0) in the back focal plane: a condenser aperture
+//             of semiangle_mrad, or a Fresnel zone plate of numerical aperture semiangle_mrad with
+//             its central stop; the probe at the specimen is the focus propagated by C10
+//   pinhole   a disc of diameter pinhole_diameter_A in real space, lit by a plane wave,
+//             propagated by C10 to the specimen (Fresnel)
+enum class probe_model : int32_t { aperture = 0, pinhole = 1 };
+
 struct probe_optics {
   double energy_eV = 0;
   double semiangle_mrad = 0;
   double C10_A = 0;  // defocus aberration; C10 < 0 is underfocus (abTEM defocus = −C10)
+  radiation kind = radiation::electron;
+  probe_model model = probe_model::aperture;
+  double central_stop = 0;        // aperture: blocked fraction of the pupil's radius, [0, 1)
+  double pinhole_diameter_A = 0;  // pinhole: its diameter, Å
 };
+
+// The wavelength of the optics' radiation at its energy, Å.
+inline double wavelength_A(const probe_optics& o) { return wavelength_A(o.energy_eV, o.kind); }
 
 // Reciprocal-space sampling of an (n0, n1) window: dk in Å⁻¹ per pixel along each axis.
 struct window_sampling {
@@ -113,26 +143,49 @@ inline std::vector<std::complex<double>> dft2(const std::vector<std::complex<dou
   return out;
 }
 
-// The probe in real space, (n0, n1) C order, centred in its window (fftshift of
-// F⁻¹[A(k) exp(−i χ(k))], χ(k) = π λ C10 |k|², A the aperture of the semiangle with a
-// one-pixel soft edge against ringing), scaled so that Σ|P|² = total_intensity (with the
-// unitary DFT this is also Σ_k |F P|²).
+// The probe in real space, (n0, n1) C order, centred in its window, scaled so that
+// Σ|P|² = total_intensity (with the unitary DFT this is also Σ_k |F P|²):
+//   aperture: fftshift(F⁻¹[A(k) exp(−i χ(k))]), χ(k) = π λ C10 |k|², A the disc of the semiangle
+//             (less the central stop's disc) with a one-pixel soft edge against ringing;
+//   pinhole:  F⁻¹[F[D] exp(−i π λ C10 |k|²)], D the centred disc of the pinhole's diameter (a
+//             one-pixel soft edge): the pinhole's plane wave propagated by C10 (Fresnel).
 inline std::vector<std::complex<float>> make_probe(const probe_optics& optics,
                                                    const window_sampling& w,
                                                    double total_intensity) {
   const int64_t n0 = w.n[0], n1 = w.n[1];
-  const double lambda = wavelength_A(optics.energy_eV);
+  const double lambda = wavelength_A(optics);
   const double k_cut = optics.semiangle_mrad * 1e-3 / lambda;  // aperture radius, Å⁻¹
+  const double k_stop = std::clamp(optics.central_stop, 0.0, 1.0) * k_cut;
   const double edge = std::max(w.dk_invA[0], w.dk_invA[1]);    // soft edge width, Å⁻¹
+  const bool pinhole = optics.model == probe_model::pinhole;
   std::vector<std::complex<double>> spectrum(std::size_t(n0 * n1));
+  if (pinhole) {
+    // The disc in real space, centred at index 0 (the window's corner: fftshift comes last).
+    const double radius = 0.5 * optics.pinhole_diameter_A;
+    const double dx = std::min(w.dx_A(0), w.dx_A(1));
+    std::vector<std::complex<double>> disc(spectrum.size());
+    for (int64_t i = 0; i < n0; ++i)
+      for (int64_t j = 0; j < n1; ++j) {
+        const double x = detail::freq(i, n0) * w.dx_A(0), y = detail::freq(j, n1) * w.dx_A(1);
+        disc[std::size_t(i * n1 + j)] = std::clamp((radius - std::hypot(x, y)) / dx + 0.5, 0.0, 1.0);
+      }
+    spectrum = dft2(disc, n0, n1, /*inverse=*/false);
+  }
   for (int64_t i = 0; i < n0; ++i) {
     double kx = detail::freq(i, n0) * w.dk_invA[0];
     for (int64_t j = 0; j < n1; ++j) {
       double ky = detail::freq(j, n1) * w.dk_invA[1];
       double k2 = kx * kx + ky * ky;
-      double a = std::clamp((k_cut - std::sqrt(k2)) / edge + 0.5, 0.0, 1.0);
       double chi = detail::pi * lambda * optics.C10_A * k2;
-      spectrum[std::size_t(i * n1 + j)] = a * std::polar(1.0, -chi);
+      auto& v = spectrum[std::size_t(i * n1 + j)];
+      if (pinhole) {
+        v *= std::polar(1.0, -chi);
+      } else {
+        const double k = std::sqrt(k2);
+        double a = std::clamp((k_cut - k) / edge + 0.5, 0.0, 1.0);
+        if (k_stop > 0) a *= std::clamp((k - k_stop) / edge + 0.5, 0.0, 1.0);
+        v = a * std::polar(1.0, -chi);
+      }
     }
   }
   auto real_space = dft2(spectrum, n0, n1, /*inverse=*/true);

@@ -12,6 +12,10 @@
 //     // Optional: broadcast takes a tensor of any dtype as its bytes (value_bytes 1), as a host
 //     // reducer must (the runtime broadcasts uint8 through it).
 //     static constexpr bool broadcasts_bytes = true;
+//     // Optional (ABI 1.3): allreduce_sum takes int64 tensors (integer = true, value_bytes 8), an
+//     // engine's deterministic sums: two's-complement sums, exact in any order. Without it they
+//     // are refused, so no reducer adds integers as if they were doubles.
+//     static constexpr bool sums_int64 = true;
 //     void barrier();
 //     void abort(int32_t exit_code) noexcept;   // any thread, any time; may not return
 //     static void shutdown();                   // optional: releases a runtime it started
@@ -24,13 +28,15 @@
 // `devices` (TYCHO_ERR_UNSUPPORTED); collectives: a tensor, C-contiguous, float32, float64,
 // complex64 or complex128 (TYCHO_ERR_UNSUPPORTED otherwise; any dtype for the broadcast of a
 // reducer that broadcasts_bytes), on the setup's device; a root in
-// [0, world_size). A collective of no elements returns at once on every rank (every rank calls
-// with the same sizes), without reaching the class.
+// [0, world_size); int64 for allreduce_sum only from a class that sums_int64. A collective of no
+// elements returns at once on every rank (every rank calls with the same sizes), without reaching
+// the class.
 #pragma once
 
 #include <tycho/sdk/adapter.hpp>
 
 #include <cstddef>
+#include <string>
 
 namespace tycho::sdk {
 
@@ -40,22 +46,32 @@ struct collective_buffer {
   int64_t count;    // values: elements, or 2 × elements of a complex tensor (pairs of reals); > 0
   int value_bytes;  // 4: float reals (float32, complex64), 8: double reals (float64, complex128),
                     // 1: the bytes of a tensor of another dtype (broadcasts_bytes reducers' broadcast)
+  bool integer = false;  // int64 values (value_bytes 8): allreduce_sum of a sums_int64 reducer
   std::size_t bytes() const { return std::size_t(count) * std::size_t(value_bytes); }
 };
 
 namespace detail {
 TYCHO_SDK_DETECT(reducer_has_shutdown, T::shutdown());
 TYCHO_SDK_DETECT(reducer_broadcasts_bytes, std::enable_if_t<T::broadcasts_bytes>());
+TYCHO_SDK_DETECT(reducer_sums_int64, std::enable_if_t<T::sums_int64>());
 
 // `any_dtype`: a tensor of another dtype goes as its bytes (whole bytes per element only).
+// `int64`: an int64 tensor goes as integers.
 inline collective_buffer values_of(const component_identity& id, DLDevice device, DLTensor* t, const char* op,
-                                   bool any_dtype) {
+                                   bool any_dtype, bool int64 = false) {
   if (t == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, id.who(), ": ", op, ": no tensor");
   collective_buffer b{nullptr, element_count(*t), 4};
   if (same_dtype(t->dtype, dtype_float64) || same_dtype(t->dtype, dtype_complex128)) b.value_bytes = 8;
-  if (same_dtype(t->dtype, dtype_complex64) || same_dtype(t->dtype, dtype_complex128)) {
+  if (int64 && same_dtype(t->dtype, dtype_int64)) {
+    b.value_bytes = 8;
+    b.integer = true;
+  } else if (same_dtype(t->dtype, dtype_complex64) || same_dtype(t->dtype, dtype_complex128)) {
     b.count *= 2;
   } else if (!same_dtype(t->dtype, dtype_float32) && !same_dtype(t->dtype, dtype_float64)) {
+    if (same_dtype(t->dtype, dtype_int64) && std::string(op) == "allreduce_sum")
+      fail(TYCHO_ERR_UNSUPPORTED, id.who(), ": cannot sum int64 tensors (an engine's deterministic sums, ",
+           "[reconstruct] deterministic = true): use a reducer that does (the built-in mpi, nccl), or set ",
+           "[reconstruct] deterministic = false");
     if (!any_dtype || t->dtype.bits % 8 != 0 || t->dtype.bits == 0)
       fail(TYCHO_ERR_UNSUPPORTED, id.who(), ": ", op, " of a ", dtype_name(t->dtype),
            t->dtype.lanes != 1 ? cat(" x ", t->dtype.lanes, " lanes") : std::string(),
@@ -113,7 +129,8 @@ struct reducer_adapter {
   static tycho_status allreduce_sum(tycho_reducer* red, DLTensor* inout, void* stream) {
     return guarded([&] {
       instance& in = self(red, "allreduce_sum");
-      const collective_buffer b = detail::values_of(id, in.device, inout, "allreduce_sum", false);
+      const collective_buffer b =
+          detail::values_of(id, in.device, inout, "allreduce_sum", false, detail::reducer_sums_int64<R>::value);
       if (b.count > 0) in.reducer.allreduce_sum(b, stream);
     });
   }
