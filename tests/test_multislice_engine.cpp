@@ -75,9 +75,10 @@ struct layered_problem {
 class engine_under_test : public tycho::test::engine_under_test {
  public:
   // loss_far_field false: the loss without its fused path (tycho_loss_vtable::evaluate_far_field).
+  // `more`: further [reconstruct] lines.
   engine_under_test(const layered_problem& p, const std::string& precision, bool position_gradient = true,
-                    bool loss_far_field = true)
-      : tycho::test::engine_under_test("cpu", "precision = \"" + precision + "\"\nthreads = 2\n",
+                    bool loss_far_field = true, const std::string& more = "")
+      : tycho::test::engine_under_test("cpu", "precision = \"" + precision + "\"\nthreads = 2\n" + more,
                                        setup_of(p, position_gradient), "amplitude", loss_far_field) {}
 
  private:
@@ -103,12 +104,15 @@ std::vector<int64_t> all_patterns(const layered_problem& p) {
 
 // The host reads the object gradient only inside a region covering the batch's windows
 // (tycho_engine_vtable::set_gradient_region, compact batches): inside it the gradient is the
-// whole-object path's bit for bit, in every slice, batch after batch, with any number of threads;
+// whole-object path's bit for bit, in every slice, batch after batch, with any number of threads,
+// with float sums and with the deterministic sums (whose object part is then only the region's);
 // boxes outside the object or empty are refused.
 TEST(MultisliceEngine, GradientRegionHoldsTheWholeObjectGradientInsideIt) {
-  for (const int64_t slices : {int64_t(1), int64_t(2)}) {
+  for (const int64_t slices : {int64_t(1), int64_t(2)})
+  for (const std::string sums : {"deterministic = true\n", "deterministic = false\n"}) {
+    SCOPED_TRACE(sums);
     layered_problem p(slices, 1);
-    engine_under_test whole(p, "float32"), region(p, "float32");
+    engine_under_test whole(p, "float32", true, true, sums), region(p, "float32", true, true, sums);
     // Batches of the first and of the last scan row: the windows' rows, and the region's boxes
     // (tile-like pieces of the windows' bounding box, one tile row split in two).
     const std::vector<std::vector<int64_t>> batches = {{0, 1, 2, 3}, {8, 9, 10, 11}, {5}};

@@ -200,9 +200,12 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
   }
   if (deterministic_) {
     const int64_t classes = by_class_ ? int64_t(class_delta0_.size()) : 1;
-    probe_at_ = 2 * int64_t(object_.size());
-    header_at_ = probe_at_ + 2 * classes * modes_ * m;
-    sums_.assign(std::size_t(header_at_) + sdk::fixed_point::header::words(2), 0);
+    // The object's sums last: with a gradient region (compact batches) only its boxes, packed, so
+    // the host's sum over the ranks and the conversion cost the batch's part, not the object.
+    probe_at_ = 0;
+    header_at_ = 2 * classes * modes_ * m;
+    object_at_ = header_at_ + sdk::fixed_point::header::words(2);
+    sums_.assign(std::size_t(object_at_) + 2 * object_.size(), 0);
     sums_view_ = tensor_view(sums_.data(), dtype_int64, {int64_t(sums_.size())});
     // At most batch_size positions a batch (of every rank's: the same grids on every rank), each
     // adding one value per mode to an element.
@@ -804,23 +807,43 @@ void cpu_engine<Real>::compute_fixed(const batch_item* items, int64_t count) {
   // The object: each row the sum of the threads that touched it (their rows then zeroed). Serial,
   // as every step after the threads' work: a parallel loop's barriers cost more than these passes
   // whenever the machine runs more threads than it has cores.
-  const int64_t rows = slices_ * h_, row_words = 2 * w_;
-  for (int64_t row = 0; row < rows; ++row) {
-    const int64_t i = row % h_;
-    int64_t* out = sums_.data() + row * row_words;
+  // With a gradient region, only its boxes' rows, packed in order (slice, box, row): the threads'
+  // windows lie inside them (set_gradient_region), and each thread's bounding box is zeroed after.
+  int64_t* const object_sums = sums_.data() + object_at_;
+  int64_t* out = object_sums;
+  auto merge_row = [&](int64_t i, int64_t at, int64_t words) {  // row i of the object at word `at`
     bool first = true;
     for (auto& s : scratch_) {
       if (i < s->row_min || i > s->row_max) continue;
-      int64_t* in = s->object_fixed.data() + row * row_words;
+      int64_t* in = s->object_fixed.data() + at;
       if (first)
-        std::copy(in, in + row_words, out);
+        std::copy(in, in + words, out);
       else
-        for (int64_t k = 0; k < row_words; ++k) out[k] += in[k];
-      std::fill(in, in + row_words, 0);
+        for (int64_t k = 0; k < words; ++k) out[k] += in[k];
+      std::fill(in, in + words, 0);
       first = false;
     }
-    if (first) std::fill(out, out + row_words, 0);
+    if (first) std::fill(out, out + words, 0);
+    out += words;
+  };
+  sums_region_ = region_;
+  if (sums_region_.empty()) {
+    for (int64_t row = 0; row < slices_ * h_; ++row) merge_row(row % h_, row * 2 * w_, 2 * w_);
+  } else {
+    for (int64_t sl = 0; sl < slices_; ++sl)
+      for (std::size_t b = 0; b < sums_region_.size(); b += 4) {
+        const int64_t* box = sums_region_.data() + b;
+        for (int64_t r = box[0]; r < box[1]; ++r) merge_row(r, 2 * ((sl * h_ + r) * w_ + box[2]), 2 * (box[3] - box[2]));
+      }
+    for (auto& s : scratch_)  // zeros already, unless a window reached past the region
+      if (s->row_max >= s->row_min)
+        for (int64_t sl = 0; sl < slices_; ++sl)
+          for (int64_t r = s->row_min; r <= s->row_max; ++r) {
+            int64_t* row = s->object_fixed.data() + 2 * ((sl * h_ + r) * w_);
+            std::fill(row + 2 * s->col_min, row + 2 * (s->col_max + 1), 0);
+          }
   }
+  sums_view_.shape[0] = int64_t(out - sums_.data());  // what the host sums over the ranks
   // The probe: the threads' spectra; by class, the classes their owners wrote, the carried parts
   // added, and zeros for the classes this batch does not hold.
   int64_t* probe = sums_.data() + probe_at_;
@@ -885,7 +908,18 @@ bool cpu_engine<Real>::finish_batch(bool ends_iteration, double& loss) {
     return false;
   }
   // Integers to floating point, once: element by element, so in any number of pieces.
-  kernels_->from_fixed(sums_.data(), used_grid_[0], re(object_grad_.data()), 2 * int64_t(object_.size()));
+  const int64_t* object_sums = sums_.data() + object_at_;
+  if (sums_region_.empty()) {
+    kernels_->from_fixed(object_sums, used_grid_[0], re(object_grad_.data()), 2 * int64_t(object_.size()));
+  } else {  // the region's boxes, as compute_fixed packed them (the host reads no more)
+    for (int64_t sl = 0; sl < slices_; ++sl)
+      for (std::size_t b = 0; b < sums_region_.size(); b += 4) {
+        const int64_t* box = sums_region_.data() + b;
+        const int64_t words = 2 * (box[3] - box[2]);
+        for (int64_t r = box[0]; r < box[1]; ++r, object_sums += words)
+          kernels_->from_fixed(object_sums, used_grid_[0], re(object_grad_.data() + (sl * h_ + r) * w_ + box[2]), words);
+      }
+  }
   const int64_t* probe = sums_.data() + probe_at_;
   if (!by_class_) {
     kernels_->from_fixed(probe, used_grid_[1], re(probe_grad_.data()), 2 * modes_ * m);

@@ -212,8 +212,11 @@ class cpu_engine final : public engine_base {
   int64_t batch_size_ = 128, scan_patterns_ = 0;  // the grids' bound; every rank's patterns
   sdk::fixed_point::grid_schedule grids_;
   int used_grid_[2] = {0, 0};        // the grids the sums in sums_ were quantised on
-  std::vector<int64_t> sums_;        // object (2·S·H·W) | probe (2·M·N0·N1, or 2·C·M·N0·N1) | header
-  int64_t probe_at_ = 0, header_at_ = 0;
+  // probe (2·M·N0·N1, or 2·C·M·N0·N1) | header | object (2·S·H·W, or only sums_region_'s boxes
+  // packed: the tensor the host sums then ends there)
+  std::vector<int64_t> sums_;
+  int64_t probe_at_ = 0, header_at_ = 0, object_at_ = 0;
+  std::vector<int64_t> sums_region_;  // the gradient region the object's sums in sums_ were packed for
   sdk::tensor_view sums_view_;
   bool by_class_ = false;            // grouped path: probe shares per row-offset class
   std::vector<double> class_delta0_; // (C) the classes' δ0, ascending
