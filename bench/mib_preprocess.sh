@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Peak memory of `tycho preprocess` on a 2 GB Merlin .mib scan (issue 29): the mib source reads
-# frames by offset in pieces of at most 16 MiB as the host's chunked stage asks for them (about
-# 64 MiB at a time), so the scan itself is never held. What a prepared file's stage does hold is
-# its preprocessed targets (float32, P x N0' x N1'): the case bins the 256 x 256 frames by 4, as
-# ptychography of Merlin data commonly does, so they take 252 MB; unbinned they would be 4 GB
-# whatever the source.
+# frames by offset in pieces of at most 16 MiB as the host's chunked stage asks for them, so the
+# scan itself is never held; since issue 30 neither are its preprocessed targets (the last pass is
+# written into the file, or only summed for its totals), so the peak stays ~40 MiB at any binning
+# (bench/RESULTS.md). The default bins the 256 x 256 frames by 4, as ptychography of Merlin data
+# commonly does.
 #
 # The .mib (128 x 120 positions of 256 x 256 12-bit counts, U16: 2.02 GB, + .hdr with ScanX/ScanY)
 # is generated on demand by numpy into $TYCHO_BENCH_DIR (default a temporary folder, removed

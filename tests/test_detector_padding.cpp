@@ -7,6 +7,7 @@
 #include <tycho/core/config.hpp>
 #include <tycho/core/driver.hpp>
 #include <tycho/core/error.hpp>
+#include <tycho/host/preprocess.hpp>
 #include <tycho/host/registry.hpp>
 #include <tycho/host/result_record.hpp>
 
@@ -53,6 +54,28 @@ std::vector<T> ifftshift(const std::vector<T>& a, int64_t n0, int64_t n1) {  // 
       out[std::size_t(i * n1 + j)] = a[std::size_t(((i + n0 / 2) % n0) * n1 + (j + n1 / 2) % n1)];
   return out;
 }
+
+}  // namespace
+
+// The host's shifts (two copies per row, host/src/data/preprocess.cpp) are numpy's element-wise
+// permutations, for odd and even sizes, float32 and uint16 counts.
+TEST(DetectorPadding, PatternShiftsAreNumpysPermutations) {
+  for (const auto& [n0, n1] : {std::pair<int64_t, int64_t>{4, 6}, {5, 7}, {96, 96}, {3, 8}, {1, 1}}) {
+    std::vector<float> a(std::size_t(n0 * n1)), out(a.size());
+    std::vector<uint16_t> c(a.size()), cout(a.size());
+    for (std::size_t k = 0; k < a.size(); ++k) a[k] = float(k) + 0.5f, c[k] = uint16_t(k);
+    tycho::host::fftshift_pattern(a.data(), out.data(), n0, n1);
+    EXPECT_EQ(out, fftshift(a, n0, n1)) << n0 << " x " << n1;
+    tycho::host::ifftshift_pattern(a.data(), out.data(), n0, n1);
+    EXPECT_EQ(out, ifftshift(a, n0, n1)) << n0 << " x " << n1;
+    tycho::host::fftshift_pattern(c.data(), cout.data(), n0, n1);
+    EXPECT_EQ(cout, fftshift(c, n0, n1)) << n0 << " x " << n1;
+    tycho::host::ifftshift_pattern(c.data(), cout.data(), n0, n1);
+    EXPECT_EQ(cout, ifftshift(c, n0, n1)) << n0 << " x " << n1;
+  }
+}
+
+namespace {
 
 // A centred (n0, n1) pattern whose pixel (i, j) holds 1 + 1000 (i − ⌊n0/2⌋ + 500) + (j − ⌊n1/2⌋ + 500),
 // i.e. its own frequency, recognisable after any move; the zero frequency holds 500501.

@@ -218,10 +218,12 @@ TEST(FileFormatDoc, EveryMemberAndKeyIsDocumented) {
                                      "reconstruct.slice_thickness_A=1.0", "--set", "reconstruct.positions.refine_scan_map=true",
                                      "--set", "reconstruct.positions.scan_map_first_iteration=1", "-o", tmp / "one.zip"});
   ASSERT_TRUE(r.exited_with(0)) << r.describe();
-  // Two ranks as threads: the `parallel` keys, and the preprocessing stage's `preprocess` object.
+  // Two ranks as threads: the `parallel` keys, and the preprocessing stage's `preprocess` object;
+  // compact batches: the object stepped in tiles (object_tile_steps.npy, batching.tile_px > 0).
   {
     auto cfg = mos2_config();
     cfg.set_from_text("preprocess.normalise=true");
+    cfg.set_from_text("reconstruct.batching=\"compact\"");
     std::vector<DLDevice> cpus(2, DLDevice{kDLCPU, 0});
     std::mutex m;
     tycho::host::run_local_ranks(cfg, tycho::host::registry::global(), cpus, [&](tycho::host::parallel_context& ctx) {

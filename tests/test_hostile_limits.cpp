@@ -69,7 +69,8 @@ class HostileLimits : public ::testing::Test {
 // pad_detector_to near 2^63 overflowed the window's product (UBSan), then asked for a vector
 // beyond max_size ("internal error"); 1e5 x 1e5 asked the allocator for 30 TB and said "out of
 // host memory" without the key. A window within the range that the patterns' memory cannot hold
-// is refused by the key before the padded copy is requested.
+// is refused by the key before the padded copy is requested (the example's counts stay uint16,
+// 2 bytes per padded pixel).
 TEST_F(HostileLimits, PaddedWindowIsBoundedBeforeItsProductIsFormed) {
   for (const char* window : {"[4611686018427387904, 4611686018427387904]", "[100000, 100000]"})
     EXPECT_TRUE(contains(refused({std::string("preprocess.pad_detector_to=") + window}),
@@ -78,7 +79,7 @@ TEST_F(HostileLimits, PaddedWindowIsBoundedBeforeItsProductIsFormed) {
         << window;
   const std::string m = refused({"preprocess.pad_detector_to=[65536, 65536]"});
   EXPECT_TRUE(contains(m, "tycho: error: [preprocess] pad_detector_to = [65536, 65536]: the 768 patterns padded to "
-                          "65536 x 65536 pixels need 12.00 TiB, more than this machine's "))
+                          "65536 x 65536 pixels need 6.00 TiB, more than this machine's "))
       << m;
 }
 

@@ -353,6 +353,23 @@ TEST(LocalRanks, DeterministicSumsGiveOneRanksBitsWithSlicesModesAndPositionCorr
   EXPECT_GT(moved, 1e-3) << "the positions did not move: the test proves nothing";
 }
 
+// Compact batches (issue 30) with the deterministic sums: the object stepped in the tiles under
+// each batch, its gradient the fixed-point sums over every rank; with position correction the
+// tiles follow the moved positions (every rank's, gathered). The same bytes everywhere.
+TEST(LocalRanks, DeterministicSumsGiveOneRanksBitsWithCompactBatches) {
+  auto doc = mos2_config(20);
+  doc.set_from_text("preprocess.crop_detector=[48, 48]");
+  doc.set_from_text("reconstruct.batching=\"compact\"");
+  doc.set_from_text("reconstruct.batch_size=48");  // 16 blocks of the 32 x 24 scan
+  doc.set_from_text("reconstruct.positions.correct=true");
+  doc.set_from_text("reconstruct.positions.first_iteration=2");
+  {
+    tycho::host::session s(doc.clone(), tycho::host::registry::global());
+    ASSERT_EQ(nlohmann::json::parse(s.manifest_json())["batching"]["kind"], "compact");
+  }
+  expect_same_bits_everywhere(doc, "compact batches, position correction");
+}
+
 TEST(LocalRanks, DeterministicSumsGiveOneRanksBitsWithThePoissonLoss) {
   auto doc = mos2_config(20);
   doc.set_from_text("reconstruct.loss=\"poisson\"");

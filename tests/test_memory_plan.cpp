@@ -314,7 +314,12 @@ TEST(PlanCommand, MoS2FitsTheCpu) {
   for (const char* s : {"targets", "object", "optimizer state", "transients", "FFT workspace", "total", "fits",
                         "cpu model, 2 threads", "32 x 24 (768 patterns)"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.describe();
-  EXPECT_EQ(row_bytes(r.out, "targets"), 768ull * 96 * 96 * 4) << r.out;
+  // The example's counts, read as the stored uint16 and kept so (integer_targets): 2 bytes each.
+  EXPECT_EQ(row_bytes(r.out, "targets"), 768ull * 96 * 96 * 2) << r.out;
+  auto f = run_command({tycho::test::tycho_exe(), "plan", example_config(), "--no-time", "--set",
+                        "preprocess.integer_targets=false"});
+  ASSERT_TRUE(f.exited_with(0)) << f.describe();
+  EXPECT_EQ(row_bytes(f.out, "targets"), 768ull * 96 * 96 * 4) << f.out;
   // The data are not read: the plan takes well under the time a reconstruction's set-up does.
   EXPECT_EQ(r.err.find("tycho: error"), std::string::npos) << r.err;
 }
@@ -340,16 +345,17 @@ TEST(PlanCommand, CudaModelWithGivenDeviceMemory) {
   ASSERT_TRUE(r.exited_with(0)) << r.describe();
   EXPECT_NE(r.out.find("cuda model"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fits"), std::string::npos) << r.out;
-  // float32 targets, as the cuda engine keeps them; 128 patterns of the batch on one device.
+  // uint16 targets, as the cuda engine keeps counts (integer_targets); 128 patterns of the batch
+  // on one device.
   const uint64_t m = 96 * 96, once = 9 * m * 8;
-  EXPECT_EQ(row_bytes(r.out, "targets"), 768ull * m * 4) << r.out;
+  EXPECT_EQ(row_bytes(r.out, "targets"), 768ull * m * 2) << r.out;
   EXPECT_EQ(row_bytes(r.out, "transients"), 128ull * (m * 28 + 192 * 8 + 16) + once) << r.out;
   EXPECT_EQ(row_bytes(r.out, "FFT workspace"), 128ull * 96 * 96 * 8) << r.out;
   // Two devices halve the shards.
   auto two = run_command({tycho::test::tycho_exe(), "plan", example_config(), "--set", "reconstruct.engine=\"cuda\"",
                           "--device-memory", "141", "--devices", "2"});
   ASSERT_TRUE(two.exited_with(0)) << two.describe();
-  EXPECT_EQ(row_bytes(two.out, "targets"), 384ull * m * 4) << two.out;
+  EXPECT_EQ(row_bytes(two.out, "targets"), 384ull * m * 2) << two.out;
   EXPECT_EQ(row_bytes(two.out, "transients"), 64ull * (m * 28 + 192 * 8 + 16) + once) << two.out;
 }
 

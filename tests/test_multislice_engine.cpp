@@ -75,9 +75,10 @@ struct layered_problem {
 class engine_under_test : public tycho::test::engine_under_test {
  public:
   // loss_far_field false: the loss without its fused path (tycho_loss_vtable::evaluate_far_field).
+  // `more`: further [reconstruct] lines.
   engine_under_test(const layered_problem& p, const std::string& precision, bool position_gradient = true,
-                    bool loss_far_field = true)
-      : tycho::test::engine_under_test("cpu", "precision = \"" + precision + "\"\nthreads = 2\n",
+                    bool loss_far_field = true, const std::string& more = "")
+      : tycho::test::engine_under_test("cpu", "precision = \"" + precision + "\"\nthreads = 2\n" + more,
                                        setup_of(p, position_gradient), "amplitude", loss_far_field) {}
 
  private:
@@ -99,6 +100,52 @@ std::vector<int64_t> all_patterns(const layered_problem& p) {
   std::vector<int64_t> idx(std::size_t(p.patterns));
   std::iota(idx.begin(), idx.end(), 0);
   return idx;
+}
+
+// The host reads the object gradient only inside a region covering the batch's windows
+// (tycho_engine_vtable::set_gradient_region, compact batches): inside it the gradient is the
+// whole-object path's bit for bit, in every slice, batch after batch, with any number of threads,
+// with float sums and with the deterministic sums (whose object part is then only the region's);
+// boxes outside the object or empty are refused.
+TEST(MultisliceEngine, GradientRegionHoldsTheWholeObjectGradientInsideIt) {
+  for (const int64_t slices : {int64_t(1), int64_t(2)})
+  for (const std::string sums : {"deterministic = true\n", "deterministic = false\n"}) {
+    SCOPED_TRACE(sums);
+    layered_problem p(slices, 1);
+    engine_under_test whole(p, "float32", true, true, sums), region(p, "float32", true, true, sums);
+    // Batches of the first and of the last scan row: the windows' rows, and the region's boxes
+    // (tile-like pieces of the windows' bounding box, one tile row split in two).
+    const std::vector<std::vector<int64_t>> batches = {{0, 1, 2, 3}, {8, 9, 10, 11}, {5}};
+    for (const auto& batch : batches) {
+      int64_t lo[2] = {p.h, p.w}, hi[2] = {0, 0};
+      for (int64_t j : batch)
+        for (int a = 0; a < 2; ++a) {
+          const int64_t n = a == 0 ? p.n0 : p.n1;
+          const int64_t top = int64_t(std::floor(p.positions[std::size_t(2 * j + a)] - double(n / 2)));
+          lo[a] = std::min(lo[a], top);
+          hi[a] = std::max(hi[a], top + n);
+        }
+      const int64_t mid = (lo[1] + hi[1]) / 2;
+      const std::vector<int64_t> boxes = {lo[0], hi[0], lo[1], mid, lo[0], hi[0], mid, hi[1]};
+      ASSERT_EQ(region.set_region(boxes), TYCHO_OK) << tycho::last_error();
+      EXPECT_EQ(whole.batch(batch), region.batch(batch));
+      const auto a = whole.values(TYCHO_TENSOR_OBJECT_GRAD), b = region.values(TYCHO_TENSOR_OBJECT_GRAD);
+      int64_t inside = 0, nonzero = 0;
+      for (int64_t sl = 0; sl < slices; ++sl)
+        for (int64_t r = lo[0]; r < hi[0]; ++r)
+          for (int64_t c = lo[1]; c < hi[1]; ++c) {
+            const std::size_t k = std::size_t((sl * p.h + r) * p.w + c);
+            ASSERT_EQ(a[k], b[k]) << "slice " << sl << ", pixel " << r << ", " << c;
+            ++inside;
+            nonzero += a[k] != cd(0);
+          }
+      EXPECT_GT(nonzero, inside / 2);
+      EXPECT_EQ(whole.bytes(TYCHO_TENSOR_PROBE_GRAD), region.bytes(TYCHO_TENSOR_PROBE_GRAD));
+    }
+    EXPECT_EQ(region.set_region({0, p.h + 1, 0, 4}), TYCHO_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(tycho::last_error()).find("outside"), std::string::npos) << tycho::last_error();
+    EXPECT_EQ(region.set_region({3, 3, 0, 4}), TYCHO_ERR_INVALID_ARGUMENT);
+  }
 }
 
 // Several slices, one mode: the engine hands the exit wave's far field to the loss's fused path

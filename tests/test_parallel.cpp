@@ -360,8 +360,9 @@ TEST_F(UnderMpirun, TwoRanksReadingTheirTargetsFromDiskGiveTheInMemoryResultBitF
                         "--set", "output.previews=false", "--set", "reconstruct.threads=1",
                         "--set", "reconstruct.target_residency='" + residency + "'"});
     ASSERT_TRUE(r.exited_with(0)) << r.describe();
-    EXPECT_NE(r.err.find(residency == "disk" ? "targets float32 read per batch from disk, 2 ranks"
-                                             : "targets float32, 2 ranks"),
+    // The example's counts, prepared as uint16, stay uint16 targets in memory and from disk.
+    EXPECT_NE(r.err.find(residency == "disk" ? "targets uint16 read per batch from disk, 2 ranks"
+                                             : "targets uint16, 2 ranks"),
               std::string::npos)
         << r.err;
   }

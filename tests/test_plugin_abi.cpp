@@ -129,8 +129,9 @@ static_assert(offsetof(tycho_engine_vtable, stream) == 48);
 static_assert(offsetof(tycho_engine_vtable, collect_loss) == 56);
 static_assert(offsetof(tycho_engine_vtable, plan_memory) == 64);  // 1.1
 static_assert(offsetof(tycho_engine_vtable, finish_batch) == 72);  // appended in 1.3
-static_assert(offsetof(tycho_engine_vtable, set_position_gradient) == 80);  // appended in 1.3
-static_assert(sizeof(tycho_engine_vtable) == 88);
+static_assert(offsetof(tycho_engine_vtable, set_gradient_region) == 80);  // appended in 1.3
+static_assert(offsetof(tycho_engine_vtable, set_position_gradient) == 88);  // appended in 1.3
+static_assert(sizeof(tycho_engine_vtable) == 96);
 
 static_assert(offsetof(tycho_optimizer_vtable, create) == 8);
 static_assert(offsetof(tycho_optimizer_vtable, step) == 16);
@@ -140,7 +141,8 @@ static_assert(offsetof(tycho_optimizer_vtable, state_array) == 40);
 static_assert(offsetof(tycho_optimizer_vtable, set_state) == 48);
 static_assert(offsetof(tycho_optimizer_vtable, step_count) == 56);
 static_assert(offsetof(tycho_optimizer_vtable, state_arrays) == 64);  // 1.1
-static_assert(sizeof(tycho_optimizer_vtable) == 72);
+static_assert(offsetof(tycho_optimizer_vtable, flags) == 72);  // appended in 1.3
+static_assert(sizeof(tycho_optimizer_vtable) == 80);
 
 static_assert(offsetof(tycho_reducer_vtable, create) == 8);
 static_assert(offsetof(tycho_reducer_vtable, rank) == 16);
@@ -167,7 +169,8 @@ static_assert(sizeof(tycho_bootstrap) == 16);
 static_assert(offsetof(tycho_format_vtable, extension) == 8);
 static_assert(offsetof(tycho_format_vtable, save) == 16);
 static_assert(offsetof(tycho_format_vtable, load) == 24);
-static_assert(sizeof(tycho_format_vtable) == 32);
+static_assert(offsetof(tycho_format_vtable, flags) == 32);  // appended in 1.3
+static_assert(sizeof(tycho_format_vtable) == 40);
 
 static_assert(offsetof(tycho_named_array, name) == 0);
 static_assert(offsetof(tycho_named_array, tensor) == 8);
@@ -175,12 +178,19 @@ static_assert(offsetof(tycho_record, n_arrays) == 8);
 static_assert(offsetof(tycho_record, arrays) == 16);
 static_assert(offsetof(tycho_record, manifest_json) == 24);
 static_assert(offsetof(tycho_record, release) == 32);
-static_assert(sizeof(tycho_record) == 40);
+static_assert(offsetof(tycho_record, producers) == 40);  // appended in 1.3
+static_assert(offsetof(tycho_record, manifest) == 48);
+static_assert(offsetof(tycho_record, manifest_context) == 56);
+static_assert(sizeof(tycho_record) == 64);
+static_assert(sizeof(tycho_array_producer) == 16);
 
 static_assert(offsetof(tycho_step_info, grad_scale) == 8);
 static_assert(offsetof(tycho_step_info, learning_rate_scale) == 16);
 static_assert(offsetof(tycho_step_info, iteration) == 24);
-static_assert(sizeof(tycho_step_info) == 32);
+static_assert(offsetof(tycho_step_info, n_boxes) == 32);  // appended in 1.3
+static_assert(offsetof(tycho_step_info, boxes) == 40);
+static_assert(offsetof(tycho_step_info, box_steps) == 48);
+static_assert(sizeof(tycho_step_info) == 56);
 
 static_assert(offsetof(tycho_loss_binding, vtable) == 0);
 static_assert(offsetof(tycho_loss_binding, instance) == 8);
@@ -237,7 +247,9 @@ TEST(PluginAbi, LayoutIsStable) {
   EXPECT_EQ(offsetof(tycho_constraint_state, object), 8u);
   EXPECT_EQ(offsetof(tycho_constraint_state, positions), 24u);
   EXPECT_EQ(offsetof(tycho_constraint_state, stream), 56u);
-  EXPECT_EQ(sizeof(tycho_constraint_state), 64u);
+  EXPECT_EQ(offsetof(tycho_constraint_state, n_object_boxes), 64u);  // appended in 1.3
+  EXPECT_EQ(offsetof(tycho_constraint_state, object_boxes), 72u);
+  EXPECT_EQ(sizeof(tycho_constraint_state), 80u);
   EXPECT_EQ(offsetof(tycho_constraint_vtable, create), 8u);
   EXPECT_EQ(offsetof(tycho_constraint_vtable, destroy), 32u);
   EXPECT_EQ(sizeof(tycho_constraint_vtable), 40u);

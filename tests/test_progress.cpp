@@ -128,7 +128,8 @@ TEST_F(ProgressRun, DumbTerminalAndPipesGetPlainLines) {
   EXPECT_EQ(lines[2], "wrote " + (tmp_ / "p.zip").string());
   EXPECT_EQ(lines[3].rfind("done: 2 iterations in ", 0), 0u) << lines[3];
   // Reading and preprocessing report their time in the log.
-  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(session: read 768 patterns \(27 MiB as float32\) in [0-9.]+ s)")))
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex(R"(session: read 768 patterns \(14 MiB as uint16 counts, read as the stored uint16\) in [0-9.]+ s)")))
       << r.err;
   EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(session: preprocessed in [0-9.]+ s)"))) << r.err;
 }

@@ -188,7 +188,8 @@ TEST_F(StoredDtypes, Float16IsExact) {
 
 namespace {
 
-// Integer counts stay integer until the loss: asked for (the default for device engines), the MoS2
+// Integer counts stay integer until the loss: asked for (the default for counts a source delivers as
+// such, and for device engines), the MoS2
 // counts (uint16) are read as uint16 (the source delivers its stored dtype) and reach the engine
 // as uint16 targets (half the memory), widened exactly before the loss, so the run equals the
 // float32 one bit for bit; data that are no longer whole numbers
@@ -209,7 +210,9 @@ TEST(IntegerTargets, CountsReachTheEngineAsUint16AndChangeNothing) {
   EXPECT_NE(u.err.find("targets uint16"), std::string::npos) << u.err;
   // Read as counts in the stored dtype (the emd source delivers uint16): no float32 copy.
   EXPECT_NE(u.err.find("patterns (14 MiB as uint16 counts, read as the stored uint16)"), std::string::npos) << u.err;
-  auto f = run("f.zip", {});  // the cpu engine's default: float32 (see docs/config-reference.md)
+  auto d = run("d.zip", {});  // the default for counts read as such: uint16 (see docs/config-reference.md)
+  EXPECT_NE(d.err.find("targets uint16"), std::string::npos) << d.err;
+  auto f = run("f.zip", {"--set", "preprocess.integer_targets=false"});
   EXPECT_NE(f.err.find("targets float32"), std::string::npos) << f.err;
   auto n = run("n.zip", {"--set", "preprocess.normalise=true", "--set", "preprocess.integer_targets=true"});
   EXPECT_NE(n.err.find("targets float32"), std::string::npos) << "normalised counts are not whole numbers: " << n.err;

@@ -383,6 +383,15 @@ typedef struct tycho_engine_vtable {
    * depends on that iteration's data alone, so a run resumed there quantises as one that did not
    * stop). Device engines: queued on `stream`, and waits for the work it needs to decide. */
   tycho_status (*finish_batch)(tycho_engine* eng, uint32_t flags, int32_t* again, double* loss_sum, void* stream);
+  /* ---- appended in ABI 1.3 (before tycho 0.1.0's release): the part of the object gradient
+   * the host reads after the next compute_batch calls. `boxes` holds n_boxes rows of four
+   * int64 [row0, row1, col0, col1): half-open, disjoint boxes of the object's last two axes
+   * (every slice), inside the object, covering every window of every pattern of the global batch
+   * (on every rank). Until the next call, compute_batch need zero and sum its object gradient
+   * only inside them: the host neither reads nor reduces it elsewhere (its values there are
+   * unspecified). n_boxes = 0: the whole object, as before. Copied before it returns. NULL: the
+   * engine always fills the whole object gradient (the host then treats it as n_boxes = 0). */
+  tycho_status (*set_gradient_region)(tycho_engine* eng, const int64_t* boxes, int64_t n_boxes);
   /* ---- appended in ABI 1.3: the position gradient per iteration. For an engine created with
    * setup->position_gradient = 1: on = 0 lets the following compute_batch calls skip dL/dr (the
    * host needs it only on the iterations that move positions, e.g. every fifth for the scan
@@ -405,7 +414,22 @@ typedef struct tycho_step_info {
   double grad_scale;           /* multiply the gradient by this (1 / global batch size) */
   double learning_rate_scale;  /* the schedule's factor on the configured learning rate */
   int64_t iteration;           /* 1-based iteration (epoch) of this step */
+  /* ---- appended in ABI 1.3 (before tycho 0.1.0's release): a step on part of the parameter,
+   * given only to an optimizer whose vtable says TYCHO_OPTIMIZER_TAKES_BOXES (read struct_size
+   * first). n_boxes > 0: update only the elements inside the boxes, `boxes` holding n_boxes rows
+   * of four int64 [row0, row1, col0, col1) of the parameter's last two axes (every index of the
+   * leading axes; half-open, disjoint, inside the parameter); every other element keeps its value
+   * and its state. box_steps[k] >= 1 is how many steps the elements of box k have taken, this
+   * one included: what a rule with a bias correction counts (Adam's 1 − β^t) in place of the
+   * optimizer's own step count. The gradient is only read inside the boxes. n_boxes = 0: the
+   * whole parameter (boxes and box_steps ignored). */
+  int64_t n_boxes;
+  const int64_t* boxes;
+  const int64_t* box_steps;
 } tycho_step_info;
+
+/* Bits of tycho_optimizer_vtable::flags (ABI 1.3). */
+#define TYCHO_OPTIMIZER_TAKES_BOXES 1u /* step honours tycho_step_info's boxes (host parameters) */
 
 typedef struct tycho_optimizer_vtable {
   uint32_t struct_size;
@@ -442,6 +466,8 @@ typedef struct tycho_optimizer_vtable {
    * any optimizer exists: what the memory planner counts. Thread-safe, no side effects.
    * NULL (or a vtable of ABI 1.0): counted as 2. */
   int64_t (*state_arrays)(const tycho_config* cfg);
+  /* ---- appended in ABI 1.3 (before tycho 0.1.0's release): TYCHO_OPTIMIZER_* bits. */
+  uint32_t flags;
 } tycho_optimizer_vtable;
 
 /* ---------------------------------------------------------------- reducer */
@@ -566,6 +592,13 @@ typedef struct tycho_constraint_state {
   int64_t batch;                  /* 0-based mini-batch of the iteration; -1 after the position step */
   int64_t batches;                /* mini-batches per iteration (batch == batches − 1: the last) */
   void* stream;                   /* the engine's stream (a cudaStream_t), NULL for host engines */
+  /* ---- appended in ABI 1.3 (before tycho 0.1.0's release): where the object changed since the
+   * previous application. n_object_boxes > 0: only inside these boxes, n_object_boxes rows of
+   * four int64 [row0, row1, col0, col1) of the object's last two axes (every slice; the
+   * optimizer's boxes, tycho_step_info): a pointwise constraint may apply itself there only and
+   * leave the same object. 0: anywhere (apply to all of it). Read struct_size first. */
+  int64_t n_object_boxes;
+  const int64_t* object_boxes;
 } tycho_constraint_state;
 
 /* Host engines (kDLCPU): the tensors are host memory; apply runs synchronously on the driver's
@@ -593,6 +626,18 @@ typedef struct tycho_named_array {
   DLTensor tensor;    /* host, C-contiguous */
 } tycho_named_array;
 
+/* ---- added in ABI 1.3 (before tycho 0.1.0's release): the bytes of an array produced while
+ * the file is written (tycho_record::producers), so that the writer of a file larger than
+ * memory never holds it (`tycho preprocess` streams a scan from its source into the file). */
+typedef struct tycho_array_producer {
+  /* Writes the array's next `bytes` bytes (its tensor's dtype, C order) at `dst`: called in
+   * order from byte 0 to the array's end, each byte once, by the thread that called save,
+   * never two calls at once. TYCHO_OK, or an error with the thread's last error set, which
+   * fails the save (the file at the path is left as it was). */
+  tycho_status (*produce)(void* context, void* dst, size_t bytes);
+  void* context;
+} tycho_array_producer;
+
 typedef struct tycho_record {
   uint32_t struct_size;
   int64_t n_arrays;
@@ -600,6 +645,16 @@ typedef struct tycho_record {
   const char* manifest_json; /* UTF-8 JSON object; NULL when a loaded file has none */
   /* Frees the record and everything it points to; NULL when the caller owns the memory. */
   void (*release)(struct tycho_record* self);
+  /* ---- appended in ABI 1.3 (before tycho 0.1.0's release), handed only to a format whose
+   * vtable says TYCHO_FORMAT_PRODUCED_ARRAYS. `producers`: NULL, or n_arrays entries; where
+   * producers[i].produce is not NULL, arrays[i].tensor gives the shape and dtype only (data
+   * NULL) and its bytes come from produce. `manifest`: when not NULL (and manifest_json NULL),
+   * called once after every produced array is complete, returns the manifest (valid until save
+   * returns; NULL: failed, with the thread's last error set), so it can say what the arrays
+   * turned out to hold. */
+  const tycho_array_producer* producers;
+  const char* (*manifest)(void* context);
+  void* manifest_context;
 } tycho_record;
 
 typedef enum tycho_save_mode {
@@ -615,7 +670,12 @@ typedef struct tycho_format_vtable {
   tycho_status (*save)(const tycho_record* rec, const char* path, tycho_save_mode mode);
   /* Reads every array member and the manifest; the caller frees with (*out)->release. */
   tycho_status (*load)(const char* path, tycho_record** out);
+  /* ---- appended in ABI 1.3 (before tycho 0.1.0's release): TYCHO_FORMAT_* bits. */
+  uint32_t flags;
 } tycho_format_vtable;
+
+/* Bits of tycho_format_vtable::flags (ABI 1.3). */
+#define TYCHO_FORMAT_PRODUCED_ARRAYS 1u /* save takes tycho_record::producers and ::manifest */
 
 #ifdef __cplusplus
 }

@@ -41,8 +41,14 @@
  *        data: tycho_dataset_info::detector_distance_m, detector_pixel_m and radiation
  *        (tycho_radiation); deterministic sums: TYCHO_TENSOR_FIXED_POINT_SUMS, tycho_engine_vtable::finish_batch
  *        (TYCHO_FINISH_ENDS_ITERATION), tycho_engine_setup::host_finishes_batches,
- *        scan_positions_px and scan_first, int64 in a reducer's allreduce_sum; the positions' gradient
- *        per iteration: tycho_engine_vtable::set_position_gradient. */
+ *        scan_positions_px and scan_first, int64 in a reducer's allreduce_sum;
+ *        the object's work per batch in boxes (issue 30): tycho_engine_vtable::
+ *        set_gradient_region, tycho_step_info::n_boxes / boxes / box_steps with
+ *        tycho_optimizer_vtable::flags (TYCHO_OPTIMIZER_TAKES_BOXES),
+ *        tycho_constraint_state::n_object_boxes / object_boxes; arrays produced while a format
+ *        writes: tycho_array_producer, tycho_record::producers / manifest / manifest_context,
+ *        tycho_format_vtable::flags (TYCHO_FORMAT_PRODUCED_ARRAYS). the positions' gradient per iteration:
+ *        tycho_engine_vtable::set_position_gradient. All before 0.1.0's release. */
 
 /* Release version of the tycho runtime (not the ABI). */
 #define TYCHO_VERSION_STRING "0.1.0"

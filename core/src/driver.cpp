@@ -38,7 +38,9 @@ driver::driver(engine_binding engine, std::vector<optimizer_binding> optimizers,
                int64_t n_patterns, driver_options options, shard share,
                rank_collectives* collectives)
     : engine_(engine), optimizers_(std::move(optimizers)), n_patterns_(n_patterns),
-      options_(options), share_(share), collectives_(collectives) {
+      options_(std::move(options)), share_(share), collectives_(collectives),
+      plan_(n_patterns, std::max<int64_t>(options_.batch_size, 1), options_.seed, options_.batches,
+            options_.block_positions_px.empty() ? options_.positions_px : options_.block_positions_px) {
   if (share_.world_size == 1 && share_.count == 0) share_ = shard::of(n_patterns, 0, 1, shard::mode::patterns);
   if (share_.world_size > 1 && collectives_ == nullptr)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "driver: a run of ", share_.world_size, " ranks needs collectives");
@@ -64,14 +66,79 @@ driver::driver(engine_binding engine, std::vector<optimizer_binding> optimizers,
       if (c.acts_on & TYCHO_CONSTRAINT_POSITIONS)
         fail(TYCHO_ERR_UNSUPPORTED, c.name, " constrains the positions, which runs on one rank in this version (this run has ",
              share_.world_size, "); leave it out, or correct positions on one rank");
+  if (options_.batches == batching::compact) setup_tiles();
+}
+
+// Compact batches step the object's tiles under each batch's windows where the engine keeps
+// the object in host memory and its optimizer takes boxes; else the whole object, as random
+// batches do (the same trajectory as a run that steps tiles would have only where every batch
+// touches every tile).
+void driver::setup_tiles() {
+  DLTensor object{}, probe{};
+  check_status(engine_.vtable->get_tensor(engine_.instance, TYCHO_TENSOR_OBJECT, &object), "engine get_tensor");
+  check_status(engine_.vtable->get_tensor(engine_.instance, TYCHO_TENSOR_PROBE, &probe), "engine get_tensor");
+  if (object.device.device_type != kDLCPU || object.ndim != 3 || probe.ndim != 3) return;
+  for (const optimizer_binding& opt : optimizers_) {
+    if (opt.parameter != TYCHO_TENSOR_OBJECT) continue;
+    const tycho_optimizer_vtable* vt = opt.vtable;
+    const bool takes = vt->struct_size >= offsetof(tycho_optimizer_vtable, flags) + sizeof(vt->flags) &&
+                       (vt->flags & TYCHO_OPTIMIZER_TAKES_BOXES) != 0;
+    if (!takes) return;
+  }
+  window_[0] = probe.shape[1];
+  window_[1] = probe.shape[2];
+  tiles_ = std::make_unique<object_tiles>(object.shape[1], object.shape[2]);
+}
+
+void driver::set_tile_steps(const std::vector<int64_t>& steps) {
+  if (!tiles_) fail(TYCHO_ERR_INVALID_ARGUMENT, "driver: this run does not step the object in tiles");
+  tiles_->set_steps(steps);
+}
+
+void driver::mark_region(const int64_t* indices, int64_t count, bool object_steps) {
+  const std::vector<double>& p = options_.positions_px;
+  for (int64_t i = 0; i < count; ++i) {
+    const std::size_t j = std::size_t(indices[i]);
+    tiles_->mark_window(p[2 * j], p[2 * j + 1], window_[0], window_[1]);
+  }
+  tiles_->take_boxes(object_steps, boxes_, box_steps_);
+  const tycho_engine_vtable* vt = engine_.vtable;
+  if (vt->struct_size >= offsetof(tycho_engine_vtable, set_gradient_region) + sizeof(vt->set_gradient_region) &&
+      vt->set_gradient_region != nullptr)
+    check_status(vt->set_gradient_region(engine_.instance, boxes_.data(), int64_t(boxes_.size() / 4)),
+                 "engine set_gradient_region");
+}
+
+void driver::sum_region(DLTensor& grad, void* stream) {
+  const int64_t element_bytes = (grad.dtype.bits * grad.dtype.lanes + 7) / 8;
+  pack_boxes(static_cast<char*>(grad.data) + grad.byte_offset, grad.shape[0], grad.shape[1], grad.shape[2],
+             element_bytes, boxes_, packed_);
+  int64_t shape[1] = {int64_t(packed_.size()) / element_bytes};
+  DLTensor packed{packed_.data(), grad.device, 1, grad.dtype, shape, nullptr, 0};
+  collectives_->sum_in_place(packed, stream);
+  unpack_boxes(static_cast<char*>(grad.data) + grad.byte_offset, grad.shape[0], grad.shape[1], grad.shape[2],
+               element_bytes, boxes_, packed_);
+}
+
+void driver::refresh_positions() {
+  if (!tiles_) return;
+  if (share_.world_size > 1) {
+    options_.positions_px = gathered_positions_;
+    return;
+  }
+  DLTensor pos{};
+  check_status(engine_.vtable->get_tensor(engine_.instance, TYCHO_TENSOR_POSITIONS, &pos), "engine get_tensor");
+  const double* r = reinterpret_cast<const double*>(static_cast<const char*>(pos.data) + pos.byte_offset);
+  options_.positions_px.assign(r, r + 2 * n_patterns_);
 }
 
 double driver::run_iteration() {
   const int64_t epoch = iterations_done_ + 1;
-  const auto order = epoch_permutation(n_patterns_, options_.seed, epoch);
   double loss = 0;
   void* stream = engine_.vtable->stream ? engine_.vtable->stream(engine_.instance) : nullptr;
-  const int64_t batches = (n_patterns_ + options_.batch_size - 1) / options_.batch_size;
+  const int64_t batches = plan_.batches();
+  bool object_steps = false;
+  for (const auto& opt : optimizers_) object_steps |= opt.parameter == TYCHO_TENSOR_OBJECT && epoch >= opt.first_iteration;
   // Positions move after this iteration by their own steps, or by the scan map's (every few
   // iterations): only then does the engine compute their gradient.
   const bool per_position = options_.positions.enabled && epoch >= options_.positions.first_iteration;
@@ -80,42 +147,55 @@ double driver::run_iteration() {
   // The scan map's step refines C10 too: it needs this iteration's probe gradient, summed.
   const bool gather_probe_gradient = map_step && scan_.refines_C10();
   probe_gradient_.clear();
-  for (int64_t start = 0; start < n_patterns_; start += options_.batch_size) {
-    if (start > 0 && stop_ && stop_())
-      fail(TYCHO_ERR_CANCELLED, "stopped on request during iteration ", epoch, " (", start, " of ", n_patterns_,
+  int64_t done = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    if (b > 0 && stop_ && stop_())
+      fail(TYCHO_ERR_CANCELLED, "stopped on request during iteration ", epoch, " (", done, " of ", n_patterns_,
            " patterns done)");
-    const int64_t count = std::min(options_.batch_size, n_patterns_ - start);
-    const int64_t* indices = order.data() + start;
+    int64_t count = 0;
+    const int64_t* global = plan_.batch(epoch, b, count);
+    const int64_t* indices = global;
     int64_t n = count;
     if (share_.world_size > 1) {
-      share_.select(indices, count, local_indices_);
+      share_.select(global, count, local_indices_);
       indices = local_indices_.data();
       n = int64_t(local_indices_.size());
     }
+    if (tiles_) mark_region(global, count, object_steps);
     check_status(engine_.vtable->compute_batch(engine_.instance, indices, n, &loss),
                  "engine compute_batch");
-    if (fixed_point_) finish_fixed_point_batch(indices, n, start + count >= n_patterns_, loss, stream);
+    if (fixed_point_) finish_fixed_point_batch(indices, n, b + 1 == batches, loss, stream);
     for (const auto& opt : optimizers_) {
       if (epoch < opt.first_iteration) continue;
       DLTensor param{}, grad{};
       check_status(engine_.vtable->get_tensor(engine_.instance, opt.parameter, &param), "engine get_tensor");
       check_status(engine_.vtable->get_tensor(engine_.instance, opt.gradient, &grad), "engine get_tensor");
-      if (collectives_ != nullptr && !fixed_point_) collectives_->sum_in_place(grad, stream);
+      const bool in_tiles = tiles_ && opt.parameter == TYCHO_TENSOR_OBJECT;
+      // Deterministic sums: the gradients are already every rank's (finish_fixed_point_batch).
+      if (collectives_ != nullptr && !fixed_point_) {
+        if (in_tiles)
+          sum_region(grad, stream);
+        else
+          collectives_->sum_in_place(grad, stream);
+      }
       if (gather_probe_gradient && opt.parameter == TYCHO_TENSOR_PROBE) add_probe_gradient(grad);
-      tycho_step_info info{sizeof(tycho_step_info), 1.0 / double(count),
-                           opt.schedule.factor(epoch), epoch};
+      tycho_step_info info{sizeof(tycho_step_info), 1.0 / double(count), opt.schedule.factor(epoch), epoch,
+                           in_tiles ? int64_t(boxes_.size() / 4) : 0, in_tiles ? boxes_.data() : nullptr,
+                           in_tiles ? box_steps_.data() : nullptr};
       check_status(opt.vtable->step(opt.instance, &param, &grad, &info, stream), "optimizer step");
     }
-    apply_constraints(TYCHO_CONSTRAINT_OBJECT | TYCHO_CONSTRAINT_PROBE, epoch, start / options_.batch_size, batches,
-                      stream);
+    apply_constraints(TYCHO_CONSTRAINT_OBJECT | TYCHO_CONSTRAINT_PROBE, epoch, b, batches, stream);
+    done += count;
   }
   if (per_position) {
     correct_positions(epoch);
     apply_constraints(TYCHO_CONSTRAINT_POSITIONS, epoch, -1, batches, stream);
     if (share_.world_size > 1) gather_positions(stream);
+    refresh_positions();
   } else if (map_step) {
     step_scan_map(epoch);
     if (share_.world_size > 1) gather_positions(stream);
+    refresh_positions();
   }
   if (engine_.vtable->collect_loss != nullptr)
     check_status(engine_.vtable->collect_loss(engine_.instance, &loss), "engine collect_loss");
@@ -348,6 +428,14 @@ void driver::apply_constraints(uint32_t targets, int64_t epoch, int64_t batch, i
     st.batch = batch;
     st.batches = batches;
     st.stream = stream;
+    // Stepping tiles, the object changes only inside the batch's boxes: a pointwise constraint
+    // need not visit the rest, which it saw when it last changed (the initial object, ones or a
+    // saved state, is left as it is until a batch touches it, as a whole-object step leaves
+    // what it does not change).
+    if (tiles_ && (targets & TYCHO_CONSTRAINT_OBJECT)) {
+      st.n_object_boxes = int64_t(boxes_.size() / 4);
+      st.object_boxes = boxes_.data();
+    }
     check_status(c.vtable->apply(c.instance, &st), cat(c.name, " apply"));
   }
 }

@@ -54,6 +54,7 @@ void check(const memory_problem& p) {
 // pixel stays (dx = 1/(N·dk)), so the object loses only the window's share of its extent.
 memory_problem binned(const memory_problem& p, int64_t b) {
   memory_problem q = p;
+  if (b > 1 && p.binned_target_bytes > 0) q.target_bytes = p.binned_target_bytes;
   for (int a = 0; a < 2; ++a) {
     q.window[a] = std::max<int64_t>(1, p.window[a] / b);
     q.object_shape[a] = std::max<int64_t>(1, p.object_shape[a] - p.window[a] + q.window[a]);

@@ -54,16 +54,19 @@ object_amplitude::object_amplitude(const config_view& cfg, const tycho_constrain
          " must satisfy 0 <= min <= max and max > 0");
 }
 
+// Pointwise: only where the object changed (the batch's boxes when the run steps tiles).
 void object_amplitude::apply(const constraint_arguments& a) {
-  const int64_t n = element_count(*a.object);
-  with_complex_values(*a.object, [&](auto* z) { clamp_amplitude(z, n, min_, max_); });
+  with_complex_values(*a.object, [&](auto* z) {
+    a.for_each_object_run([&](int64_t at, int64_t n) { clamp_amplitude(z + at, n, min_, max_); });
+  });
 }
 
 object_phase::object_phase(const config_view&, const tycho_constraint_setup&) {}
 
 void object_phase::apply(const constraint_arguments& a) {
-  const int64_t n = element_count(*a.object);
-  with_complex_values(*a.object, [&](auto* z) { project_phase(z, n); });
+  with_complex_values(*a.object, [&](auto* z) {
+    a.for_each_object_run([&](int64_t at, int64_t n) { project_phase(z + at, n); });
+  });
 }
 
 object_potential::object_potential(const config_view& cfg, const tycho_constraint_setup& setup) {

@@ -16,6 +16,7 @@ namespace {
 using namespace tycho::sdk;
 using tycho::optimizers::adam_state;
 using tycho::optimizers::sgd_state;
+using tycho::sdk::detail::has_boxes;
 
 // Built with CUDA: parameters on a CUDA device are updated by the kernels of optimizers.cu.
 #ifdef TYCHO_HAVE_CUDA
@@ -50,6 +51,9 @@ struct state_layout<sgd_state> {
 
 bool is_double(const DLTensor& t) {
   return same_dtype(t.dtype, dtype_complex128) || same_dtype(t.dtype, dtype_float64);
+}
+bool is_complex(const DLTensor& t) {
+  return same_dtype(t.dtype, dtype_complex64) || same_dtype(t.dtype, dtype_complex128);
 }
 
 // Reals of a float32, complex64, float64 or complex128 parameter (host; CUDA in a CUDA build,
@@ -108,6 +112,8 @@ class builtin_optimizer {
   static const char* state_name(int64_t i) { return layout::names[i]; }
   // State arrays per parameter element, for the memory planner: Adam m and v, SGD the velocity.
   static int64_t state_arrays(const config_view&) { return state_count; }
+  // A step on boxes of a host parameter (tycho_step_info, ABI 1.3): each box with its own count.
+  static constexpr bool takes_boxes = true;
 
   builtin_optimizer(const config_view& cfg, const DLTensor& param)
       : reals_(real_count(param, layout::component, "param")), f64_(is_double(param)), device_(param.device) {
@@ -123,6 +129,19 @@ class builtin_optimizer {
       return;
     }
 #endif
+    if (has_boxes(info)) {  // the adapter checked them (host parameter, inside its last two axes)
+      const int64_t h = param.shape[param.ndim - 2], w = param.shape[param.ndim - 1];
+      const int64_t reals = is_complex(param) ? 2 : 1;
+      const tycho::optimizers::box_step boxes{n / (h * w * reals), h, w, reals, info.boxes, info.box_steps,
+                                              info.n_boxes};
+      if (f64_)
+        state_.step(data_of<double>(param), data_of<const double>(grad), boxes, info.grad_scale,
+                    info.learning_rate_scale);
+      else
+        state_.step(data_of<float>(param), data_of<const float>(grad), boxes, static_cast<float>(info.grad_scale),
+                    info.learning_rate_scale);
+      return;
+    }
     if (f64_)
       state_.step(data_of<double>(param), data_of<const double>(grad), n, info.grad_scale, info.learning_rate_scale);
     else

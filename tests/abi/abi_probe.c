@@ -23,7 +23,7 @@ __attribute__((visibility("default"))) size_t tycho_abi_probe(
     const tycho_session_options* options, tycho_tensor_id tensor, tycho_save_mode mode, tycho_log_level level,
     tycho_setting_type setting_type, const tycho_constraint_setup* constraint_setup,
     const tycho_constraint_state* constraint_state, const tycho_constraint_vtable* constraint,
-    const tycho_evaluate_options* evaluate_options, tycho_radiation radiation) {
+    const tycho_evaluate_options* evaluate_options, tycho_radiation radiation, const tycho_array_producer* producer) {
   /* Something that reads every argument, so nothing is optimised away. */
   return (size_t)descriptor + (size_t)component + (size_t)setting + (size_t)host + (size_t)source + (size_t)dataset +
          (size_t)loss + (size_t)loss_binding + (size_t)loss_ref + (size_t)engine_setup + (size_t)engine +
@@ -31,7 +31,7 @@ __attribute__((visibility("default"))) size_t tycho_abi_probe(
          (size_t)bootstrap_ref + (size_t)reducer_setup + (size_t)reducer + (size_t)named + (size_t)record +
          (size_t)format + (size_t)progress + (size_t)options + (size_t)tensor + (size_t)mode + (size_t)level +
          (size_t)setting_type + (size_t)constraint_setup + (size_t)constraint_state + (size_t)constraint +
-         (size_t)evaluate_options + (size_t)radiation;
+         (size_t)evaluate_options + (size_t)radiation + (size_t)producer;
 }
 
 /* Every function of the embedding API (tycho.h), by its type: one exported function-pointer

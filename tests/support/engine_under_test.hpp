@@ -58,6 +58,10 @@ class engine_under_test {
     EXPECT_EQ(evt_->compute_batch(eng_, idx.data(), int64_t(idx.size()), &loss), TYCHO_OK) << tycho::last_error();
     return loss;
   }
+  // The object gradient read only inside `boxes` (rows of [row0, row1, col0, col1); empty: all).
+  tycho_status set_region(const std::vector<int64_t>& boxes) {
+    return evt_->set_gradient_region(eng_, boxes.data(), int64_t(boxes.size() / 4));
+  }
   // compute_batch's status (for refusals; last_error() has the message).
   tycho_status try_batch(const std::vector<int64_t>& idx) {
     double loss = 0;

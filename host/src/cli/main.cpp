@@ -461,6 +461,9 @@ int main(int argc, char** argv) {
       ->check(number_in(0, 1e9, false));
   plan->add_option("--set", plan_sets, "override a config value: --set reconstruct.batch_size=64")
       ->allow_extra_args(false);
+  bool plan_no_time = false;
+  plan->add_flag("--no-time", plan_no_time,
+                 "skip the time estimate (a calibration run of about a second of this machine's engine)");
 
   auto* pre = app.add_subcommand("preprocess", "run the preprocessing stage and save the data as a prepared file");
   std::string pre_config, pre_output;
@@ -501,7 +504,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (pl->parsed()) return keys_of.empty() ? cmd_plugins() : cmd_plugin_keys(keys_of);
-    if (plan->parsed()) return cmd_plan(plan_config, plan_sets, plan_options);
+    if (plan->parsed()) {
+      plan_options.estimate_time = !plan_no_time;
+      return cmd_plan(plan_config, plan_sets, plan_options);
+    }
     if (pre->parsed()) return cmd_preprocess(pre_config, pre_output, pre_sets, save_raw_data, quiet, overwrite);
   } catch (const tycho::error& e) {
     say_err("tycho: error: {}{}\n", rank_prefix(), e.what());

@@ -4,79 +4,145 @@
 #include <tycho/sdk.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <type_traits>
 #include <vector>
 
-#include "data/preprocess_stage.hpp"
-#include "data/source_reader.hpp"
+#include "settings/config_read.hpp"
 #include "tycho/host/log.hpp"
 #include "tycho/host/progress.hpp"
 #include "tycho/host/run_plan.hpp"
 
 namespace tycho::host {
 
+bool keeps_integer_targets(const config_document& doc) {
+  return read_key<bool>(doc.table_at("preprocess"), "integer_targets", "preprocess").value_or(true);
+}
+
+bool expects_count_targets(const config_document& doc, const tycho_dataset_info& info) {
+  const DLDataType t = info.stored_dtype;
+  const bool delivers =
+      info.struct_size >= offsetof(tycho_dataset_info, reads_stored_dtype) + sizeof(info.reads_stored_dtype) &&
+      info.reads_stored_dtype != 0 && t.code == kDLUInt && t.lanes == 1 && (t.bits == 8 || t.bits == 16);
+  if (!delivers || !keeps_integer_targets(doc)) return false;
+  const preprocess_settings s = read_preprocess_settings(doc.table_at("preprocess"), doc.origin());
+  const double largest = (t.bits == 8 ? 255.0 : 65535.0) * double(s.binning) * double(s.binning);
+  return !s.normalise && largest <= 65535.0;
+}
+
 bool stage_changes_patterns(const config_document& doc) {
   const preprocess_settings s = read_preprocess_settings(doc.table_at("preprocess"), doc.origin());
   return s.active() && !s.only_measures();
 }
 
-chunked_read read_preprocessed_in_chunks(const component_ref& source, const tycho_config* data_table, int64_t part,
-                                         int64_t parts, const config_document& doc, const rank_sum& sum_across_ranks,
-                                         const gather_texts& gather, bool integer_targets, int64_t chunk_bytes) {
-  source_reader reader(source, data_table, part, parts);
-  chunked_read out;
-  dataset& d = reader.header();
-  const bool counts = reader.reads_counts();
-  out.read_as = counts ? cat("the stored ", sdk::dtype_name(d.info.stored_dtype), " counts") : std::string("float32");
-  const int64_t n = d.n0 * d.n1;
-  const int64_t chunk = std::max<int64_t>(1, chunk_bytes / ((counts ? 2 : 4) * n));
-  const std::size_t chunk_values = std::size_t(std::min(chunk, std::max<int64_t>(d.patterns, 1)) * n);
-  std::vector<uint16_t> count_chunk(counts ? chunk_values : 0);
-  std::vector<float> float_chunk(counts ? 0 : chunk_values);
-  float max_float = 0;  // float32 reads: the largest finite value
-  // One pass: every chunk of the block read (float32 reads refuse negative values), its
-  // patterns handed over in order as uint16 counts or float32.
-  auto each_pattern = [&](auto&& use) {
-    ++out.passes;
-    for (int64_t first = 0; first < d.patterns; first += chunk) {
-      const int64_t count = std::min(chunk, d.patterns - first);
-      if (counts) {
-        reader.read_counts(first, count, count_chunk.data());
-        for (int64_t l = 0; l < count; ++l) use(first + l, count_chunk.data() + l * n);
-      } else {
-        reader.read_float32(first, count, float_chunk.data(), max_float);
-        for (int64_t l = 0; l < count; ++l) use(first + l, float_chunk.data() + l * n);
-      }
-    }
-  };
+chunked_source::chunked_source(const component_ref& source, const tycho_config* data_table, int64_t part,
+                               int64_t parts, const config_document& doc, const gather_texts& gather,
+                               int64_t chunk_bytes)
+    : reader_(source, data_table, part, parts) {
+  dataset& d = reader_.header();
+  counts_ = reader_.reads_counts();
+  read_as_ = counts_ ? cat("the stored ", sdk::dtype_name(d.info.stored_dtype), " counts") : std::string("float32");
+  n_ = d.n0 * d.n1;
+  chunk_ = std::max<int64_t>(1, chunk_bytes / ((counts_ ? 2 : 4) * n_));
+  const std::size_t chunk_values = std::size_t(std::min(chunk_, std::max<int64_t>(d.patterns, 1)) * n_);
+  count_chunk_.resize(counts_ ? chunk_values : 0);
+  float_chunk_.resize(counts_ ? 0 : chunk_values);
+  pattern_.resize(std::size_t(n_));
 
   // Pass 1: the bad pixels (over every rank's patterns), the largest value, and which pixels
   // ever hold intensity (for data that hold none, refused as mask_bad_pixels refuses them).
   const toml::table& pre = doc.table_at("preprocess");
-  bad_pixel_scan scan(d, read_bad_pixel_settings(pre, doc.origin(), d.info.stored_dtype));
-  uint16_t max_value = 0;
-  std::vector<uint8_t> lit(std::size_t(n), 0);
+  scan_ = std::make_unique<bad_pixel_scan>(d, read_bad_pixel_settings(pre, doc.origin(), d.info.stored_dtype));
+  std::vector<uint8_t> lit(std::size_t(n_), 0);
   report_stage("reading", 0, d.patterns);
-  each_pattern([&](int64_t l, const auto* p) {
-    scan.add(p, d.first + l);
-    for (int64_t k = 0; k < n; ++k) {
-      if constexpr (std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(p)>>, uint16_t>)
-        max_value = std::max(max_value, p[k]);
-      lit[std::size_t(k)] |= p[k] > 0;  // NaN: no; inf: masked below
+  ++passes_;
+  for (int64_t first = 0; first < d.patterns; first += chunk_) {
+    const int64_t count = std::min(chunk_, d.patterns - first);
+    read_chunk(first, count);
+    for (int64_t l = 0; l < count; ++l) {
+      auto visit = [&](const auto* p) {
+        scan_->add(p, d.first + first + l);
+        for (int64_t k = 0; k < n_; ++k) {
+          if constexpr (std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(p)>>, uint16_t>)
+            max_value_ = std::max(max_value_, p[k]);
+          lit[std::size_t(k)] |= p[k] > 0;  // NaN: no; inf: masked below
+        }
+      };
+      if (counts_)
+        visit(count_chunk_.data() + l * n_);
+      else
+        visit(float_chunk_.data() + l * n_);
     }
-    if ((l + 1) % chunk == 0 || l + 1 == d.patterns) report_stage("reading", l + 1, d.patterns);
-  });
-  d.max_value = counts ? float(max_value) : max_float;
-  if (const std::string w = float32_rounding_warning(d); !counts && !w.empty()) log_warning("data", w);
-  out.bad_pixel_warning = scan.finish(d, gather);
+    report_stage("reading", first + count, d.patterns);
+  }
+  d.max_value = counts_ ? float(max_value_) : max_float_;
+  if (const std::string w = float32_rounding_warning(d); !counts_ && !w.empty()) log_warning("data", w);
+  warning_ = scan_->finish(d, gather);
   bool holds_intensity = false;
-  for (int64_t k = 0; k < n; ++k) holds_intensity |= lit[std::size_t(k)] && !scan.bad()[std::size_t(k)];
+  for (int64_t k = 0; k < n_; ++k) holds_intensity |= lit[std::size_t(k)] && !scan_->bad()[std::size_t(k)];
   refuse_no_intensity(d, holds_intensity);
-  const preprocess_settings s = read_preprocess_settings(pre, doc.origin());
+}
+
+void chunked_source::read_chunk(int64_t first, int64_t count) {
+  if (counts_)
+    reader_.read_counts(first, count, count_chunk_.data());
+  else
+    reader_.read_float32(first, count, float_chunk_.data(), max_float_);  // refuses negative values
+  chunk_first_ = first;
+  chunk_count_ = count;
+}
+
+void chunked_source::start_pass() {
+  ++passes_;
+  position_ = 0;
+  chunk_count_ = 0;
+  total_ = 0;
+}
+
+const float* chunked_source::next(int64_t& local) {
+  const dataset& d = reader_.header();
+  if (position_ >= d.patterns) return nullptr;
+  if (position_ >= chunk_first_ + chunk_count_ || position_ < chunk_first_)
+    read_chunk(position_, std::min(chunk_, d.patterns - position_));
+  const int64_t l = position_ - chunk_first_;
+  if (counts_)
+    std::copy(count_chunk_.data() + l * n_, count_chunk_.data() + (l + 1) * n_, pattern_.begin());  // exact
+  else
+    std::copy(float_chunk_.data() + l * n_, float_chunk_.data() + (l + 1) * n_, pattern_.begin());
+  // The masked totals summed as mask_bad_pixels sums them (the stage replaces them when it
+  // changes the patterns).
+  total_ += scan_->mask(pattern_.data());
+  local = position_++;
+  return pattern_.data();
+}
+
+pattern_feed chunked_source::feed() {
+  return [this](const pattern_visitor& visit) {
+    start_pass();
+    int64_t l = 0;
+    while (const float* p = next(l)) visit(l, p);
+    dataset& d = reader_.header();
+    d.total_intensity = total_;
+    d.mean_total_intensity = d.patterns > 0 ? total_ / double(d.patterns) : 0.0;
+  };
+}
+
+bool results_stay_counts(const chunked_source& src, const preprocess_settings& s, bool integer_targets) {
+  const double largest_result = double(src.max_count()) * double(s.binning * s.binning);
+  return src.counts() && integer_targets && !s.normalise && largest_result <= 65535.0;
+}
+
+chunked_read read_preprocessed_in_chunks(const component_ref& source, const tycho_config* data_table, int64_t part,
+                                         int64_t parts, const config_document& doc, const rank_sum& sum_across_ranks,
+                                         const gather_texts& gather, bool integer_targets, int64_t chunk_bytes) {
+  chunked_source src(source, data_table, part, parts, doc, gather, chunk_bytes);
+  chunked_read out;
+  dataset& d = src.header();
+  out.read_as = src.read_as();
+  out.bad_pixel_warning = src.bad_pixel_warning();
+  const preprocess_settings s = read_preprocess_settings(doc.table_at("preprocess"), doc.origin());
   refuse_moving_masked_pixels(d, s, s.transpose);
-  // uint16 results when every step keeps whole counts and a bin's sum cannot pass 65535.
-  const double largest_result = double(max_value) * double(s.binning * s.binning);
-  const bool as_counts = counts && integer_targets && !s.normalise && largest_result <= 65535.0;
+  const bool as_counts = results_stay_counts(src, s, integer_targets);
   // The targets' memory, bounded by this machine's before it is allocated (as read_dataset's).
   const auto shaped = preprocessed_detector_shape(s, d.n0, d.n1);
   const uint64_t target_bytes = uint64_t(d.patterns) * uint64_t(shaped[0] * shaped[1]) * (as_counts ? 2 : 4);
@@ -84,23 +150,10 @@ chunked_read read_preprocessed_in_chunks(const component_ref& source, const tych
     fail(TYCHO_ERR_OUT_OF_MEMORY, "data '", d.description, "': ", d.patterns, " preprocessed patterns of ", shaped[0],
          " x ", shaped[1], " pixels need ", human_bytes(target_bytes), ", more than this machine's ",
          human_bytes(have), " of memory (run `tycho plan` for the remedies: more ranks, binning)");
-
-  // The stage's passes: each pattern as float32 (exact), masked; the masked totals summed as
-  // mask_bad_pixels sums them (the stage replaces them when it changes the patterns).
-  std::vector<float> pattern(static_cast<std::size_t>(n));
-  const pattern_feed feed = [&](const pattern_visitor& visit) {
-    double total = 0;
-    each_pattern([&](int64_t l, const auto* p) {
-      std::copy(p, p + n, pattern.begin());  // counts convert exactly
-      total += scan.mask(pattern.data());
-      visit(l, pattern.data());
-    });
-    d.total_intensity = total;
-    d.mean_total_intensity = d.patterns > 0 ? total / double(d.patterns) : 0.0;
-  };
   out.source_info = d.info;
   out.report =
-      run_preprocess_stage(d, doc, sum_across_ranks, feed, as_counts ? stage_output::counts : stage_output::float32);
+      run_preprocess_stage(d, doc, sum_across_ranks, src.feed(), as_counts ? stage_output::counts : stage_output::float32);
+  out.passes = src.passes();
   out.data = std::move(d);
   return out;
 }

@@ -84,6 +84,10 @@ void pad_fft_order_pattern(const float* in, int64_t n0, int64_t n1, float* out, 
   pad_fft_order(in, n0, n1, out, m0, m1);
 }
 
+void pad_fft_order_pattern(const uint16_t* in, int64_t n0, int64_t n1, uint16_t* out, int64_t m0, int64_t m1) {
+  pad_fft_order(in, n0, n1, out, m0, m1);
+}
+
 void pad_fft_order_mask(const uint8_t* in, int64_t n0, int64_t n1, uint8_t* out, int64_t m0, int64_t m1) {
   pad_fft_order(in, n0, n1, out, m0, m1);
 }

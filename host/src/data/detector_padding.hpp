@@ -77,6 +77,7 @@ void pad_centred_pattern(const float* in, int64_t n0, int64_t n1, float* out, in
 // Pads one pattern in FFT natural order: every pixel keeps its frequency, i.e. the same as
 // ifftshift(pad_centred_pattern(fftshift(in))), exactly, without the shifts.
 void pad_fft_order_pattern(const float* in, int64_t n0, int64_t n1, float* out, int64_t m0, int64_t m1);
+void pad_fft_order_pattern(const uint16_t* in, int64_t n0, int64_t n1, uint16_t* out, int64_t m0, int64_t m1);
 
 // The (m0, m1) mask, FFT natural order, of an (n0, n1) detector padded as above.
 std::vector<uint8_t> padding_mask_fft_order(int64_t n0, int64_t n1, int64_t m0, int64_t m1);

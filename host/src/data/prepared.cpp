@@ -3,6 +3,7 @@
 #include "data/bad_pixels.hpp"
 #include "data/chunked_preprocess.hpp"
 #include "data/finite_values.hpp"
+#include "data/prepare_stream.hpp"
 
 #include <tycho/core/error.hpp>
 #include <tycho/core/launch.hpp>
@@ -16,6 +17,8 @@
 #include <zip.h>
 
 #include <algorithm>
+#include <array>
+#include <type_traits>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -259,45 +262,61 @@ dataset recorded_dataset(const prepared_file& p) {
 
 // Embedded patterns in a zip: this rank's block checked, summed and averaged in one pass over the
 // member in chunks of ~4 MiB, none kept (dataset::streamed); `member` receives the open member
-// (the session keeps the targets there, or reads them into memory, target_residency).
+// (the session keeps the targets there, or reads them into memory, target_residency). float32
+// patterns, or uint16 counts (what a prepared file stores when they are exact counts).
+template <class T>
+void stream_totals(const prepared_file& p, dataset& d, stored_npy_member& member, std::array<int64_t, 2> window) {
+  const int64_t n = d.n0 * d.n1, w = window[0] * window[1];
+  const int64_t chunk = std::max<int64_t>(1, (int64_t(4) << 20) / (n * int64_t(sizeof(T))));  // ~4 MiB
+  std::vector<T> stored(static_cast<std::size_t>(std::min(chunk, std::max<int64_t>(d.patterns, 1)) * n));
+  std::vector<T> shifted(static_cast<std::size_t>(n)), padded(static_cast<std::size_t>(w));
+  d.streamed_mean.assign(std::size_t(w), 0.0);
+  double total = 0;
+  for (int64_t first = 0; first < d.patterns; first += chunk) {
+    const int64_t count = std::min(chunk, d.patterns - first);
+    member.read(uint64_t(d.first + first) * uint64_t(n), uint64_t(count * n), stored.data());
+    if constexpr (std::is_same_v<T, float>)
+      require_valid_patterns(stored.data(), count, d.n0, d.n1, d.first + first, p.path, "patterns");
+    for (int64_t l = 0; l < count; ++l) {
+      // As prepared_dataset's in-memory path, recompute_totals and mean_pattern, value for value.
+      ifftshift_pattern(stored.data() + l * n, shifted.data(), d.n0, d.n1);
+      total += pattern_total(shifted.data(), d.n0, d.n1, d.info.patterns_centred != 0);
+      const T* out = shifted.data();
+      if (w != n) {
+        pad_fft_order_pattern(shifted.data(), d.n0, d.n1, padded.data(), window[0], window[1]);
+        out = padded.data();
+      }
+      for (int64_t k = 0; k < w; ++k)
+        if constexpr (std::is_same_v<T, float>) {
+          if (std::isfinite(out[k])) d.streamed_mean[std::size_t(k)] += out[k];
+        } else {
+          d.streamed_mean[std::size_t(k)] += out[k];
+        }
+    }
+  }
+  for (double& v : d.streamed_mean) v /= double(std::max<int64_t>(d.patterns, 1));
+  d.total_intensity = total;
+  d.mean_total_intensity = d.patterns > 0 ? total / double(d.patterns) : 0.0;
+}
+
 dataset streamed_prepared_dataset(const prepared_file& p, const config_document& merged, int64_t part, int64_t parts,
                                   std::string& preprocess_json, std::unique_ptr<stored_npy_member>& member) {
   const nlohmann::json& m = p.d->manifest.json();
   dataset d = recorded_dataset(p);
   member = std::make_unique<stored_npy_member>(p.path, "patterns.npy");
   if (member->shape() != std::vector<int64_t>{d.info.scan_shape[0], d.info.scan_shape[1], d.n0, d.n1})
-    fail(TYCHO_ERR_BAD_DATA, "'", p.path, "': patterns.npy is not float32 of shape (", d.info.scan_shape[0], ", ",
+    fail(TYCHO_ERR_BAD_DATA, "'", p.path, "': patterns.npy is not of shape (", d.info.scan_shape[0], ", ",
          d.info.scan_shape[1], ", ", d.n0, ", ", d.n1, ") as its manifest says");
   block_of(d.all_patterns, parts, part, d.first, d.patterns);
   d.streamed = true;
+  d.streamed_counts = member->counts();
+  if (d.streamed_counts) d.info.stored_dtype = {kDLUInt, 16, 1};
   // The window the engine gets (detector padding), for the mean pattern in its layout.
   const auto window = padded_window(read_detector_padding(merged.table_at("preprocess"), merged.origin()), d.n0, d.n1);
-  const int64_t n = d.n0 * d.n1, w = window[0] * window[1];
-  const int64_t chunk = std::max<int64_t>(1, (int64_t(4) << 20) / (n * 4));  // ~4 MiB: small beside a batch
-  std::vector<float> stored(static_cast<std::size_t>(std::min(chunk, std::max<int64_t>(d.patterns, 1)) * n));
-  std::vector<float> shifted(static_cast<std::size_t>(n)), padded(static_cast<std::size_t>(w));
-  d.streamed_mean.assign(std::size_t(w), 0.0);
-  double total = 0;
-  for (int64_t first = 0; first < d.patterns; first += chunk) {
-    const int64_t count = std::min(chunk, d.patterns - first);
-    member->read(uint64_t(d.first + first) * uint64_t(n), uint64_t(count * n), stored.data());
-    require_valid_patterns(stored.data(), count, d.n0, d.n1, d.first + first, p.path, "patterns");
-    for (int64_t l = 0; l < count; ++l) {
-      // As prepared_dataset's in-memory path, recompute_totals and mean_pattern, value for value.
-      ifftshift_pattern(stored.data() + l * n, shifted.data(), d.n0, d.n1);
-      total += pattern_total(shifted.data(), d.n0, d.n1, d.info.patterns_centred != 0);
-      const float* out = shifted.data();
-      if (w != n) {
-        pad_fft_order_pattern(shifted.data(), d.n0, d.n1, padded.data(), window[0], window[1]);
-        out = padded.data();
-      }
-      for (int64_t k = 0; k < w; ++k)
-        if (std::isfinite(out[k])) d.streamed_mean[std::size_t(k)] += out[k];
-    }
-  }
-  for (double& v : d.streamed_mean) v /= double(std::max<int64_t>(d.patterns, 1));
-  d.total_intensity = total;
-  d.mean_total_intensity = d.patterns > 0 ? total / double(d.patterns) : 0.0;
+  if (member->counts())
+    stream_totals<uint16_t>(p, d, *member, window);
+  else
+    stream_totals<float>(p, d, *member, window);
   preprocess_json = m.contains("preprocess") && !m["preprocess"].is_null() ? m["preprocess"].dump() : "";
   return d;
 }
@@ -335,31 +354,44 @@ dataset prepared_dataset(const prepared_file& p, const config_document& merged, 
       // As a run from the config: on chunks of the stored counts when the stage changes them.
       if (stage_changes_patterns(merged)) {
         chunked_read chunked =
-            read_preprocessed_in_chunks(src, &data_cfg, part, parts, merged, sum_across_ranks, {}, false);
+            read_preprocessed_in_chunks(src, &data_cfg, part, parts, merged, sum_across_ranks, {},
+                                        keeps_integer_targets(merged));
         refuse_masked_pixels(chunked.data);
         preprocess_json = chunked.report.to_json();
         return std::move(chunked.data);
       }
-      dataset d = read_dataset(src, &data_cfg, part, parts);
+      const preprocess_settings stage = read_preprocess_settings(merged.table_at("preprocess"), merged.origin());
+      dataset d = read_dataset(src, &data_cfg, part, parts,
+                               keeps_integer_targets(merged) && (!stage.active() || stage.only_measures()));
       refuse_bad_pixels(d, merged);
       preprocess_json = preprocess_dataset(d, merged, sum_across_ranks).to_json();
       return d;
     }
     if (p.d->patterns_in_zip) return streamed_prepared_dataset(p, merged, part, parts, preprocess_json, member);
-    // Embedded: this rank's block of the centred (Rx, Ry, N0, N1) float32 patterns.
+    // Embedded: this rank's block of the centred (Rx, Ry, N0, N1) float32 patterns, or uint16
+    // counts (kept as counts: the targets' own precision).
     dataset d = recorded_dataset(p);
     const owned_array& a = p.d->record.array("patterns", p.path);
-    if (a.dtype.code != kDLFloat || a.dtype.bits != 32 ||
-        a.shape != std::vector<int64_t>{d.info.scan_shape[0], d.info.scan_shape[1], d.n0, d.n1})
-      fail(TYCHO_ERR_BAD_DATA, "'", p.path, "': patterns.npy is not float32 of shape (", d.info.scan_shape[0], ", ",
-           d.info.scan_shape[1], ", ", d.n0, ", ", d.n1, ") as its manifest says");
+    const bool f32 = a.dtype.code == kDLFloat && a.dtype.bits == 32;
+    const bool u16 = a.dtype.code == kDLUInt && a.dtype.bits == 16;
+    if (!(f32 || u16) || a.shape != std::vector<int64_t>{d.info.scan_shape[0], d.info.scan_shape[1], d.n0, d.n1})
+      fail(TYCHO_ERR_BAD_DATA, "'", p.path, "': patterns.npy is not float32 or uint16 of shape (", d.info.scan_shape[0],
+           ", ", d.info.scan_shape[1], ", ", d.n0, ", ", d.n1, ") as its manifest says");
     block_of(d.all_patterns, parts, part, d.first, d.patterns);
     const int64_t n = d.n0 * d.n1;
-    d.targets.resize(std::size_t(d.patterns * n));
-    const float* all = a.as<float>();
-    require_valid_patterns(all + d.first * n, d.patterns, d.n0, d.n1, d.first, p.path, "patterns");
-    for (int64_t l = 0; l < d.patterns; ++l)
-      ifftshift_pattern(all + (d.first + l) * n, d.targets.data() + l * n, d.n0, d.n1);
+    if (u16) {
+      d.info.stored_dtype = {kDLUInt, 16, 1};
+      d.counts.resize(std::size_t(d.patterns * n));
+      const uint16_t* all = a.as<uint16_t>();
+      for (int64_t l = 0; l < d.patterns; ++l)
+        ifftshift_pattern(all + (d.first + l) * n, d.counts.data() + l * n, d.n0, d.n1);
+    } else {
+      d.targets.resize(std::size_t(d.patterns * n));
+      const float* all = a.as<float>();
+      require_valid_patterns(all + d.first * n, d.patterns, d.n0, d.n1, d.first, p.path, "patterns");
+      for (int64_t l = 0; l < d.patterns; ++l)
+        ifftshift_pattern(all + (d.first + l) * n, d.targets.data() + l * n, d.n0, d.n1);
+    }
     recompute_totals(d);
     preprocess_json = m.contains("preprocess") && !m["preprocess"].is_null() ? m["preprocess"].dump() : "";
     return d;
@@ -367,7 +399,7 @@ dataset prepared_dataset(const prepared_file& p, const config_document& merged, 
 }
 
 int preprocess_command(config_document doc, const registry& reg, const std::string& output, bool save_raw_data,
-                       std::ostream& out, tycho_save_mode mode) {
+                       std::ostream& out, tycho_save_mode mode, prepare_mode how) {
   if (detect_launch(process_environment()).multi_process())
     fail(TYCHO_ERR_INVALID_ARGUMENT, "tycho preprocess runs as one process (it reads every pattern and writes one ",
          "file): start it without mpirun, srun or torchrun");
@@ -382,113 +414,161 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
   const std::string source_name = *setting_value<std::string>(data_t, "data", "source");
   const component_ref& source = reg.find(TYCHO_COMPONENT_SOURCE, source_name);
   tycho_config data_cfg{&data_t, "[data]", doc.base_dir()};
-  dataset d;
+  const component_ref& format = format_for_path(reg, output);
+  // Embedded patterns stream from the source into the file (prepare_stream.hpp) where the format
+  // takes produced arrays: the host never holds the scan. A file that does not embed them is made
+  // from the same passes, the last one only counted (its totals). Else (or asked for) the scan in
+  // memory.
+  const bool streamed =
+      how == prepare_mode::streamed && (!settings.save_raw_data || format_takes_produced_arrays(format));
+  std::unique_ptr<streamed_patterns> stream;
+  dataset held;                      // in memory: the preprocessed patterns (counts when they stay counts)
+  const dataset* d = &held;          // the data after the stage (streamed: its header)
   preprocess_report rep;
   tycho_dataset_info source_info{};  // what the source recorded, before the stage touched the detector
-  // A stage that changes the patterns runs on chunks of the source (chunked_preprocess.hpp):
-  // the scan is never held.
-  if (stage_changes_patterns(doc)) {
-    chunked_read chunked = read_preprocessed_in_chunks(source, &data_cfg, 0, 1, doc, sum_on_one_rank, {}, false);
+  if (streamed) {
+    stream = std::make_unique<streamed_patterns>(source, &data_cfg, doc, [](const dataset& h) { refuse_masked_pixels(h); });
+    d = &stream->header();
+    rep = stream->report();
+    source_info = stream->source_info();
+    log_info("preprocess", cat("read ", d->patterns, " patterns in chunks of ", stream->read_as(), " (",
+                               stream->passes() - 1, stream->passes() == 2 ? " pass" : " passes",
+                               " before the file); ",
+                               settings.save_raw_data ? cat("writing them as ", stream->counts() ? "uint16 counts" : "float32",
+                                                            " as they are preprocessed and read again")
+                                                      : "preprocessing them again for their totals"));
+    if (!settings.save_raw_data) stream->drain();  // the manifest's totals; nothing kept
+  } else if (stage_changes_patterns(doc)) {
+    // A stage that changes the patterns runs on chunks of the source (chunked_preprocess.hpp).
+    chunked_read chunked =
+        read_preprocessed_in_chunks(source, &data_cfg, 0, 1, doc, sum_on_one_rank, {}, keeps_integer_targets(doc));
     refuse_masked_pixels(chunked.data);
     log_info("preprocess", cat("read and preprocessed ", chunked.data.patterns, " patterns in chunks of ",
                                chunked.read_as, " (", chunked.passes, " passes)"));
-    d = std::move(chunked.data);
+    held = std::move(chunked.data);
     rep = std::move(chunked.report);
     source_info = chunked.source_info;
   } else {
-    d = read_dataset(source, &data_cfg);
-    refuse_bad_pixels(d, doc);
-    source_info = d.info;
-    rep = preprocess_dataset(d, doc, sum_on_one_rank);
+    held = read_dataset(source, &data_cfg, 0, 1, keeps_integer_targets(doc));
+    refuse_bad_pixels(held, doc);
+    source_info = held.info;
+    rep = preprocess_dataset(held, doc, sum_on_one_rank);
   }
   const std::array<int64_t, 2> measured{source_info.detector_shape[0], source_info.detector_shape[1]};
 
   const detector_padding_request pad_request = read_detector_padding(doc.table_at("preprocess"), doc.origin());
-  const auto window = padded_window(pad_request, d.n0, d.n1);
-  const run_geometry g = resolve_run_geometry(doc, d.info, d.description, window[0], window[1], d.positions_A);
+  const auto window = padded_window(pad_request, d->n0, d->n1);
+  const run_geometry g = resolve_run_geometry(doc, d->info, d->description, window[0], window[1], d->positions_A);
   const std::string checksum = source_file.empty() ? "" : sha256_file(source_file);
   const uintmax_t source_bytes = source_file.empty() ? 0 : fs::file_size(source_file);
 
-  const int64_t rx = d.info.scan_shape[0], ry = d.info.scan_shape[1];
+  const int64_t rx = d->info.scan_shape[0], ry = d->info.scan_shape[1];
+  // The patterns at the source's precision when they are whole counts (uint16), else float32.
+  const bool counts = streamed ? stream->counts() : !held.counts.empty();
   std::vector<owned_array> arrays;
+  std::vector<tycho_array_producer> producers;
   if (settings.save_raw_data) {
     owned_array a;
     a.name = "patterns";
-    a.dtype = {kDLFloat, 32, 1};
-    a.shape = {rx, ry, d.n0, d.n1};
-    a.bytes.resize(std::size_t(d.patterns * d.n0 * d.n1) * sizeof(float));
-    auto* dst = reinterpret_cast<float*>(a.bytes.data());
-    const int64_t n = d.n0 * d.n1;
-    for (int64_t l = 0; l < d.patterns; ++l) fftshift_pattern(d.targets.data() + l * n, dst + l * n, d.n0, d.n1);
+    a.dtype = counts ? DLDataType{kDLUInt, 16, 1} : DLDataType{kDLFloat, 32, 1};
+    a.shape = {rx, ry, d->n0, d->n1};
+    const int64_t n = d->n0 * d->n1;
+    if (streamed) {
+      producers.push_back(stream->producer());
+    } else if (counts) {
+      a.bytes.resize(std::size_t(held.patterns * n) * sizeof(uint16_t));
+      auto* dst = reinterpret_cast<uint16_t*>(a.bytes.data());
+      for (int64_t l = 0; l < held.patterns; ++l) fftshift_pattern(held.counts.data() + l * n, dst + l * n, held.n0, held.n1);
+    } else {
+      a.bytes.resize(std::size_t(held.patterns * n) * sizeof(float));
+      auto* dst = reinterpret_cast<float*>(a.bytes.data());
+      for (int64_t l = 0; l < held.patterns; ++l) fftshift_pattern(held.targets.data() + l * n, dst + l * n, held.n0, held.n1);
+    }
     arrays.push_back(std::move(a));
   }
-  if (!rep.com.empty())
+  if (!rep.com.empty()) {
     arrays.push_back(owned_array::from_vector("com", {kDLFloat, 64, 1}, {rx, ry, 2}, rep.com));
-
-  nlohmann::ordered_json j;
-  j["format"] = k_format;
-  j["format_version"] = k_prepared_format_version;
-  j["config_toml"] = doc.to_toml();
-  j["data"] = {{"description", d.description},
-               {"source", source_name},
-               {"scan_shape", {rx, ry}},
-               {"detector_shape", measured},
-               {"patterns_centred", d.info.patterns_centred != 0},
-               {"mean_total_intensity", d.mean_total_intensity},
-               {"embedded", settings.save_raw_data},
-               {"source_file", source_file.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(source_file)},
-               {"source_bytes", source_bytes},
-               {"source_sha256", checksum.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(checksum)}};
-  if (!d.positions_A.empty()) {  // listed by the source (a CXI file's translations): a run from the file needs them
-    nlohmann::ordered_json pos = nlohmann::ordered_json::array();
-    for (std::size_t k = 0; k + 1 < d.positions_A.size(); k += 2) pos.push_back({d.positions_A[k], d.positions_A[k + 1]});
-    j["data"]["positions_A"] = std::move(pos);
+    if (streamed && settings.save_raw_data) producers.push_back({nullptr, nullptr});
   }
-  j["source_calibration"] = {
-      {"scan_step_A", {number_or_null(source_info.scan_step_A[0]), number_or_null(source_info.scan_step_A[1])}},
-      {"detector_pixel_invA",
-       {number_or_null(d.info.detector_pixel_invA[0]), number_or_null(d.info.detector_pixel_invA[1])}},
-      {"energy_eV", number_or_null(source_info.energy_eV)},
-      {"semiangle_mrad", number_or_null(source_info.semiangle_mrad)},
-      {"C10_A", number_or_null(source_info.C10_A)},
-      {"detector_distance_m", number_or_null(source_far_field_m(d.info)[0])},
-      {"detector_pixel_m", {number_or_null(source_far_field_m(d.info)[1]), number_or_null(source_far_field_m(d.info)[2])}},
-      {"radiation", source_radiation(source_info) == TYCHO_RADIATION_XRAY       ? nlohmann::ordered_json("xray")
-                    : source_radiation(source_info) == TYCHO_RADIATION_ELECTRON ? nlohmann::ordered_json("electron")
-                                                                                : nlohmann::ordered_json(nullptr)}};
-  j["preprocess_detector"] = {{"shape", {d.n0, d.n1}}};
-  j["calibration"] = {{"scan_step_A", {g.geometry.step_A[0], g.geometry.step_A[1]}},
-                      {"detector_pixel_invA", {g.sampling.dk_invA[0], g.sampling.dk_invA[1]}},
-                      {"object_pixel_A", {g.geometry.pixel_A[0], g.geometry.pixel_A[1]}},
-                      {"window_shape", window},
-                      {"detector_padding", {centred_padding(d.n0, window[0]), centred_padding(d.n1, window[1])}},
-                      {"scan_origin_A", {g.geometry.scan_origin_A[0], g.geometry.scan_origin_A[1]}},
-                      {"energy_eV", g.optics.energy_eV},
-                      {"wavelength_A", g.wavelength_A},
-                      {"semiangle_mrad", g.optics.semiangle_mrad},
-                      {"C10_A", g.optics.C10_A},
-                      {"object_padding_px", g.geometry.padding_px}};
-  const std::string pre = rep.to_json();
-  j["preprocess"] = pre.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json::parse(pre);
-  j["arrays"] = nlohmann::ordered_json::object();
-  if (settings.save_raw_data)
-    j["arrays"]["patterns"] =
-        "(Rx, Ry, N0, N1) float32: the preprocessed patterns, centred (zero frequency at index N/2), before detector padding";
-  if (!rep.com.empty())
-    j["arrays"]["com"] = "(Rx, Ry, 2) float64: measured centre of mass of each pattern, px from the detector centre, "
-                         "after crop and binning (NaN: no intensity)";
-  const component_ref& format = format_for_path(reg, output);
-  std::vector<component_provenance> used;
-  for (const auto& [role, c] : {std::pair<const char*, const component_ref*>{"source", &source}, {"format", &format}})
-    used.push_back({role, kind_name(c->kind), c->name, c->version, c->plugin_path});
-  j["provenance"] = nlohmann::ordered_json::parse(provenance_json(used));
+
+  // The manifest (made after the patterns when they are streamed: their totals are known then).
+  const auto manifest = [&]() {
+    nlohmann::ordered_json j;
+    j["format"] = k_format;
+    j["format_version"] = k_prepared_format_version;
+    j["config_toml"] = doc.to_toml();
+    j["data"] = {{"description", d->description},
+                 {"source", source_name},
+                 {"scan_shape", {rx, ry}},
+                 {"detector_shape", measured},
+                 {"patterns_centred", d->info.patterns_centred != 0},
+                 {"mean_total_intensity", d->mean_total_intensity},
+                 {"embedded", settings.save_raw_data},
+                 {"source_file", source_file.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(source_file)},
+                 {"source_bytes", source_bytes},
+                 {"source_sha256", checksum.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(checksum)}};
+    if (!d->positions_A.empty()) {  // listed by the source (a CXI file's translations): a run from the file needs them
+      nlohmann::ordered_json pos = nlohmann::ordered_json::array();
+      for (std::size_t k = 0; k + 1 < d->positions_A.size(); k += 2) pos.push_back({d->positions_A[k], d->positions_A[k + 1]});
+      j["data"]["positions_A"] = std::move(pos);
+    }
+    j["source_calibration"] = {
+        {"scan_step_A", {number_or_null(source_info.scan_step_A[0]), number_or_null(source_info.scan_step_A[1])}},
+        {"detector_pixel_invA",
+         {number_or_null(d->info.detector_pixel_invA[0]), number_or_null(d->info.detector_pixel_invA[1])}},
+        {"energy_eV", number_or_null(source_info.energy_eV)},
+        {"semiangle_mrad", number_or_null(source_info.semiangle_mrad)},
+        {"C10_A", number_or_null(source_info.C10_A)},
+        {"detector_distance_m", number_or_null(source_far_field_m(d->info)[0])},
+        {"detector_pixel_m", {number_or_null(source_far_field_m(d->info)[1]), number_or_null(source_far_field_m(d->info)[2])}},
+        {"radiation", source_radiation(source_info) == TYCHO_RADIATION_XRAY       ? nlohmann::ordered_json("xray")
+                      : source_radiation(source_info) == TYCHO_RADIATION_ELECTRON ? nlohmann::ordered_json("electron")
+                                                                                  : nlohmann::ordered_json(nullptr)}};
+    j["preprocess_detector"] = {{"shape", {d->n0, d->n1}}};
+    j["calibration"] = {{"scan_step_A", {g.geometry.step_A[0], g.geometry.step_A[1]}},
+                        {"detector_pixel_invA", {g.sampling.dk_invA[0], g.sampling.dk_invA[1]}},
+                        {"object_pixel_A", {g.geometry.pixel_A[0], g.geometry.pixel_A[1]}},
+                        {"window_shape", window},
+                        {"detector_padding", {centred_padding(d->n0, window[0]), centred_padding(d->n1, window[1])}},
+                        {"scan_origin_A", {g.geometry.scan_origin_A[0], g.geometry.scan_origin_A[1]}},
+                        {"energy_eV", g.optics.energy_eV},
+                        {"wavelength_A", g.wavelength_A},
+                        {"semiangle_mrad", g.optics.semiangle_mrad},
+                        {"C10_A", g.optics.C10_A},
+                        {"object_padding_px", g.geometry.padding_px}};
+    const std::string pre = rep.to_json();
+    j["preprocess"] = pre.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json::parse(pre);
+    j["arrays"] = nlohmann::ordered_json::object();
+    if (settings.save_raw_data)
+      j["arrays"]["patterns"] = cat(
+          "(Rx, Ry, N0, N1) ", counts ? "uint16" : "float32",
+          ": the preprocessed patterns, centred (zero frequency at index N/2), before detector padding",
+          counts ? " (whole counts, kept at the source's precision)" : "");
+    if (!rep.com.empty())
+      j["arrays"]["com"] = "(Rx, Ry, 2) float64: measured centre of mass of each pattern, px from the detector centre, "
+                           "after crop and binning (NaN: no intensity)";
+    std::vector<component_provenance> used;
+    for (const auto& [role, c] : {std::pair<const char*, const component_ref*>{"source", &source}, {"format", &format}})
+      used.push_back({role, kind_name(c->kind), c->name, c->version, c->plugin_path});
+    j["provenance"] = nlohmann::ordered_json::parse(provenance_json(used));
+    return j.dump(2);
+  };
   {
     const defer_stop_signals finish_the_save_first;
-    save_record(format, arrays, j.dump(2), output, mode);
+    if (streamed && settings.save_raw_data) {
+      save_produced_record(format, arrays, producers, [&] {
+        if (!stream->complete()) fail(TYCHO_ERR_INTERNAL, "preprocess: the manifest was asked for before the patterns");
+        return manifest();
+      }, output, mode);
+    } else {
+      save_record(format, arrays, manifest(), output, mode);
+    }
   }
-  log_info("preprocess", cat("prepared ", rx, " x ", ry, " patterns of ", d.n0, " x ", d.n1, " px",
-                             settings.save_raw_data ? " (embedded)" : cat(" (not embedded: the file records '",
-                                                                           source_file, "', SHA-256 ", checksum, ")")));
+  log_info("preprocess", cat("prepared ", rx, " x ", ry, " patterns of ", d->n0, " x ", d->n1, " px",
+                             settings.save_raw_data ? cat(" (embedded as ", counts ? "uint16 counts" : "float32",
+                                                          streamed ? ", streamed from the source)" : ")")
+                                                    : cat(" (not embedded: the file records '", source_file,
+                                                          "', SHA-256 ", checksum, ")")));
   out << "wrote " << output << "\n";
   return 0;
 }

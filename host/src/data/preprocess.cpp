@@ -375,15 +375,36 @@ void recompute_totals(dataset& d) {
   d.mean_total_intensity = d.patterns > 0 ? total / double(d.patterns) : 0.0;
 }
 
-void fftshift_pattern(const float* in, float* out, int64_t n0, int64_t n1) {
-  for (int64_t i = 0; i < n0; ++i)
-    for (int64_t j = 0; j < n1; ++j) out[((i + n0 / 2) % n0) * n1 + (j + n1 / 2) % n1] = in[i * n1 + j];
+namespace {
+// Row by row, each row as two copies (a rotation by ⌊n1/2⌋): the same permutation as the
+// element-wise definition, out[((i + ⌊n0/2⌋) mod n0, (j + ⌊n1/2⌋) mod n1)] = in[i, j], without a
+// modulo per pixel (which cost as much as reading the pattern from disk).
+template <class T>
+void fftshift_values(const T* in, T* out, int64_t n0, int64_t n1) {
+  const int64_t h = n1 / 2;
+  for (int64_t i = 0; i < n0; ++i) {
+    const T* src = in + i * n1;
+    T* dst = out + ((i + n0 / 2) % n0) * n1;
+    std::copy(src + (n1 - h), src + n1, dst);  // out[j] = in[j - h + n1] for j < h
+    std::copy(src, src + (n1 - h), dst + h);   // out[j] = in[j - h] for j >= h
+  }
 }
+template <class T>
+void ifftshift_values(const T* in, T* out, int64_t n0, int64_t n1) {
+  const int64_t h = n1 / 2;
+  for (int64_t i = 0; i < n0; ++i) {
+    const T* src = in + ((i + n0 / 2) % n0) * n1;
+    T* dst = out + i * n1;
+    std::copy(src + h, src + n1, dst);           // out[j] = in[j + h] for j < n1 − h
+    std::copy(src, src + h, dst + (n1 - h));     // out[j] = in[j + h − n1] for j >= n1 − h
+  }
+}
+}  // namespace
 
-void ifftshift_pattern(const float* in, float* out, int64_t n0, int64_t n1) {
-  for (int64_t i = 0; i < n0; ++i)
-    for (int64_t j = 0; j < n1; ++j) out[i * n1 + j] = in[((i + n0 / 2) % n0) * n1 + (j + n1 / 2) % n1];
-}
+void fftshift_pattern(const float* in, float* out, int64_t n0, int64_t n1) { fftshift_values(in, out, n0, n1); }
+void ifftshift_pattern(const float* in, float* out, int64_t n0, int64_t n1) { ifftshift_values(in, out, n0, n1); }
+void fftshift_pattern(const uint16_t* in, uint16_t* out, int64_t n0, int64_t n1) { fftshift_values(in, out, n0, n1); }
+void ifftshift_pattern(const uint16_t* in, uint16_t* out, int64_t n0, int64_t n1) { ifftshift_values(in, out, n0, n1); }
 
 // ---------------------------------------------------------------- the report
 
@@ -460,18 +481,18 @@ std::string preprocess_report::to_json() const {
 
 // ---------------------------------------------------------------- the stage
 
-preprocess_report run_preprocess_stage(dataset& d, const config_document& doc, const rank_sum& sum_across_ranks,
-                                       const pattern_feed& feed, stage_output output, pattern_steps* steps_out) {
-  preprocess_report rep;
+stage_plan plan_preprocess_stage(dataset& d, const config_document& doc, const rank_sum& sum_across_ranks,
+                                 const pattern_feed& feed) {
+  stage_plan plan;
+  preprocess_report& rep = plan.report;
   rep.settings = read_preprocess_settings(doc.table_at("preprocess"), doc.origin());
   preprocess_settings& s = rep.settings;
   rep.detector_in = {d.n0, d.n1};
   rep.detector_out = rep.detector_in;
-  if (!s.active() && output == stage_output::in_place) return rep;
   rep.active = s.active();
   const rank_sum sum = sum_across_ranks ? sum_across_ranks : rank_sum(sum_on_one_rank);
   const int64_t rx = d.info.scan_shape[0], ry = d.info.scan_shape[1];
-  pattern_steps steps;
+  pattern_steps& steps = plan.steps;
   pattern_scratch scratch;
 
   // 1. crop, 2. binning: the shapes (checked), the binning's probe check, the log.
@@ -597,10 +618,66 @@ preprocess_report run_preprocess_stage(dataset& d, const config_document& doc, c
                                " to ", rep.shift_range[0][1], " px on axis 0, ", rep.shift_range[1][0], " to ",
                                rep.shift_range[1][1], " px on axis 1 (this rank's patterns)"));
   }
-  const int turns = steps.turns;
   if (s.transpose) log_info("preprocess", "patterns transposed (the detector's axes are swapped against the scan's)");
+  plan.changes = steps.shapes() || steps.moves() || s.normalise;
+  return plan;
+}
+
+void stage_plan::transform(const float* raw, int64_t local, int64_t first, float* out, pattern_scratch& scratch) const {
+  steps.transform(raw, first + local, out, scratch);
+}
+
+double stage_plan::normalise_totals(const dataset& d, const pattern_feed& feed, const rank_sum& sum_across_ranks) {
+  const rank_sum sum = sum_across_ranks ? sum_across_ranks : rank_sum(sum_on_one_rank);
+  own_totals.assign(std::size_t(d.patterns), 0.0);
+  const int64_t o0 = steps.out[0], o1 = steps.out[1];
+  std::vector<float> out(std::size_t(o0 * o1));
+  pattern_scratch scratch;
+  feed([&](int64_t l, const float* raw) {
+    steps.transform(raw, d.first + l, out.data(), scratch);
+    own_totals[std::size_t(l)] = pattern_total(out.data(), o0, o1, d.info.patterns_centred != 0);
+  });
+  double tot[2] = {0, double(d.patterns)};
+  for (int64_t l = 0; l < d.patterns; ++l) tot[0] += own_totals[std::size_t(l)];
+  sum(tot, 2);
+  report.normalised_to = tot[1] > 0 ? tot[0] / tot[1] : 0.0;
+  log_info("preprocess", cat("every pattern scaled to the mean total intensity ", report.normalised_to));
+  return report.normalised_to;
+}
+
+void finish_preprocess_stage(dataset& d, stage_plan& plan, bool recompute) {
+  const preprocess_settings& s = plan.report.settings;
+  if ((plan.steps.turns % 2 == 1) != s.transpose) {
+    std::swap(d.info.detector_pixel_invA[0], d.info.detector_pixel_invA[1]);
+    std::swap(d.info.detector_pixel_m[0], d.info.detector_pixel_m[1]);  // a far-field detector's, in metres
+  }
+  d.n0 = plan.steps.out[0];
+  d.n1 = plan.steps.out[1];
+  d.info.detector_shape[0] = d.n0;
+  d.info.detector_shape[1] = d.n1;
+  plan.report.detector_out = {d.n0, d.n1};
+  // The COM, its fit and the rotation estimate alone leave the patterns (and the totals of the
+  // bad-pixel masking) as they were.
+  if (plan.changes && recompute) recompute_totals(d);
+}
+
+preprocess_report run_preprocess_stage(dataset& d, const config_document& doc, const rank_sum& sum_across_ranks,
+                                       const pattern_feed& feed, stage_output output, pattern_steps* steps_out) {
+  if (output == stage_output::in_place &&
+      !read_preprocess_settings(doc.table_at("preprocess"), doc.origin()).active()) {
+    preprocess_report rep;
+    rep.settings = read_preprocess_settings(doc.table_at("preprocess"), doc.origin());
+    rep.detector_in = rep.detector_out = {d.n0, d.n1};
+    return rep;
+  }
+  stage_plan plan = plan_preprocess_stage(d, doc, sum_across_ranks, feed);
+  preprocess_report& rep = plan.report;
+  const preprocess_settings& s = rep.settings;
+  const rank_sum sum = sum_across_ranks ? sum_across_ranks : rank_sum(sum_on_one_rank);
+  const pattern_steps& steps = plan.steps;
+  pattern_scratch scratch;
   const int64_t o0 = steps.out[0], o1 = steps.out[1], m = o0 * o1;
-  const bool changes = steps.shapes() || steps.moves() || s.normalise;
+  const bool changes = plan.changes;
 
   // Every pattern through the steps into the targets (float32; uint16 counts when asked, for
   // steps that keep whole counts: the caller checks that the values stay below 65536).
@@ -648,19 +725,8 @@ preprocess_report run_preprocess_stage(dataset& d, const config_document& doc, c
     log_info("preprocess", cat("every pattern scaled to the mean total intensity ", rep.normalised_to));
   }
 
-  if ((turns % 2 == 1) != s.transpose) {
-    std::swap(d.info.detector_pixel_invA[0], d.info.detector_pixel_invA[1]);
-    std::swap(d.info.detector_pixel_m[0], d.info.detector_pixel_m[1]);  // a far-field detector's, in metres
-  }
-  d.n0 = o0;
-  d.n1 = o1;
-  d.info.detector_shape[0] = d.n0;
-  d.info.detector_shape[1] = d.n1;
-  rep.detector_out = {d.n0, d.n1};
+  finish_preprocess_stage(d, plan, true);
   if (steps_out) *steps_out = steps;
-  // The COM, its fit and the rotation estimate alone leave the patterns (and the totals of the
-  // bad-pixel masking) as they were.
-  if (changes) recompute_totals(d);
   return rep;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <vector>
 
 #include "pattern_steps.hpp"
 #include "tycho/host/preprocess.hpp"
@@ -22,6 +23,27 @@ enum class stage_output {
   float32,   // results into d.targets (which the feed does not use)
   counts,    // results into d.counts as uint16: only for steps that keep whole counts below 65536
 };
+
+// The stage resolved on the patterns `feed` delivers, before any pattern is changed: the shapes,
+// the centre of mass, its fit and the rotation estimate (the passes they need), the steps each
+// pattern will take. A caller that produces the results itself (pattern by pattern, streamed
+// into a prepared file) transforms each pattern with it, as run_preprocess_stage does.
+struct stage_plan {
+  preprocess_report report;
+  pattern_steps steps;
+  bool changes = false;              // the steps change the patterns (or normalise them)
+  std::vector<double> own_totals;    // normalise: each pattern's total before it (normalise_totals)
+  // Pattern `local` (the block's, first = d.first) through the steps into `out` (steps.out).
+  void transform(const float* raw, int64_t local, int64_t first, float* out, pattern_scratch& scratch) const;
+  // normalise: one more pass for each pattern's total after the steps, and the scan's mean over
+  // the ranks (report.normalised_to, returned).
+  double normalise_totals(const dataset& d, const pattern_feed& feed, const rank_sum& sum_across_ranks);
+};
+stage_plan plan_preprocess_stage(dataset& d, const config_document& doc, const rank_sum& sum_across_ranks,
+                                 const pattern_feed& feed);
+// d's shape and calibration after the steps; `recompute`: d's totals from its patterns (when the
+// steps change them; a caller that streamed them sets the totals itself).
+void finish_preprocess_stage(dataset& d, stage_plan& plan, bool recompute);
 
 // Runs the stage as [preprocess] asks on the patterns `feed` delivers (d's header: d.n0, d.n1,
 // d.first, d.patterns, d.info) and writes every pattern's result as `output` says (in_place:

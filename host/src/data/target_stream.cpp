@@ -43,11 +43,13 @@ stored_npy_member::stored_npy_member(const std::string& zip_path, const std::str
       fail(e.status, e.what());
     }
     const bool f32 = h.dtype && h.dtype->code == kDLFloat && h.dtype->bits == 32 && !h.big_endian;
-    if (!f32 || h.fortran_order)
+    const bool u16 = h.dtype && h.dtype->code == kDLUInt && h.dtype->bits == 16 && !h.big_endian;
+    if (!(f32 || u16) || h.fortran_order)
       fail(TYCHO_ERR_BAD_DATA, where_, " has dtype ",
            h.dtype ? sdk::npy::dtype_text(*h.dtype) : cat("'", sdk::printable(h.descr), "'"),
            h.big_endian ? " (big-endian)" : "", h.fortran_order ? " in Fortran order" : "",
-           "; expected little-endian float32 in C order");
+           "; expected little-endian float32 or uint16 in C order");
+    dtype_ = *h.dtype;
     if (h.header_bytes + h.data_bytes > st.size) fail(TYCHO_ERR_BAD_DATA, where_, " is truncated");
     header_bytes_ = h.header_bytes;
     shape_ = h.shape;
@@ -63,11 +65,12 @@ stored_npy_member::~stored_npy_member() {
   if (zip_ != nullptr) zip_discard(zip_);
 }
 
-void stored_npy_member::read(uint64_t first, uint64_t count, float* dst) {
-  const uint64_t offset = header_bytes_ + first * sizeof(float);
+void stored_npy_member::read(uint64_t first, uint64_t count, void* dst) {
+  const uint64_t value = dtype_.bits / 8u;
+  const uint64_t offset = header_bytes_ + first * value;
   if (zip_fseek(file_, zip_int64_t(offset), SEEK_SET) != 0)
     fail(TYCHO_ERR_IO, where_, ": cannot seek to byte ", offset, ": ", zip_file_strerror(file_));
-  const uint64_t bytes = count * sizeof(float);
+  const uint64_t bytes = count * value;
   if (zip_fread(file_, dst, bytes) != zip_int64_t(bytes))
     fail(TYCHO_ERR_IO, where_, ": reading ", bytes, " bytes at byte ", offset, " failed: ", zip_file_strerror(file_));
 }
@@ -80,14 +83,14 @@ target_stream::target_stream(std::unique_ptr<stored_npy_member> member, int64_t 
                              pattern_layout layout, batch_schedule schedule)
     : first_(first), patterns_(patterns), layout_(layout), schedule_(std::move(schedule)) {
   reader_.struct_size = sizeof reader_;
-  reader_.dtype = {kDLFloat, 32, 1};
+  reader_.dtype = member->dtype();  // float32, or uint16 counts as stored
   reader_.shape[0] = patterns_;
   reader_.shape[1] = layout_.window0;
   reader_.shape[2] = layout_.window1;
   reader_.read = &target_stream::read_callback;
   reader_.context = this;
   for (pattern_reader* r : {&own_, &worker_reader_}) {
-    r->stored.resize(std::size_t(layout_.n0 * layout_.n1));
+    r->stored.resize(std::size_t(layout_.n0 * layout_.n1) * value_bytes());
     r->shifted.resize(r->stored.size());
   }
   if (schedule_) worker_reader_.member = member->reopen();
@@ -98,7 +101,8 @@ target_stream::target_stream(std::unique_ptr<stored_npy_member> member, int64_t 
 target_stream::~target_stream() {
   if (schedule_ && hits_ + misses_ > 0)
     log_info("targets", cat(hits_ + misses_, " batches read from disk, ", hits_, " of them read ahead (", shared_,
-                            " finished by the engine's thread)"));
+                            " finished by the engine's thread); ", patterns_read_.load(), " patterns read, all of ",
+                            "this process's block [", first_, ", ", first_ + patterns_, ") of the file"));
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
@@ -107,14 +111,24 @@ target_stream::~target_stream() {
   if (worker_.joinable()) worker_.join();
 }
 
-void target_stream::read_pattern(pattern_reader& r, int64_t j, float* out) const {
+template <class T>
+void target_stream::read_pattern_as(pattern_reader& r, int64_t j, T* out) const {
   const int64_t n = layout_.n0 * layout_.n1;
   const bool padded = layout_.window0 * layout_.window1 != n;
   if (j < 0 || j >= patterns_)
     fail(TYCHO_ERR_INVALID_ARGUMENT, r.member->where(), ": pattern ", j, " asked for, outside [0, ", patterns_, ")");
   r.member->read(uint64_t(first_ + j) * uint64_t(n), uint64_t(n), r.stored.data());
-  ifftshift_pattern(r.stored.data(), padded ? r.shifted.data() : out, layout_.n0, layout_.n1);
-  if (padded) pad_fft_order_pattern(r.shifted.data(), layout_.n0, layout_.n1, out, layout_.window0, layout_.window1);
+  patterns_read_.fetch_add(1, std::memory_order_relaxed);
+  T* shifted = reinterpret_cast<T*>(r.shifted.data());
+  ifftshift_pattern(reinterpret_cast<const T*>(r.stored.data()), padded ? shifted : out, layout_.n0, layout_.n1);
+  if (padded) pad_fft_order_pattern(shifted, layout_.n0, layout_.n1, out, layout_.window0, layout_.window1);
+}
+
+void target_stream::read_pattern(pattern_reader& r, int64_t j, void* out) const {
+  if (reader_.dtype.code == kDLUInt)
+    read_pattern_as(r, j, static_cast<uint16_t*>(out));
+  else
+    read_pattern_as(r, j, static_cast<float*>(out));
 }
 
 std::exception_ptr target_stream::read_claimed(pattern_reader& r) {
@@ -123,7 +137,7 @@ std::exception_ptr target_stream::read_claimed(pattern_reader& r) {
   for (int64_t i = claim_.fetch_add(1); i < count; i = claim_.fetch_add(1)) {
     if (error) continue;  // claim the rest so that the other reader stops too
     try {
-      read_pattern(r, ahead_indices_[std::size_t(i)], ahead_.data() + i * m);
+      read_pattern(r, ahead_indices_[std::size_t(i)], ahead_.data() + std::size_t(i * m) * value_bytes());
     } catch (...) {
       error = std::current_exception();
     }
@@ -131,12 +145,13 @@ std::exception_ptr target_stream::read_claimed(pattern_reader& r) {
   return error;
 }
 
-void target_stream::read_range(int64_t first, int64_t count, float* dst) {
+void target_stream::read_range(int64_t first, int64_t count, void* dst) {
   const int64_t m = layout_.window0 * layout_.window1;
-  for (int64_t i = 0; i < count; ++i) read_pattern(own_, first + i, dst + i * m);
+  for (int64_t i = 0; i < count; ++i)
+    read_pattern(own_, first + i, static_cast<unsigned char*>(dst) + std::size_t(i * m) * value_bytes());
 }
 
-const float* target_stream::read(const int64_t* indices, int64_t count) {
+const void* target_stream::read(const int64_t* indices, int64_t count) {
   const int64_t m = layout_.window0 * layout_.window1;
   std::unique_lock<std::mutex> lock(mutex_);
   if (job_open_) {
@@ -160,14 +175,15 @@ const float* target_stream::read(const int64_t* indices, int64_t count) {
     current_.swap(ahead_);  // the engine's previous batch buffer becomes the next read-ahead's
     ++hits_;
   } else {
-    current_.resize(std::size_t(std::max<int64_t>(count, 1) * m));
-    for (int64_t i = 0; i < count; ++i) read_pattern(own_, indices[i], current_.data() + i * m);
+    current_.resize(std::size_t(std::max<int64_t>(count, 1) * m) * value_bytes());
+    for (int64_t i = 0; i < count; ++i)
+      read_pattern(own_, indices[i], current_.data() + std::size_t(i * m) * value_bytes());
     ++misses_;
   }
   ++next_;
   // Start the next batch, when the schedule knows one.
   if (schedule_ && schedule_(next_, ahead_indices_)) {
-    ahead_.resize(ahead_indices_.size() * std::size_t(m));
+    ahead_.resize(ahead_indices_.size() * std::size_t(m) * value_bytes());
     claim_.store(0);
     job_open_ = true;
     lock.unlock();

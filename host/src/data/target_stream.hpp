@@ -27,21 +27,23 @@
 
 namespace tycho::host {
 
-// A stored (uncompressed) little-endian C-order float32 .npy member of a zip file, read in place
-// through libzip's seek on stored members: no decompression, no copy of the whole member.
+// A stored (uncompressed) little-endian C-order float32 or uint16 .npy member of a zip file, read
+// in place through libzip's seek on stored members: no decompression, no copy of the whole member.
 // Not thread-safe: one thread per handle (target_stream gives each thread its own, reopen()).
 class stored_npy_member {
  public:
   // Throws TYCHO_ERR_BAD_DATA naming the file and member when it is missing, compressed, or not
-  // float32 C order.
+  // float32 or uint16 in C order.
   stored_npy_member(const std::string& zip_path, const std::string& member);
   ~stored_npy_member();
   stored_npy_member(const stored_npy_member&) = delete;
   stored_npy_member& operator=(const stored_npy_member&) = delete;
 
   const std::vector<int64_t>& shape() const { return shape_; }
-  // `count` float32 values from element `first` of the array into dst.
-  void read(uint64_t first, uint64_t count, float* dst);
+  DLDataType dtype() const { return dtype_; }  // float32 or uint16
+  bool counts() const { return dtype_.code == kDLUInt; }
+  // `count` values (of dtype()) from element `first` of the array into dst.
+  void read(uint64_t first, uint64_t count, void* dst);
   const std::string& where() const { return where_; }
   // Another handle on the same member, independent of this one (for a second thread).
   std::unique_ptr<stored_npy_member> reopen() const;
@@ -52,6 +54,7 @@ class stored_npy_member {
   zip_file_t* file_ = nullptr;
   uint64_t header_bytes_ = 0;
   std::vector<int64_t> shape_;
+  DLDataType dtype_{kDLFloat, 32, 1};
   std::string where_;
 };
 
@@ -78,12 +81,14 @@ class target_stream {
   target_stream(const target_stream&) = delete;
   target_stream& operator=(const target_stream&) = delete;
 
-  // The local patterns `indices` as targets (count, window0, window1) float32, in the stream's
-  // own buffer (valid until the next call): the batch read ahead when it is the one asked for,
-  // else read now; then the next batch is read ahead into the other buffer.
-  const float* read(const int64_t* indices, int64_t count);
+  // The local patterns `indices` as targets (count, window0, window1) of the member's dtype
+  // (float32, or uint16 counts), in the stream's own buffer (valid until the next call): the
+  // batch read ahead when it is the one asked for, else read now; then the next batch is read
+  // ahead into the other buffer.
+  const void* read(const int64_t* indices, int64_t count);
   // Local patterns [first, first + count) as targets, now (the startup pass; not while read() runs).
-  void read_range(int64_t first, int64_t count, float* dst);
+  void read_range(int64_t first, int64_t count, void* dst);
+  DLDataType dtype() const { return reader_.dtype; }
 
   // The ABI's view: valid as long as this stream.
   const tycho_target_reader* reader() const { return &reader_; }
@@ -95,10 +100,13 @@ class target_stream {
   // One thread's way to the file: its handle and one pattern's scratch.
   struct pattern_reader {
     std::unique_ptr<stored_npy_member> member;
-    std::vector<float> stored, shifted;  // one pattern as stored, and in FFT order
+    std::vector<unsigned char> stored, shifted;  // one pattern as stored, and in FFT order
   };
-  // Local pattern j into `out` (window0 x window1), through `r`.
-  void read_pattern(pattern_reader& r, int64_t j, float* out) const;
+  // Local pattern j into `out` (window0 x window1 values of dtype()), through `r`.
+  void read_pattern(pattern_reader& r, int64_t j, void* out) const;
+  template <class T>
+  void read_pattern_as(pattern_reader& r, int64_t j, T* out) const;
+  std::size_t value_bytes() const { return reader_.dtype.bits / 8; }
   // Claims patterns of the read-ahead batch (claim_) and reads them until none is left;
   // returns the first error, if any.
   std::exception_ptr read_claimed(pattern_reader& r);
@@ -115,14 +123,15 @@ class target_stream {
   std::condition_variable cv_;
   int64_t next_ = 0;                       // the batch number the engine should ask for next
   std::vector<int64_t> ahead_indices_;     // the batch being read ahead (empty: none)
-  std::vector<float> ahead_;               // its targets
-  std::vector<float> current_;             // the batch handed to the engine
+  std::vector<unsigned char> ahead_;       // its targets
+  std::vector<unsigned char> current_;     // the batch handed to the engine
   std::atomic<int64_t> claim_{0};          // the next pattern of ahead_indices_ to read
   bool job_open_ = false;      // a read-ahead is issued and not yet complete
   bool worker_in_job_ = false; // the worker is reading patterns of it
   bool stop_ = false;
   std::exception_ptr ahead_error_;
   int64_t hits_ = 0, misses_ = 0, shared_ = 0;
+  mutable std::atomic<int64_t> patterns_read_{0};  // by either thread (read_pattern checks each is this block's)
   std::thread worker_;
 };
 

@@ -2,6 +2,7 @@
 // `tycho plan` command (resolve_run_geometry, run_memory_problem and preview_run live in
 // session.cpp, beside the config readers they share with the session).
 #include "tycho/host/run_plan.hpp"
+#include "geometry/time_plan.hpp"
 
 #include <tycho/core/error.hpp>
 
@@ -24,6 +25,8 @@
 #include <thread>
 
 #include "settings/config_read.hpp"
+#include "settings/settings_read.hpp"
+#include "data/chunked_preprocess.hpp"
 #include "data/target_residency.hpp"
 #include "tycho/host/log.hpp"
 #include "tycho/host/settings.hpp"
@@ -60,7 +63,7 @@ std::string residency_options(const memory_problem& p, const tycho_dataset_info&
   in_memory.targets_streamed = false;
   streamed.targets_streamed = true;
   const uint64_t per_iteration = uint64_t(ceil_div_i64(p.patterns, p.devices)) * uint64_t(info.detector_shape[0]) *
-                                 uint64_t(info.detector_shape[1]) * 4u;
+                                 uint64_t(info.detector_shape[1]) * uint64_t(p.target_bytes);  // uint16 counts: 2
   const double bandwidth = copy_bandwidth();
   // Refused as the run refuses it ("gpu" is no residency), rather than echoed in the table.
   const std::string asked = residency_name(read_target_residency(doc));
@@ -163,6 +166,10 @@ int run_plan_command(const config_document& doc, const registry& reg, const plan
                      std::ostream& out) {
   run_preview r = preview_run(doc, reg);
   memory_problem& p = r.problem;
+  if (expects_count_targets(doc, r.info)) {
+    p.target_bytes = 2;         // uint16 counts, as the run will hold them
+    p.binned_target_bytes = 4;  // binned, their sums may pass 65535 (the run then holds float32)
+  }
   if (options.devices > 0) p.devices = options.devices;
   const bool device_model = memory_on_device(p);
 
@@ -207,6 +214,24 @@ int run_plan_command(const config_document& doc, const registry& reg, const plan
   }
   out << "(memory: " << capacity_source << ")\n\n";
   if (!device_model) out << residency_options(p, r.info, doc) << "\n";
+  if (options.estimate_time) {
+    // The time per iteration, from a short calibration run of this machine's engine (time_plan.hpp).
+    const time_estimate t = estimate_iteration_time(doc, reg, r);
+    if (t.done) {
+      const int64_t iterations = *setting_value<int64_t>(doc.table_at("reconstruct"), "reconstruct", "iterations");
+      const double total = t.seconds_per_iteration * double(iterations);
+      out << "time     ~" << std::lround(t.seconds_per_iteration * 100) / 100.0 << " s per iteration ("
+          << std::lround(t.us_per_position * 10) / 10.0 << " µs per position·iteration; CPU time "
+          << std::lround(t.cpu_us_per_position * 10) / 10.0 << " µs, " << t.batching << " batches); " << iterations
+          << " iterations ~"
+          << (total < 120 ? cat(std::lround(total), " s") : total < 7200 ? cat(std::lround(total / 60), " min")
+                                                                          : cat(std::lround(total / 360) / 10.0, " h"))
+          << "\n         " << t.why << "\n\n";
+    } else {
+      out << "time     " << t.why << "\n\n";
+    }
+  }
+
   if (plan.fits && !plan.batch_shrunk) {
     out << "fits: " << human_bytes(plan.total) << (device_model ? " per device" : "") << " of "
         << human_bytes(plan.capacity) << "\n";

@@ -25,7 +25,7 @@ constexpr int64_t k_most_object_px = int64_t(1) << 31;   // object pixels per ax
 constexpr int64_t k_most_slices = 4096;                  // [reconstruct] slices
 constexpr int64_t k_most_probe_modes = 64;               // [reconstruct] probe_modes
 constexpr uint64_t k_most_manifest_bytes = uint64_t(64) << 20;
-constexpr DLDataType k_f64{kDLFloat, 64, 1}, k_u8{kDLUInt, 8, 1};
+constexpr DLDataType k_f64{kDLFloat, 64, 1}, k_u8{kDLUInt, 8, 1}, k_i64{kDLInt, 64, 1};
 constexpr DLDataType k_c64{kDLComplex, 64, 1}, k_c128{kDLComplex, 128, 1};
 
 bool same(DLDataType a, DLDataType b) { return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes; }
@@ -48,6 +48,7 @@ bool fits(const array_rule& r, DLDataType dtype, const std::vector<int64_t>& sha
 }
 
 std::array<int64_t, 2> exactly(int64_t n) { return {n, n}; }
+int64_t ceil_tiles(int64_t px, int64_t tile) { return px / tile + (px % tile != 0 ? 1 : 0); }  // no overflow
 
 // The rules of every array the manifest names, from the manifest alone (the object's dtype,
 // once known, fixes the probe's and the states').
@@ -93,6 +94,14 @@ class member_rules {
     rules_["loss_history"] = {{k_f64}, {exactly(r.iterations)},
                               cat("(", r.iterations, ",) float64 (history.iterations)")};
     rules_["mask"] = {{k_u8}, {exactly(n0), exactly(n1)}, cat("(", n0, ", ", n1, ") uint8 (calibration.window_shape)")};
+    if (const int64_t t = r.tile_px; t > 0) {  // compact batches: each tile's steps, (rows, cols) of the object
+      const auto tiles = [&](std::array<int64_t, 2> px) {
+        return std::array<int64_t, 2>{ceil_tiles(px[0], t), ceil_tiles(px[1], t)};
+      };
+      rules_["object_tile_steps"] = {{k_i64}, {tiles(h), tiles(w)},
+                                     cat("(rows, cols) int64, the ", t, " x ", t, " px tiles (batching.tile_px) of ",
+                                         r.raster ? cat("the object ", h[0], " x ", w[0]) : std::string("the object"))};
+    }
   }
 
   // The rule of member `name`; a state array takes its parameter's shape (`object_shape`,
@@ -119,8 +128,9 @@ class member_rules {
   }
 
   std::string known_names() const {
-    return "object, probe, positions_px, positions_A, loss_history, mask and the optimizer states "
-           "optimizer_state lists (optimizer.<parameter>.<array>)";
+    return cat("object, probe, positions_px, positions_A, loss_history, mask",
+               r_.tile_px > 0 ? ", object_tile_steps" : "",
+               " and the optimizer states optimizer_state lists (optimizer.<parameter>.<array>)");
   }
 
  private:
@@ -178,6 +188,8 @@ void read_manifest(result_file& r) {
     r.scan_step_A[std::size_t(a)] = step[std::size_t(a)];
     r.scan_origin_A[std::size_t(a)] = origin[std::size_t(a)];
   }
+  // Compact batches (issue 30): the tiles whose steps object_tile_steps holds.
+  if (m.find("batching.tile_px")) r.tile_px = m.integer("batching.tile_px", 0, k_most_object_px);
   r.raster = std::isfinite(step[0]) && std::isfinite(step[1]);
   if (r.raster != (std::isfinite(step[0]) || std::isfinite(step[1])))
     m.refuse("calibration.scan_step_A", m.find("calibration.scan_step_A"),

@@ -9,7 +9,8 @@
 //     refused as such), and each shape is what the manifest implies: object (slices, H, W) with
 //     (H, W) the raster's layout (listed positions: at most 2^31 px per axis), probe (modes, N0,
 //     N1), positions (P, 2), loss_history (iterations,), mask (N0, N1), optimizer states as
-//     their parameter; any other .npy member is refused. A member that would inflate to more (a
+//     their parameter, object_tile_steps (rows, cols) int64 as batching.tile_px tiles the object;
+//     any other .npy member is refused. A member that would inflate to more (a
 //     zip bomb) is refused here, in milliseconds;
 // then the arrays are loaded through the format plugin and checked again (any format): dtypes,
 // shapes, finite values, every probe window inside the object.
@@ -45,6 +46,7 @@ struct result_file {
   std::array<int64_t, 2> scan_shape{}, window_shape{};
   std::array<double, 2> object_pixel_A{}, scan_step_A{}, scan_origin_A{};
   int64_t object_padding_px = 0;
+  int64_t tile_px = 0;  // batching.tile_px: compact batches' tiles (object_tile_steps), 0 for none
   bool raster = true;  // a raster step is recorded: the object's shape follows from the calibration
   std::optional<saved_optimizer> object_optimizer, probe_optimizer;  // when optimizer_state holds them
 

@@ -3,12 +3,14 @@
 
 #include <tycho/core/driver.hpp>
 #include <tycho/core/error.hpp>
+#include <tycho/core/last_error.hpp>
 #include <tycho/tycho_version.h>
 
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstddef>
 #include <ctime>
 #include <filesystem>
 #include <memory>
@@ -77,10 +79,16 @@ std::string to_json(const result_manifest& m) {
     for (const auto& a : o.arrays)
       j["arrays"]["optimizer." + o.parameter + "." + a] =
           o.array_description + ": " + o.optimizer + " state '" + a + "' of the " + o.parameter;
+  if (m.tile_px > 0)
+    j["arrays"]["object_tile_steps"] =
+        "(rows, cols) int64: optimizer steps each " + std::to_string(m.tile_px) + " x " + std::to_string(m.tile_px) +
+        " px tile of the object has taken (compact batches step only the tiles under each batch's windows)";
+  j["batching"] = {{"kind", m.batching}, {"tile_px", m.tile_px}};
   j["history"] = {{"iterations", m.loss_history.size()},
                   {"schedule_iterations", m.schedule_iterations},
                   {"loss", m.loss_history},
-                  {"seconds", m.seconds_history}};
+                  {"seconds", m.seconds_history},
+                  {"cpu_seconds", m.cpu_seconds_history}};
   nlohmann::ordered_json opts = nlohmann::ordered_json::object();
   for (const auto& o : m.optimizer_states)
     opts[o.parameter] = {{"optimizer", o.optimizer}, {"steps", o.steps}, {"arrays", o.arrays}};
@@ -91,6 +99,52 @@ std::string to_json(const result_manifest& m) {
   if (!m.probe_fit_json.empty()) j["probe_fit"] = nlohmann::ordered_json::parse(m.probe_fit_json);
   j["provenance"] = nlohmann::ordered_json::parse(provenance_json(m.components));
   return j.dump(2);
+}
+
+bool format_takes_produced_arrays(const component_ref& format) {
+  const auto* vt = format.as<tycho_format_vtable>();
+  return vt->struct_size >= offsetof(tycho_format_vtable, flags) + sizeof(vt->flags) &&
+         (vt->flags & TYCHO_FORMAT_PRODUCED_ARRAYS) != 0;
+}
+
+namespace {
+struct late_manifest {
+  const std::function<std::string()>* make;
+  std::string text;
+  static const char* call(void* context) {
+    auto* m = static_cast<late_manifest*>(context);
+    try {
+      m->text = (*m->make)();
+      return m->text.c_str();
+    } catch (const error& e) {
+      set_last_error(e.status, e.what());
+    } catch (const std::exception& e) {
+      set_last_error(TYCHO_ERR_INTERNAL, e.what());
+    }
+    return nullptr;
+  }
+};
+}  // namespace
+
+void save_produced_record(const component_ref& format, std::vector<owned_array>& arrays,
+                          const std::vector<tycho_array_producer>& producers, const std::function<std::string()>& manifest,
+                          const std::string& path, tycho_save_mode mode) {
+  if (!format_takes_produced_arrays(format) || producers.size() != arrays.size())
+    fail(TYCHO_ERR_INTERNAL, "format '", format.name, "' cannot be handed produced arrays");
+  std::vector<tycho_named_array> named;
+  for (std::size_t i = 0; i < arrays.size(); ++i) {
+    named.push_back({arrays[i].name.c_str(), arrays[i].view()});
+    if (producers[i].produce != nullptr) named.back().tensor.data = nullptr;  // its bytes come from the producer
+  }
+  late_manifest m{&manifest, {}};
+  tycho_record rec{};
+  rec.struct_size = sizeof(tycho_record);
+  rec.n_arrays = int64_t(named.size());
+  rec.arrays = named.data();
+  rec.producers = producers.data();
+  rec.manifest = &late_manifest::call;
+  rec.manifest_context = &m;
+  check_status(format.as<tycho_format_vtable>()->save(&rec, path.c_str(), mode), "format save");
 }
 
 void save_record(const component_ref& format, std::vector<owned_array>& arrays,

@@ -9,6 +9,7 @@
 #include <tycho/core/multislice.hpp>
 #include <tycho/host/optics.hpp>
 #include <tycho/sdk.hpp>
+#include <tycho/sdk/optimizer.hpp>
 
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
@@ -22,9 +23,11 @@
 #include <thread>
 #include <tuple>
 
+#include <time.h>
 #include <unistd.h>
 
 #include "settings/config_read.hpp"
+#include "runtime/batching_choice.hpp"
 #include "runtime/constraint_list.hpp"
 #include "runtime/initial_probe.hpp"
 #include "runtime/positions_from.hpp"
@@ -416,6 +419,33 @@ void restore_optimizer(const resume_data& r, const char* which, const component_
   }
 }
 
+// A run stepping the object in tiles continues their step counts: the file's, or, from a file
+// whose run stepped the whole object, `object_steps` for every tile (each took every step).
+void restore_tile_steps(const resume_data& r, driver& drv, int64_t object_steps) {
+  const object_tiles& tiles = *drv.tiles();
+  for (const owned_array& a : r.record.arrays) {
+    if (a.name != "object_tile_steps") continue;
+    if (a.dtype.code != kDLInt || a.dtype.bits != 64 || a.shape != std::vector<int64_t>{tiles.rows(), tiles.cols()})
+      fail(TYCHO_ERR_BAD_DATA, "'", r.path, "': object_tile_steps ", shape_text(a.shape), " is not (", tiles.rows(),
+           ", ", tiles.cols(), ") int64, the tiles of this run's object");
+    std::vector<int64_t> steps(a.as<int64_t>(), a.as<int64_t>() + a.count());
+    for (std::size_t k = 0; k < steps.size(); ++k)  // counted on from here: bounded as the optimizers' own
+      if (steps[k] < 0 || steps[k] > sdk::k_most_optimizer_steps)
+        fail(TYCHO_ERR_BAD_DATA, "'", r.path, "': object_tile_steps holds ", steps[k], " at tile (",
+             int64_t(k) / tiles.cols(), ", ", int64_t(k) % tiles.cols(), "); expected a step count from 0 to 2^53");
+    drv.set_tile_steps(std::move(steps));
+    return;
+  }
+  drv.set_tile_steps(std::vector<int64_t>(std::size_t(tiles.rows() * tiles.cols()), object_steps));
+}
+
+// The CPU time this process has used, all threads, s (the iterations' cost whatever else runs).
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
 // Seconds since t0, to the millisecond (for log lines).
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::round(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3) / 1e3;
@@ -444,9 +474,10 @@ long long targets_mib(const dataset& d) {
   return std::llround(double(d.counts.empty() ? d.targets.size() * 4 : d.counts.size() * 2) / (1 << 20));
 }
 
-// Whether the run hands integer counts to the engine as uint16 when the data allow
-// ([preprocess] integer_targets; by default for an engine on a device).
-bool wants_integer_targets(const config_document& config, DLDevice device) {
+// Whether float32 data that hold whole counts are packed into uint16 targets ([preprocess]
+// integer_targets; by default only for an engine on a device, whose copy it halves: packing on
+// the host briefly holds both arrays, which raises a host engine's peak).
+bool packs_integer_targets(const config_document& config, DLDevice device) {
   return read_key<bool>(config.table_at("preprocess"), "integer_targets", "preprocess")
       .value_or(device.device_type != kDLCPU);
 }
@@ -762,6 +793,7 @@ struct session::state {
   int64_t iterations = 100;
   double slice_thickness_A = 0;  // > 0 with several slices (the manifest's calibration)
   std::vector<double> loss_history, seconds_history;
+  std::vector<double> cpu_seconds_history;  // the process's CPU time per iteration (all its threads)
 
   const component_ref* engine_ref = nullptr;
   const component_ref* loss_ref = nullptr;
@@ -776,6 +808,7 @@ struct session::state {
   constraint_list constraints;  // [[reconstruct.constraints]] and the shorthands, created for the engine
   std::unique_ptr<driver> drv;
 
+  batching_choice batches;  // [reconstruct] batching, resolved (create_engine)
   std::vector<uint16_t> targets_u16;  // the targets as integer counts (pack_integer_targets)
   std::string targets_dtype = "float32";
   // target_residency (target_residency.hpp): a prepared file's patterns member, and the stream
@@ -790,6 +823,10 @@ struct session::state {
   // The source's positions when [data] positions_from replaced them as the start: still the
   // nominal ones a constraint on the positions fits its map from (empty otherwise).
   std::vector<double> nominal_positions_px;
+  // The data's own positions (what compact batches are cut from, the same in a resumed run).
+  const std::vector<double>& data_positions_px() const {
+    return nominal_positions_px.empty() ? layout.positions_px : nominal_positions_px;
+  }
   std::string parallel_json;             // the ranks' reports, for the manifest
   std::string preprocess_json;           // what the preprocessing stage did, for the manifest
   std::vector<double> measured_mean;     // (N0, N1) FFT order: this rank's mean pattern, for the previews
@@ -800,6 +837,7 @@ struct session::state {
   struct kept_state {
     owned_array object, probe;
     std::vector<owned_array> optimizer_arrays;  // "optimizer.<parameter>.<array>"
+    std::vector<int64_t> tile_steps;            // the object's tiles' step counts (compact batches)
     int64_t object_steps = 0, probe_steps = 0;
     int64_t iterations = 0;
   } kept;
@@ -857,6 +895,7 @@ struct session::state {
     k.object = read_engine_tensor("object", TYCHO_TENSOR_OBJECT);
     k.probe = read_engine_tensor("probe", TYCHO_TENSOR_PROBE);
     k.optimizer_arrays = optimizer_arrays();
+    if (drv->object_in_tiles()) k.tile_steps = drv->tiles()->steps();
     k.object_steps = optimizer_steps(object_opt_ref, object_opt);
     k.probe_steps = optimizer_steps(probe_opt_ref, probe_opt);
     k.iterations = drv->iterations_done();
@@ -876,6 +915,7 @@ struct session::state {
     stop_reason = std::move(why);
     loss_history.resize(std::size_t(kept.iterations));
     seconds_history.resize(std::size_t(kept.iterations));
+    cpu_seconds_history.resize(std::size_t(kept.iterations));
     drv->set_iterations_done(kept.iterations);
   }
 
@@ -979,7 +1019,7 @@ void session::state::read_data(state& s, start& st) {
   } else if (stage_changes_patterns(s.config)) {
     chunked_read chunked = read_preprocessed_in_chunks(
         source, &data_cfg, replicated ? 0 : s.par->rank(), replicated ? 1 : world, s.config, sum_across_ranks,
-        bad_pixel_gather(*s.par), wants_integer_targets(s.config, s.par->device()));
+        bad_pixel_gather(*s.par), keeps_integer_targets(s.config));
     // A stage that changes the patterns runs on chunks of the source's patterns (the stored
     // counts when it delivers them): the targets are formed chunk by chunk, never holding the scan.
     s.data = std::move(chunked.data);
@@ -995,7 +1035,7 @@ void session::state::read_data(state& s, start& st) {
     // computes in float32, leaves the patterns as they are (bad pixels are masked on counts; a
     // stage that only measures the centre of mass measures it on the counts).
     const preprocess_settings stage = read_preprocess_settings(s.config.table_at("preprocess"), s.config.origin());
-    const bool as_counts = wants_integer_targets(s.config, s.par->device()) && (!stage.active() || stage.only_measures());
+    const bool as_counts = keeps_integer_targets(s.config) && (!stage.active() || stage.only_measures());
     s.data = read_dataset(source, &data_cfg, replicated ? 0 : s.par->rank(), replicated ? 1 : world, as_counts);
     log_info("session", cat("read ", s.data.patterns, " patterns (", targets_mib(s.data),
                             s.data.counts.empty()
@@ -1070,7 +1110,7 @@ void session::state::resolve_geometry(state& s, start& st) {
   // anything that size is allocated (a wrong scan step or pixel size makes a huge object)
   memory_problem need = run_memory_problem(s.config, *s.reg, info, s.data.n0, s.data.n1, s.layout);
   need.patterns = s.data.patterns;  // this rank's share
-  if (!s.data.counts.empty()) need.target_bytes = 2;  // uint16 counts, read as such
+  if (!s.data.counts.empty() || s.data.streamed_counts) need.target_bytes = 2;  // uint16 counts, read as such
   {
     // Where the targets live: in memory, or read per batch from the prepared file's patterns.
     const bool on_device = s.par->device().device_type != kDLCPU;
@@ -1094,8 +1134,14 @@ void session::state::resolve_geometry(state& s, start& st) {
       // In memory after all: every pattern read once from the prepared file, as the batches would.
       pattern_layout layout{info.detector_shape[0], info.detector_shape[1], s.data.n0, s.data.n1};
       target_stream all(std::move(s.patterns_member), s.data.first, s.data.patterns, layout, nullptr);
-      s.data.targets.resize(std::size_t(s.data.patterns * s.data.n0 * s.data.n1));
-      all.read_range(0, s.data.patterns, s.data.targets.data());
+      const std::size_t values = std::size_t(s.data.patterns * s.data.n0 * s.data.n1);
+      if (s.data.streamed_counts) {  // uint16 counts as stored: the targets' own precision
+        s.data.counts.resize(values);
+        all.read_range(0, s.data.patterns, s.data.counts.data());
+      } else {
+        s.data.targets.resize(values);
+        all.read_range(0, s.data.patterns, s.data.targets.data());
+      }
       s.data.streamed = false;
     }
   }
@@ -1179,22 +1225,24 @@ void session::state::create_engine(state& s, start& st) {
   const bool integer_targets =
       !s.data.streamed &&
       (!s.targets_u16.empty() ||
-       (wants_integer_targets(s.config, s.par->device()) && pack_integer_targets(s.data, s.targets_u16)));
+       (packs_integer_targets(s.config, s.par->device()) && pack_integer_targets(s.data, s.targets_u16)));
+  s.batches = choose_batching(s.config, s.layout.shape[0] * s.layout.shape[1], s.data.n0 * s.data.n1,
+                              settings.driver.batch_size);
   if (s.data.streamed) {
-    // Read per batch: the driver's batches, predicted, are read ahead on the stream's thread.
-    const int64_t all = s.data.all_patterns, batch = settings.driver.batch_size;
-    const uint64_t seed = settings.driver.seed;
-    const int64_t batches = (all + batch - 1) / batch, first_epoch = (resume ? resume->done : 0) + 1;
+    // Read per batch: the driver's batches (its plan, copied), predicted, are read ahead on the
+    // stream's thread.
+    const int64_t all = s.data.all_patterns, first_epoch = (resume ? resume->done : 0) + 1;
     const shard share = shard::of(all, s.par->rank(), world, s.par->sharding());
-    auto cached = std::make_shared<std::pair<int64_t, std::vector<int64_t>>>(0, std::vector<int64_t>());
+    auto plan = std::make_shared<batch_plan>(all, settings.driver.batch_size, settings.driver.seed, s.batches.kind,
+                                             s.data_positions_px());
     batch_schedule schedule = [=](int64_t k, std::vector<int64_t>& local) {
-      const int64_t epoch = first_epoch + k / batches, start = (k % batches) * batch;
-      if (cached->first != epoch) *cached = {epoch, epoch_permutation(all, seed, epoch)};
-      const int64_t count = std::min(batch, all - start);
+      const int64_t epoch = first_epoch + k / plan->batches();
+      int64_t count = 0;
+      const int64_t* batch = plan->batch(epoch, k % plan->batches(), count);
       if (world > 1) {
-        share.select(cached->second.data() + start, count, local);
+        share.select(batch, count, local);
       } else {
-        local.assign(cached->second.begin() + start, cached->second.begin() + start + count);
+        local.assign(batch, batch + count);
       }
       return true;
     };
@@ -1205,7 +1253,8 @@ void session::state::create_engine(state& s, start& st) {
   DLTensor targets{integer_targets ? static_cast<void*>(s.targets_u16.data()) : static_cast<void*>(s.data.targets.data()),
                    {kDLCPU, 0}, 3, integer_targets ? DLDataType{kDLUInt, 16, 1} : DLDataType{kDLFloat, 32, 1},
                    target_shape, nullptr, 0};
-  s.targets_dtype = cat(integer_targets ? "uint16" : "float32", s.stream ? " read per batch from disk" : "");
+  s.targets_dtype = cat(integer_targets || (s.stream && s.data.streamed_counts) ? "uint16" : "float32",
+                        s.stream ? " read per batch from disk" : "");
   DLTensor positions{positions_data, {kDLCPU, 0}, 2, k_float64, pos_shape, nullptr, 0};
   // complex64 (ones and the optics' probe), or a resumed file's arrays in their own dtype.
   const DLDataType init_dtype = resume ? resume->record.array("object", resume->path).dtype : k_complex64;
@@ -1310,6 +1359,11 @@ void session::state::create_optimizers(state& s, start& st) {
   }
   driver_options dopt = settings.driver;
   dopt.constraints = s.constraints.bindings();
+  dopt.batches = s.batches.kind;
+  if (s.batches.kind == batching::compact) {
+    dopt.positions_px = s.all_positions_px;
+    dopt.block_positions_px = s.data_positions_px();
+  }
   // The cap on a position's move per iteration, in the object's pixels.
   dopt.positions.step.max_step_px = settings.max_position_step_A / std::max(s.geometry.pixel_A[0], s.geometry.pixel_A[1]);
   s.drv = std::make_unique<driver>(engine_binding{s.engine_ref->as<tycho_engine_vtable>(), s.engine},
@@ -1388,6 +1442,7 @@ void session::state::restore_resumed(state& s, start& st) {
   const resume_data& r = *st.resume;
   restore_optimizer(r, "object", *s.object_opt_ref, s.object_opt);
   restore_optimizer(r, "probe", *s.probe_opt_ref, s.probe_opt);
+  if (s.drv->object_in_tiles()) restore_tile_steps(r, *s.drv, s.optimizer_steps(s.object_opt_ref, s.object_opt));
   s.drv->set_iterations_done(r.done);
   const owned_array& h = r.record.array("loss_history", r.path);
   s.loss_history.assign(h.as<double>(), h.as<double>() + h.count());
@@ -1396,6 +1451,11 @@ void session::state::restore_resumed(state& s, start& st) {
     for (const auto& e : *v) secs.push_back(e.is_number() && std::isfinite(e.get<double>()) ? e.get<double>() : 0.0);
   secs.resize(std::size_t(r.done), 0.0);
   s.seconds_history = std::move(secs);
+  std::vector<double> cpu;  // as the seconds; a file from before the key: 0
+  if (const nlohmann::json* v = r.file.manifest.find("history.cpu_seconds"); v && v->is_array())
+    for (const auto& e : *v) cpu.push_back(e.is_number() && std::isfinite(e.get<double>()) ? e.get<double>() : 0.0);
+  cpu.resize(std::size_t(r.done), 0.0);
+  s.cpu_seconds_history = std::move(cpu);
   log_info("session", cat("resuming '", r.path, "' after iteration ", r.done, " of ", r.total));
 }
 
@@ -1445,6 +1505,13 @@ void session::state::describe_run(state& s, start& st) {
                           ", batch ", st.settings.driver.batch_size, ", ", precision, " on ", device_text, ", targets ",
                           s.targets_dtype,
                           world > 1 ? cat(", ", world, " ranks (", s.par->reducer_name(), ")") : std::string()));
+  log_info("session", cat("batches: ", batching_name(s.batches.kind), " (", s.batches.why, ")",
+                          s.batches.kind == batching::random ? std::string()
+                          : s.drv->object_in_tiles()
+                              ? cat("; the object stepped in ", s.drv->tiles()->tile(), " x ", s.drv->tiles()->tile(),
+                                    " px tiles under each batch's windows")
+                              : std::string("; the whole object stepped each batch (the engine keeps it on a device, "
+                                            "or the object's optimizer takes no boxes)")));
   // The state the first iteration starts from: what a run that stops in it keeps.
   s.kept = s.capture();
   if (const std::string bad = state::non_finite_array(s.kept); !bad.empty())
@@ -1519,6 +1586,7 @@ bool session::run(int64_t iterations, const progress_callback& progress) {
     if (stop_requested()) interrupted(cat("after iteration ", s.drv->iterations_done()));
     const int64_t iteration = s.drv->iterations_done() + 1;
     auto t0 = std::chrono::steady_clock::now();
+    const double cpu0 = process_cpu_seconds();
     double loss = 0;
     try {
       loss = s.drv->run_iteration();
@@ -1527,6 +1595,7 @@ bool session::run(int64_t iterations, const progress_callback& progress) {
       throw;
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double cpu_secs = process_cpu_seconds() - cpu0;
     for (const std::string& line : s.drv->take_scan_log())
       if (s.par->is_root()) log_info("positions", line);
     // A non-finite loss, or NaN left in the state, would only spread: stop with the last state
@@ -1550,6 +1619,7 @@ bool session::run(int64_t iterations, const progress_callback& progress) {
     s.kept = std::move(now);
     s.loss_history.push_back(loss);
     s.seconds_history.push_back(secs);
+    s.cpu_seconds_history.push_back(cpu_secs);
     if (progress) {
       tycho_progress p{sizeof(tycho_progress), s.drv->iterations_done(), last, loss, secs};
       if (!progress(p)) return false;
@@ -1603,6 +1673,11 @@ owned_array session::get(const std::string& name) const {
   if (name == "loss_history")
     return owned_array::from_vector(name, k_float64, {int64_t(s.loss_history.size())}, s.loss_history);
   if (name == "mask") return result_mask(s.padding);
+  if (name == "object_tile_steps" && s.drv->object_in_tiles()) {
+    const object_tiles& t = *s.drv->tiles();
+    return owned_array::from_vector(name, DLDataType{kDLInt, 64, 1}, {t.rows(), t.cols()},
+                                    s.stopped ? s.kept.tile_steps : t.steps());
+  }
   if (name.rfind("optimizer.", 0) == 0 && s.stopped)  // a run stopped mid-way: its last finite state
     for (const auto& a : s.kept.optimizer_arrays)
       if (a.name == name) return a;
@@ -1618,6 +1693,7 @@ std::vector<std::string> session::array_names() const {
   // The order of the saved file's members (mask last, as files before the name list had it).
   std::vector<std::string> names = {"object", "probe", "positions_px", "positions_A", "loss_history"};
   for (auto& n : optimizer_state_names()) names.push_back(std::move(n));
+  if (s_->drv->object_in_tiles()) names.push_back("object_tile_steps");
   names.push_back("mask");
   return names;
 }
@@ -1688,6 +1764,7 @@ std::string session::manifest_json() const {
   m.object_padding_px = s.geometry.padding_px;
   m.loss_history = s.loss_history;
   m.seconds_history = s.seconds_history;
+  m.cpu_seconds_history = s.cpu_seconds_history;
   m.schedule_iterations = s.iterations;
   m.parallel_json = s.parallel_json;
   m.preprocess_json = s.preprocess_json;
@@ -1704,6 +1781,8 @@ std::string session::manifest_json() const {
     m.scan_map_json = j.dump();
   }
   m.probe_fit_json = state::probe_fit_json(s);
+  m.batching = batching_name(s.batches.kind);
+  if (s.drv->object_in_tiles()) m.tile_px = s.drv->tiles()->tile();
   m.complex_dtype = precision() == "float64" ? "complex128" : "complex64";
   m.slice_thickness_A = s.slice_thickness_A;
   for (const auto& [which, ref, opt] : {std::tuple{"object", s.object_opt_ref, s.object_opt},
@@ -1742,6 +1821,7 @@ uint64_t session::result_bytes() const {
   const state& s = *s_;
   uint64_t bytes = s.kept.object.bytes.size() + s.kept.probe.bytes.size();
   for (const auto& a : s.kept.optimizer_arrays) bytes += a.bytes.size();
+  bytes += s.kept.tile_steps.size() * sizeof(int64_t);
   bytes += uint64_t(s.data.all_patterns) * 2 * 2 * sizeof(double);  // positions_px and positions_A
   bytes += uint64_t(s.data.n0) * uint64_t(s.data.n1);                // mask
   bytes += uint64_t(s.iterations + 1) * 3 * sizeof(double);         // loss and seconds, binary and JSON

@@ -94,7 +94,7 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         decl("pad_detector_to", IL, none, "px", "pad the detector to this window [N0', N1'], masked; each from the detector's size to 65536"),
         decl("saturation_value", M, none, "", "a number > 0 or false: values at or above it are masked as saturated (default: the integer dtype's maximum)"),
         at_most(at_least(decl("max_masked_fraction", N, "0.5", "", "the largest fraction of detector pixels that may be masked"), 0), 1),
-        decl("integer_targets", B, none, "", "keep integer counts as uint16 targets (default: true for an engine on a GPU)"),
+        decl("integer_targets", B, none, "", "keep integer counts as uint16 targets (default: true for counts the source delivers as such; float32 data of whole counts packed only for an engine on a GPU)"),
         one_of(decl("com_fit", S, "\"none\"", "", "fit the patterns' centre of mass over the scan"), {"none", "constant", "plane"}),
         decl("recentre", B, "false", "", "shift every pattern by its fitted centre of mass; needs com_fit"),
         decl("scan_rotation_deg", M, "0", "degrees", "rotation of the scan against the detector (py4DSTEM's convention; applied to the positions): a number, or \"auto\": estimated from the data (the bright field's parallax, else the centre-of-mass curl, else 0 with a warning)"),
@@ -110,6 +110,11 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         at_least(decl("batch_size", I, "128", "", "mini-batch size in positions, global over the ranks"), 1),
         decl("loss", S, quoted(defaults::loss), "", "the loss component"),
         decl("seed", I, "0", "", "seeds the per-iteration permutation of the patterns"),
+        one_of(decl("batching", S, "\"auto\"", "",
+                    "which patterns form a batch: random (a permutation each iteration), compact (patches of "
+                    "neighbouring positions, the object stepped only under each batch's windows), or auto "
+                    "(compact for objects larger than an eighth of what a batch's windows cover)"),
+               {"auto", "random", "compact"}),
         one_of(decl("precision", S, "\"float32\"", "", "what the engine computes in"), {"float32", "float64"}),
         at_least(decl("probe_modes", I, "1", "", "probe modes (mixed state); at most the window's pixels"), 1),
         at_least(decl("slices", I, "1", "", "object slices (multislice); > 1 needs slice_thickness_A"), 1),

@@ -30,6 +30,7 @@ struct cpu_engine<Real>::thread_scratch {
   std::vector<complex> ramp0, ramp1;
   std::vector<complex> object_grad, probe_spectrum_grad;  // (S, H, W), (M, N0, N1)
   int64_t row_min = 0, row_max = -1;  // rows of object_grad touched in this batch
+  int64_t col_min = 0, col_max = -1;  // and its columns (the windows' bounding box)
   double loss = 0;
   double pattern_loss = 0;  // the loss of the pattern under way (what the loss component adds)
   // Deterministic sums: the object's and the probe's (re, im) integers, what the loops saw, and
@@ -203,9 +204,12 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
   }
   if (deterministic_) {
     const int64_t classes = by_class_ ? int64_t(class_delta0_.size()) : 1;
-    probe_at_ = 2 * int64_t(object_.size());
-    header_at_ = probe_at_ + 2 * classes * modes_ * m;
-    sums_.assign(std::size_t(header_at_) + sdk::fixed_point::header::words(2), 0);
+    // The object's sums last: with a gradient region (compact batches) only its boxes, packed, so
+    // the host's sum over the ranks and the conversion cost the batch's part, not the object.
+    probe_at_ = 0;
+    header_at_ = 2 * classes * modes_ * m;
+    object_at_ = header_at_ + sdk::fixed_point::header::words(2);
+    sums_.assign(std::size_t(object_at_) + 2 * object_.size(), 0);
     sums_view_ = tensor_view(sums_.data(), dtype_int64, {int64_t(sums_.size())});
     // At most batch_size positions a batch (of every rank's: the same grids on every rank), each
     // adding one value per mode to an element.
@@ -389,6 +393,8 @@ void cpu_engine<Real>::model_and_object_gradient(const batch_item& it, thread_sc
   object_products(pj, 0, it, wave, in, s);
   s.row_min = std::min(s.row_min, it.i0);
   s.row_max = std::max(s.row_max, it.i0 + n0_ - 1);
+  s.col_min = std::min(s.col_min, it.j0);
+  s.col_max = std::max(s.col_max, it.j0 + n1_ - 1);
 }
 
 template <class Real>
@@ -497,6 +503,8 @@ void cpu_engine<Real>::model_and_gradients(const batch_item& it, thread_scratch&
   }
   s.row_min = std::min(s.row_min, it.i0);
   s.row_max = std::max(s.row_max, it.i0 + n0_ - 1);
+  s.col_min = std::min(s.col_min, it.j0);
+  s.col_max = std::max(s.col_max, it.j0 + n1_ - 1);
 }
 
 template <class Real>
@@ -681,6 +689,8 @@ void cpu_engine<Real>::run_threads(const batch_item* items, int64_t count, const
     s->loss = 0;
     s->row_min = h_;
     s->row_max = -1;
+    s->col_min = w_;
+    s->col_max = -1;
     s->status = TYCHO_OK;
     s->object_tally = {};
     s->probe_tally = {};
@@ -750,20 +760,14 @@ double cpu_engine<Real>::compute_float(const batch_item* items, int64_t count) {
   probe_spectra(*fft_, probe_, modes_, m, probe_spectrum.get(), batch_input.get(), mode_output.get());
   run_threads(items, count, probe_spectrum.get());
 
-  // Sum the per-thread gradients (only the object rows touched) and reset them.
-  std::fill(object_grad_.begin(), object_grad_.end(), complex(0));
-  std::fill(probe_grad_.begin(), probe_grad_.end(), complex(0));
+  // Sum the per-thread gradients (only the part touched) and reset them.
   double loss = 0;
   for (auto& s : scratch_) {
     loss += s->loss;
-    if (s->row_max >= s->row_min)
-      for (int64_t sl = 0; sl < slices_; ++sl) {
-        const int64_t first = sl * h_ * w_ + s->row_min * w_, last = sl * h_ * w_ + (s->row_max + 1) * w_;
-        for (int64_t k = first; k < last; ++k) {
-          object_grad_[std::size_t(k)] += s->object_grad[std::size_t(k)];
-          s->object_grad[std::size_t(k)] = complex(0);
-        }
-      }
+  }
+  sum_object_gradients();
+  std::fill(probe_grad_.begin(), probe_grad_.end(), complex(0));
+  for (auto& s : scratch_) {
     for (int64_t k = 0; k < modes_ * m; ++k) {
       probe_grad_[std::size_t(k)] += s->probe_spectrum_grad[std::size_t(k)];
       s->probe_spectrum_grad[std::size_t(k)] = complex(0);
@@ -807,23 +811,43 @@ void cpu_engine<Real>::compute_fixed(const batch_item* items, int64_t count) {
   // The object: each row the sum of the threads that touched it (their rows then zeroed). Serial,
   // as every step after the threads' work: a parallel loop's barriers cost more than these passes
   // whenever the machine runs more threads than it has cores.
-  const int64_t rows = slices_ * h_, row_words = 2 * w_;
-  for (int64_t row = 0; row < rows; ++row) {
-    const int64_t i = row % h_;
-    int64_t* out = sums_.data() + row * row_words;
+  // With a gradient region, only its boxes' rows, packed in order (slice, box, row): the threads'
+  // windows lie inside them (set_gradient_region), and each thread's bounding box is zeroed after.
+  int64_t* const object_sums = sums_.data() + object_at_;
+  int64_t* out = object_sums;
+  auto merge_row = [&](int64_t i, int64_t at, int64_t words) {  // row i of the object at word `at`
     bool first = true;
     for (auto& s : scratch_) {
       if (i < s->row_min || i > s->row_max) continue;
-      int64_t* in = s->object_fixed.data() + row * row_words;
+      int64_t* in = s->object_fixed.data() + at;
       if (first)
-        std::copy(in, in + row_words, out);
+        std::copy(in, in + words, out);
       else
-        for (int64_t k = 0; k < row_words; ++k) out[k] += in[k];
-      std::fill(in, in + row_words, 0);
+        for (int64_t k = 0; k < words; ++k) out[k] += in[k];
+      std::fill(in, in + words, 0);
       first = false;
     }
-    if (first) std::fill(out, out + row_words, 0);
+    if (first) std::fill(out, out + words, 0);
+    out += words;
+  };
+  sums_region_ = region_;
+  if (sums_region_.empty()) {
+    for (int64_t row = 0; row < slices_ * h_; ++row) merge_row(row % h_, row * 2 * w_, 2 * w_);
+  } else {
+    for (int64_t sl = 0; sl < slices_; ++sl)
+      for (std::size_t b = 0; b < sums_region_.size(); b += 4) {
+        const int64_t* box = sums_region_.data() + b;
+        for (int64_t r = box[0]; r < box[1]; ++r) merge_row(r, 2 * ((sl * h_ + r) * w_ + box[2]), 2 * (box[3] - box[2]));
+      }
+    for (auto& s : scratch_)  // zeros already, unless a window reached past the region
+      if (s->row_max >= s->row_min)
+        for (int64_t sl = 0; sl < slices_; ++sl)
+          for (int64_t r = s->row_min; r <= s->row_max; ++r) {
+            int64_t* row = s->object_fixed.data() + 2 * ((sl * h_ + r) * w_);
+            std::fill(row + 2 * s->col_min, row + 2 * (s->col_max + 1), 0);
+          }
   }
+  sums_view_.shape[0] = int64_t(out - sums_.data());  // what the host sums over the ranks
   // The probe: the threads' spectra; by class, the classes their owners wrote, the carried parts
   // added, and zeros for the classes this batch does not hold.
   int64_t* probe = sums_.data() + probe_at_;
@@ -888,7 +912,18 @@ bool cpu_engine<Real>::finish_batch(bool ends_iteration, double& loss) {
     return false;
   }
   // Integers to floating point, once: element by element, so in any number of pieces.
-  kernels_->from_fixed(sums_.data(), used_grid_[0], re(object_grad_.data()), 2 * int64_t(object_.size()));
+  const int64_t* object_sums = sums_.data() + object_at_;
+  if (sums_region_.empty()) {
+    kernels_->from_fixed(object_sums, used_grid_[0], re(object_grad_.data()), 2 * int64_t(object_.size()));
+  } else {  // the region's boxes, as compute_fixed packed them (the host reads no more)
+    for (int64_t sl = 0; sl < slices_; ++sl)
+      for (std::size_t b = 0; b < sums_region_.size(); b += 4) {
+        const int64_t* box = sums_region_.data() + b;
+        const int64_t words = 2 * (box[3] - box[2]);
+        for (int64_t r = box[0]; r < box[1]; ++r, object_sums += words)
+          kernels_->from_fixed(object_sums, used_grid_[0], re(object_grad_.data() + (sl * h_ + r) * w_ + box[2]), words);
+      }
+  }
   const int64_t* probe = sums_.data() + probe_at_;
   if (!by_class_) {
     kernels_->from_fixed(probe, used_grid_[1], re(probe_grad_.data()), 2 * modes_ * m);
@@ -913,6 +948,46 @@ bool cpu_engine<Real>::finish_batch(bool ends_iteration, double& loss) {
   probe_gradient_from_spectrum();
   loss += batch_loss;
   return false;
+}
+
+template <class Real>
+void cpu_engine<Real>::sum_object_gradients() {
+  if (region_.empty()) {
+    // The whole object, the threads' rows touched added in thread order.
+    std::fill(object_grad_.begin(), object_grad_.end(), complex(0));
+    for (auto& s : scratch_)
+      if (s->row_max >= s->row_min)
+        for (int64_t sl = 0; sl < slices_; ++sl) {
+          const int64_t first = sl * h_ * w_ + s->row_min * w_, last = sl * h_ * w_ + (s->row_max + 1) * w_;
+          for (int64_t k = first; k < last; ++k) {
+            object_grad_[std::size_t(k)] += s->object_grad[std::size_t(k)];
+            s->object_grad[std::size_t(k)] = complex(0);
+          }
+        }
+    return;
+  }
+  // The region only (it covers every window of the batch): zeroed, then each thread's bounding
+  // box added in thread order, so every value there is the whole-object path's.
+  const int64_t boxes = int64_t(region_.size() / 4);
+  for (int64_t sl = 0; sl < slices_; ++sl)
+    for (int64_t b = 0; b < boxes; ++b) {
+      const int64_t* box = region_.data() + 4 * b;
+      for (int64_t r = box[0]; r < box[1]; ++r) {
+        complex* row = object_grad_.data() + (sl * h_ + r) * w_;
+        std::fill(row + box[2], row + box[3], complex(0));
+      }
+    }
+  for (auto& s : scratch_) {
+    if (s->row_max < s->row_min) continue;
+    for (int64_t sl = 0; sl < slices_; ++sl)
+      for (int64_t r = s->row_min; r <= s->row_max; ++r) {
+        const int64_t first = (sl * h_ + r) * w_;
+        for (int64_t k = first + s->col_min; k <= first + s->col_max; ++k) {
+          object_grad_[std::size_t(k)] += s->object_grad[std::size_t(k)];
+          s->object_grad[std::size_t(k)] = complex(0);
+        }
+      }
+  }
 }
 
 template class cpu_engine<float>;

@@ -101,6 +101,9 @@ class engine_base {
   virtual DLTensor* tensor(tycho_tensor_id id) = 0;
   // Only for an engine created with a position gradient (the adapter checks).
   virtual void set_position_gradient(bool on) = 0;
+  // The object gradient is read only inside `boxes` (n rows [row0, row1, col0, col1), checked
+  // by the adapter) from the next batch on; n = 0: everywhere.
+  virtual void set_gradient_region(const int64_t* boxes, int64_t n) = 0;
   // Deterministic sums: the int64 tensor the host reduces (nullptr without them), and the step
   // after the reduction: true when the batch must be computed again, else the gradients are set
   // and `loss` has the batch's Σ L (over every rank) added.
@@ -126,6 +129,7 @@ class cpu_engine final : public engine_base {
     position_gradient_ = on;
     shift_groups_ = shift_groups_allowed_ && !on;
   }
+  void set_gradient_region(const int64_t* boxes, int64_t n) override { region_.assign(boxes, boxes + 4 * n); }
   DLTensor* fixed_point_sums() override;
   bool finish_batch(bool ends_iteration, double& loss) override;
 
@@ -165,6 +169,9 @@ class cpu_engine final : public engine_base {
   void begin_group(double delta0, thread_scratch& s, const complex* probe_spectrum);
   void end_group(thread_scratch& s);
   void read_batch_targets(const int64_t* indices, int64_t count);
+  // The threads' object gradients summed into object_grad_ (and reset): the whole object, or
+  // only region_ (the host reads no more), each thread's part being its windows' bounding box.
+  void sum_object_gradients();
   // The loss component on s.intensity (pattern j's model): s.loss, s.dloss.
   void evaluate_loss(int64_t j, thread_scratch& s);
   // The loss's fused path on one far field (cpu_engine.cpp); false where the loss has none.
@@ -199,6 +206,8 @@ class cpu_engine final : public engine_base {
   std::vector<double> position_grad_;  // (P, 2) dL/dc, written for the patterns of each batch
   std::vector<double> frequency1_;     // (N1) f1(b) / N1: the position gradient's axis-1 factor
   std::vector<complex> object_, probe_, object_grad_, probe_grad_;
+  // set_gradient_region: boxes [row0, row1, col0, col1) where object_grad_ is read; empty: all.
+  std::vector<int64_t> region_;
   const pointwise_kernels<Real>* kernels_;  // this CPU's build of the pointwise loops
   std::unique_ptr<fft_plan_2d<Real>> fft_;
   std::unique_ptr<fft_plan_axis<Real>> rows_, columns_;  // along axis 1, axis 0
@@ -211,8 +220,11 @@ class cpu_engine final : public engine_base {
   int64_t batch_size_ = 128, scan_patterns_ = 0;  // the grids' bound; every rank's patterns
   sdk::fixed_point::grid_schedule grids_;
   int used_grid_[2] = {0, 0};        // the grids the sums in sums_ were quantised on
-  std::vector<int64_t> sums_;        // object (2·S·H·W) | probe (2·M·N0·N1, or 2·C·M·N0·N1) | header
-  int64_t probe_at_ = 0, header_at_ = 0;
+  // probe (2·M·N0·N1, or 2·C·M·N0·N1) | header | object (2·S·H·W, or only sums_region_'s boxes
+  // packed: the tensor the host sums then ends there)
+  std::vector<int64_t> sums_;
+  int64_t probe_at_ = 0, header_at_ = 0, object_at_ = 0;
+  std::vector<int64_t> sums_region_;  // the gradient region the object's sums in sums_ were packed for
   sdk::tensor_view sums_view_;
   bool by_class_ = false;            // grouped path: probe shares per row-offset class
   std::vector<double> class_delta0_; // (C) the classes' δ0, ascending

@@ -13,6 +13,7 @@ struct zip_format {
     tycho::zip_plugin::save_record(rec, path, mode);
   }
   static tycho_record* load(const char* path) { return tycho::zip_plugin::load_record(path); }
+  static constexpr bool produced_arrays = true;  // save streams them (zip_save.cpp)
 };
 
 // The format reads no config keys ([output] format and path are the runtime's).

@@ -8,10 +8,13 @@
 #include <tycho/sdk.hpp>
 #include <tycho/sdk/npy.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <bit>
+#include <cstddef>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -37,6 +40,17 @@ bool host_readable(DLDeviceType type) {
 
 uint64_t byte_count(const DLTensor& t) {
   return uint64_t(sdk::element_count(t)) * (t.dtype.bits / 8u);
+}
+
+// The producer of array i, when the record hands its bytes over as they are produced (ABI 1.3).
+const tycho_array_producer* producer_of(const tycho_record& rec, int64_t i) {
+  if (rec.struct_size < offsetof(tycho_record, producers) + sizeof(rec.producers) || rec.producers == nullptr)
+    return nullptr;
+  return rec.producers[i].produce != nullptr ? &rec.producers[i] : nullptr;
+}
+bool late_manifest(const tycho_record& rec) {
+  return rec.struct_size >= offsetof(tycho_record, manifest_context) + sizeof(rec.manifest_context) &&
+         rec.manifest != nullptr && rec.manifest_json == nullptr;
 }
 
 // Checks every array before a byte is written and returns each member's .npy preamble.
@@ -67,7 +81,7 @@ std::vector<std::string> npy_headers(const tycho_record& rec, const std::string&
            " has no .npy equivalent here, expected ", sdk::npy::stored_dtypes());
     if (!sdk::is_contiguous(t))
       fail(TYCHO_ERR_INVALID_ARGUMENT, where, ": the tensor is not C-contiguous");
-    if (t.data == nullptr && byte_count(t) > 0)
+    if (t.data == nullptr && byte_count(t) > 0 && producer_of(rec, i) == nullptr)
       fail(TYCHO_ERR_INVALID_ARGUMENT, where, ": the tensor has no data");
     headers.push_back(sdk::npy::write_header(t.dtype, t.shape, t.ndim));
   }
@@ -112,18 +126,116 @@ void write_empty_archive(const std::string& tmp, const std::string& path) {
   if (!out.flush()) fail(TYCHO_ERR_IO, "cannot write ", path, " (temporary file ", tmp, ")");
 }
 
+// A member whose bytes come as libzip asks for them, at zip_close, member after member: a
+// produced array (its .npy preamble, then the producer's bytes) or the late manifest. The first
+// failure is kept, so the save reports the producer's own message.
+struct produced_member {
+  std::string header;                          // the .npy preamble, or the manifest's text
+  const tycho_array_producer* producer = nullptr;
+  const tycho_record* record = nullptr;        // the late manifest's
+  uint64_t size = 0, at = 0;                   // total bytes (preamble included), bytes given
+  tycho_status* status = nullptr;
+  std::string* error = nullptr;
+
+  zip_int64_t fail_with(tycho_status st, std::string why) {
+    if (*status == TYCHO_OK) {
+      *status = st;
+      *error = std::move(why);
+    }
+    return -1;
+  }
+  zip_int64_t read(unsigned char* dst, uint64_t len) {
+    uint64_t given = 0;
+    while (given < len && at < size) {
+      if (at < header.size()) {
+        const uint64_t n = std::min<uint64_t>(len - given, header.size() - at);
+        std::memcpy(dst + given, header.data() + at, n);
+        given += n;
+        at += n;
+        continue;
+      }
+      const uint64_t n = std::min<uint64_t>(len - given, size - at);
+      if (const tycho_status st = producer->produce(producer->context, dst + given, n); st != TYCHO_OK) {
+        const char* why = sdk::host() != nullptr ? sdk::host()->last_error() : nullptr;
+        return fail_with(st, why != nullptr && *why ? why : "an array's producer failed");
+      }
+      given += n;
+      at += n;
+    }
+    return zip_int64_t(given);
+  }
+  static zip_int64_t callback(void* self, void* data, zip_uint64_t len, zip_source_cmd_t cmd) {
+    auto& m = *static_cast<produced_member*>(self);
+    switch (cmd) {
+      case ZIP_SOURCE_OPEN:
+        if (m.record != nullptr) {  // the manifest, asked once the arrays are written
+          const char* text = m.record->manifest(m.record->manifest_context);
+          if (text == nullptr) {
+            const char* why = sdk::host() != nullptr ? sdk::host()->last_error() : nullptr;
+            return m.fail_with(TYCHO_ERR_INTERNAL, why != nullptr && *why ? why : "the manifest's producer failed");
+          }
+          m.header = text;
+          m.size = m.header.size();
+        }
+        m.at = 0;
+        return 0;
+      case ZIP_SOURCE_READ:
+        return m.read(static_cast<unsigned char*>(data), len);
+      case ZIP_SOURCE_CLOSE:
+        return 0;
+      case ZIP_SOURCE_STAT: {
+        auto* st = static_cast<zip_stat_t*>(data);
+        zip_stat_init(st);
+        if (m.record == nullptr || m.size > 0) {  // the manifest's size is known once it is made
+          st->size = m.size;
+          st->valid |= ZIP_STAT_SIZE;
+        }
+        return sizeof(zip_stat_t);
+      }
+      case ZIP_SOURCE_ERROR:
+        return zip_error_to_data(nullptr, data, len);  // the reason is kept in status/error
+      case ZIP_SOURCE_FREE:
+        return 0;
+      case ZIP_SOURCE_SUPPORTS:
+        return zip_source_make_command_bitmap(ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE, ZIP_SOURCE_STAT,
+                                              ZIP_SOURCE_ERROR, ZIP_SOURCE_FREE, -1);
+      default:
+        return -1;
+    }
+  }
+};
+
 void write_archive(const tycho_record& rec, const std::vector<std::string>& headers,
                    const std::string& tmp, const std::string& path) {
-  if (rec.n_arrays == 0 && rec.manifest_json == nullptr) return write_empty_archive(tmp, path);
+  const bool manifest_later = late_manifest(rec);
+  if (rec.n_arrays == 0 && rec.manifest_json == nullptr && !manifest_later) return write_empty_archive(tmp, path);
   int code = 0;
   archive_ptr za(zip_open(tmp.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &code));
   if (!za) fail(TYCHO_ERR_IO, "cannot create ", tmp, " to save ", path, ": ", zip_error_text(code));
   // Header + tensor bytes as two fragments: libzip reads the tensor in place at zip_close, so
   // even a huge array is never copied (and members over 4 GiB get ZIP64 automatically).
   std::vector<std::array<zip_buffer_fragment_t, 2>> fragments(std::size_t(rec.n_arrays));
+  // Produced members (and the late manifest): libzip asks for their bytes member by member.
+  std::deque<produced_member> produced;
+  tycho_status produced_status = TYCHO_OK;
+  std::string produced_error;
+  auto produced_source = [&](produced_member m) {
+    m.status = &produced_status;
+    m.error = &produced_error;
+    produced.push_back(std::move(m));
+    return zip_source_function(za.get(), &produced_member::callback, &produced.back());
+  };
   for (int64_t i = 0; i < rec.n_arrays; ++i) {
     const DLTensor& t = rec.arrays[i].tensor;
     const uint64_t bytes = byte_count(t);
+    if (const tycho_array_producer* p = producer_of(rec, i)) {
+      produced_member m;
+      m.header = headers[std::size_t(i)];
+      m.producer = p;
+      m.size = m.header.size() + bytes;
+      add_member(za.get(), cat(rec.arrays[i].name, ".npy"), produced_source(std::move(m)), ZIP_CM_STORE, path);
+      continue;
+    }
     auto& f = fragments[std::size_t(i)];
     f[0] = {reinterpret_cast<zip_uint8_t*>(const_cast<char*>(headers[std::size_t(i)].data())),
             headers[std::size_t(i)].size()};
@@ -136,8 +248,15 @@ void write_archive(const tycho_record& rec, const std::vector<std::string>& head
     add_member(za.get(), "manifest.json",
                zip_source_buffer(za.get(), rec.manifest_json, std::strlen(rec.manifest_json), 0),
                ZIP_CM_DEFLATE, path);
-  if (zip_close(za.get()) != 0)
+  else if (manifest_later) {
+    produced_member m;
+    m.record = &rec;
+    add_member(za.get(), "manifest.json", produced_source(std::move(m)), ZIP_CM_DEFLATE, path);
+  }
+  if (zip_close(za.get()) != 0) {
+    if (produced_status != TYCHO_OK) fail(produced_status, "cannot write ", path, ": ", produced_error);
     fail(TYCHO_ERR_IO, "cannot write ", path, " (temporary file ", tmp, "): ", zip_strerror(za.get()));
+  }
   za.release();  // closed: nothing left to discard
 }
 

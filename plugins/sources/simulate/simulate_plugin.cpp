@@ -4,9 +4,11 @@
 #include <tycho/sdk/source.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "simulator.hpp"
 
@@ -30,7 +32,12 @@ class simulate_source {
     i.scan_shape[1] = s.scan[1];
     i.detector_shape[0] = s.detector[0];
     i.detector_shape[1] = s.detector[1];
-    i.stored_dtype = tycho::sdk::dtype_float32;
+    // Poisson counts are whole numbers: delivered as uint16 counts (what a counting detector
+    // stores, half the bytes) where every pixel's count stays far below 65535 (10 σ above the
+    // whole pattern's dose in one pixel); noise-free fractions of the beam as float32.
+    const double per_pattern = s.counts_per_pattern();
+    counts_ = s.noisy() && per_pattern + 10.0 * std::sqrt(per_pattern) + 10.0 < 65535.0;
+    i.stored_dtype = counts_ ? tycho::sdk::dtype_uint16 : tycho::sdk::dtype_float32;
     i.scan_step_A[0] = i.scan_step_A[1] = s.step_A;
     i.detector_pixel_invA[0] = i.detector_pixel_invA[1] = s.pixel_invA;
     i.energy_eV = s.energy_eV;
@@ -54,10 +61,25 @@ class simulate_source {
 
   const tycho_dataset_info& info() const { return info_; }
   void read(int64_t first, int64_t count, float* dst) { model_->read(first, count, dst); }
+  // The counts as uint16 (the adapter asks only when info() says uint16: noisy, small doses).
+  void read_stored(int64_t first, int64_t count, void* dst) {
+    const int64_t m = info_.detector_shape[0] * info_.detector_shape[1];
+    staging_.resize(std::size_t(count * m));
+    model_->read(first, count, staging_.data());
+    auto* out = static_cast<uint16_t*>(dst);
+    for (int64_t k = 0; k < count * m; ++k) {
+      const float v = staging_[std::size_t(k)];
+      if (!(v >= 0.f && v < 65535.f))
+        fail(TYCHO_ERR_INTERNAL, "simulate: pattern ", first + k / m, " holds a count of ", v, ", beyond uint16");
+      out[k] = uint16_t(v);
+    }
+  }
 
  private:
   std::unique_ptr<sim::simulator> model_;
   std::string description_;  // pointed to by info_.description
+  bool counts_ = false;      // delivered as uint16 counts (read_stored)
+  std::vector<float> staging_;
   tycho_dataset_info info_{};
 };
 

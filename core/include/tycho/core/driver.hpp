@@ -4,6 +4,8 @@
 
 #include <tycho/tycho_components.h>
 
+#include "tycho/core/batch_plan.hpp"
+#include "tycho/core/object_tiles.hpp"
 #include "tycho/core/position_correction.hpp"
 #include "tycho/core/scan_refinement.hpp"
 #include "tycho/core/sharding.hpp"
@@ -11,6 +13,7 @@
 #include <complex>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -82,6 +85,16 @@ struct position_correction {
 struct driver_options {
   int64_t batch_size = 128;      // global mini-batch, positions
   uint64_t seed = 0;
+  // Which patterns form a batch (tycho/core/batch_plan.hpp). compact: each batch a patch of the
+  // scan, and the object's work per batch bounded by the patch (object_tiles.hpp): its gradient
+  // formed, summed over the ranks and stepped only in the tiles under the batch's windows, each
+  // tile with its own step count, where the engine's tensors are in host memory and the object's
+  // optimizer takes boxes (TYCHO_OPTIMIZER_TAKES_BOXES); else the whole object, as random.
+  batching batches = batching::random;
+  // compact: every pattern's position ((P, 2) px, all ranks') where the run starts, for the
+  // regions; and the data's own (before any correction or positions_from), for the blocks, so
+  // that a resumed run has the blocks of the run it continues (empty: positions_px).
+  std::vector<double> positions_px, block_positions_px;
   position_correction positions;
   // Applied in this order (the runtime's own, from [reconstruct.object] amplitude_max and kind and
   // [reconstruct.probe] orthogonalize_modes, first; then [[reconstruct.constraints]]).
@@ -96,10 +109,11 @@ class driver {
   driver(engine_binding engine, std::vector<optimizer_binding> optimizers, int64_t n_patterns,
          driver_options options, shard share = {}, rank_collectives* collectives = nullptr);
 
-  // One iteration (epoch): every pattern once, in global batches of batch_size (the last one
-  // may be smaller), each rank computing its members of each batch. Gradients are summed over
-  // the ranks and divided by the global batch size before the optimizer step; an engine with
-  // deterministic sums has its integer sums summed instead (the same bits on any number of ranks).
+  // One iteration (epoch): every pattern once, in the global batches of the batch plan
+  // (batch_plan.hpp: batch_size each, one may be smaller), each rank computing its members of
+  // each batch. Gradients are summed over the ranks and divided by the global batch size before
+  // the optimizer step; an engine with deterministic sums has its integer sums summed instead
+  // (the same bits on any number of ranks).
   // Returns the mean loss per pattern over all ranks.
   double run_iteration();
   int64_t iterations_done() const { return iterations_done_; }
@@ -123,6 +137,12 @@ class driver {
   // after each correction step, so any rank can report them; empty before the first step and
   // on one rank (whose engine holds them all).
   const std::vector<double>& gathered_positions() const { return gathered_positions_; }
+  // Whether each batch steps only the object's tiles under its windows (driver_options::batches),
+  // and those tiles' step counts ((rows, cols) of tile_px tiles); nullptr when it does not.
+  bool object_in_tiles() const { return tiles_ != nullptr; }
+  const object_tiles* tiles() const { return tiles_.get(); }
+  // Resuming: the tiles' saved step counts (throws unless they fit the tiles).
+  void set_tile_steps(const std::vector<int64_t>& steps);
 
  private:
   // The constraints acting on any of `targets` (TYCHO_CONSTRAINT_* bits) whose iterations include
@@ -141,8 +161,16 @@ class driver {
   void gather_positions(void* stream);
   // Adds a mini-batch's probe gradient (summed over the ranks) into probe_gradient_.
   void add_probe_gradient(const DLTensor& grad);
+  void setup_tiles();
   // Sums a host float64 array over the ranks, in place (position correction's small exchanges).
   void sum_host_doubles(std::vector<double>& values, void* stream);
+  // compact batches: the tiles under batch (indices, count)'s windows into boxes_/box_steps_
+  // (counting a step when the object's optimizer takes one), handed to the engine.
+  void mark_region(const int64_t* indices, int64_t count, bool object_steps);
+  // The object gradient summed over the ranks inside boxes_ only.
+  void sum_region(DLTensor& grad, void* stream);
+  // The positions the regions are drawn from, after a position step.
+  void refresh_positions();
   engine_binding engine_;
   std::vector<optimizer_binding> optimizers_;
   int64_t n_patterns_;
@@ -152,6 +180,11 @@ class driver {
   bool fixed_point_ = false;  // the engine keeps deterministic sums (TYCHO_TENSOR_FIXED_POINT_SUMS)
   std::vector<int64_t> local_indices_;
   std::vector<double> gathered_positions_;
+  batch_plan plan_;
+  std::unique_ptr<object_tiles> tiles_;   // compact batches stepping tiles: the object's tiles
+  int64_t window_[2] = {0, 0};            // the probe's window, px
+  std::vector<int64_t> boxes_, box_steps_;
+  std::vector<unsigned char> packed_;     // the region's gradient, summed over the ranks
   int64_t iterations_done_ = 0;
   std::function<bool()> stop_;
   scan_refinement scan_;

@@ -74,6 +74,7 @@ struct memory_problem {
   int64_t patterns = 0;                // P, all devices together
   int64_t window[2] = {0, 0};          // (N0, N1), the engine's window (after any padding)
   int64_t target_bytes = 4;            // bytes per target pixel where the engine keeps them
+  int64_t binned_target_bytes = 0;     // the same once binned (uint16 counts may sum past 65535); 0: target_bytes
   int64_t object_shape[2] = {0, 0};    // (H, W) object pixels
   int64_t slices = 1;                  // S
   int64_t probe_modes = 1;             // K

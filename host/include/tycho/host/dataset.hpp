@@ -48,6 +48,7 @@ struct dataset {
   // Streamed (a prepared file's patterns left on disk, target_residency): `targets` is empty, the
   // totals above are set, and streamed_mean is mean_pattern's (N0, N1) of the padded window.
   bool streamed = false;
+  bool streamed_counts = false;  // the streamed patterns are uint16 counts (else float32)
   std::vector<double> streamed_mean;
 };
 

@@ -72,11 +72,20 @@ dataset prepared_dataset(const prepared_file& p, const config_document& merged, 
                          int64_t parts, const rank_sum& sum_across_ranks, std::string& preprocess_json,
                          std::unique_ptr<stored_npy_member>& member);
 
+// How `tycho preprocess` holds the patterns it embeds: streamed from the source into the file as
+// they are preprocessed (the default, where the format takes produced arrays: memory bounded by
+// a chunk of the source), or the whole scan in memory, then saved (the reference the streamed
+// file is checked against, bit for bit).
+enum class prepare_mode { streamed, in_memory };
+
 // `tycho preprocess CONFIG -o OUTPUT`: writes the prepared file (atomically, through the format
 // whose extension matches OUTPUT, else zip; the command has checked that OUTPUT's folder exists); `save_raw_data` (or [preprocess] save_raw_data)
-// embeds the patterns. `mode`: TYCHO_SAVE_NEW refuses an OUTPUT that exists by then. SIGINT and
-// SIGTERM wait for the save to finish (stop_signals.hpp). Prints "wrote OUTPUT" to `out`; returns 0.
+// embeds the patterns: centred, uint16 when they are whole counts below 65536 (a source's
+// counts through a stage that keeps them), else float32. `mode`: TYCHO_SAVE_NEW refuses an
+// OUTPUT that exists by then. SIGINT and SIGTERM wait for the save to finish (stop_signals.hpp).
+// Prints "wrote OUTPUT" to `out`; returns 0.
 int preprocess_command(config_document doc, const registry& reg, const std::string& output, bool save_raw_data,
-                       std::ostream& out, tycho_save_mode mode = TYCHO_SAVE_OVERWRITE);
+                       std::ostream& out, tycho_save_mode mode = TYCHO_SAVE_OVERWRITE,
+                       prepare_mode how = prepare_mode::streamed);
 
 }  // namespace tycho::host

@@ -228,5 +228,7 @@ void recompute_totals(dataset& d);
 // Centred ↔ FFT natural order of one (n0, n1) pattern (exact permutations).
 void fftshift_pattern(const float* in, float* out, int64_t n0, int64_t n1);   // FFT order → centred
 void ifftshift_pattern(const float* in, float* out, int64_t n0, int64_t n1);  // centred → FFT order
+void fftshift_pattern(const uint16_t* in, uint16_t* out, int64_t n0, int64_t n1);   // the same on counts
+void ifftshift_pattern(const uint16_t* in, uint16_t* out, int64_t n0, int64_t n1);
 
 }  // namespace tycho::host

@@ -5,6 +5,7 @@
 #include <tycho/core/array.hpp>
 #include <tycho/tycho_components.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,7 @@ struct result_manifest {
   // (a multislice run), which `tycho evaluate` reads for the slices' depths.
   double slice_thickness_A = 0;
   std::vector<double> loss_history, seconds_history;
+  std::vector<double> cpu_seconds_history;  // the process's CPU time per iteration, s
   int64_t schedule_iterations = 0;    // the run's total: the learning-rate schedules span it
   std::string complex_dtype = "complex64";  // of object and probe: "complex128" in a float64 run
   std::vector<optimizer_state_record> optimizer_states;
@@ -62,6 +64,10 @@ struct result_manifest {
   std::string scan_map_json;
   // The defocus the reconstructed probe shows (tycho/core/probe_fit.hpp), "probe_fit"; empty: none.
   std::string probe_fit_json;
+  // Compact batches stepping the object in tiles: the batching ("random" or "compact", the
+  // manifest's "batching") and the tiles' side (px) when the result holds object_tile_steps (0: not).
+  std::string batching = "random";
+  int64_t tile_px = 0;
 };
 
 // The manifest's "provenance" object as JSON text: tycho and ABI versions, this machine's host
@@ -74,6 +80,15 @@ std::string to_json(const result_manifest& m);
 // and renames it).
 void save_record(const component_ref& format, std::vector<owned_array>& arrays,
                  const std::string& manifest_json, const std::string& path, tycho_save_mode mode);
+
+// Whether `format` takes arrays produced while it writes (TYCHO_FORMAT_PRODUCED_ARRAYS, ABI 1.3).
+bool format_takes_produced_arrays(const component_ref& format);
+// Saves arrays + manifest through `format`, array i's bytes produced while it writes where
+// producers[i].produce is set (arrays[i] then gives shape and dtype only), the manifest made by
+// `manifest` once every produced array is complete. Only for a format that takes them.
+void save_produced_record(const component_ref& format, std::vector<owned_array>& arrays,
+                          const std::vector<tycho_array_producer>& producers, const std::function<std::string()>& manifest,
+                          const std::string& path, tycho_save_mode mode);
 
 struct loaded_record {
   std::vector<owned_array> arrays;

@@ -92,6 +92,7 @@ void check_host_memory(const memory_problem& problem, const std::string& hint, u
 struct plan_options {
   int64_t devices = 0;             // > 0: overrides [reconstruct] devices
   double memory_GiB = -1;          // >= 0: the memory to compare with (device, or host for cpu)
+  bool estimate_time = true;       // the time per iteration, from a short calibration run (time_plan.hpp)
 };
 
 // `tycho plan`: resolves the run (preview_run), prints the table and the verdict to `out`.

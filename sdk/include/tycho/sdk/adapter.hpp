@@ -70,6 +70,19 @@ inline bool on_host(const DLTensor& t) {
   return t.device.device_type == kDLCPU || t.device.device_type == kDLCUDAHost;
 }
 
+// Boxes [row0, row1, col0, col1) of a (height, width) plane, n rows of four: each non-empty and
+// inside it (the ABI's region calls: tycho_engine_vtable::set_gradient_region, tycho_step_info).
+inline void check_boxes(const std::string& who, const int64_t* boxes, int64_t n, int64_t height, int64_t width) {
+  if (n < 0) fail(TYCHO_ERR_INVALID_ARGUMENT, who, ": negative box count ", n);
+  if (n > 0 && boxes == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, who, ": ", n, " boxes but no box list");
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t* b = boxes + 4 * k;
+    if (!(b[0] >= 0 && b[0] < b[1] && b[1] <= height && b[2] >= 0 && b[2] < b[3] && b[3] <= width))
+      fail(TYCHO_ERR_INVALID_ARGUMENT, who, ": box ", k, " [", b[0], ", ", b[1], ") x [", b[2], ", ", b[3],
+           ") is empty or outside the ", height, " x ", width, " plane");
+  }
+}
+
 }  // namespace detail
 }  // namespace tycho::sdk
 

@@ -17,8 +17,10 @@
 #pragma once
 
 #include <tycho/sdk.hpp>
+#include <tycho/sdk/adapter.hpp>
 
 #include <complex>
+#include <cstddef>
 #include <cstdint>
 
 namespace tycho::sdk {
@@ -32,7 +34,23 @@ struct constraint_arguments {
   int64_t batch;        // 0-based mini-batch of the iteration; -1 after the position step
   int64_t batches;      // mini-batches per iteration
   void* stream;         // the engine's stream; nullptr on the host
+  // Where the object changed since the last application (ABI 1.3): n_object_boxes boxes
+  // [row0, row1, col0, col1) of its last two axes, every slice (checked); 0: anywhere.
+  const int64_t* object_boxes = nullptr;
+  int64_t n_object_boxes = 0;
   bool last_batch() const { return batch == batches - 1; }
+  // f(offset, count): the runs of object elements (flat indices into the (S, H, W) object) a
+  // pointwise constraint needs to visit: the boxes' rows, or the whole object as one run.
+  template <class F>
+  void for_each_object_run(F&& f) const {
+    const int64_t slices = object->shape[0], h = object->shape[1], w = object->shape[2];
+    if (n_object_boxes == 0) return f(int64_t(0), slices * h * w);
+    for (int64_t k = 0; k < n_object_boxes; ++k) {
+      const int64_t* b = object_boxes + 4 * k;
+      for (int64_t s = 0; s < slices; ++s)
+        for (int64_t r = b[0]; r < b[1]; ++r) f((s * h + r) * w + b[2], b[3] - b[2]);
+    }
+  }
 };
 
 // Calls f with the tensor's values as std::complex<float>* or std::complex<double>*.
@@ -95,6 +113,13 @@ struct constraint_adapter {
         expect_tensor(a.probe, "probe", a.float64 ? dtype_complex128 : dtype_complex64, 3);
         check(a.object, "object", in.device);
         check(a.probe, "probe", in.device);
+        if (state->struct_size >= offsetof(tycho_constraint_state, object_boxes) + sizeof(state->object_boxes) &&
+            state->n_object_boxes > 0) {
+          detail::check_boxes(cat("constraint '", name, "'"), state->object_boxes, state->n_object_boxes,
+                              a.object->shape[1], a.object->shape[2]);
+          a.object_boxes = state->object_boxes;
+          a.n_object_boxes = state->n_object_boxes;
+        }
       }
       if (a.positions != nullptr) {
         expect_tensor(a.positions, "positions", dtype_float64, 2);

@@ -20,6 +20,9 @@
 //     // (host engines; a device engine keeps it for collect_loss and may leave `loss` alone).
 //     DLTensor* fixed_point_sums();
 //     bool finish_batch(bool ends_iteration, double& loss);
+//     // The object gradient is read only inside these boxes from the next batch on (n = 0: all
+//     // of it); tycho_engine_vtable::set_gradient_region. Boxes checked (below), to be copied.
+//     void set_gradient_region(const int64_t* boxes, int64_t n);
 //   };
 //   engine_capabilities caps{"mine", TYCHO_DEVICE_BIT(kDLCPU)};
 //   component(TYCHO_COMPONENT_ENGINE, "mine", "1.0.0", "...", caps.devices, keys,
@@ -46,6 +49,7 @@
 // - set_position_gradient: only for an engine whose setup asked for a position gradient
 //   (TYCHO_ERR_INVALID_ARGUMENT otherwise); while it is off, get_tensor of the positions'
 //   gradient still answers (the values are those of the last batch that computed them).
+// - set_gradient_region: n >= 0 boxes, each non-empty and inside the object's last two axes.
 #pragma once
 
 #include <tycho/sdk/adapter.hpp>
@@ -248,6 +252,8 @@ TYCHO_SDK_DETECT(engine_has_stream, std::declval<T&>().stream());
 TYCHO_SDK_DETECT(engine_has_collect_loss, std::declval<T&>().collect_loss());
 TYCHO_SDK_DETECT(engine_has_set_position_gradient, std::declval<T&>().set_position_gradient(true));
 TYCHO_SDK_DETECT(engine_has_fixed_point, std::declval<T&>().fixed_point_sums());
+TYCHO_SDK_DETECT(engine_has_gradient_region,
+                 std::declval<T&>().set_gradient_region(std::declval<const int64_t*>(), int64_t(0)));
 TYCHO_SDK_DETECT(engine_has_plan_memory,
                  T::plan_memory(std::declval<const config_view&>(), std::declval<const tycho_memory_problem&>(),
                                 std::declval<tycho_memory_report*>()));
@@ -263,8 +269,10 @@ struct engine_adapter {
   struct instance {
     int64_t patterns;
     bool position_gradient;
+    int64_t height, width;  // the object's plane (its last two axes)
     E engine;
-    explicit instance(const engine_setup& s) : patterns(s.patterns), position_gradient(s.position_gradient), engine(s) {}
+    explicit instance(const engine_setup& s)
+        : patterns(s.patterns), position_gradient(s.position_gradient), height(s.height), width(s.width), engine(s) {}
   };
   static component_identity id() { return component_identity{caps.name, "engine", caps.devices}; }
   static instance& self(tycho_engine* eng, const char* call) { return detail::instance_of<instance>(eng, id(), call); }
@@ -382,6 +390,13 @@ struct engine_adapter {
       }
     });
   }
+  static tycho_status set_gradient_region(tycho_engine* eng, const int64_t* boxes, int64_t n) {
+    return guarded([&] {
+      instance& in = self(eng, "set_gradient_region");
+      detail::check_boxes(id().who(), boxes, n, in.height, in.width);
+      in.engine.set_gradient_region(boxes, n);
+    });
+  }
   static tycho_status plan_memory(const tycho_config* cfg, const tycho_memory_problem* problem,
                                   tycho_memory_report* out) {
     return guarded([&] {
@@ -413,6 +428,7 @@ struct engine_adapter {
     if constexpr (detail::engine_has_plan_memory<E>::value) vt.plan_memory = &plan_memory;
     if constexpr (detail::engine_has_set_position_gradient<E>::value) vt.set_position_gradient = &set_position_gradient;
     if constexpr (detail::engine_has_fixed_point<E>::value) vt.finish_batch = &finish_batch;
+    if constexpr (detail::engine_has_gradient_region<E>::value) vt.set_gradient_region = &set_gradient_region;
     return vt;
   }
   static inline const tycho_engine_vtable vtable = make_vtable();

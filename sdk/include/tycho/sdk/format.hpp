@@ -5,6 +5,8 @@
 //     static void save(const tycho_record& rec, const char* path, tycho_save_mode mode);
 //     // Reads every array and the manifest; the record frees itself through ->release.
 //     static tycho_record* load(const char* path);
+//     // Optional: save takes produced arrays and a late manifest (TYCHO_FORMAT_PRODUCED_ARRAYS).
+//     static constexpr bool produced_arrays = true;
 //   };
 //   component(TYCHO_COMPONENT_FORMAT, "mine", "1.0.0", "...", TYCHO_DEVICE_BIT(kDLCPU), keys,
 //             tycho::sdk::format_vtable<my_format>("mine", ".mine"))
@@ -17,6 +19,10 @@
 #include <tycho/sdk/adapter.hpp>
 
 namespace tycho::sdk {
+
+namespace detail {
+TYCHO_SDK_DETECT(format_has_produced_arrays, T::produced_arrays);
+}  // namespace detail
 
 // The trampolines of format class F: each vtable function inside guarded().
 template <class F>
@@ -38,7 +44,14 @@ struct format_adapter {
       *out = F::load(path);
     });
   }
-  static inline tycho_format_vtable vtable = {sizeof(tycho_format_vtable), TYCHO_ABI_VERSION, nullptr, &save, &load};
+  static constexpr uint32_t flags() {
+    if constexpr (detail::format_has_produced_arrays<F>::value)
+      return F::produced_arrays ? TYCHO_FORMAT_PRODUCED_ARRAYS : 0u;
+    else
+      return 0u;
+  }
+  static inline tycho_format_vtable vtable = {sizeof(tycho_format_vtable), TYCHO_ABI_VERSION, nullptr, &save, &load,
+                                              flags()};
 };
 
 // The vtable of format class F, named `name` in messages, for files ending in `extension`

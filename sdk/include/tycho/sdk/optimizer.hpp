@@ -15,6 +15,8 @@
 //     int64_t step_count() const;
 //     // Optional: state arrays per parameter element for the memory planner (default: state_count).
 //     static int64_t state_arrays(const tycho::sdk::config_view& cfg);
+//     // Optional: step honours info.boxes (TYCHO_OPTIMIZER_TAKES_BOXES; host parameters).
+//     static constexpr bool takes_boxes = true;
 //   };
 //   component(TYCHO_COMPONENT_OPTIMIZER, "mine", "1.0.0", "...", devices, keys,
 //             tycho::sdk::optimizer_vtable<my_optimizer>("mine", devices))
@@ -23,11 +25,15 @@
 // tensors given, C-contiguous, on a device type the component lists in `devices`
 // (TYCHO_ERR_UNSUPPORTED); the gradient of the parameter's shape, dtype and device; the step
 // info given; a state index in [0, state_count); state values in host memory with the
-// parameter's shape and dtype, and a step count from 0 to 2^53.
+// parameter's shape and dtype, and a step count from 0 to 2^53. Boxes in a step's info (ABI 1.3)
+// only for a class with takes_boxes, a parameter of two axes or more in host memory, each box
+// non-empty inside its last two axes with a step count from 1 to 2^53; an info whose struct_size
+// ends before the boxes has none.
 #pragma once
 
 #include <tycho/sdk/adapter.hpp>
 
+#include <cstddef>
 #include <vector>
 
 namespace tycho::sdk {
@@ -39,6 +45,12 @@ inline constexpr int64_t k_most_optimizer_steps = int64_t(1) << 53;
 namespace detail {
 TYCHO_SDK_DETECT(optimizer_has_state, T::state_count);
 TYCHO_SDK_DETECT(optimizer_has_state_arrays, T::state_arrays(std::declval<const config_view&>()));
+TYCHO_SDK_DETECT(optimizer_has_takes_boxes, T::takes_boxes);
+
+// Whether `info` carries boxes (a struct of ABI 1.3 that covers them, and n_boxes > 0).
+inline bool has_boxes(const tycho_step_info& info) {
+  return info.struct_size >= offsetof(tycho_step_info, box_steps) + sizeof(info.box_steps) && info.n_boxes > 0;
+}
 
 inline void check_optimizer_tensor(const component_identity& id, const DLTensor* t, const char* name) {
   if (t == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, id.who(), ": '", name, "' is missing");
@@ -98,6 +110,19 @@ struct optimizer_adapter {
       if (param->device.device_type != grad->device.device_type || param->device.device_id != grad->device.device_id)
         fail(TYCHO_ERR_INVALID_ARGUMENT, id.who(), ": the gradient and the parameter lie on different devices");
       if (info == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, id.who(), ": step info is missing");
+      if (detail::has_boxes(*info)) {
+        if constexpr (!takes_boxes())
+          fail(TYCHO_ERR_UNSUPPORTED, id.who(), ": a step on boxes of the parameter, which this optimizer does not take");
+        if (param->ndim < 2 || !detail::on_host(*param))
+          fail(TYCHO_ERR_UNSUPPORTED, id.who(), ": a step on boxes needs a parameter of two axes or more in host memory");
+        detail::check_boxes(id.who(), info->boxes, info->n_boxes, param->shape[param->ndim - 2],
+                            param->shape[param->ndim - 1]);
+        if (info->box_steps == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, id.who(), ": boxes without their step counts");
+        for (int64_t k = 0; k < info->n_boxes; ++k)
+          if (info->box_steps[k] < 1 || info->box_steps[k] > k_most_optimizer_steps)
+            fail(TYCHO_ERR_INVALID_ARGUMENT, id.who(), ": box ", k, " has step count ", info->box_steps[k],
+                 " (outside [1, 2^53])");
+      }
       in.optimizer.step(*param, *grad, *info, stream);
     });
   }
@@ -144,8 +169,16 @@ struct optimizer_adapter {
     }
   }
 
+  static constexpr bool takes_boxes() {
+    if constexpr (detail::optimizer_has_takes_boxes<O>::value)
+      return O::takes_boxes;
+    else
+      return false;
+  }
+
   static tycho_optimizer_vtable make_vtable() {
     auto vt = detail::vtable_head<tycho_optimizer_vtable>();
+    if constexpr (takes_boxes()) vt.flags |= TYCHO_OPTIMIZER_TAKES_BOXES;
     vt.create = &create;
     vt.step = &step;
     vt.destroy = &destroy;
