@@ -563,8 +563,9 @@ TEST_F(BadPixelsCli, TwoRanksMaskWhatOneRankMasks) {
 namespace {
 
 // The preprocessing stage does not move the bad-pixel mask yet: a run that would move masked
-// pixels (recentring, binning, cropping, turns) and `tycho preprocess` on data with bad pixels
-// are refused, naming the data and the count, instead of mixing masked zeros into real pixels.
+// pixels (recentring, binning, cropping, a transpose) and `tycho preprocess` on data with bad
+// pixels are refused, naming the data and the count, instead of mixing masked zeros into real
+// pixels. A scan rotation turns the positions, not the patterns: it runs, the mask where it was.
 TEST_F(BadPixelsCli, StepsThatWouldMoveMaskedPixelsAreRefused) {
   std::vector<uint16_t> gap = read_counts();
   for (int64_t j = 0; j < k_patterns; ++j) gap[std::size_t(j * k_pixels + 52 * k_q + 10)] = 65535;
@@ -572,7 +573,7 @@ TEST_F(BadPixelsCli, StepsThatWouldMoveMaskedPixelsAreRefused) {
   ASSERT_TRUE(tycho::test::write_emd_file(tmp_ / "gap.h5", mos2_spec(tycho::test::emd_element::uint16, gap.data()), &why))
       << why;
   for (const std::string& set : {std::string("preprocess.crop_detector=[80, 80]"),
-                                 std::string("preprocess.com_fit=\"plane\""), std::string("preprocess.scan_rotation_deg=90")}) {
+                                 std::string("preprocess.com_fit=\"plane\""), std::string("preprocess.scan_transpose=true")}) {
     std::vector<std::string> argv = {tycho::test::tycho_exe(), "reconstruct", example_config(), "--iterations", "1",
                                      "-q", "--set", "output.previews=false", "--set", "data.path=" + (tmp_ / "gap.h5"),
                                      "-o", tmp_ / "r.zip", "--set", set};
@@ -581,6 +582,12 @@ TEST_F(BadPixelsCli, StepsThatWouldMoveMaskedPixelsAreRefused) {
     EXPECT_TRUE(r.exited_with(2)) << set << "\n" << r.describe();
     EXPECT_TRUE(contains(r.err, "has 1 bad detector pixels (masked)")) << set << "\n" << r.describe();
   }
+  auto turned = run_command({tycho::test::tycho_exe(), "reconstruct", example_config(), "--iterations", "1", "-q", "--set",
+                             "output.previews=false", "--set", "data.path=" + (tmp_ / "gap.h5"), "-o", tmp_ / "t.zip",
+                             "--set", "preprocess.scan_rotation_deg=90"});
+  ASSERT_TRUE(turned.exited_with(0)) << turned.describe();
+  const auto mask = tycho::test::load_result(tmp_ / "t.zip").array("mask", "t.zip");
+  EXPECT_EQ(mask.bytes[std::size_t(52 * k_q + 10)], 0) << "the bad pixel stays masked where it is";
   auto p = run_command({tycho::test::tycho_exe(), "preprocess", example_config(), "-q", "--set",
                         "data.path=" + (tmp_ / "gap.h5"), "-o", tmp_ / "prepared.zip"});
   EXPECT_TRUE(p.exited_with(2)) << p.describe();

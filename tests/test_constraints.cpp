@@ -499,6 +499,57 @@ TEST(Constraints, ObjectDepthDampsTheDepthModesAsPredicted) {
       << tycho::last_error();
 }
 
+// Four slices 5 Å apart of 16 x 16 px: ln O constant in depth is kept (only k_z = 0); a depth
+// pattern (top half against bottom half) is removed where the band closes (k_r = 0, k_r ≥ 2α / λ)
+// and kept in part within it, more where the band is wider; the default γ is the detector's
+// largest angle over the aperture's (80 keV, 25 mrad, 0.2 Å pixels: 0.1045 / 0.025 = 4.2).
+TEST(Constraints, ObjectMissingConeKeepsTheBandItCanTransfer) {
+  const int64_t slices = 4, h = 16, w = 16, n = h * w;
+  tycho_constraint_setup setup = host_setup();
+  setup.slice_thickness_A = 5;
+  auto depth = [](int64_t s) { return s < 2 ? 1.0 : -1.0; };  // the top half against the bottom
+  std::vector<cdouble> probe(4, 1.0);
+  {
+    std::vector<cdouble> object(std::size_t(slices * n));
+    for (int64_t s = 0; s < slices; ++s)
+      for (int64_t k = 0; k < n; ++k) object[std::size_t(s * n + k)] = std::polar(1.0, 0.3 * std::sin(0.7 * double(k)));
+    const auto before = object;
+    apply_entry<double>("object_missing_cone", "", setup, object, {slices, h, w}, probe, {1, 2, 2});
+    for (std::size_t k = 0; k < object.size(); ++k) EXPECT_LT(std::abs(object[k] - before[k]), 1e-12) << k;
+  }
+  auto kept = [&](const std::string& entry, double ky_cycles) {  // the depth pattern's share left
+    std::vector<cdouble> object(std::size_t(slices * n));
+    for (int64_t s = 0; s < slices; ++s)
+      for (int64_t y = 0; y < h; ++y)
+        for (int64_t x = 0; x < w; ++x)
+          object[std::size_t(s * n + y * w + x)] =
+              std::polar(1.0, 0.2 * depth(s) * std::cos(2 * k_pi * ky_cycles * double(y) / double(h)));
+    apply_entry<double>("object_missing_cone", entry, setup, object, {slices, h, w}, probe, {1, 2, 2});
+    double num = 0, den = 0;
+    for (int64_t s = 0; s < slices; ++s)
+      for (int64_t y = 0; y < h; ++y) {
+        const double want = 0.2 * depth(s) * std::cos(2 * k_pi * ky_cycles * double(y) / double(h));
+        num += std::arg(object[std::size_t(s * n + y * w)]) * want;
+        den += want * want;
+      }
+    return num / den;
+  };
+  // k_r in cycles over the 3.2 Å window: 1, 2 → 0.31, 0.63 Å⁻¹ (the band is widest at α / λ =
+  // 0.60 Å⁻¹), 6 → 1.9 Å⁻¹, beyond 2α / λ = 1.2 Å⁻¹ where no depth information is transferred.
+  EXPECT_NEAR(kept("", 0), 0.0, 1e-12);
+  const double at1 = kept("", 1), at2 = kept("", 2);
+  EXPECT_GT(at1, 0.2);
+  EXPECT_GT(at2, at1);
+  EXPECT_LT(at2, 1.0);
+  EXPECT_NEAR(kept("", 6), 0.0, 1e-12);
+  EXPECT_GT(kept("gamma = 20\n", 1), at1);   // a wider band keeps more
+  EXPECT_LT(kept("gamma = 1\n", 1), at1);    // the default's (4.2) is wider than the bright field's
+  tycho_constraint* c = nullptr;
+  tycho_constraint_setup one = host_setup();
+  EXPECT_EQ(constraint("object_missing_cone")->create(&one, &c), TYCHO_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tycho::last_error()).find("this run has one slice"), std::string::npos) << tycho::last_error();
+}
+
 // |O| = 1 with the phase clipped at 0 ("zero") or shifted by the slice's minimum ("minimum"), per
 // slice; the interaction constant of Kirkland's table (eq. 5.6).
 TEST(Constraints, ObjectPotentialKeepsARealNonNegativePotential) {

@@ -130,7 +130,8 @@ static_assert(offsetof(tycho_engine_vtable, collect_loss) == 56);
 static_assert(offsetof(tycho_engine_vtable, plan_memory) == 64);  // 1.1
 static_assert(offsetof(tycho_engine_vtable, finish_batch) == 72);  // appended in 1.3
 static_assert(offsetof(tycho_engine_vtable, set_gradient_region) == 80);  // appended in 1.3
-static_assert(sizeof(tycho_engine_vtable) == 88);
+static_assert(offsetof(tycho_engine_vtable, set_position_gradient) == 88);  // appended in 1.3
+static_assert(sizeof(tycho_engine_vtable) == 96);
 
 static_assert(offsetof(tycho_optimizer_vtable, create) == 8);
 static_assert(offsetof(tycho_optimizer_vtable, step) == 16);

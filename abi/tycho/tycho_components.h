@@ -392,6 +392,13 @@ typedef struct tycho_engine_vtable {
    * unspecified). n_boxes = 0: the whole object, as before. Copied before it returns. NULL: the
    * engine always fills the whole object gradient (the host then treats it as n_boxes = 0). */
   tycho_status (*set_gradient_region)(tycho_engine* eng, const int64_t* boxes, int64_t n_boxes);
+  /* ---- appended in ABI 1.3: the position gradient per iteration. For an engine created with
+   * setup->position_gradient = 1: on = 0 lets the following compute_batch calls skip dL/dr (the
+   * host needs it only on the iterations that move positions, e.g. every fifth for the scan
+   * map's refinement), and take faster paths that cannot give it (the cpu engine's grouped
+   * shifts); on = 1 restores it. Takes effect from the next compute_batch; not thread-safe
+   * against it. NULL: the gradient is computed whenever the setup asked for it. */
+  tycho_status (*set_position_gradient)(tycho_engine* eng, int32_t on);
 } tycho_engine_vtable;
 
 /* Bits of finish_batch's flags (ABI 1.3). */

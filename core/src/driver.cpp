@@ -9,6 +9,7 @@
 #include "tycho/core/error.hpp"
 #include "tycho/core/geometry.hpp"
 #include "tycho/core/last_error.hpp"
+#include "tycho/core/probe_fit.hpp"
 
 namespace tycho {
 
@@ -138,6 +139,14 @@ double driver::run_iteration() {
   const int64_t batches = plan_.batches();
   bool object_steps = false;
   for (const auto& opt : optimizers_) object_steps |= opt.parameter == TYCHO_TENSOR_OBJECT && epoch >= opt.first_iteration;
+  // Positions move after this iteration by their own steps, or by the scan map's (every few
+  // iterations): only then does the engine compute their gradient.
+  const bool per_position = options_.positions.enabled && epoch >= options_.positions.first_iteration;
+  const bool map_step = scan_enabled_ && scan_.due(epoch);
+  want_position_gradient(per_position || map_step);
+  // The scan map's step refines C10 too: it needs this iteration's probe gradient, summed.
+  const bool gather_probe_gradient = map_step && scan_.refines_C10();
+  probe_gradient_.clear();
   int64_t done = 0;
   for (int64_t b = 0; b < batches; ++b) {
     if (b > 0 && stop_ && stop_())
@@ -169,6 +178,7 @@ double driver::run_iteration() {
         else
           collectives_->sum_in_place(grad, stream);
       }
+      if (gather_probe_gradient && opt.parameter == TYCHO_TENSOR_PROBE) add_probe_gradient(grad);
       tycho_step_info info{sizeof(tycho_step_info), 1.0 / double(count), opt.schedule.factor(epoch), epoch,
                            in_tiles ? int64_t(boxes_.size() / 4) : 0, in_tiles ? boxes_.data() : nullptr,
                            in_tiles ? box_steps_.data() : nullptr};
@@ -177,9 +187,13 @@ double driver::run_iteration() {
     apply_constraints(TYCHO_CONSTRAINT_OBJECT | TYCHO_CONSTRAINT_PROBE, epoch, b, batches, stream);
     done += count;
   }
-  if (options_.positions.enabled && epoch >= options_.positions.first_iteration) {
+  if (per_position) {
     correct_positions(epoch);
     apply_constraints(TYCHO_CONSTRAINT_POSITIONS, epoch, -1, batches, stream);
+    if (share_.world_size > 1) gather_positions(stream);
+    refresh_positions();
+  } else if (map_step) {
+    step_scan_map(epoch);
     if (share_.world_size > 1) gather_positions(stream);
     refresh_positions();
   }
@@ -300,6 +314,20 @@ void driver::correct_positions(int64_t epoch) {
     o.lo[a] = double(probe.shape[1 + a] / 2);
     o.hi[a] = double(obj.shape[1 + a] - probe.shape[1 + a] + probe.shape[1 + a] / 2) - 1e-6;
   }
+  if (scan_enabled_) {
+    // The map's global step (when due), then each position's own step without its affine part.
+    const scan_refinement::rank_sum sum = [&](std::vector<double>& v) {
+      if (several) sum_host_doubles(v, stream);
+    };
+    step_scan_map(epoch);
+    std::vector<double> steps(std::size_t(2 * pos.shape[0]));
+    double totals[2];
+    position_steps(data_of<const double>(grad), pos.shape[0], h, o, steps.data(), totals);
+    scan_.remove_affine_part(steps.data(), sum);
+    const double none[2] = {0, 0};
+    move_positions(data_of<double>(pos), steps.data(), pos.shape[0], none, o);
+    return;
+  }
   if (!several) {
     step_positions(data_of<double>(pos), data_of<const double>(grad), pos.shape[0], h, o);
     return;
@@ -313,6 +341,56 @@ void driver::correct_positions(int64_t epoch) {
   sum_host_doubles(totals, stream);
   const double mean[2] = {totals[0] / totals[2], totals[1] / totals[2]};
   move_positions(data_of<double>(pos), steps.data(), pos.shape[0], mean, o);
+}
+
+void driver::set_scan_refinement(scan_refinement r) {
+  if (share_.world_size > 1 && share_.kind != shard::mode::patterns)
+    fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct.positions] refine_scan_map = true on ", share_.world_size,
+         " ranks needs [parallel] sharding = \"patterns\" (each position's gradient has one owner)");
+  scan_ = std::move(r);
+  scan_enabled_ = true;
+}
+
+void driver::want_position_gradient(bool on) {
+  if (on == position_gradient_on_ || engine_.vtable->set_position_gradient == nullptr) return;
+  if (!options_.positions.enabled && !scan_enabled_) return;  // the engine has none to turn on or off
+  check_status(engine_.vtable->set_position_gradient(engine_.instance, on ? 1 : 0), "engine set_position_gradient");
+  position_gradient_on_ = on;
+}
+
+void driver::step_scan_map(int64_t epoch) {
+  if (!scan_enabled_ || !scan_.due(epoch)) return;
+  const char* what = "scan map refinement";
+  DLTensor pos = host_tensor(engine_, TYCHO_TENSOR_POSITIONS, what);
+  DLTensor grad = host_tensor(engine_, TYCHO_TENSOR_POSITIONS_GRAD, what);
+  DLTensor probe = host_tensor(engine_, TYCHO_TENSOR_PROBE, what);
+  void* stream = engine_.vtable->stream ? engine_.vtable->stream(engine_.instance) : nullptr;
+  const bool several = share_.world_size > 1;
+  const scan_refinement::rank_sum sum = [&](std::vector<double>& v) {
+    if (several) sum_host_doubles(v, stream);
+  };
+  double C10_slope = 0;
+  if (!probe_gradient_.empty())
+    with_complex_values(probe, what, [&](auto* p) {
+      C10_slope = defocus_slope(p, probe_gradient_.data(), probe.shape[0], probe.shape[1], probe.shape[2],
+                                scan_.options().dk_invA.data(), scan_.options().wavelength_A);
+    });
+  const scan_refinement_move move = scan_.step(epoch, data_of<const double>(grad), C10_slope, data_of<double>(pos), sum);
+  if (move.moved && !scan_.last_report().empty()) scan_log_.push_back(scan_.last_report());
+  if (move.delta_C10_A != 0)
+    with_complex_values(probe, what, [&](auto* p) {
+      change_defocus(p, probe.shape[0], probe.shape[1], probe.shape[2], scan_.options().dk_invA.data(),
+                     scan_.options().wavelength_A, move.delta_C10_A);
+    });
+}
+
+void driver::add_probe_gradient(const DLTensor& grad) {
+  require_host(grad, "scan map refinement of C10");
+  const int64_t n = element_count(grad);
+  if (probe_gradient_.empty()) probe_gradient_.assign(std::size_t(n), std::complex<double>(0, 0));
+  with_complex_values(grad, "scan map refinement of C10", [&](auto* g) {
+    for (int64_t k = 0; k < n; ++k) probe_gradient_[std::size_t(k)] += std::complex<double>(g[k]);
+  });
 }
 
 void driver::gather_positions(void* stream) {

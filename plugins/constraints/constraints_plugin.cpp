@@ -48,6 +48,14 @@ const tycho_setting k_depth_settings[] = {
     setting("weight", TYCHO_SETTING_NUMBER, "1", "share of the filtered slices blended in").above(0).at_most(1),
     end_of_settings()};
 
+const char* const k_missing_cone_keys[] = {"gamma", nullptr};
+const tycho_setting k_missing_cone_settings[] = {
+    setting("gamma", TYCHO_SETTING_NUMBER, nullptr,
+            "the kept band's edge over the bright field's |k_z| ≤ k_r (α − λ k_r / 2); default: the detector's largest "
+            "angle over the aperture's, λ / (2 px) / α (the band of every interference the detector records)")
+        .above(0).at_most(100),
+    end_of_settings()};
+
 const char* const k_power_keys[] = {"relative_power", nullptr};
 const tycho_setting k_power_settings[] = {
     setting("relative_power", TYCHO_SETTING_NUMBER, "1",
@@ -111,6 +119,12 @@ const tycho_component k_components[] = {
             "object_depth", "1.0.0", "blends a Gaussian low-pass along the slices in, once per iteration (slices > 1)",
             k_host, k_depth_keys),
         k_depth_settings),
+    with_settings(constraint_component<tc::object_missing_cone>(
+                      "object_missing_cone", "1.0.0",
+                      "removes what the probe's cone of angles cannot transfer between depths, once per iteration "
+                      "(slices > 1)",
+                      k_host, k_missing_cone_keys),
+                  k_missing_cone_settings),
     with_settings(constraint_component<tc::probe_orthogonal_modes>(
                       "probe_orthogonal_modes", "1.0.0",
                       "orthonormalises several probe modes in decreasing power after each step", k_host, k_no_keys),

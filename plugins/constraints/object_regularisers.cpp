@@ -1,6 +1,10 @@
 // The regularisers of the object applied once per iteration: total variation within each slice
 // and a low-pass along the slices (depth).
+#include <fftw3.h>
+
 #include <algorithm>
+#include <mutex>
+#include <optional>
 #include <cmath>
 #include <complex>
 #include <vector>
@@ -8,6 +12,23 @@
 #include "constraints.hpp"
 
 namespace tycho::constraints {
+
+namespace {
+// One in-place 3-D transform (FFTW, double, unnormalised), planned under FFTW's thread-safe
+// planner (the cpu engine and the SDK's probe make the same call).
+void transform_3d(std::vector<std::complex<double>>& v, int64_t n0, int64_t n1, int64_t n2, bool inverse) {
+  static std::once_flag thread_safe;
+  std::call_once(thread_safe, [] { fftw_make_planner_thread_safe(); });
+  fftw_plan p = fftw_plan_dft_3d(int(n0), int(n1), int(n2), reinterpret_cast<fftw_complex*>(v.data()),
+                                 reinterpret_cast<fftw_complex*>(v.data()), inverse ? FFTW_BACKWARD : FFTW_FORWARD,
+                                 FFTW_ESTIMATE);
+  if (p == nullptr) tycho::sdk::fail(TYCHO_ERR_OUT_OF_MEMORY, "object_missing_cone: FFTW could not plan a ", n0, " x ", n1, " x ", n2,
+                         " transform");
+  fftw_execute(p);
+  fftw_destroy_plan(p);
+}
+}  // namespace
+
 
 using namespace tycho::sdk;
 
@@ -131,6 +152,71 @@ void object_depth::apply(const constraint_arguments& a) {
       }
       for (int64_t s = 0; s < slices; ++s) z[s * n + k] = value(std::exp(smooth[std::size_t(s)]));
     }
+  });
+}
+
+object_missing_cone::object_missing_cone(const config_view& cfg, const tycho_constraint_setup& setup) {
+  const std::optional<double> gamma = cfg.get_double("gamma");
+  if (gamma && (!(*gamma > 0) || !std::isfinite(*gamma) || *gamma > 100))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key 'gamma' in ", cfg.table_name(), " must be in (0, 100], got ", *gamma);
+  if (!(setup.slice_thickness_A > 0))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, cfg.table_name(),
+         ": constraint 'object_missing_cone' filters along the slices, and this run has one slice; leave it out, or ",
+         "set [reconstruct] slices > 1");
+  if (!(setup.wavelength_A > 0) || !(setup.semiangle_mrad > 0))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, cfg.table_name(), ": constraint 'object_missing_cone' needs the wavelength and ",
+         "the aperture's semiangle");
+  alpha_rad_ = setup.semiangle_mrad * 1e-3;
+  wavelength_A_ = setup.wavelength_A;
+  slice_A_ = setup.slice_thickness_A;
+  pixel_A_[0] = setup.pixel_A[0];
+  pixel_A_[1] = setup.pixel_A[1];
+  if (!(pixel_A_[0] > 0) || !(pixel_A_[1] > 0))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, cfg.table_name(), ": constraint 'object_missing_cone' needs the object's pixel");
+  // The detector's largest angle (the window's Nyquist frequency, the coarser axis's) over the
+  // aperture's: the band of every interference the patterns record.
+  gamma_ = gamma ? *gamma : std::max(1.0, wavelength_A_ / (2 * std::max(pixel_A_[0], pixel_A_[1])) / alpha_rad_);
+}
+
+void object_missing_cone::apply(const constraint_arguments& a) {
+  if (!a.last_batch()) return;  // once per iteration
+  const int64_t S = a.object->shape[0], H = a.object->shape[1], W = a.object->shape[2];
+  if (S < 2) return;
+  const int64_t Z = 2 * S, n = H * W;  // the depth mirrored: slices 0 … S−1, S−1 … 0
+  std::vector<cd> volume(std::size_t(Z * n));
+  with_complex_values(*a.object, [&](auto* z) {
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t k = 0; k < n; ++k) {
+        const cd o(z[s * n + k]);
+        const cd l(std::log(std::max(std::abs(o), 1e-12)), std::arg(o));
+        volume[std::size_t(s * n + k)] = l;
+        volume[std::size_t((Z - 1 - s) * n + k)] = l;
+      }
+  });
+  transform_3d(volume, Z, H, W, /*inverse=*/false);
+  const double kz_step = 1.0 / (double(Z) * slice_A_), ky_step = 1.0 / (double(H) * pixel_A_[0]),
+               kx_step = 1.0 / (double(W) * pixel_A_[1]);
+  const double band_end = 2 * alpha_rad_ / wavelength_A_;
+  auto signed_index = [](int64_t i, int64_t m) { return double(i < (m + 1) / 2 ? i : i - m); };
+  for (int64_t iz = 0; iz < Z; ++iz) {
+    const double kz = std::abs(signed_index(iz, Z)) * kz_step;
+    for (int64_t iy = 0; iy < H; ++iy) {
+      const double ky = signed_index(iy, H) * ky_step;
+      for (int64_t ix = 0; ix < W; ++ix) {
+        if (iz == 0) continue;  // the mean over the depth: kept
+        const double kx = signed_index(ix, W) * kx_step, kr = std::hypot(kx, ky);
+        const double b = kr < band_end ? gamma_ * kr * (alpha_rad_ - 0.5 * wavelength_A_ * kr) : 0.0;
+        const double w = b > 0 ? 1.0 / (1.0 + std::pow(kz / b, 4)) : 0.0;
+        volume[std::size_t((iz * H + iy) * W + ix)] *= w;
+      }
+    }
+  }
+  transform_3d(volume, Z, H, W, /*inverse=*/true);
+  const double norm = 1.0 / double(Z * n);
+  with_complex_values(*a.object, [&](auto* z) {
+    using value = std::remove_pointer_t<decltype(z)>;
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t k = 0; k < n; ++k) z[s * n + k] = value(std::exp(volume[std::size_t(s * n + k)] * norm));
   });
 }
 

@@ -62,8 +62,9 @@ void pattern_steps::set_placement(const preprocess_settings& s, const com_fit_re
   recentre = s.recentre;
   fit = f;
   scan_ry = ry;
+  // The scan's rotation moves the positions (scan_map.hpp), never the patterns: only a transposed
+  // detector is reordered here, so the object keeps the scan's handedness.
   turns = 0;
-  quarter_turns_of(s.rotation_deg, turns);
   transpose = s.transpose;
   const bool swap = (turns % 2 == 1) != transpose;
   out = swap ? std::array<int64_t, 2>{binned[1], binned[0]} : binned;

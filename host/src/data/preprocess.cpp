@@ -12,6 +12,7 @@
 
 #include "settings/config_read.hpp"
 #include "data/detector_padding.hpp"
+#include "geometry/scan_geometry_estimate.hpp"
 #include "geometry/beam_optics.hpp"
 #include "data/pattern_steps.hpp"
 #include "data/preprocess_stage.hpp"
@@ -28,14 +29,6 @@ const double nan = std::numeric_limits<double>::quiet_NaN();
 
 std::string com_fit_name(com_fit_kind k) {
   return k == com_fit_kind::plane ? "plane" : k == com_fit_kind::constant ? "constant" : "none";
-}
-
-// The rotation applied to the patterns, as a number of quarter turns, or nullopt when θ is not a
-// multiple of 90°.
-std::optional<int> quarter_turns(double deg) {
-  int turns = 0;
-  if (!quarter_turns_of(deg, turns)) return std::nullopt;
-  return turns;
 }
 
 // Solves the 3 x 3 system A x = y by Gaussian elimination with partial pivoting; false when A is
@@ -75,13 +68,14 @@ const std::vector<std::string>& preprocess_stage_keys() {
   return keys;
 }
 
-void refuse_moving_masked_pixels(const dataset& d, const preprocess_settings& s) {
+void refuse_moving_masked_pixels(const dataset& d, const preprocess_settings& s, bool transpose) {
   if (d.bad_pixels.masked_pixels == 0) return;
-  if (s.recentre || s.transpose || s.rotation_auto || s.rotation_deg != 0 || s.binning != 1 || s.crop[0] > 0)
+  if (s.recentre || transpose || s.binning != 1 || s.crop[0] > 0)
     fail(TYCHO_ERR_UNSUPPORTED, "data '", d.description, "' has ", d.bad_pixels.masked_pixels,
-         " bad detector pixels (masked), and [preprocess] asks to move pixels (recentre, scan_rotation_deg, "
-         "scan_transpose, binning or crop_detector): this version does not carry the mask through those steps; "
-         "give scan_rotation_deg explicitly and leave the others out, or repair the data");
+         " bad detector pixels (masked), and [preprocess] asks to move pixels (recentre, ",
+         transpose ? (s.transpose_auto ? "a transpose the scan's geometry estimate found, " : "scan_transpose, ") : "",
+         "binning or crop_detector): this version does not carry the mask through those steps; leave them out ",
+         "(give scan_transpose = false if the estimate is wrong), or repair the data");
 }
 
 preprocess_settings read_preprocess_settings(const toml::table& pre, const std::string& origin) {
@@ -138,10 +132,6 @@ preprocess_settings read_preprocess_settings(const toml::table& pre, const std::
   }
   s.normalise = *setting_value<bool>(pre, where, "normalise");
   s.save_raw_data = *setting_value<bool>(pre, where, "save_raw_data");
-  if (!s.rotation_auto && !quarter_turns(s.rotation_deg))
-    fail(TYCHO_ERR_UNSUPPORTED, origin, ": [preprocess] scan_rotation_deg = ", s.rotation_deg,
-         ": this version applies scan rotations that are multiples of 90° only (an exact reordering of the ",
-         "detector pixels); rotating by other angles needs rotated scan positions, which are not built yet");
   return s;
 }
 
@@ -167,10 +157,7 @@ std::array<int64_t, 2> preprocessed_detector_shape(const preprocess_settings& s,
          "; crop it to a multiple of ", s.binning, " with crop_detector = [", n[0] / s.binning * s.binning, ", ",
          n[1] / s.binning * s.binning, "]");
   n = {n[0] / s.binning, n[1] / s.binning};
-  if (with_rotation && !s.rotation_auto) {
-    const auto turns = quarter_turns(s.rotation_deg);
-    if (turns && ((*turns % 2 == 1) != s.transpose)) std::swap(n[0], n[1]);
-  }
+  if (with_rotation && s.transpose) std::swap(n[0], n[1]);  // a rotation moves the positions, not the pixels
   return n;
 }
 
@@ -453,6 +440,40 @@ std::string preprocess_report::to_json() const {
                               {"mean_abs_curl_at_0_deg", rotation.curl_at_zero},
                               {"mean_abs_curl_max", rotation.curl_max}};
   }
+  if (geometry.done) {
+    const scan_geometry_estimate& g = geometry;
+    const auto q = g.map.decompose();
+    auto number = [](double v) { return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr); };
+    nlohmann::ordered_json m;
+    m["source"] = g.source;
+    m["linear"] = {{g.map.L[0][0], g.map.L[0][1]}, {g.map.L[1][0], g.map.L[1][1]}};
+    m["rotation_deg"] = number(q.rotation_rad * 180 / pi);
+    m["step_scale"] = {number(q.scale0), number(q.scale1)};
+    m["shear"] = number(q.shear);
+    m["transpose"] = g.transpose;
+    if (g.parallax.done || !g.parallax.why_not.empty()) {
+      const parallax_result& p = g.parallax;
+      nlohmann::ordered_json pj;
+      pj["done"] = p.done;
+      if (p.done) {
+        pj["shift_per_px"] = {{p.A[0][0], p.A[0][1]}, {p.A[1][0], p.A[1][1]}};
+        pj["relative_error"] = p.relative_error;
+        pj["groups"] = p.groups;
+        pj["pairs"] = p.pairs;
+        pj["levels"] = p.levels;
+        pj["scale_at_stated_C10"] = number(g.parallax_scale);
+        pj["C10_at_nominal_step_A"] = number(g.parallax_C10_A);
+        if (std::isfinite(g.C10_estimate_A)) pj["C10_estimate_A"] = g.C10_estimate_A;
+      } else {
+        pj["why_not"] = p.why_not;
+      }
+      m["parallax"] = pj;
+    }
+    if (std::isfinite(g.com_rotation_deg)) m["com_curl_rotation_deg"] = g.com_rotation_deg;
+    if (std::isfinite(g.dpc_skewness)) m["dpc_skewness"] = g.dpc_skewness;
+    if (!g.notes.empty()) m["notes"] = g.notes;
+    j["scan_map"] = m;
+  }
   if (s.recentre) j["recentre_shift_px"] = shift_range;
   if (s.normalise) j["normalised_to"] = normalised_to;
   return j.dump();
@@ -511,13 +532,20 @@ stage_plan plan_preprocess_stage(dataset& d, const config_document& doc, const r
   }
   const int64_t n0 = binned[0], n1 = binned[1];
 
-  // 3. centre of mass of each pattern, px from the zero-frequency pixel, on the binned pattern.
+  // 3. centre of mass of each pattern, px from the zero-frequency pixel, on the binned pattern;
+  // with the scan's geometry to estimate, the bright field's virtual images for the parallax too.
+  const geometry_optics optics = resolve_geometry_optics(doc, d.info, s.binning);
+  std::optional<parallax_images> parallax;
+  if (s.rotation_auto && optics.known() && rx >= 4 && ry >= 4) parallax = make_parallax_images(optics, rx, ry, n0, n1);
   if (s.needs_com()) {
     rep.com.assign(std::size_t(2 * d.patterns), nan);
     feed([&](int64_t l, const float* raw) {
-      const auto c = pattern_com(steps.shape(raw, scratch), n0, n1);
+      const float* p = steps.shape(raw, scratch);
+      const auto c = pattern_com(p, n0, n1);
       rep.com[std::size_t(2 * l)] = c[0];
       rep.com[std::size_t(2 * l + 1)] = c[1];
+      const int64_t j = d.first + l;
+      if (parallax && parallax->holds(j / ry, j % ry)) parallax->add(j / ry, j % ry, p);
     });
     // 4. the fit (for "none": the sums still give the mean, for the report).
     com_fit_sums sums = com_sums(rep.com, d.first, ry);
@@ -533,7 +561,8 @@ stage_plan plan_preprocess_stage(dataset& d, const config_document& doc, const r
                                  " k (rms residual ", rep.fit.rms_residual[0], ", ", rep.fit.rms_residual[1], " px)"));
   }
 
-  // 5. the scan rotation from the COM curl, on the whole scan (every rank adds its patterns).
+  // 5. the scan's geometry from the data, on the whole scan (every rank adds its patterns): the
+  // COM field and the parallax images summed over the ranks (scan_geometry_estimate.hpp).
   if (s.rotation_auto) {
     const int64_t all = rx * ry;
     std::vector<double> field(std::size_t(3 * all), 0.0);  // (c0 − fit, c1 − fit, 1 if known)
@@ -551,34 +580,27 @@ stage_plan plan_preprocess_stage(dataset& d, const config_document& doc, const r
     std::vector<double> com_field(field.begin(), field.begin() + 2 * all);
     for (int64_t j = 0; j < all; ++j)
       if (field[std::size_t(2 * all + j)] == 0) com_field[std::size_t(2 * j)] = com_field[std::size_t(2 * j + 1)] = nan;
-    rep.rotation = estimate_scan_rotation(com_field, rx, ry, s.transpose_auto ? -1 : int(s.transpose));
-    const rotation_estimate& e = rep.rotation;
-    log_info("preprocess", cat("scan rotation from the centre-of-mass curl: ", e.deg, "°, transpose ",
-                               e.transpose ? "true" : "false", " (mean |curl| ", e.curl, " px per scan step; ",
-                               e.curl_at_zero, " at 0°", std::isfinite(e.curl_other)
-                                   ? cat("; ", e.curl_other, " at the best angle with transpose ",
-                                         e.transpose ? "false" : "true")
-                                   : std::string(), "; ", e.curl_max, " at the worst angle)"));
-    if (e.contrast() < rotation_contrast_warn)
-      log_warning("preprocess", cat("the centre-of-mass curl varies by only ", std::round(e.contrast() * 1000) / 10,
-                                    " % over the angles", s.transpose_auto ? " and transposes" : "",
-                                    ": noise dominates and the rotation estimate (", e.deg,
-                                    "°) is uncertain; check it, or give scan_rotation_deg and scan_transpose"));
-    // Only multiples of 90° can be applied (an exact reordering of pixels): the estimate is
-    // applied as the nearest multiple when it lies within rotation_snap_deg of it, a margin for
-    // the estimate's scatter (on the MoS2 counts, 32 x 24 positions at 25,000 e per pattern, it
-    // gives 1.26° for a true 0°; 0.24° on the noise-free patterns).
-    const double nearest = 90.0 * std::round(e.deg / 90.0);
-    if (std::abs(e.deg - nearest) > rotation_snap_deg)
-      fail(TYCHO_ERR_UNSUPPORTED, "[preprocess] scan_rotation_deg = \"auto\" estimates a scan rotation of ", e.deg,
-           "° (transpose ", e.transpose ? "true" : "false", ") from the centre-of-mass curl, more than ",
-           rotation_snap_deg, "° from a multiple of 90°; this version applies multiples of 90° only (rotated scan ",
-           "positions are not built yet): rotate the data before tycho, or, if the estimate is wrong, give ",
-           "scan_rotation_deg and scan_transpose");
-    s.rotation_deg = nearest == 0 ? 0.0 : nearest;  // no −0
-    s.transpose = e.transpose;
-    log_info("preprocess", cat("applying scan_rotation_deg = ", s.rotation_deg, ", scan_transpose = ",
-                               s.transpose ? "true" : "false", " (the multiple of 90° nearest the estimate)"));
+    if (parallax) {
+      sum(parallax->sums.data(), int(parallax->sums.size()));
+      sum(parallax->seen.data(), int(parallax->seen.size()));
+    }
+    if (rx >= 3 && ry >= 3) rep.rotation = estimate_scan_rotation(com_field, rx, ry, s.transpose_auto ? -1 : int(s.transpose));
+    rep.geometry = estimate_scan_geometry(com_field, rx, ry, parallax ? &*parallax : nullptr, optics,
+                                          s.transpose_auto ? -1 : int(s.transpose));
+    for (const std::string& note : rep.geometry.notes) {
+      if (note.rfind("warning: ", 0) == 0) log_warning("preprocess", note.substr(9));
+      else log_info("preprocess", note);
+    }
+    const auto q = rep.geometry.map.decompose();
+    s.rotation_deg = q.rotation_rad * 180 / pi == 0 ? 0.0 : -q.rotation_rad * 180 / pi;  // py4DSTEM's sign; no −0
+    s.transpose = rep.geometry.transpose;
+    refuse_moving_masked_pixels(d, s, s.transpose);
+  } else {
+    // Given: the rotation by py4DSTEM's convention (positions R(−θ) n), the transpose as given.
+    rep.geometry.done = s.rotation_deg != 0;
+    rep.geometry.source = "given";
+    rep.geometry.map = rotation_map(-s.rotation_deg * pi / 180);
+    rep.geometry.transpose = s.transpose;
   }
 
   // 6. recentre on the fitted COM, 7. the turns: resolved now; applied with the others below.
@@ -596,9 +618,7 @@ stage_plan plan_preprocess_stage(dataset& d, const config_document& doc, const r
                                " to ", rep.shift_range[0][1], " px on axis 0, ", rep.shift_range[1][0], " to ",
                                rep.shift_range[1][1], " px on axis 1 (this rank's patterns)"));
   }
-  if (steps.turns != 0 || s.transpose)
-    log_info("preprocess", cat("patterns turned to scan axes: rotation ", s.rotation_deg, "°, transpose ",
-                               s.transpose ? "true" : "false"));
+  if (s.transpose) log_info("preprocess", "patterns transposed (the detector's axes are swapped against the scan's)");
   plan.changes = steps.shapes() || steps.moves() || s.normalise;
   return plan;
 }

@@ -134,8 +134,9 @@ std::array<double, 2> resolve_detector_pixel_invA(const toml::table& data_t, con
 }
 
 void check_beam_settings(const toml::table& optics_t, const toml::table& data_t) {
-  // A source that records everything (semiangle, detector distance and pixel; the radiation left
-  // unknown, so nothing is logged): what is refused with it is refused whatever the file says.
+  // A source that records everything (semiangle, detector distance and pixel, and the radiation
+  // the config names, else electrons: with it unknown, a detector in metres would log a warning
+  // on every run): what is refused with it is refused whatever the file says.
   tycho_dataset_info any{};
   any.struct_size = sizeof any;
   any.semiangle_mrad = 1.0;
@@ -144,7 +145,8 @@ void check_beam_settings(const toml::table& optics_t, const toml::table& data_t)
   any.detector_pixel_m[0] = any.detector_pixel_m[1] = 1e-4;
   any.energy_eV = any.C10_A = nan;
   any.scan_step_A[0] = any.scan_step_A[1] = nan;
-  any.radiation = TYCHO_RADIATION_UNKNOWN;
+  const auto named = read_key<std::string>(optics_t, "radiation", "optics");
+  any.radiation = named && *named == "xray" ? TYCHO_RADIATION_XRAY : TYCHO_RADIATION_ELECTRON;
   sdk::probe_optics o;
   o.energy_eV = 1e4;  // any energy: the checks do not depend on it
   resolve_probe_model(optics_t, any, "the data", o);

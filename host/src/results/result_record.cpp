@@ -95,6 +95,8 @@ std::string to_json(const result_manifest& m) {
   j["optimizer_state"] = opts;
   if (!m.parallel_json.empty()) j["parallel"] = nlohmann::ordered_json::parse(m.parallel_json);
   if (!m.preprocess_json.empty()) j["preprocess"] = nlohmann::ordered_json::parse(m.preprocess_json);
+  if (!m.scan_map_json.empty()) j["scan_map_refined"] = nlohmann::ordered_json::parse(m.scan_map_json);
+  if (!m.probe_fit_json.empty()) j["probe_fit"] = nlohmann::ordered_json::parse(m.probe_fit_json);
   j["provenance"] = nlohmann::ordered_json::parse(provenance_json(m.components));
   return j.dump(2);
 }

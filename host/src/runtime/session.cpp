@@ -3,6 +3,7 @@
 #include <tycho/core/driver.hpp>
 #include <tycho/core/device_label.hpp>
 #include <tycho/core/error.hpp>
+#include <tycho/core/probe_fit.hpp>
 #include <tycho/core/last_error.hpp>
 #include <tycho/core/geometry.hpp>
 #include <tycho/core/multislice.hpp>
@@ -98,6 +99,7 @@ struct reconstruct_settings {
   double slice_thickness_A = 0;  // > 0 when slices > 1
   double mode_power = 0.1;       // [reconstruct.probe] mode_power
   double max_position_step_A = 0.1;  // [reconstruct.positions] max_step_A (the driver's is in px)
+  scan_refinement_options scan;      // [reconstruct.positions] refine_scan_map and its keys
   driver_options driver;
   constraint_shorthands constraints;  // the runtime's keys that stand for built-in constraints
   parameter_settings object, probe;
@@ -178,6 +180,16 @@ reconstruct_settings read_reconstruct_settings(const config_document& doc) {
       fail(TYCHO_ERR_INVALID_ARGUMENT, "[", table, "] final_learning_rate_fraction must be in (0, 1], got ",
            pc.schedule.final_fraction);
     pc.schedule.total_iterations = r.iterations;
+    scan_refinement_options& so = r.scan;
+    so.enabled = *setting_value<bool>(pos_t, table, "refine_scan_map");
+    so.first_iteration = *setting_value<int64_t>(pos_t, table, "scan_map_first_iteration");
+    so.every = *setting_value<int64_t>(pos_t, table, "scan_map_every");
+    so.max_move_A = *setting_value<double>(pos_t, table, "scan_map_max_move_A");
+    // A rotation the user gives is kept; the rest is refined.
+    const toml::table& pre_t = doc.table_at("preprocess");
+    so.free[0] = !(pre_t["scan_rotation_deg"].is_integer() || pre_t["scan_rotation_deg"].is_floating_point());
+    so.free[4] = *setting_value<bool>(doc.table_at("optics"), "optics", "refine_C10");
+    so.free[1] = *setting_value<bool>(pos_t, table, "refine_scan_scale");
   }
   r.driver.batch_size = *setting_value<int64_t>(rec_t, "reconstruct", "batch_size");
   if (r.driver.batch_size <= 0)
@@ -478,9 +490,56 @@ std::string precision_of(DLDataType dtype) {
   return dtype_name_of(dtype);
 }
 
+scan_map scan_map_of_report(const std::string& preprocess_json, const std::string& where) {
+  scan_map m;
+  if (preprocess_json.empty()) return m;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(preprocess_json);
+  } catch (const nlohmann::json::exception&) {
+    fail(TYCHO_ERR_BAD_DATA, where, ": the preprocessing report is not valid JSON");
+  }
+  if (!j.is_object() || !j.contains("scan_map")) return m;
+  const auto& lin = j["scan_map"].value("linear", nlohmann::json());
+  bool ok = lin.is_array() && lin.size() == 2;
+  for (int a = 0; ok && a < 2; ++a) {
+    ok = lin[a].is_array() && lin[a].size() == 2 && lin[a][0].is_number() && lin[a][1].is_number();
+    if (ok) m.L[a] = {lin[a][0].get<double>(), lin[a][1].get<double>()};
+  }
+  ok = ok && std::isfinite(m.L[0][0]) && std::isfinite(m.L[0][1]) && std::isfinite(m.L[1][0]) &&
+       std::isfinite(m.L[1][1]) && m.det() > 1e-6 && m.det() < 1e6;
+  if (!ok)
+    fail(TYCHO_ERR_BAD_DATA, where, ": preprocess.scan_map.linear must be a 2 x 2 array of finite numbers with a ",
+         "positive determinant (the scan's linear map)");
+  return m;
+}
+
+double C10_estimate_of_report(const std::string& preprocess_json) {
+  if (preprocess_json.empty()) return std::nan("");
+  const nlohmann::json j = nlohmann::json::parse(preprocess_json, nullptr, false);
+  if (!j.is_object() || !j.contains("scan_map") || !j["scan_map"].is_object()) return std::nan("");
+  const auto& p = j["scan_map"].value("parallax", nlohmann::json());
+  if (!p.is_object() || !p.contains("C10_estimate_A") || !p["C10_estimate_A"].is_number()) return std::nan("");
+  const double v = p["C10_estimate_A"].get<double>();
+  return std::isfinite(v) && std::abs(v) < 1e7 ? v : std::nan("");
+}
+
 run_geometry resolve_run_geometry(const config_document& doc, const tycho_dataset_info& info,
                                   const std::string& desc, int64_t n0, int64_t n1,
-                                  const std::vector<double>& positions_A) {
+                                  const std::vector<double>& listed_positions_A, const scan_map& map) {
+  // The scan map moves every position: listed ones directly, a raster's as listed ones that keep
+  // the scan step (so the object is laid out over where the probe was).
+  std::vector<double> mapped;
+  const bool raster_mapped = listed_positions_A.empty() && !map.is_identity();
+  if (!map.is_identity()) {
+    mapped = listed_positions_A;
+    for (std::size_t j = 0; j + 1 < mapped.size(); j += 2) {
+      const auto r = map.apply({mapped[j], mapped[j + 1]});
+      mapped[j] = r[0];
+      mapped[j + 1] = r[1];
+    }
+  }
+  const std::vector<double>& positions_A = map.is_identity() ? listed_positions_A : mapped;
   run_geometry r;
   const toml::table& data_t = doc.table_at("data");
   const toml::table& optics_t = doc.table_at("optics");
@@ -504,7 +563,7 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
   const auto detector_pixel = resolve_detector_pixel_invA(data_t, info, desc, r.wavelength_A);  // or the far field's
   double dk = detector_pixel[0];
   // Positions listed by the source replace the raster: no scan step then (recorded as NaN).
-  const bool listed = !positions_A.empty();
+  const bool listed = !listed_positions_A.empty();
   if (listed && data_t.contains("scan_step_A"))
     log_warning("session", cat("'", desc, "' lists its scan positions: [data] scan_step_A is not used"));
   double step = listed ? std::nan("") : calibration(data_t, "scan_step_A", "data", info.scan_step_A[0], desc, "scan step (Å)");
@@ -584,8 +643,18 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
     fail(TYCHO_ERR_OUT_OF_MEMORY, "data '", desc, "': the positions of its ", info.scan_shape[0], " x ",
          info.scan_shape[1], " patterns alone need ", human_bytes(position_bytes), ", more than this machine's ",
          human_bytes(have), " of memory (check the file's shape)");
+  if (raster_mapped) {
+    const int64_t rx = info.scan_shape[0], ry = info.scan_shape[1];
+    mapped.resize(std::size_t(2 * rx * ry));
+    for (int64_t i = 0; i < rx; ++i)
+      for (int64_t k = 0; k < ry; ++k) {
+        const auto p = map.apply({double(i) * step, double(k) * step1});
+        mapped[std::size_t(2 * (i * ry + k))] = p[0];
+        mapped[std::size_t(2 * (i * ry + k) + 1)] = p[1];
+      }
+  }
   try {
-    r.layout = listed ? layout_object(r.geometry, positions_A) : layout_object(r.geometry);
+    r.layout = !positions_A.empty() ? layout_object(r.geometry, positions_A) : layout_object(r.geometry);
   } catch (const error& e) {  // the layout names neither the data nor where its positions come from
     fail(e.status, "data '", desc, "'", listed ? " (the positions it lists)" : "", ": ", e.what());
   }
@@ -773,6 +842,7 @@ struct session::state {
     int64_t iterations = 0;
   } kept;
   bool stopped = false;     // a run stopped mid-way: the kept state is the session's state
+  bool refine_scan_map = false;  // [reconstruct.positions] refine_scan_map, where this run can (engine, ranks)
   std::string stop_reason;  // why, for a later run()
   std::function<bool()> stop_check;  // set_stop_check
 
@@ -857,6 +927,8 @@ struct session::state {
   static void create_engine(state& s, start& st);
   static void create_optimizers(state& s, start& st);
   static void restore_resumed(state& s, start& st);
+  static scan_refinement make_scan_refinement(state& s, const scan_refinement_options& o);
+  static std::string probe_fit_json(const state& s);
   static void describe_run(state& s, start& st);
 
   // A host copy of an engine tensor, wherever the engine keeps it.
@@ -973,7 +1045,8 @@ void session::state::read_data(state& s, start& st) {
     t0 = std::chrono::steady_clock::now();
     report_stage("preprocessing", 0, 1);
     mask_bad_pixels(s.data, s.config.table_at("preprocess"), s.config.origin(), *s.par);  // NaN, saturated
-    refuse_moving_masked_pixels(s.data, read_preprocess_settings(s.config.table_at("preprocess"), s.config.origin()));
+    const preprocess_settings given = read_preprocess_settings(s.config.table_at("preprocess"), s.config.origin());
+    refuse_moving_masked_pixels(s.data, given, given.transpose);
     s.preprocess_json = preprocess_dataset(s.data, s.config, sum_across_ranks).to_json();
     report_stage("preprocessing", 1, 1);
     log_info("session", cat("preprocessed in ", seconds_since(t0), " s"));
@@ -997,12 +1070,23 @@ void session::state::read_data(state& s, start& st) {
 void session::state::resolve_geometry(state& s, start& st) {
   const auto& info = s.data.info;
   {
-    run_geometry g = resolve_run_geometry(s.config, info, s.data.description, s.data.n0, s.data.n1, s.data.positions_A);
+    run_geometry g = resolve_run_geometry(s.config, info, s.data.description, s.data.n0, s.data.n1, s.data.positions_A,
+                                          scan_map_of_report(s.preprocess_json, s.data.description));
     s.optics = g.optics;
     s.wavelength_A = g.wavelength_A;
     s.sampling = g.sampling;
     s.geometry = g.geometry;
     s.layout = std::move(g.layout);
+  }
+  // The defocus the bright field's parallax measured (the preprocessing's report), unless the
+  // stated one is to be kept.
+  if (*setting_value<bool>(s.config.table_at("optics"), "optics", "refine_C10") && !st.resume) {
+    const double measured = C10_estimate_of_report(s.preprocess_json);
+    if (std::isfinite(measured)) {
+      log_info("session", cat("starting from C10 = ", measured, " Å, the defocus the bright field's parallax measured",
+                              " (stated ", s.optics.C10_A, " Å; [optics] refine_C10 = false keeps the stated one)"));
+      s.optics.C10_A = measured;
+    }
   }
   // [data] positions_from: a fresh run starts at a result's saved positions instead of the
   // source's (a resumed run continues from its own file's positions, so the key is left aside).
@@ -1194,7 +1278,27 @@ void session::state::create_engine(state& s, start& st) {
   setup.device = s.par->device();
   setup.slice_propagator = settings.slices > 1 ? &propagator_t : nullptr;
   setup.slice_thickness_A = settings.slices > 1 ? settings.slice_thickness_A : 0.0;
-  setup.position_gradient = settings.driver.positions.enabled ? 1 : 0;
+  // The scan map's refinement needs the positions' gradient every few iterations: from an engine
+  // that can turn it off in between (else it costs on every batch) and, on several ranks, with
+  // each position's gradient on one rank.
+  s.refine_scan_map = false;
+  if (settings.scan.enabled) {
+    const tycho_engine_vtable* evt = s.engine_ref->as<tycho_engine_vtable>();
+    const bool switchable = evt->struct_size >= offsetof(tycho_engine_vtable, set_position_gradient) +
+                                                    sizeof(evt->set_position_gradient) &&
+                            evt->set_position_gradient != nullptr;
+    const int32_t world = s.par->world_size();
+    if (world > 1 && s.par->sharding() != shard::mode::patterns)
+      log_info("session", "the scan map is not refined: [parallel] sharding = \"replicated\" splits each position's "
+                          "gradient over the ranks ([reconstruct.positions] refine_scan_map)");
+    else if (!switchable && !settings.driver.positions.enabled)
+      log_info("session", cat("the scan map is not refined: the ", st.engine_name, " engine cannot compute the ",
+                              "positions' gradient on some iterations only; [reconstruct.positions] correct = true ",
+                              "refines it with position correction"));
+    else
+      s.refine_scan_map = true;
+  }
+  setup.position_gradient = settings.driver.positions.enabled || s.refine_scan_map ? 1 : 0;
   setup.host_finishes_batches = 1;  // the driver sums an engine's fixed-point sums and finishes its batches
   int64_t scan_shape[2] = {s.data.all_patterns, 2};
   DLTensor scan_positions{s.all_positions_px.data(), {kDLCPU, 0}, 2, k_float64, scan_shape, nullptr, 0};
@@ -1266,6 +1370,70 @@ void session::state::create_optimizers(state& s, start& st) {
                                    std::move(opts), s.data.all_patterns, dopt,
                                    shard::of(s.data.all_patterns, s.par->rank(), world, s.par->sharding()),
                                    world > 1 ? s.par : nullptr);
+  if (s.refine_scan_map) s.drv->set_scan_refinement(make_scan_refinement(s, settings.scan));
+}
+
+// The defocus the reconstructed probe's first mode shows, against the stated one (probe_fit.hpp):
+// searched within ±max(60 %, 100 Å) of the stated C10.
+std::string session::state::probe_fit_json(const state& s) {
+  const owned_array probe = s.stopped ? s.kept.probe : s.read_engine_tensor("probe", TYCHO_TENSOR_PROBE);
+  if (probe.shape.size() != 3) return "";
+  const double c = s.optics.C10_A, half = std::max(0.6 * std::abs(c), 100.0);
+  const double dk[2] = {s.sampling.dk_invA[0], s.sampling.dk_invA[1]};
+  const int64_t n0 = probe.shape[1], n1 = probe.shape[2];
+  const probe_defocus_fit f =
+      probe.dtype.bits == 128
+          ? fit_probe_defocus(probe.as<std::complex<double>>(), n0, n1, dk, s.wavelength_A, s.optics.semiangle_mrad, c,
+                              c - half, c + half)
+          : fit_probe_defocus(probe.as<std::complex<float>>(), n0, n1, dk, s.wavelength_A, s.optics.semiangle_mrad, c,
+                              c - half, c + half);
+  if (!f.done) return "";
+  nlohmann::ordered_json j;
+  j["C10_A"] = f.C10_A;
+  j["initial_C10_A"] = c;  // the run's start: stated, or the parallax's
+  j["peak_gain"] = f.peak_gain;
+  return j.dump();
+}
+
+// The scan map's refinement for this rank's positions: their nominal positions (the raster, or the
+// source's list) centred on the whole scan's mean, and the map the preprocessing laid them out with.
+scan_refinement session::state::make_scan_refinement(state& s, const scan_refinement_options& o) {
+  const int64_t all = s.data.all_patterns, ry = s.data.info.scan_shape[1];
+  std::vector<double> n(std::size_t(2 * all));
+  for (int64_t j = 0; j < all; ++j) {
+    if (!s.data.positions_A.empty()) {
+      n[std::size_t(2 * j)] = s.data.positions_A[std::size_t(2 * j)];
+      n[std::size_t(2 * j + 1)] = s.data.positions_A[std::size_t(2 * j + 1)];
+    } else {
+      n[std::size_t(2 * j)] = double(j / ry) * s.geometry.step_A[0];
+      n[std::size_t(2 * j + 1)] = double(j % ry) * s.geometry.step_A[1];
+    }
+  }
+  double mean[2] = {0, 0}, r2 = 0;
+  for (int64_t j = 0; j < all; ++j)
+    for (int a = 0; a < 2; ++a) mean[a] += n[std::size_t(2 * j + a)] / double(all);
+  for (int64_t j = 0; j < all; ++j)
+    for (int a = 0; a < 2; ++a) {
+      n[std::size_t(2 * j + a)] -= mean[a];
+      r2 += n[std::size_t(2 * j + a)] * n[std::size_t(2 * j + a)] / double(all);
+    }
+  std::vector<double> mine(n.begin() + 2 * s.data.first, n.begin() + 2 * (s.data.first + s.data.patterns));
+  scan_refinement_options with_probe = o;
+  with_probe.C10_A = s.optics.C10_A;
+  with_probe.wavelength_A = s.wavelength_A;
+  with_probe.dk_invA = {s.sampling.dk_invA[0], s.sampling.dk_invA[1]};
+  // C10's scale: the shift λ ΔC10 k of the bright field's image at the aperture's edge.
+  with_probe.C10_displacement_per_A = s.wavelength_A * s.optics.semiangle_mrad * 1e-3 / s.wavelength_A;
+  // Counted electrons (the amplitude and Poisson losses agree to second order): each real
+  // degree of freedom fits σ² = s / 4 = 1 / (4 T) of the noise (Var √D ≈ ¼ per pixel, scaled by
+  // the mean total T), two per object pixel. Other data carry no noise model the penalty could use.
+  const DLDataType stored = s.data.info.stored_dtype;
+  const bool counted = (stored.code == kDLUInt || stored.code == kDLInt) && s.data.mean_total_intensity > 0;
+  if (counted)
+    with_probe.noise_per_A2 = 2.0 / (4.0 * s.data.mean_total_intensity) / (s.geometry.pixel_A[0] * s.geometry.pixel_A[1]);
+  with_probe.window_A = std::sqrt(double(s.data.n0) * s.geometry.pixel_A[0] * double(s.data.n1) * s.geometry.pixel_A[1]);
+  return scan_refinement(with_probe, std::move(mine), std::sqrt(r2), {s.geometry.pixel_A[0], s.geometry.pixel_A[1]},
+                         scan_map_of_report(s.preprocess_json, s.data.description));
 }
 
 // 6. Resumed: optimizer state, iteration count and history continue where the file ended.
@@ -1428,6 +1596,8 @@ bool session::run(int64_t iterations, const progress_callback& progress) {
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double cpu_secs = process_cpu_seconds() - cpu0;
+    for (const std::string& line : s.drv->take_scan_log())
+      if (s.par->is_root()) log_info("positions", line);
     // A non-finite loss, or NaN left in the state, would only spread: stop with the last state
     // that had neither.
     if (!std::isfinite(loss)) {
@@ -1598,6 +1768,19 @@ std::string session::manifest_json() const {
   m.schedule_iterations = s.iterations;
   m.parallel_json = s.parallel_json;
   m.preprocess_json = s.preprocess_json;
+  if (const scan_refinement* r = s.drv ? s.drv->scan_refinement_state() : nullptr) {
+    const auto q = r->parameters();
+    nlohmann::ordered_json j;
+    j["linear"] = {{r->map().L[0][0], r->map().L[0][1]}, {r->map().L[1][0], r->map().L[1][1]}};
+    j["rotation_deg"] = q.rotation_rad * 180 / 3.14159265358979323846;
+    j["step_scale"] = {q.scale0, q.scale1};
+    j["shear"] = q.shear;
+    if (r->refines_C10()) j["C10_A"] = r->C10_A();
+    j["steps"] = r->steps_taken();
+    j["converged"] = r->converged();
+    m.scan_map_json = j.dump();
+  }
+  m.probe_fit_json = state::probe_fit_json(s);
   m.batching = batching_name(s.batches.kind);
   if (s.drv->object_in_tiles()) m.tile_px = s.drv->tiles()->tile();
   m.complex_dtype = precision() == "float64" ? "complex128" : "complex64";

@@ -77,6 +77,7 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         at_least(decl("semiangle_mrad", N, none, "mrad", "probe-forming aperture semiangle (default: from the file)"), 0, true),
         decl("C10_A", N, none, "Å", "defocus aberration C10, < 0 underfocus (default: from the file, else 0)"),
         decl("defocus_A", N, none, "Å", "abTEM's defocus, stored as C10 = −defocus_A"),
+        decl("refine_C10", B, "true", "", "with scan_rotation_deg = \"auto\": start from the C10 the bright field's parallax measures (when it is precise), and with the scan map's refinement refine it during the run; false: keep the stated C10"),
         one_of(decl("radiation", S, none, "", "what the beam is, which sets the wavelength of energy_eV (default: what the file says, else \"electron\")"),
                {"electron", "xray"}),
         one_of(decl("probe_model", S, "\"aperture\"", "", "the initial probe: a disc or annulus in the back focal plane (condenser aperture, zone plate), or a pinhole in real space"),
@@ -96,7 +97,7 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         decl("integer_targets", B, none, "", "keep integer counts as uint16 targets (default: true for counts the source delivers as such; float32 data of whole counts packed only for an engine on a GPU)"),
         one_of(decl("com_fit", S, "\"none\"", "", "fit the patterns' centre of mass over the scan"), {"none", "constant", "plane"}),
         decl("recentre", B, "false", "", "shift every pattern by its fitted centre of mass; needs com_fit"),
-        decl("scan_rotation_deg", M, "0", "degrees", "a number or \"auto\": rotation of the scan against the detector"),
+        decl("scan_rotation_deg", M, "0", "degrees", "rotation of the scan against the detector (py4DSTEM's convention; applied to the positions): a number, or \"auto\": estimated from the data (the bright field's parallax, else the centre-of-mass curl, else 0 with a warning)"),
         decl("scan_transpose", M, "false", "", "a bool or \"auto\": the detector axes are swapped against the scan axes"),
         at_least(decl("binning", I, "1", "", "sum b x b detector pixels"), 1),
         decl("crop_detector", IL, none, "px", "keep the centred [N0, N1] pixels of each pattern"),
@@ -151,6 +152,11 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         at_most(at_least(decl("final_learning_rate_fraction", N, "0.1", "", "the schedule's factor at the last iteration"),
                          0, true),
                 1),
+        decl("refine_scan_map", B, "false", "", "true: refine the scan's linear map (rotation unless scan_rotation_deg is given, the ratio of the steps, shear; the isotropic scale with refine_scan_scale) and the probe's C10 ([optics] refine_C10) as a few global parameters, every scan_map_every iterations from scan_map_first_iteration; with correct = true the positions' own steps keep the rest"),
+        decl("refine_scan_scale", B, "false", "", "refine the scan's isotropic scale too (biased towards expansion by the free object's fit of the noise on thin, weak specimens; see docs)"),
+        at_least(decl("scan_map_first_iteration", I, "10", "", "the scan map's first step"), 1),
+        at_least(decl("scan_map_every", I, "5", "iterations", "iterations between the scan map's steps"), 1),
+        at_least(decl("scan_map_max_move_A", N, "0.3", "Å", "largest move of one scan-map step at the scan's rms radius"), 0, true),
     };
     m["reconstruct.constraints"] = {
         decl("name", S, none, "", "the constraint component (`tycho plugins` lists them); required"),

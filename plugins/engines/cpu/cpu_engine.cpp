@@ -150,17 +150,21 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
   threads_ = options.threads > 0 ? options.threads : omp_get_max_threads();
   kernels_ = &pointwise_for_this_cpu<Real>();
   // The grouped shifts are written for one slice (any number of modes) and no position gradient.
-  shift_groups_ = options.shift_groups && slices_ == 1 && !position_gradient_;
+  // With a position gradient the groups are allowed too: the host turns the gradient off on the
+  // iterations that do not move positions (set_position_gradient), and those take them.
+  shift_groups_allowed_ = options.shift_groups && slices_ == 1;
+  shift_groups_ = shift_groups_allowed_ && !position_gradient_;
   // Which path runs, and why not the grouped one where it was asked for: the two differ in speed.
-  const char* path = shift_groups_            ? "grouped sub-pixel shifts"
+  const char* path = shift_groups_allowed_ && position_gradient_
+                         ? "grouped sub-pixel shifts, per-position ones on the iterations that move positions"
+                     : shift_groups_allowed_ ? "grouped sub-pixel shifts"
                      : !options.shift_groups ? "per-position shifts (shift_groups = false)"
-                                             : "per-position shifts (the grouped ones need one slice and no "
-                                               "position correction)";
+                                             : "per-position shifts (the grouped ones need one slice)";
   log(TYCHO_LOG_INFO, "cpu", cat(sizeof(Real) == 8 ? "float64" : "float32", ", ", threads_, " threads, ",
                                  kernels_->instruction_set, " pointwise loops, ", path,
                                  options.deterministic ? ", deterministic sums" : ", float sums (deterministic = false)"));
   fft_ = std::make_unique<fft_plan_2d<Real>>(n0_, n1_, options.measure_fft);
-  if (shift_groups_) {
+  if (shift_groups_allowed_) {
     rows_ = std::make_unique<fft_plan_axis<Real>>(n0_, n1_, 1, options.measure_fft);
     columns_ = std::make_unique<fft_plan_axis<Real>>(n0_, n1_, 0, options.measure_fft);
   }
@@ -176,7 +180,7 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
     s->wave = make_fft_buffer<Real>(m);
     s->work = make_fft_buffer<Real>(m);
     s->input = make_fft_buffer<Real>(m);
-    if (shift_groups_) {
+    if (shift_groups_allowed_) {
       for (int64_t k = 0; k < modes_; ++k) {
         s->group_probe.push_back(make_fft_buffer<Real>(m));
         if (!deterministic_) s->group_grad.push_back(make_fft_buffer<Real>(m));

@@ -99,6 +99,8 @@ class engine_base {
   // With deterministic sums and host_finishes: returns 0 and leaves the sums for finish_batch.
   virtual double compute_batch(const int64_t* indices, int64_t count) = 0;
   virtual DLTensor* tensor(tycho_tensor_id id) = 0;
+  // Only for an engine created with a position gradient (the adapter checks).
+  virtual void set_position_gradient(bool on) = 0;
   // The object gradient is read only inside `boxes` (n rows [row0, row1, col0, col1), checked
   // by the adapter) from the next batch on; n = 0: everywhere.
   virtual void set_gradient_region(const int64_t* boxes, int64_t n) = 0;
@@ -122,6 +124,11 @@ class cpu_engine final : public engine_base {
 
   double compute_batch(const int64_t* indices, int64_t count) override;
   DLTensor* tensor(tycho_tensor_id id) override;
+  // Off: the batches skip dL/dr and take the grouped shifts when those were allowed.
+  void set_position_gradient(bool on) override {
+    position_gradient_ = on;
+    shift_groups_ = shift_groups_allowed_ && !on;
+  }
   void set_gradient_region(const int64_t* boxes, int64_t n) override { region_.assign(boxes, boxes + 4 * n); }
   DLTensor* fixed_point_sums() override;
   bool finish_batch(bool ends_iteration, double& loss) override;
@@ -181,8 +188,9 @@ class cpu_engine final : public engine_base {
   int64_t n0_, n1_, h_, w_, patterns_;
   int64_t slices_ = 1, modes_ = 1;
   int threads_;
-  bool shift_groups_;
-  bool position_gradient_ = false;
+  bool shift_groups_;                  // this batch takes the grouped shifts
+  bool shift_groups_allowed_ = false;  // one slice and asked for: the groups' plans and buffers exist
+  bool position_gradient_ = false;     // this batch computes dL/dr (set_position_gradient)
   std::vector<complex> propagator_;  // H / (N0·N1): the slice propagator with the round trip's scale
   const float* targets_ = nullptr;            // float32 targets, or
   const uint16_t* counts_ = nullptr;          // integer counts, widened per pattern before the loss

@@ -24,6 +24,7 @@ class cpu_component {
 
   double compute_batch(const int64_t* indices, int64_t count) { return engine_->compute_batch(indices, count); }
   DLTensor* tensor(tycho_tensor_id id) { return engine_->tensor(id); }
+  void set_position_gradient(bool on) { engine_->set_position_gradient(on); }
   void set_gradient_region(const int64_t* boxes, int64_t n) { engine_->set_gradient_region(boxes, n); }
   DLTensor* fixed_point_sums() { return engine_->fixed_point_sums(); }
   bool finish_batch(bool ends_iteration, double& loss) { return engine_->finish_batch(ends_iteration, loss); }

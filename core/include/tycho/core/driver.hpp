@@ -7,12 +7,15 @@
 #include "tycho/core/batch_plan.hpp"
 #include "tycho/core/object_tiles.hpp"
 #include "tycho/core/position_correction.hpp"
+#include "tycho/core/scan_refinement.hpp"
 #include "tycho/core/sharding.hpp"
 
+#include <complex>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tycho {
@@ -122,6 +125,14 @@ class driver {
   // (the caller keeps its own copy of the last complete state). One rank only: several ranks
   // would stop in different batches and wait for each other.
   void set_stop_check(std::function<bool()> stop) { stop_ = std::move(stop); }
+  // The scan map's refinement (scan_refinement.hpp): its global steps every few iterations, with
+  // or without position correction; with it, the per-position steps keep only what no linear map
+  // explains. The engine must have been created with a position gradient; on several ranks the
+  // patterns must be sharded (each position's gradient has one owner).
+  void set_scan_refinement(scan_refinement r);
+  const scan_refinement* scan_refinement_state() const { return scan_enabled_ ? &scan_ : nullptr; }
+  // The refinement's reports since the last call (one line per global step), for the log.
+  std::vector<std::string> take_scan_log() { return std::exchange(scan_log_, {}); }
   // With several ranks and position correction: every pattern's position ((P, 2) px), gathered
   // after each correction step, so any rank can report them; empty before the first step and
   // on one rank (whose engine holds them all).
@@ -138,11 +149,18 @@ class driver {
   // `epoch`; batch −1 after the position step.
   void apply_constraints(uint32_t targets, int64_t epoch, int64_t batch, int64_t batches, void* stream);
   void correct_positions(int64_t epoch);
+  // The scan map's global step of iteration `epoch` (when due): positions and probe moved.
+  void step_scan_map(int64_t epoch);
+  // Turns the engine's position gradient on or off for this iteration's batches, where the
+  // engine can (ABI 1.3 set_position_gradient) and the run asked for one at all.
+  void want_position_gradient(bool on);
   // Deterministic sums: the engine's integer sums over the ranks, then its finish_batch (again
   // until the batch's sums settle on their grid).
   void finish_fixed_point_batch(const int64_t* indices, int64_t n, bool ends_iteration, double& loss, void* stream);
   // Several ranks: every rank's positions into gathered_positions_ (blocks summed with zeros).
   void gather_positions(void* stream);
+  // Adds a mini-batch's probe gradient (summed over the ranks) into probe_gradient_.
+  void add_probe_gradient(const DLTensor& grad);
   void setup_tiles();
   // Sums a host float64 array over the ranks, in place (position correction's small exchanges).
   void sum_host_doubles(std::vector<double>& values, void* stream);
@@ -169,6 +187,11 @@ class driver {
   std::vector<unsigned char> packed_;     // the region's gradient, summed over the ranks
   int64_t iterations_done_ = 0;
   std::function<bool()> stop_;
+  scan_refinement scan_;
+  bool scan_enabled_ = false;
+  std::vector<std::string> scan_log_;
+  std::vector<std::complex<double>> probe_gradient_;  // this iteration's, when the map's step refines C10
+  bool position_gradient_on_ = true;  // the engine's state (created with the gradient on, if at all)
 };
 
 }  // namespace tycho

@@ -19,19 +19,26 @@
 //   4. com_fit = "constant" | "plane": least squares over the scan positions (i, k) (pattern
 //      j = i·Ry + k), per detector axis: c = a, or c = a + b·i + c·k. Written as sums (the normal
 //      equations) so that ranks holding different patterns add their sums (sum_across_ranks).
-//   5. scan_rotation_deg = "auto": the rotation (and, unless scan_transpose is given, the
-//      transpose) that minimises the COM field's curl, as py4DSTEM and quantEM estimate it.
+//   5. scan_rotation_deg = "auto": the scan's geometry from the data (scan_geometry_estimate
+//      below): the rotation (and, unless scan_transpose is given, the transpose) from the parallax
+//      of the bright field (tycho/core/parallax.hpp) where the probe is defocused enough, else from
+//      the COM field's curl as py4DSTEM and quantEM estimate it; with the parallax also the ratio of
+//      the scan axes' steps and their shear.
 //   6. recentre = true: shift every pattern by the fitted COM, rounded to whole pixels, so the
 //      fitted centre lands on the zero-frequency pixel (pixels shifted in from outside are 0).
-//   7. scan_transpose / scan_rotation_deg applied to the patterns (multiples of 90° only: an
-//      exact permutation of the pixels; other angles are refused).
+//   7. scan_transpose applied to the patterns (an exact permutation of the pixels). The rotation
+//      (any angle) and the rest of the scan's linear map move the positions instead: the report's
+//      scan_map, which the session applies to the nominal raster (tycho/core/scan_map.hpp).
 //   8. normalise = true: scale every pattern to the scan's mean total intensity.
 #pragma once
 
 #include <tycho/core/config.hpp>
+#include <tycho/core/parallax.hpp>
+#include <tycho/core/scan_map.hpp>
 #include <tycho/sdk/optics.hpp>
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -56,9 +63,6 @@ const std::vector<std::string>& preprocess_stage_keys();
 // then wrap around the periodic window, so binning asks for ten times less).
 constexpr double binning_edge_margin = 0.05;
 constexpr double binning_edge_fraction_max = 0.01;
-// scan_rotation_deg = "auto" applies the multiple of 90° nearest its estimate when the estimate
-// lies within this many degrees of it, and refuses otherwise.
-constexpr double rotation_snap_deg = 5.0;
 // Below this curl contrast (rotation_estimate::contrast) the estimate is noise-dominated: a
 // warning says so. Measured: 0.71 on the noise-free MoS2 patterns, 0.22 on the counts, 0.17 on
 // an 8 x 8 simulated scan whose estimate is meaningless.
@@ -79,27 +83,32 @@ struct preprocess_settings {
   bool save_raw_data = false;  // for `tycho preprocess`: embed the patterns in the prepared file
 
   bool needs_com() const { return com_fit != com_fit_kind::none || rotation_auto || recentre; }
-  // Whether the stage changes the patterns or the detector at all.
+  // Whether the stage does anything (to the patterns, the detector or, by a rotation, the
+  // positions).
   bool active() const {
     return needs_com() || transpose || rotation_deg != 0 || binning != 1 || crop[0] > 0 || normalise;
   }
-  // Whether the stage only measures (the centre of mass and its fit, for the report) and leaves
-  // the patterns as they are: it then works on uint16 counts as well (dataset::counts).
-  bool only_measures() const { return active() && !rotation_auto && !recentre && !transpose && rotation_deg == 0 &&
-                                      binning == 1 && crop[0] == 0 && !normalise; }
+  // Whether the stage only measures (the centre of mass, its fit, the scan's geometry) and leaves
+  // the patterns as they are: it then works on uint16 counts as well (dataset::counts). An
+  // estimated transpose would move pixels, so "auto" measures only with scan_transpose = false.
+  bool only_measures() const {
+    return active() && !(rotation_auto && transpose_auto) && !recentre && !transpose && binning == 1 &&
+           crop[0] == 0 && !normalise;
+  }
 };
 
 // Bad detector pixels (mask_bad_pixels) are masked in the detector's own geometry, and the
 // stage does not move the mask with the pixels yet: data with masked pixels is refused, naming
-// both, when the stage would move pixels (recentre, scan rotation or transpose, binning, crop).
-void refuse_moving_masked_pixels(const dataset& d, const preprocess_settings& s);
+// both, when the stage would move pixels (recentre, a transpose, binning, crop). `transpose`:
+// the transpose the stage decided (an estimated one is known only after the estimate).
+void refuse_moving_masked_pixels(const dataset& d, const preprocess_settings& s, bool transpose);
 
 // Reads and checks the stage's keys; `origin` names the config in errors.
 preprocess_settings read_preprocess_settings(const toml::table& preprocess, const std::string& origin);
 
 // The detector after crop and binning, for an (n0, n1) detector (refuses a crop larger than the
-// detector and a factor that does not divide it). Transposes and 90° rotations swap the axes, so
-// `tycho plan` asks this function with `with_rotation` = true for the engine's window.
+// detector and a factor that does not divide it). A transpose swaps the axes, so `tycho plan`
+// asks this function with `with_rotation` = true for the engine's window.
 std::array<int64_t, 2> preprocessed_detector_shape(const preprocess_settings& s, int64_t n0, int64_t n1,
                                                    bool with_rotation = false);
 
@@ -147,6 +156,25 @@ rotation_estimate estimate_scan_rotation(const std::vector<double>& com, int64_t
 // Mean |curl| of the COM field rotated by θ (degrees), transposed first when asked.
 double com_curl(const std::vector<double>& com, int64_t rx, int64_t ry, double deg, bool transpose);
 
+// The scan's geometry the stage decided (step 5 and the given keys): the linear map of the
+// nominal raster into the (transposed) detector's frame, and how it was found.
+struct scan_geometry_estimate {
+  bool done = false;        // map holds a decision (given, or estimated from the data)
+  std::string source;       // "given", "parallax", "centre-of-mass curl", "nominal" (no estimate possible)
+  scan_map map;             // r = L n (scan_map.hpp): det L > 0, the transpose already applied
+  bool transpose = false;   // the patterns are transposed
+  parallax_result parallax;              // when tried
+  double parallax_scale = std::nan("");  // √det of the parallax's map at the nominal C10
+  double parallax_C10_A = std::nan("");  // the C10 that gives the parallax's map the nominal step
+  // The defocus at the entrance surface the parallax implies (parallax_C10_A is the specimen's
+  // middle's), when its standard error is below 2 %: the run's initial probe unless [optics]
+  // refine_C10 = false.
+  double C10_estimate_A = std::nan("");
+  double com_rotation_deg = std::nan("");  // the curl's estimate (py4DSTEM's convention), when made
+  double dpc_skewness = std::nan("");      // the integrated COM's skewness at the chosen rotation
+  std::vector<std::string> notes;          // each decision and its reason, for the log
+};
+
 // What the stage did, for the log, the prepared file and the result's manifest.
 struct preprocess_report {
   preprocess_settings settings;  // rotation_deg / transpose: as applied
@@ -156,6 +184,7 @@ struct preprocess_report {
   std::array<double, 2> com_mean{0, 0};           // mean measured COM, px from the centre
   com_fit_result fit;
   rotation_estimate rotation;
+  scan_geometry_estimate geometry;
   std::array<std::array<int64_t, 2>, 2> shift_range{};  // recentre: [min, max] shift per axis, px
   double normalised_to = 0;                             // normalise: the mean total every pattern got
   std::vector<double> com;  // (patterns held, 2): measured COM (empty unless computed)

@@ -59,6 +59,11 @@ struct result_manifest {
   std::string parallel_json;
   // What the preprocessing stage did (tycho/host/preprocess.hpp); empty when it did nothing.
   std::string preprocess_json;
+  // The scan map as the run refined it (tycho/core/scan_refinement.hpp), the manifest's
+  // "scan_map_refined"; empty when it was not refined.
+  std::string scan_map_json;
+  // The defocus the reconstructed probe shows (tycho/core/probe_fit.hpp), "probe_fit"; empty: none.
+  std::string probe_fit_json;
   // Compact batches stepping the object in tiles: the batching ("random" or "compact", the
   // manifest's "batching") and the tiles' side (px) when the result holds object_tile_steps (0: not).
   std::string batching = "random";

@@ -6,6 +6,7 @@
 #include <tycho/core/config.hpp>
 #include <tycho/core/geometry.hpp>
 #include <tycho/core/memory_plan.hpp>
+#include <tycho/core/scan_map.hpp>
 #include <tycho/host/optics.hpp>
 #include <tycho/tycho_components.h>
 
@@ -30,11 +31,19 @@ struct run_geometry {
 // Resolves optics, sampling, scan geometry and object layout from the config and the source's
 // info() for an (n0, n1) window (after any detector padding); `description` names the data in
 // errors. `positions_A`: the (P, 2) positions the source listed (read_positions), laid out
-// instead of the raster (no scan step needed then); empty for a raster. The session and
-// `tycho plan` both use it. (Defined in session.cpp.)
+// instead of the raster (no scan step needed then); empty for a raster. `map`: the scan's linear
+// map the preprocessing decided (tycho/core/scan_map.hpp), applied to the listed positions or
+// to the raster (i·step0, k·step1), whose step is kept; identity: the positions as they are. The
+// session and `tycho plan` both use it. (Defined in session.cpp.)
 run_geometry resolve_run_geometry(const config_document& doc, const tycho_dataset_info& info,
                                   const std::string& description, int64_t n0, int64_t n1,
-                                  const std::vector<double>& positions_A = {});
+                                  const std::vector<double>& positions_A = {}, const scan_map& map = {});
+
+// The scan map a preprocessing report (its JSON, "" when none) recorded ("scan_map": "linear"),
+// identity when it holds none. Throws naming `where` when the map is malformed or not invertible.
+scan_map scan_map_of_report(const std::string& preprocess_json, const std::string& where);
+// The entrance's C10 the report's parallax measured ("scan_map.parallax.C10_estimate_A"), NaN when none.
+double C10_estimate_of_report(const std::string& preprocess_json);
 
 // The memory problem of a run: the engine named in [reconstruct] reports its own terms (the
 // reported model: tycho_engine_vtable::plan_memory; a plan-only engine will do), the

@@ -13,6 +13,7 @@
 //                                      // compute_batch then returns void
 //     static void plan_memory(const tycho::sdk::config_view& cfg, const tycho_memory_problem& p,
 //                             tycho_memory_report* out);   // tycho plan (pure, thread-safe)
+//     void set_position_gradient(bool on);  // ABI 1.3: dL/dr on or off from the next batch
 //     // Deterministic sums (tycho/sdk/fixed_point.hpp): the int64 sums the host reduces, nullptr
 //     // when this instance keeps none; and the step after their reduction: true to be computed
 //     // again, else the gradients are set and the batch's Σ L (every rank's) added to `loss`
@@ -45,6 +46,9 @@
 //   to the tensor's size (host tensors are copied here unless the class has its own read_tensor).
 // - finish_batch (classes with fixed_point_sums): an `again` given, and sums kept.
 // - plan_memory: a problem and a report given.
+// - set_position_gradient: only for an engine whose setup asked for a position gradient
+//   (TYCHO_ERR_INVALID_ARGUMENT otherwise); while it is off, get_tensor of the positions'
+//   gradient still answers (the values are those of the last batch that computed them).
 // - set_gradient_region: n >= 0 boxes, each non-empty and inside the object's last two axes.
 #pragma once
 
@@ -246,6 +250,7 @@ TYCHO_SDK_DETECT(engine_has_read_tensor,
                  std::declval<T&>().read_tensor(TYCHO_TENSOR_OBJECT, std::declval<void*>(), size_t(0)));
 TYCHO_SDK_DETECT(engine_has_stream, std::declval<T&>().stream());
 TYCHO_SDK_DETECT(engine_has_collect_loss, std::declval<T&>().collect_loss());
+TYCHO_SDK_DETECT(engine_has_set_position_gradient, std::declval<T&>().set_position_gradient(true));
 TYCHO_SDK_DETECT(engine_has_fixed_point, std::declval<T&>().fixed_point_sums());
 TYCHO_SDK_DETECT(engine_has_gradient_region,
                  std::declval<T&>().set_gradient_region(std::declval<const int64_t*>(), int64_t(0)));
@@ -401,6 +406,16 @@ struct engine_adapter {
     });
   }
 
+  static tycho_status set_position_gradient(tycho_engine* eng, int32_t on) {
+    return guarded([&] {
+      instance& in = self(eng, "set_position_gradient");
+      if (!in.position_gradient)
+        fail(TYCHO_ERR_INVALID_ARGUMENT, id().who(), ": set_position_gradient() on an engine whose setup asked for ",
+             "no position gradient");
+      in.engine.set_position_gradient(on != 0);
+    });
+  }
+
   static tycho_engine_vtable make_vtable() {
     auto vt = detail::vtable_head<tycho_engine_vtable>();
     vt.create = &create;
@@ -411,6 +426,7 @@ struct engine_adapter {
     vt.stream = &stream;
     if constexpr (detail::engine_has_collect_loss<E>::value) vt.collect_loss = &collect_loss;
     if constexpr (detail::engine_has_plan_memory<E>::value) vt.plan_memory = &plan_memory;
+    if constexpr (detail::engine_has_set_position_gradient<E>::value) vt.set_position_gradient = &set_position_gradient;
     if constexpr (detail::engine_has_fixed_point<E>::value) vt.finish_batch = &finish_batch;
     if constexpr (detail::engine_has_gradient_region<E>::value) vt.set_gradient_region = &set_gradient_region;
     return vt;

@@ -1,0 +1,130 @@
+// The scan's linear map (scan_map.hpp) refined during the reconstruction, as a few global
+// parameters with their own step.
+//
+// Why not leave it to each position's step: a wrong rotation, step or shear of the whole scan is
+// the mode of the positions the data fix most weakly. The object forms around the wrong
+// positions within a few iterations and then explains them almost as well: on an MoSe2 scan a
+// 3 % error of the step moves the final loss by 3e-4 of its value, a curvature thousands of times
+// flatter than one position's (whose Gauss–Newton steps, position_correction.hpp, assume the
+// object fixed). Per-position steps then find the jitter (0.03 Å) and keep the global error
+// (0.35 Å). But the slope along the mode is right wherever the object has adapted: at an object
+// that minimises the loss for the current positions, dL/dθ of a global parameter θ is the
+// partial derivative with the object held (the envelope theorem), Σ_j (∂L/∂r_j) · ∂r_j/∂θ from
+// the positions' gradients the engine already computes. So the map takes quasi-Newton steps on
+// those slopes, measured every few iterations while the object keeps adapting, with its
+// curvature learnt from how the slopes change (BFGS; Nocedal & Wright, Numerical Optimization,
+// 2006, ch. 6), and the positions' own steps keep only what no linear map explains.
+//
+// Parameters: L = R(θ) · [[s0, 0], [h, s1]] (scan_map.hpp) and the probe's defocus C10, each one
+// free or fixed. The defocus belongs with them: the bright field's parallax, most of what a
+// defocused probe's patterns say about the scan at low resolution, depends on the scale of the
+// scan and C10 only through their ratio, so a stated C10 that is 10 % off pulls the scale 10 %
+// off unless both move together (measured: hBN stated 30 % off, the scale went to 0.77); only the
+// finer detail separates them. Its slope is the probe's gradient projected on a change of defocus,
+// dP/dC10 = F⁻¹[−iπλ|k|² · F P], which the driver computes. All five are scaled to the
+// displacement they cause (Å): the map's at the scan's rms radius, C10's as the shift λ ΔC10 k
+// of the bright-field image at the aperture's edge; one step size and one tolerance serve all.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tycho/core/scan_map.hpp"
+
+namespace tycho {
+
+struct scan_refinement_options {
+  bool enabled = false;
+  int64_t first_iteration = 10;  // the first slope (the object has formed)
+  int64_t every = 5;             // iterations between steps (the object adapts in between)
+  double max_move_A = 0.3;       // largest displacement one step makes at the scan's rms radius
+  double tolerance_A = 0.002;    // steps smaller than this (rms radius) twice in a row: converged
+  // Which of (rotation, isotropic scale ½ log(s0 s1), anisotropy ½ log(s0 / s1), shear, C10) move.
+  // The isotropic scale is held by default: with an object free in every pixel, the loss keeps
+  // falling as the scan expands (fewer patterns share each pixel, so more of the counting noise
+  // is fitted: on the MoS2 counts −8.3e-6 per pattern per 1 % of scale, the 7e-6 that the
+  // added pixels' share of the noise predicts), which biases it by +1 to +2.5 % on thin,
+  // weakly scattering specimens (MoS2, hBN, WS2 at 1e4 e/Å²) while Pearson is best at the truth.
+  std::array<bool, 5> free{{true, false, true, true, true}};
+  // λ · k_aperture: the displacement (Å) per Å of C10 (0: C10 is not refined).
+  double C10_displacement_per_A = 0;
+  double C10_A = 0;  // the probe's defocus the run starts from
+  // The expected fall of the loss per Å² of object the windows cover, from fitting more of the
+  // counting noise (σ² per real degree of freedom × 2 per object pixel): added to the slopes of
+  // the scales as the penalty σ² K(area), so that the scan is not expanded to fit noise (the bias
+  // is the Neyman–Scott one of a likelihood with a parameter per pixel). 0: none (noise-free or
+  // uncounted data).
+  double noise_per_A2 = 0;
+  double window_A = 0;  // the probe window's width (√ of its two sides), Å
+  double wavelength_A = 0;             // for the probe's change of defocus (the driver's)
+  std::array<double, 2> dk_invA{0, 0};  // the window's reciprocal pixel
+};
+
+// What a step changed besides the positions: the probe's defocus (the driver applies it).
+struct scan_refinement_move {
+  bool moved = false;
+  double delta_C10_A = 0;
+};
+
+class scan_refinement {
+ public:
+  scan_refinement() = default;
+  // nominal_A: this rank's positions' nominal raster positions ((P, 2), Å, scan frame) minus the
+  // mean over the whole scan; rms_radius_A: √ of the mean of |n|² over the whole scan; pixel_A:
+  // the object's pixel (Å per px, per axis); start: the map the positions were laid out with.
+  scan_refinement(scan_refinement_options options, std::vector<double> nominal_A, double rms_radius_A,
+                  std::array<double, 2> pixel_A, const scan_map& start);
+
+  // Sums n values over the ranks in place (identity on one rank).
+  using rank_sum = std::function<void(std::vector<double>&)>;
+
+  // Whether iteration `iteration` ends with a step (the driver then gathers the probe's gradient).
+  bool due(int64_t iteration) const;
+  bool refines_C10() const { return o_.free[4] && o_.C10_displacement_per_A > 0; }
+  const scan_refinement_options& options() const { return o_; }
+
+  // After iteration `iteration`'s position gradients ((P, 2), dL/dr in px⁻¹) and the loss's slope
+  // along C10 (dL/dC10, per Å; the same on every rank; ignored unless refines_C10()): when a step
+  // is due, moves the positions ((P, 2) px, in place) by the change of the map and returns the
+  // change of C10 for the driver to apply to the probe.
+  scan_refinement_move step(int64_t iteration, const double* gradient, double C10_slope, double* positions,
+                            const rank_sum& sum);
+
+  // The affine part (a map of the nominal positions plus a shift) of per-position steps ((P, 2)
+  // px), removed in place: what the map's refinement owns.
+  void remove_affine_part(double* steps, const rank_sum& sum) const;
+
+  const scan_map& map() const { return map_; }
+  scan_map::parameters parameters() const { return map_.decompose(); }
+  double C10_A() const { return C10_; }
+  bool converged() const { return converged_; }
+  int64_t steps_taken() const { return steps_; }
+  // One line per step, for the log: iteration, parameters, step length.
+  const std::string& last_report() const { return report_; }
+
+ private:
+  using vec = std::array<double, 5>;
+  vec slope(const double* gradient, double C10_slope, const rank_sum& sum) const;  // dL/du (scaled)
+  void apply(const vec& du, double* positions);
+
+  scan_refinement_options o_;
+  std::vector<double> n_;  // (P, 2) Å
+  double radius_ = 1;
+  std::array<double, 2> pixel_{1, 1};
+  scan_map map_;
+  scan_map::parameters p_;
+  double C10_ = 0;
+  // BFGS state in the scaled parameters u (Å of displacement).
+  bool have_previous_ = false;
+  vec previous_slope_{}, previous_step_{};
+  std::array<vec, 5> inverse_hessian_{};
+  bool have_curvature_ = false;
+  int64_t steps_ = 0, small_steps_ = 0;
+  bool converged_ = false;
+  std::string report_;
+};
+
+}  // namespace tycho

@@ -1,0 +1,56 @@
+#include "tycho/core/scan_map.hpp"
+
+#include <cmath>
+#include <limits>
+
+namespace tycho {
+
+namespace {
+constexpr double pi = 3.14159265358979323846;
+}
+
+scan_map scan_map::from_parameters(double rotation_rad, double scale0, double scale1, double shear) {
+  const scan_map r = rotation_map(rotation_rad);
+  // R · [[s0, 0], [h, s1]]
+  scan_map m;
+  for (int a = 0; a < 2; ++a) {
+    m.L[a][0] = r.L[a][0] * scale0 + r.L[a][1] * shear;
+    m.L[a][1] = r.L[a][1] * scale1;
+  }
+  return m;
+}
+
+scan_map::parameters scan_map::decompose() const {
+  parameters p;
+  // The second column of L = R · [[s0, 0], [h, s1]] is s1 · R e1: its angle gives θ.
+  const double s1 = std::hypot(L[0][1], L[1][1]);
+  if (!(det() > 0) || !(s1 > 0)) {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    return {nan, nan, nan, nan};
+  }
+  p.rotation_rad = std::atan2(-L[0][1], L[1][1]);
+  p.scale1 = s1;
+  // R⁻¹ times the first column: (s0, h).
+  const double c = std::cos(p.rotation_rad), s = std::sin(p.rotation_rad);
+  p.scale0 = c * L[0][0] + s * L[1][0];
+  p.shear = -s * L[0][0] + c * L[1][0];
+  return p;
+}
+
+scan_map rotation_map(double rotation_rad) {
+  scan_map m;
+  const double quarter = rotation_rad / (pi / 2);
+  const double nearest = std::round(quarter);
+  if (std::abs(quarter - nearest) < 1e-9 * 2 / pi) {
+    const int turns = int(((int64_t(nearest) % 4) + 4) % 4);
+    static constexpr double cs[4][2] = {{1, 0}, {0, 1}, {-1, 0}, {0, -1}};  // cos, sin
+    const double c = cs[turns][0], s = cs[turns][1];
+    m.L = {{{c, -s}, {s, c}}};
+    return m;
+  }
+  const double c = std::cos(rotation_rad), s = std::sin(rotation_rad);
+  m.L = {{{c, -s}, {s, c}}};
+  return m;
+}
+
+}  // namespace tycho

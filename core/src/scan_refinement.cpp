@@ -1,0 +1,225 @@
+#include "tycho/core/scan_refinement.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tycho/core/error.hpp"
+
+namespace tycho {
+
+namespace {
+constexpr int P = 5;  // rotation, scale0, scale1, shear, C10
+using vec = std::array<double, P>;
+using mat = std::array<vec, P>;
+
+double dot(const vec& a, const vec& b) {
+  double s = 0;
+  for (int k = 0; k < P; ++k) s += a[std::size_t(k)] * b[std::size_t(k)];
+  return s;
+}
+double norm(const vec& a) { return std::sqrt(dot(a, a)); }
+
+// ∂L/∂p_k of L = R(θ) · [[s0, 0], [h, s1]] for p = (θ, s0, s1, h).
+std::array<std::array<std::array<double, 2>, 2>, 4> map_derivatives(const scan_map::parameters& p) {
+  const double c = std::cos(p.rotation_rad), s = std::sin(p.rotation_rad);
+  const double R[2][2] = {{c, -s}, {s, c}}, dR[2][2] = {{-s, -c}, {c, -s}};
+  const double U[2][2] = {{p.scale0, 0}, {p.shear, p.scale1}};
+  std::array<std::array<std::array<double, 2>, 2>, 4> d{};
+  for (int a = 0; a < 2; ++a)
+    for (int b = 0; b < 2; ++b) {
+      d[0][std::size_t(a)][std::size_t(b)] = dR[a][0] * U[0][b] + dR[a][1] * U[1][b];
+      d[1][std::size_t(a)][std::size_t(b)] = b == 0 ? R[a][0] : 0.0;  // ∂/∂s0: R · E00
+      d[2][std::size_t(a)][std::size_t(b)] = b == 1 ? R[a][1] : 0.0;  // ∂/∂s1: R · E11
+      d[3][std::size_t(a)][std::size_t(b)] = b == 0 ? R[a][1] : 0.0;  // ∂/∂h: R · E10
+    }
+  return d;
+}
+}  // namespace
+
+scan_refinement::scan_refinement(scan_refinement_options options, std::vector<double> nominal_A, double rms_radius_A,
+                                 std::array<double, 2> pixel_A, const scan_map& start)
+    : o_(options), n_(std::move(nominal_A)), radius_(rms_radius_A), pixel_(pixel_A), map_(start), C10_(options.C10_A) {
+  if (!(radius_ > 0) || !std::isfinite(radius_))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "scan map refinement: the scan spans no area (rms radius ", radius_, " Å)");
+  p_ = map_.decompose();
+  if (!std::isfinite(p_.rotation_rad))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "scan map refinement: the starting map has no positive determinant");
+}
+
+scan_refinement::vec scan_refinement::slope(const double* gradient, double C10_slope, const rank_sum& sum) const {
+  // G_ab = Σ_j (∂L/∂r_j,a) · n_j,b / pixel_a: the loss's slope along each entry of the map.
+  std::vector<double> G(4, 0.0);
+  const std::size_t count = n_.size() / 2;
+  for (std::size_t j = 0; j < count; ++j)
+    for (int a = 0; a < 2; ++a)
+      for (int b = 0; b < 2; ++b)
+        G[std::size_t(2 * a + b)] += gradient[2 * j + std::size_t(a)] * n_[2 * j + std::size_t(b)] / pixel_[std::size_t(a)];
+  sum(G);
+  const auto d = map_derivatives(p_);
+  double by[4] = {0, 0, 0, 0};  // dL/dθ, dL/ds0, dL/ds1, dL/dh
+  for (int k = 0; k < 4; ++k)
+    for (int a = 0; a < 2; ++a)
+      for (int b = 0; b < 2; ++b) by[k] += G[std::size_t(2 * a + b)] * d[std::size_t(k)][std::size_t(a)][std::size_t(b)];
+  // The parameters: θ, m = ½ log(s0 s1) (the isotropic scale), a = ½ log(s0 / s1), h: dL/dm =
+  // s0 dL/ds0 + s1 dL/ds1, dL/da = s0 dL/ds0 − s1 dL/ds1; each per Å at the rms radius.
+  double full[4] = {by[0], p_.scale0 * by[1] + p_.scale1 * by[2], p_.scale0 * by[1] - p_.scale1 * by[2], by[3]};
+  if (o_.noise_per_A2 > 0) {
+    // The covered area A ≈ (E0 + W)(E1 + W), E_a = √(12 ⟨n_a²⟩) s_a the scan's extent along its
+    // axis a (a uniform raster's), W the window: dA/dm = E0 (E1 + W) + E1 (E0 + W) and dA/da =
+    // E0 (E1 + W) − E1 (E0 + W) for m = ½ log(s0 s1), a = ½ log(s0 / s1).
+    std::vector<double> m2(3, 0.0);
+    for (std::size_t j = 0; j < count; ++j) {
+      m2[0] += n_[2 * j] * n_[2 * j];
+      m2[1] += n_[2 * j + 1] * n_[2 * j + 1];
+      m2[2] += 1;
+    }
+    sum(m2);
+    const double E0 = std::sqrt(12 * m2[0] / std::max(m2[2], 1.0)) * p_.scale0;
+    const double E1 = std::sqrt(12 * m2[1] / std::max(m2[2], 1.0)) * p_.scale1;
+    const double W = o_.window_A;
+    full[1] += o_.noise_per_A2 * (E0 * (E1 + W) + E1 * (E0 + W));
+    full[2] += o_.noise_per_A2 * (E0 * (E1 + W) - E1 * (E0 + W));
+  }
+  vec g{};
+  for (int k = 0; k < 4; ++k)
+    if (o_.free[std::size_t(k)]) g[std::size_t(k)] = full[k] / radius_;
+  if (refines_C10()) g[4] = C10_slope / o_.C10_displacement_per_A;  // per Å of the edge image's shift
+  return g;
+}
+
+void scan_refinement::apply(const vec& du, double* positions) {
+  scan_map::parameters q = p_;
+  q.rotation_rad += du[0] / radius_;
+  q.scale0 *= std::exp((du[1] + du[2]) / radius_);
+  q.scale1 *= std::exp((du[1] - du[2]) / radius_);
+  q.shear += du[3] / radius_;
+  const scan_map next = scan_map::from_parameters(q.rotation_rad, q.scale0, q.scale1, q.shear);
+  double dL[2][2];
+  for (int a = 0; a < 2; ++a)
+    for (int b = 0; b < 2; ++b) dL[a][b] = next.L[std::size_t(a)][std::size_t(b)] - map_.L[std::size_t(a)][std::size_t(b)];
+  const std::size_t count = n_.size() / 2;
+  for (std::size_t j = 0; j < count; ++j)
+    for (int a = 0; a < 2; ++a)
+      positions[2 * j + std::size_t(a)] +=
+          (dL[a][0] * n_[2 * j] + dL[a][1] * n_[2 * j + 1]) / pixel_[std::size_t(a)];
+  map_ = next;
+  p_ = q;
+  if (refines_C10()) C10_ += du[4] / o_.C10_displacement_per_A;
+}
+
+bool scan_refinement::due(int64_t iteration) const {
+  return o_.enabled && !converged_ && iteration >= o_.first_iteration &&
+         (iteration - o_.first_iteration) % std::max<int64_t>(o_.every, 1) == 0;
+}
+
+scan_refinement_move scan_refinement::step(int64_t iteration, const double* gradient, double C10_slope,
+                                           double* positions, const rank_sum& sum) {
+  scan_refinement_move move;
+  if (!due(iteration)) return move;
+  const vec g = slope(gradient, C10_slope, sum);
+  for (double v : g)
+    if (!std::isfinite(v)) fail(TYCHO_ERR_BAD_DATA, "scan map refinement: the slope of the loss is not finite");
+  const double gn = norm(g);
+  if (!(gn > 0)) {
+    converged_ = true;
+    report_ = cat("iteration ", iteration, ": no slope along the free parameters: the map is kept");
+    return move;
+  }
+  if (have_previous_) {
+    vec y{};
+    for (int k = 0; k < P; ++k) y[std::size_t(k)] = g[std::size_t(k)] - previous_slope_[std::size_t(k)];
+    const vec& s = previous_step_;
+    const double ys = dot(y, s);
+    if (ys > 1e-12 * norm(y) * norm(s)) {
+      if (!have_curvature_) {
+        const double scale = ys / dot(y, y);
+        for (int a = 0; a < P; ++a)
+          for (int b = 0; b < P; ++b)
+            inverse_hessian_[std::size_t(a)][std::size_t(b)] = a == b && o_.free[std::size_t(a)] ? scale : 0.0;
+        have_curvature_ = true;
+      }
+      // H ← (I − ρ s yᵀ) H (I − ρ y sᵀ) + ρ s sᵀ, ρ = 1 / (yᵀ s).
+      const double rho = 1.0 / ys;
+      mat A{}, T{};
+      const mat H = inverse_hessian_;
+      for (int a = 0; a < P; ++a)
+        for (int b = 0; b < P; ++b)
+          A[std::size_t(a)][std::size_t(b)] = (a == b ? 1.0 : 0.0) - rho * s[std::size_t(a)] * y[std::size_t(b)];
+      for (int a = 0; a < P; ++a)
+        for (int b = 0; b < P; ++b) {
+          double v = 0;
+          for (int k = 0; k < P; ++k) v += A[std::size_t(a)][std::size_t(k)] * H[std::size_t(k)][std::size_t(b)];
+          T[std::size_t(a)][std::size_t(b)] = v;
+        }
+      for (int a = 0; a < P; ++a)
+        for (int b = 0; b < P; ++b) {
+          double v = 0;
+          for (int k = 0; k < P; ++k) v += T[std::size_t(a)][std::size_t(k)] * A[std::size_t(b)][std::size_t(k)];
+          inverse_hessian_[std::size_t(a)][std::size_t(b)] = v + rho * s[std::size_t(a)] * s[std::size_t(b)];
+        }
+    }
+  }
+  vec du{};
+  if (have_curvature_) {
+    for (int a = 0; a < P; ++a)
+      for (int b = 0; b < P; ++b) du[std::size_t(a)] -= inverse_hessian_[std::size_t(a)][std::size_t(b)] * g[std::size_t(b)];
+    if (!(dot(du, g) < 0)) {  // not a descent direction (noise in the slopes): a short steepest step
+      for (int k = 0; k < P; ++k) du[std::size_t(k)] = -0.25 * o_.max_move_A * g[std::size_t(k)] / gn;
+      have_curvature_ = false;
+    }
+  } else {
+    // No curvature yet: a probing step of a sixth of the largest move along the slope.
+    for (int k = 0; k < P; ++k) du[std::size_t(k)] = -(o_.max_move_A / 6) * g[std::size_t(k)] / gn;
+  }
+  const double length = norm(du);
+  if (length > o_.max_move_A)
+    for (double& v : du) v *= o_.max_move_A / length;
+  const double before = C10_;
+  apply(du, positions);
+  move.moved = true;
+  move.delta_C10_A = C10_ - before;
+  previous_slope_ = g;
+  previous_step_ = du;
+  have_previous_ = true;
+  ++steps_;
+  small_steps_ = norm(du) < o_.tolerance_A ? small_steps_ + 1 : 0;
+  if (small_steps_ >= 2) converged_ = true;
+  const auto q = p_;
+  report_ = cat("iteration ", iteration, ": scan map rotation ", q.rotation_rad * 180 / 3.14159265358979323846,
+                "°, step scales ", q.scale0, ", ", q.scale1, ", shear ", q.shear,
+                refines_C10() ? cat(", probe C10 ", C10_, " Å") : std::string(), " (moved ", norm(du), " Å at the rms radius",
+                converged_ ? "; converged" : "", ")");
+  return move;
+}
+
+void scan_refinement::remove_affine_part(double* steps, const rank_sum& sum) const {
+  // Least squares of steps ≈ A n + b over every rank's positions (n is centred on the whole scan,
+  // so b is their mean and A = (Σ s nᵀ)(Σ n nᵀ)⁻¹).
+  std::vector<double> sums(11, 0.0);  // Σ n nᵀ (3), Σ s nᵀ (4), Σ s (2), count, spare
+  const std::size_t count = n_.size() / 2;
+  for (std::size_t j = 0; j < count; ++j) {
+    const double n0 = n_[2 * j], n1 = n_[2 * j + 1], s0 = steps[2 * j], s1 = steps[2 * j + 1];
+    sums[0] += n0 * n0;
+    sums[1] += n0 * n1;
+    sums[2] += n1 * n1;
+    sums[3] += s0 * n0;
+    sums[4] += s0 * n1;
+    sums[5] += s1 * n0;
+    sums[6] += s1 * n1;
+    sums[7] += s0;
+    sums[8] += s1;
+    sums[9] += 1;
+  }
+  sum(sums);
+  const double det = sums[0] * sums[2] - sums[1] * sums[1];
+  if (!(sums[9] > 0) || !(std::abs(det) > 1e-12 * (sums[0] * sums[2] + 1e-300))) return;
+  const double inv[2][2] = {{sums[2] / det, -sums[1] / det}, {-sums[1] / det, sums[0] / det}};
+  const double A[2][2] = {{sums[3] * inv[0][0] + sums[4] * inv[1][0], sums[3] * inv[0][1] + sums[4] * inv[1][1]},
+                          {sums[5] * inv[0][0] + sums[6] * inv[1][0], sums[5] * inv[0][1] + sums[6] * inv[1][1]}};
+  const double b[2] = {sums[7] / sums[9], sums[8] / sums[9]};
+  for (std::size_t j = 0; j < count; ++j)
+    for (int a = 0; a < 2; ++a)
+      steps[2 * j + std::size_t(a)] -= A[a][0] * n_[2 * j] + A[a][1] * n_[2 * j + 1] + b[a];
+}
+
+}  // namespace tycho

@@ -1,0 +1,301 @@
+#include "geometry/scan_geometry_estimate.hpp"
+
+#include <tycho/core/error.hpp>
+
+#include <fftw3.h>
+#include <tycho/core/fftw_planner.hpp>
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <complex>
+#include <limits>
+#include <mutex>
+
+#include "settings/config_read.hpp"
+
+namespace tycho::host {
+
+namespace {
+constexpr double pi = 3.14159265358979323846;
+const double nan = std::numeric_limits<double>::quiet_NaN();
+
+// Below this relative standard error, with shifts of at least min_parallax_shift scan steps
+// across the bright-field disc, the parallax decides the map (parallax.hpp's relative_error); up
+// to parallax_error_limit (a rotation within about 9°, which the reconstruction's refinement of
+// the map then closes) when the centre-of-mass curl is noise-dominated.
+constexpr double parallax_error_max = 0.05;
+constexpr double parallax_error_limit = 0.15;
+// Below this relative standard error the parallax's scale gives the initial C10 (at the nominal
+// step): measured 0.3 % from the truth on hBN, 3 % on Si [110] and SrTiO3 [001] after the depth's
+// correction, 8 % low on MoSe2 (at 0.9 % standard error; a lattice's overlapping discs shorten
+// the shifts); at 5 % standard error (WS2, 2,500 electrons per pattern) 20 % low.
+constexpr double parallax_C10_error_max = 0.02;
+constexpr double min_parallax_shift = 1.0 / 3.0;
+// How far the COM curl's rotation may lie from the parallax's before the log warns (degrees).
+constexpr double rotation_disagreement_deg = 5.0;
+// The COM curl's scatter on noisy data (1.26° on the MoS2 counts, 0.24° noise-free): a rotation
+// within two of these of a quarter turn is taken as the quarter turn.
+constexpr double com_rotation_sigma_deg = 1.0;
+
+double wavelength_of(double energy_eV) {
+  return 12.2643 / std::sqrt(energy_eV * (1 + 0.978476e-6 * energy_eV));
+}
+
+std::string deg(double rad) {
+  const double d = std::round(rad * 180 / pi * 1000) / 1000;
+  return cat(d == 0 ? 0.0 : d, "°");  // no −0
+}
+
+
+// The transpose P (swap of the two rows) applied to a map, when asked.
+scan_map transposed(const scan_map& m, bool t) {
+  if (!t) return m;
+  scan_map r;
+  r.L = {{m.L[1], m.L[0]}};
+  return r;
+}
+}  // namespace
+
+geometry_optics resolve_geometry_optics(const config_document& doc, const tycho_dataset_info& info, int64_t binning) {
+  geometry_optics o;
+  const toml::table& optics_t = doc.table_at("optics");
+  const toml::table& data_t = doc.table_at("data");
+  auto value = [](const toml::table& t, const char* key, double from_file) {
+    const auto v = t[key].value<double>();
+    if (v && std::isfinite(*v)) return *v;
+    return std::isfinite(from_file) ? from_file : 0.0;
+  };
+  const double energy = value(optics_t, "energy_eV", info.energy_eV);
+  o.wavelength_A = energy > 0 ? wavelength_of(energy) : 0.0;
+  o.semiangle_mrad = value(optics_t, "semiangle_mrad", info.semiangle_mrad);
+  if (const auto d = optics_t["defocus_A"].value<double>(); d && std::isfinite(*d)) o.C10_A = -*d;
+  else o.C10_A = value(optics_t, "C10_A", info.C10_A);
+  // One value from the config serves both axes (as the session reads them); else the file's two.
+  auto pair = [&](const char* key, const double* from_file, double* out) {
+    const double a = value(data_t, key, from_file[0]);
+    const double b = data_t.contains(key) || !(std::isfinite(from_file[1]) && from_file[1] > 0) ? a : from_file[1];
+    out[0] = a;
+    out[1] = b;
+  };
+  pair("detector_pixel_invA", info.detector_pixel_invA, o.dk_invA);
+  o.dk_invA[0] *= double(binning);
+  o.dk_invA[1] *= double(binning);
+  pair("scan_step_A", info.scan_step_A, o.step_A);
+  // Multislice: the parallax sees the defocus at the specimen's middle, C10 + z (C10 < 0 focuses
+  // below the entrance), so the entrance's C10 is the measured one minus half the thickness.
+  const toml::table& rec_t = doc.table_at("reconstruct");
+  const auto slices = rec_t["slices"].value<int64_t>();
+  const auto dz = rec_t["slice_thickness_A"].value<double>();
+  if (slices && *slices > 1 && dz && std::isfinite(*dz) && *dz > 0) o.specimen_middle_A = 0.5 * double(*slices) * *dz;
+  return o;
+}
+
+parallax_images make_parallax_images(const geometry_optics& o, int64_t rx, int64_t ry, int64_t n0, int64_t n1) {
+  // The bright field's radius in pixels (the larger axis), with a margin for the groups the
+  // estimate then keeps only when they lie well inside the disc.
+  const double radius = 1.1 * o.semiangle_mrad * 1e-3 / o.wavelength_A / std::min(o.dk_invA[0], o.dk_invA[1]);
+  // Groups: at most about 24 across the disc (the estimate's cost), at least 8 (its statistics),
+  // and small enough that neighbouring groups' images shift by at most about one scan step
+  // (the first level's search then cannot alias a crystal's period).
+  const double across = 2 * radius;
+  int64_t group = int64_t(std::ceil(across / 24));
+  const double step = std::min(o.step_A[0], o.step_A[1]);
+  if (o.C10_A != 0 && step > 0) {
+    const double shift_per_px = std::abs(o.wavelength_A * o.C10_A) * std::max(o.dk_invA[0], o.dk_invA[1]) / step;
+    group = std::max(group, int64_t(1));
+    const int64_t unaliased = std::max<int64_t>(1, int64_t(std::floor(1.0 / std::max(shift_per_px, 1e-12))));
+    group = std::min(group, unaliased);
+  }
+  group = std::clamp<int64_t>(group, 1, std::max<int64_t>(1, int64_t(across / 8)));
+  return parallax_images::make(rx, ry, n0, n1, radius, group, 48);
+}
+
+double dpc_skewness(const std::vector<double>& com, int64_t rx, int64_t ry, double rotation_deg, bool transpose) {
+  const int64_t m0 = 2 * rx, m1 = 2 * ry;
+  std::vector<std::complex<double>> c0(std::size_t(m0 * m1)), c1(std::size_t(m0 * m1));
+  const double t = rotation_deg * pi / 180, c = std::cos(t), s = std::sin(t);
+  for (int64_t i = 0; i < rx; ++i)
+    for (int64_t k = 0; k < ry; ++k) {
+      double a = com[std::size_t(2 * (i * ry + k))], b = com[std::size_t(2 * (i * ry + k) + 1)];
+      if (!std::isfinite(a) || !std::isfinite(b)) a = b = 0;
+      if (transpose) std::swap(a, b);
+      c0[std::size_t(i * m1 + k)] = c * a - s * b;
+      c1[std::size_t(i * m1 + k)] = s * a + c * b;
+    }
+  {
+    make_fftw_planner_thread_safe();
+    fftw_plan p0 = fftw_plan_dft_2d(int(m0), int(m1), reinterpret_cast<fftw_complex*>(c0.data()),
+                                    reinterpret_cast<fftw_complex*>(c0.data()), FFTW_FORWARD, FFTW_ESTIMATE);
+    fftw_plan p1 = fftw_plan_dft_2d(int(m0), int(m1), reinterpret_cast<fftw_complex*>(c1.data()),
+                                    reinterpret_cast<fftw_complex*>(c1.data()), FFTW_FORWARD, FFTW_ESTIMATE);
+    fftw_execute(p0);
+    fftw_execute(p1);
+    fftw_destroy_plan(p0);
+    fftw_destroy_plan(p1);
+  }
+  // φ̂ = −i (q · Ĉ) / (2π |q|²): the potential whose gradient is the field (∇φ ↔ 2πi q φ̂).
+  for (int64_t i = 0; i < m0; ++i) {
+    const double q0 = double(i < (m0 + 1) / 2 ? i : i - m0) / double(m0);
+    for (int64_t k = 0; k < m1; ++k) {
+      const double q1 = double(k < (m1 + 1) / 2 ? k : k - m1) / double(m1);
+      const double q2 = q0 * q0 + q1 * q1;
+      const std::size_t j = std::size_t(i * m1 + k);
+      c0[j] = q2 > 0 ? std::complex<double>(0, -1) * (q0 * c0[j] + q1 * c1[j]) / (2 * pi * q2) : 0.0;
+    }
+  }
+  {
+    make_fftw_planner_thread_safe();
+    fftw_plan p = fftw_plan_dft_2d(int(m0), int(m1), reinterpret_cast<fftw_complex*>(c0.data()),
+                                   reinterpret_cast<fftw_complex*>(c0.data()), FFTW_BACKWARD, FFTW_ESTIMATE);
+    fftw_execute(p);
+    fftw_destroy_plan(p);
+  }
+  double mean = 0;
+  for (int64_t i = 0; i < rx; ++i)
+    for (int64_t k = 0; k < ry; ++k) mean += c0[std::size_t(i * m1 + k)].real();
+  mean /= double(rx * ry);
+  double m2 = 0, m3 = 0;
+  for (int64_t i = 0; i < rx; ++i)
+    for (int64_t k = 0; k < ry; ++k) {
+      const double d = c0[std::size_t(i * m1 + k)].real() - mean;
+      m2 += d * d;
+      m3 += d * d * d;
+    }
+  m2 /= double(rx * ry);
+  m3 /= double(rx * ry);
+  return m2 > 0 ? m3 / std::pow(m2, 1.5) : 0.0;
+}
+
+scan_geometry_estimate estimate_scan_geometry(const std::vector<double>& com, int64_t rx, int64_t ry,
+                                              const parallax_images* images, const geometry_optics& o,
+                                              int transpose_given) {
+  scan_geometry_estimate e;
+  e.done = true;
+  // The COM curl (py4DSTEM's convention: θ turns detector vectors into scan ones, so the scan's
+  // positions in the detector's frame are R(−θ) n).
+  rotation_estimate curl;
+  if (rx >= 3 && ry >= 3) curl = estimate_scan_rotation(com, rx, ry, transpose_given);
+  if (curl.done) e.com_rotation_deg = curl.deg;
+
+  // The parallax, where the optics are known and the probe defocused.
+  bool parallax_usable = false;
+  scan_map from_parallax;
+  if (images != nullptr && o.known() && o.C10_A != 0 && o.step_A[0] > 0 && o.step_A[1] > 0) {
+    const double shift_per_px =
+        std::abs(o.wavelength_A * o.C10_A) * std::max(o.dk_invA[0], o.dk_invA[1]) / std::min(o.step_A[0], o.step_A[1]);
+    e.parallax = estimate_parallax(*images, shift_per_px);
+    const parallax_result& p = e.parallax;
+    if (!p.done) {
+      e.notes.push_back(cat("parallax of the bright field not measured: ", p.why_not));
+    } else {
+      // L = −λ C10 · diag(dk) · A⁻¹ · diag(step)⁻¹ (parallax.hpp), in the patterns' frame.
+      const double det_A = p.A[0][0] * p.A[1][1] - p.A[0][1] * p.A[1][0];
+      const double inv[2][2] = {{p.A[1][1] / det_A, -p.A[0][1] / det_A}, {-p.A[1][0] / det_A, p.A[0][0] / det_A}};
+      scan_map raw;
+      for (int a = 0; a < 2; ++a)
+        for (int b = 0; b < 2; ++b)
+          raw.L[a][b] = -o.wavelength_A * o.C10_A * o.dk_invA[a] * inv[a][b] / o.step_A[b];
+      const bool transpose = raw.det() < 0;
+      from_parallax = transposed(raw, transpose);
+      e.parallax_scale = std::sqrt(std::abs(raw.det()));
+      e.parallax_C10_A = o.C10_A / e.parallax_scale;
+      if (p.relative_error <= parallax_C10_error_max) e.C10_estimate_A = e.parallax_C10_A - o.specimen_middle_A;
+      const double radius_px = o.semiangle_mrad * 1e-3 / o.wavelength_A / std::max(o.dk_invA[0], o.dk_invA[1]);
+      const double shortest = std::min(std::hypot(p.A[0][0], p.A[1][0]), std::hypot(p.A[0][1], p.A[1][1]));
+      const double shift_across = shortest * radius_px;
+      const bool curl_reliable = curl.done && curl.contrast() >= rotation_contrast_warn;
+      if (p.relative_error > parallax_error_limit || (p.relative_error > parallax_error_max && curl_reliable)) {
+        e.notes.push_back(cat("parallax of the bright field too uncertain (standard error ",
+                              std::round(p.relative_error * 1000) / 10, " % > ",
+                              (curl_reliable ? parallax_error_max : parallax_error_limit) * 100, " %",
+                              curl_reliable ? ", and the centre-of-mass curl is reliable)" : ")"));
+      } else if (shift_across < min_parallax_shift) {
+        e.notes.push_back(cat("parallax of the bright field too small to measure (", shift_across,
+                              " scan steps across the disc; the probe is near focus)"));
+      } else if (transpose_given >= 0 && bool(transpose_given) != transpose) {
+        e.notes.push_back(cat("parallax of the bright field finds the detector ", transpose ? "" : "not ",
+                              "transposed, but scan_transpose = ", transpose_given ? "true" : "false",
+                              " is given: the parallax is not used"));
+      } else {
+        parallax_usable = true;
+        e.transpose = transpose;
+      }
+    }
+  } else if (images != nullptr && o.C10_A == 0) {
+    e.notes.push_back("parallax of the bright field not measured: no defocus is stated ([optics] C10_A)");
+  }
+
+  if (parallax_usable) {
+    e.source = "parallax";
+    // Only the rotation is applied: the parallax's scale is C10's as much as the step's, and its
+    // step ratio and shear carry errors of about 1 % on crystals (the virtual images of a
+    // lattice are not exact shifted copies), more than the reconstruction's own refinement of
+    // the positions leaves. Within two standard errors of a quarter turn: the quarter turn.
+    // The rotation nearest the map (the polar decomposition's, atan2(L10 − L01, L00 + L11)): on
+    // crystals the parallax's scale carries a bias that differs along the detector's axes (by up
+    // to 10 %, with the lattice's periods along them), which tilts a single column's direction by
+    // degrees but leaves the nearest rotation within a few tenths of one.
+    const auto q = from_parallax.decompose();
+    const auto& M = from_parallax.L;
+    const double sigma = std::max(e.parallax.relative_error, 1e-4);
+    double rotation = std::atan2(M[1][0] - M[0][1], M[0][0] + M[1][1]);
+    const double nearest = (pi / 2) * std::round(rotation / (pi / 2));
+    const bool snapped = std::abs(rotation - nearest) <= 2 * sigma;
+    if (snapped) rotation = nearest;
+    e.map = rotation_map(rotation);
+    e.notes.push_back(cat("scan geometry from the parallax of the bright field (", e.parallax.groups, " groups, ",
+                          e.parallax.pairs, " shifts, standard error ", std::round(e.parallax.relative_error * 1000) / 10,
+                          " %): rotation ", deg(std::atan2(M[1][0] - M[0][1], M[0][0] + M[1][1])),
+                          snapped ? cat(" (", deg(rotation), " within two standard errors)") : "",
+                          ", transpose ", e.transpose ? "true" : "false", "; measured but not applied: step ratio ",
+                          q.scale1 / q.scale0, ", shear ", q.shear, ", and a scale that corresponds to C10 = ",
+                          e.parallax_C10_A, " Å at the nominal step (stated ", o.C10_A, " Å)"));
+    if (curl.done && curl.contrast() >= rotation_contrast_warn) {
+      const double phi_curl = -curl.deg * pi / 180;
+      const double diff = std::remainder(rotation - phi_curl, pi);  // modulo 180°
+      if (std::abs(diff) * 180 / pi > rotation_disagreement_deg || curl.transpose != e.transpose)
+        e.notes.push_back(cat("warning: the centre-of-mass curl finds rotation ", deg(phi_curl), " (mod 180°), transpose ",
+                              curl.transpose ? "true" : "false", ": it disagrees with the parallax, which is used"));
+    }
+  } else if (curl.done && curl.contrast() >= rotation_contrast_warn) {
+    e.source = "centre-of-mass curl";
+    e.transpose = curl.transpose;
+    // θ or θ + 180°: the integrated COM is positive on atoms at the right one.
+    e.dpc_skewness = dpc_skewness(com, rx, ry, curl.deg, curl.transpose);
+    double theta = curl.deg;
+    if (e.dpc_skewness < 0) theta += 180;
+    const double nearest = 90.0 * std::round(theta / 90.0);
+    if (std::abs(theta - nearest) <= 2 * com_rotation_sigma_deg) theta = nearest;
+    e.map = rotation_map(-theta * pi / 180);
+    e.notes.push_back(cat("scan rotation from the centre-of-mass curl: ", deg(-theta * pi / 180), " (curl estimate ",
+                          curl.deg, "°, integrated COM skewness ", e.dpc_skewness, " decides between it and +180°",
+                          theta == nearest ? "; within 2° of a quarter turn: the quarter turn" : "", "), transpose ",
+                          e.transpose ? "true" : "false"));
+  } else {
+    e.source = "nominal";
+    e.transpose = transpose_given > 0;
+    e.notes.push_back(cat("warning: the scan's geometry could not be measured: ",
+                          curl.done ? cat("the centre-of-mass curl varies by only ", std::round(curl.contrast() * 1000) / 10,
+                                          " % over the angles (noise dominates)")
+                                    : std::string("the scan is smaller than 3 x 3"),
+                          " and the parallax is not usable; the nominal raster is used (give scan_rotation_deg and ",
+                          "scan_transpose if the scan is turned against the detector)"));
+  }
+  // Whatever was measured must be a map the positions can take (noise-only or non-finite data
+  // can give none): else the nominal raster, said.
+  bool finite = true;
+  for (const auto& row : e.map.L)
+    for (double v : row) finite = finite && std::isfinite(v);
+  if (!finite || !(e.map.det() > 0)) {
+    e.notes.push_back(cat("warning: the ", e.source, " estimate of the scan's geometry is not a usable map; ",
+                          "the nominal raster is used (give scan_rotation_deg and scan_transpose)"));
+    e.source = "nominal";
+    e.map = scan_map{};
+    e.transpose = transpose_given > 0;
+    e.C10_estimate_A = std::nan("");
+  }
+  return e;
+}
+
+}  // namespace tycho::host

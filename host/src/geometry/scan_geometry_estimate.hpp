@@ -1,0 +1,56 @@
+// The scan's geometry from the data, before the first iteration ([preprocess]
+// scan_rotation_deg = "auto"): which linear map of the nominal raster puts each pattern where the
+// probe was, in the detector's frame (tycho/core/scan_map.hpp).
+//
+// Two measurements, each used where it is reliable, both logged:
+//  - the parallax of the bright field (tycho/core/parallax.hpp): with a defocused probe it gives
+//    the whole map up to one scale that only the product C10 · step fixes: the rotation over all
+//    360° (the sign of the stated C10 decides between θ and θ + 180°), a transposed detector (the
+//    map's determinant is negative), the ratio of the axes' steps and their shear. Used when its
+//    standard error is below 5 % and the bright field's images shift by at least a third of a
+//    scan step across the disc;
+//  - the curl of the centre-of-mass field (py4DSTEM's estimate): the rotation modulo 180° and the
+//    transpose, for a probe near focus too. θ and θ + 180° are told apart by the integrated COM
+//    (a differential phase contrast image): atoms shift the phase up, so its skewness is
+//    positive at the right angle (Lubk & Zweck, Phys. Rev. A 91, 023805, 2015: the COM is the
+//    probe-weighted mean phase gradient).
+// The map's overall scale stays the nominal step's: the parallax cannot separate it from C10, and
+// the reconstruction refines it with the positions. The parallax then says which C10 would make
+// the nominal step right (reported, not applied).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tycho/host/preprocess.hpp"
+
+namespace tycho::host {
+
+struct geometry_optics {
+  double wavelength_A = 0;  // 0: unknown
+  double C10_A = 0;         // the stated (nominal) defocus; 0 when not stated
+  double semiangle_mrad = 0;
+  double dk_invA[2] = {0, 0};  // of the patterns the stage measures on (after binning)
+  double step_A[2] = {0, 0};   // the nominal scan step
+  double specimen_middle_A = 0;  // depth of the specimen's middle below the entrance ([reconstruct] slices)
+  bool known() const { return wavelength_A > 0 && semiangle_mrad > 0 && dk_invA[0] > 0 && dk_invA[1] > 0; }
+};
+// The optics and calibrations of `doc` over the file's (never throws: unknown values are 0).
+geometry_optics resolve_geometry_optics(const config_document& doc, const tycho_dataset_info& info, int64_t binning);
+
+// The images the parallax needs from the patterns the stage reads: groups of binned pixels over
+// the bright field (radius from the stated semiangle), a central block of the scan.
+parallax_images make_parallax_images(const geometry_optics& o, int64_t rx, int64_t ry, int64_t n0, int64_t n1);
+
+// Decides the map. `com` (rx·ry x 2, the fit subtracted, NaN where unknown) on the whole scan;
+// `images` summed over every rank (nullptr: no parallax). transpose_given: −1 estimate, 0 / 1 given.
+scan_geometry_estimate estimate_scan_geometry(const std::vector<double>& com, int64_t rx, int64_t ry,
+                                              const parallax_images* images, const geometry_optics& o,
+                                              int transpose_given);
+
+// The skewness of the phase integrated from the COM field (rx·ry x 2, detector axes) turned into
+// scan axes by θ (py4DSTEM's convention, transposed first when asked): positive for atoms at the
+// right θ, negative at θ + 180°.
+double dpc_skewness(const std::vector<double>& com, int64_t rx, int64_t ry, double rotation_deg, bool transpose);
+
+}  // namespace tycho::host
