@@ -823,7 +823,7 @@ void cpu_engine<Real>::compute_fixed(const batch_item* items, int64_t count) {
       if (first)
         std::copy(in, in + words, out);
       else
-        for (int64_t k = 0; k < words; ++k) out[k] += in[k];
+        for (int64_t k = 0; k < words; ++k) out[k] = fp::wrapping_add(out[k], in[k]);
       std::fill(in, in + words, 0);
       first = false;
     }
@@ -855,7 +855,7 @@ void cpu_engine<Real>::compute_fixed(const batch_item* items, int64_t count) {
   if (!by_class_) {
     std::fill(probe, probe + class_words, 0);
     for (auto& s : scratch_)
-      for (int64_t k = 0; k < class_words; ++k) probe[k] += s->probe_fixed[std::size_t(k)];
+      for (int64_t k = 0; k < class_words; ++k) probe[k] = fp::wrapping_add(probe[k], s->probe_fixed[std::size_t(k)]);
     for (auto& s : scratch_) std::fill(s->probe_fixed.begin(), s->probe_fixed.end(), 0);
   } else {
     std::vector<uint8_t> present(class_delta0_.size(), 0);
@@ -865,7 +865,7 @@ void cpu_engine<Real>::compute_fixed(const batch_item* items, int64_t count) {
     for (auto& s : scratch_) {
       if (s->carry < 0) continue;
       int64_t* out = probe + s->carry * class_words;
-      for (int64_t k = 0; k < class_words; ++k) out[k] += s->probe_fixed[std::size_t(k)];
+      for (int64_t k = 0; k < class_words; ++k) out[k] = fp::wrapping_add(out[k], s->probe_fixed[std::size_t(k)]);
       s->carry = -1;
     }
   }

@@ -66,8 +66,13 @@ inline int64_t quantise(double scaled) {
   const double shifted = scaled + k_magic;
   int64_t bits = 0;
   std::memcpy(&bits, &shifted, sizeof bits);
-  return bits - k_magic_bits;
+  return int64_t(uint64_t(bits) - uint64_t(k_magic_bits));  // modulo 2^64: no overflow for huge |scaled|
 }
+
+// a + b modulo 2^64: sums of quantised values may pass the int64 range on a batch whose grid is
+// too fine (the grid's check then refuses the sums); the wrap must be defined behaviour, and the
+// total is exact whenever it fits, in any order of the additions.
+inline int64_t wrapping_add(int64_t a, int64_t b) { return int64_t(uint64_t(a) + uint64_t(b)); }
 // 2^-g, the factor that takes a value to its grid (g within grid_schedule's clamp: exact).
 inline double scale_of(int g) { return std::ldexp(1.0, -g); }
 // An integer total on grid g as a double: rounded once to 53 bits, then scaled exactly.
