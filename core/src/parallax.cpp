@@ -19,30 +19,6 @@ constexpr double pi = 3.14159265358979323846;
 using cplx = std::complex<double>;
 
 
-// One 2-D complex transform of a fixed size, planned once.
-class transform2d {
- public:
-  transform2d(int64_t n0, int64_t n1, int sign) : n0_(n0), n1_(n1), buf_(std::size_t(n0 * n1)) {
-    make_fftw_planner_thread_safe();
-    auto* p = reinterpret_cast<fftw_complex*>(buf_.data());
-    plan_ = fftw_plan_dft_2d(int(n0), int(n1), p, p, sign, FFTW_ESTIMATE);
-    if (plan_ == nullptr) fail(TYCHO_ERR_INTERNAL, "parallax: FFTW could not plan a ", n0, " x ", n1, " transform");
-  }
-  ~transform2d() {
-    make_fftw_planner_thread_safe();
-    fftw_destroy_plan(plan_);
-  }
-  transform2d(const transform2d&) = delete;
-  transform2d& operator=(const transform2d&) = delete;
-  std::vector<cplx>& buffer() { return buf_; }
-  void run() { fftw_execute(plan_); }
-
- private:
-  int64_t n0_, n1_;
-  std::vector<cplx> buf_;
-  fftw_plan plan_ = nullptr;
-};
-
 double signed_frequency(int64_t f, int64_t n) { return double(f < (n + 1) / 2 ? f : f - n); }
 
 // A robust mean of 2-vectors (iteratively reweighted, Huber weights at twice the median
@@ -87,7 +63,8 @@ robust_mean huber_mean(const std::vector<std::array<double, 2>>& x) {
 // pixel lies within the radius.
 class shift_finder {
  public:
-  shift_finder(int64_t b0, int64_t b1) : b_{b0, b1}, m_{2 * b0, 2 * b1}, inverse_(2 * b0, 2 * b1, FFTW_BACKWARD) {
+  shift_finder(int64_t b0, int64_t b1) : b_{b0, b1}, m_{2 * b0, 2 * b1}, inverse_buffer_(std::size_t(4 * b0 * b1)),
+        inverse_(inverse_buffer_.data(), 2 * b0, 2 * b1, FFTW_BACKWARD) {
     for (int a = 0; a < 2; ++a) {
       freq_[a].resize(std::size_t(m_[a]));
       for (int64_t f = 0; f < m_[a]; ++f) freq_[a][std::size_t(f)] = signed_frequency(f, m_[a]);
@@ -96,7 +73,7 @@ class shift_finder {
   int64_t size(int a) const { return m_[a]; }
 
   bool find(const std::vector<cplx>& X, const double centre[2], double radius, double out[2]) {
-    auto& c = inverse_.buffer();
+    auto& c = inverse_buffer_;
     std::copy(X.begin(), X.end(), c.begin());
     inverse_.run();
     double best = -1e300;
@@ -166,7 +143,8 @@ class shift_finder {
            std::max(double(b_[1]) - std::abs(x1), 0.25 * double(b_[1]));
   }
   int64_t b_[2], m_[2];
-  transform2d inverse_;
+  std::vector<cplx> inverse_buffer_;  // before the transform planned on it
+  fftw_transform_2d inverse_;
   std::vector<double> freq_[2];
   std::vector<cplx> e0_, e1_, tmp_;
 };
@@ -244,11 +222,11 @@ parallax_result estimate_parallax(const parallax_images& im, double expected_shi
   // The groups' virtual images as contrast (I / mean − 1, 0 where no pattern), transformed once.
   shift_finder finder(im.block[0], im.block[1]);
   const int64_t m0 = finder.size(0), m1 = finder.size(1);
-  transform2d forward(m0, m1, FFTW_FORWARD);
+  std::vector<cplx> buf(std::size_t(m0 * m1));
+  fftw_transform_2d forward(buf.data(), m0, m1, FFTW_FORWARD);
   std::vector<std::vector<cplx>> spectrum(std::size_t(G0 * G1));
   for (int64_t g = 0; g < G0 * G1; ++g) {
     if (!bf[std::size_t(g)]) continue;
-    auto& buf = forward.buffer();
     std::fill(buf.begin(), buf.end(), cplx(0, 0));
     for (int64_t i = 0; i < im.block[0]; ++i)
       for (int64_t k = 0; k < im.block[1]; ++k) {

@@ -6,13 +6,24 @@
 
 #include <algorithm>
 #include <cmath>
-#include <mutex>
 #include <vector>
 
 namespace tycho {
 
 namespace {
 constexpr double pi = 3.14159265358979323846;
+
+// |k|² of each pixel of an (n0, n1) window in FFT order.
+std::vector<double> k_squared(int64_t n0, int64_t n1, const double dk_invA[2]) {
+  std::vector<double> k2(std::size_t(n0 * n1));
+  for (int64_t i = 0; i < n0; ++i)
+    for (int64_t j = 0; j < n1; ++j) {
+      const double f0 = double(i < (n0 + 1) / 2 ? i : i - n0) * dk_invA[0];
+      const double f1 = double(j < (n1 + 1) / 2 ? j : j - n1) * dk_invA[1];
+      k2[std::size_t(i * n1 + j)] = f0 * f0 + f1 * f1;
+    }
+  return k2;
+}
 }  // namespace
 
 template <class T>
@@ -24,30 +35,17 @@ probe_defocus_fit fit_probe_defocus(const std::complex<T>* probe, int64_t n0, in
   const std::size_t n = std::size_t(n0 * n1);
   std::vector<std::complex<double>> spectrum(n), work(n);
   for (std::size_t k = 0; k < n; ++k) spectrum[k] = std::complex<double>(probe[k]);
-  fftw_plan forward, inverse;
-  {
-    make_fftw_planner_thread_safe();
-    forward = fftw_plan_dft_2d(int(n0), int(n1), reinterpret_cast<fftw_complex*>(spectrum.data()),
-                               reinterpret_cast<fftw_complex*>(spectrum.data()), FFTW_FORWARD, FFTW_ESTIMATE);
-    inverse = fftw_plan_dft_2d(int(n0), int(n1), reinterpret_cast<fftw_complex*>(work.data()),
-                               reinterpret_cast<fftw_complex*>(work.data()), FFTW_BACKWARD, FFTW_ESTIMATE);
-  }
-  fftw_execute(forward);
+  fftw_transform_2d(spectrum.data(), n0, n1, FFTW_FORWARD).run();
+  fftw_transform_2d inverse(work.data(), n0, n1, FFTW_BACKWARD);
   // |k|² per pixel, and the aperture (a little inside its edge, where the probe is reliable).
   const double k_aperture = 0.95 * semiangle_mrad * 1e-3 / wavelength_A;
-  std::vector<double> k2(n);
+  const std::vector<double> k2 = k_squared(n0, n1, dk_invA);
   std::vector<char> inside(n);
-  for (int64_t i = 0; i < n0; ++i)
-    for (int64_t j = 0; j < n1; ++j) {
-      const double f0 = double(i < (n0 + 1) / 2 ? i : i - n0) * dk_invA[0];
-      const double f1 = double(j < (n1 + 1) / 2 ? j : j - n1) * dk_invA[1];
-      k2[std::size_t(i * n1 + j)] = f0 * f0 + f1 * f1;
-      inside[std::size_t(i * n1 + j)] = std::sqrt(f0 * f0 + f1 * f1) <= k_aperture;
-    }
+  for (std::size_t k = 0; k < n; ++k) inside[k] = std::sqrt(k2[k]) <= k_aperture;
   auto peak = [&](double c) {
     for (std::size_t k = 0; k < n; ++k)
       work[k] = inside[k] ? spectrum[k] * std::polar(1.0, pi * wavelength_A * c * k2[k]) : 0.0;
-    fftw_execute(inverse);
+    inverse.run();
     double best = 0;
     for (const auto& v : work) best = std::max(best, std::norm(v));
     return best;
@@ -76,11 +74,6 @@ probe_defocus_fit fit_probe_defocus(const std::complex<T>* probe, int64_t n0, in
   const double at_fit = peak(r.C10_A), at_stated = peak(stated_C10_A);
   r.peak_gain = at_stated > 0 ? at_fit / at_stated : 0.0;
   r.done = std::isfinite(r.C10_A) && at_fit > 0;
-  {
-    make_fftw_planner_thread_safe();
-    fftw_destroy_plan(forward);
-    fftw_destroy_plan(inverse);
-  }
   return r;
 }
 
@@ -88,36 +81,6 @@ template probe_defocus_fit fit_probe_defocus<float>(const std::complex<float>*, 
                                                     double, double, double, double, double);
 template probe_defocus_fit fit_probe_defocus<double>(const std::complex<double>*, int64_t, int64_t, const double[2],
                                                      double, double, double, double, double);
-
-}  // namespace tycho
-
-namespace tycho {
-
-namespace {
-// |k|² of each pixel of an (n0, n1) window in FFT order.
-std::vector<double> k_squared(int64_t n0, int64_t n1, const double dk_invA[2]) {
-  std::vector<double> k2(std::size_t(n0 * n1));
-  for (int64_t i = 0; i < n0; ++i)
-    for (int64_t j = 0; j < n1; ++j) {
-      const double f0 = double(i < (n0 + 1) / 2 ? i : i - n0) * dk_invA[0];
-      const double f1 = double(j < (n1 + 1) / 2 ? j : j - n1) * dk_invA[1];
-      k2[std::size_t(i * n1 + j)] = f0 * f0 + f1 * f1;
-    }
-  return k2;
-}
-
-// One in-place 2-D transform of `data`, planned and destroyed here.
-void transform(std::vector<std::complex<double>>& data, int64_t n0, int64_t n1, int sign) {
-  fftw_plan p;
-  {
-    make_fftw_planner_thread_safe();
-    p = fftw_plan_dft_2d(int(n0), int(n1), reinterpret_cast<fftw_complex*>(data.data()),
-                         reinterpret_cast<fftw_complex*>(data.data()), sign, FFTW_ESTIMATE);
-  }
-  fftw_execute(p);
-  fftw_destroy_plan(p);
-}
-}  // namespace
 
 template <class T>
 double defocus_slope(const std::complex<T>* probe, const std::complex<double>* gradient, int64_t modes, int64_t n0,
@@ -132,8 +95,8 @@ double defocus_slope(const std::complex<T>* probe, const std::complex<double>* g
       P[k] = std::complex<double>(probe[std::size_t(m) * n + k]);
       G[k] = gradient[std::size_t(m) * n + k];
     }
-    transform(P, n0, n1, FFTW_FORWARD);
-    transform(G, n0, n1, FFTW_FORWARD);
+    fftw_transform_2d(P.data(), n0, n1, FFTW_FORWARD).run();
+    fftw_transform_2d(G.data(), n0, n1, FFTW_FORWARD).run();
     double s = 0;
     for (std::size_t k = 0; k < n; ++k)
       s += (std::conj(G[k]) * std::complex<double>(0, -pi * wavelength_A * k2[k]) * P[k]).real();
@@ -150,9 +113,9 @@ void change_defocus(std::complex<T>* probe, int64_t modes, int64_t n0, int64_t n
   std::vector<std::complex<double>> P(n);
   for (int64_t m = 0; m < modes; ++m) {
     for (std::size_t k = 0; k < n; ++k) P[k] = std::complex<double>(probe[std::size_t(m) * n + k]);
-    transform(P, n0, n1, FFTW_FORWARD);
+    fftw_transform_2d(P.data(), n0, n1, FFTW_FORWARD).run();
     for (std::size_t k = 0; k < n; ++k) P[k] *= std::polar(1.0 / double(n), -pi * wavelength_A * delta_C10_A * k2[k]);
-    transform(P, n0, n1, FFTW_BACKWARD);
+    fftw_transform_2d(P.data(), n0, n1, FFTW_BACKWARD).run();
     for (std::size_t k = 0; k < n; ++k) probe[std::size_t(m) * n + k] = std::complex<T>(P[k]);
   }
 }

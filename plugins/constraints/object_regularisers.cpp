@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "constraints.hpp"
+#include <tycho/sdk/optics.hpp>
 
 namespace tycho::constraints {
 
@@ -197,14 +198,13 @@ void object_missing_cone::apply(const constraint_arguments& a) {
   const double kz_step = 1.0 / (double(Z) * slice_A_), ky_step = 1.0 / (double(H) * pixel_A_[0]),
                kx_step = 1.0 / (double(W) * pixel_A_[1]);
   const double band_end = 2 * alpha_rad_ / wavelength_A_;
-  auto signed_index = [](int64_t i, int64_t m) { return double(i < (m + 1) / 2 ? i : i - m); };
   for (int64_t iz = 0; iz < Z; ++iz) {
-    const double kz = std::abs(signed_index(iz, Z)) * kz_step;
+    const double kz = std::abs(tycho::sdk::detail::freq(iz, Z)) * kz_step;
     for (int64_t iy = 0; iy < H; ++iy) {
-      const double ky = signed_index(iy, H) * ky_step;
+      const double ky = tycho::sdk::detail::freq(iy, H) * ky_step;
       for (int64_t ix = 0; ix < W; ++ix) {
         if (iz == 0) continue;  // the mean over the depth: kept
-        const double kx = signed_index(ix, W) * kx_step, kr = std::hypot(kx, ky);
+        const double kx = tycho::sdk::detail::freq(ix, W) * kx_step, kr = std::hypot(kx, ky);
         const double b = kr < band_end ? gamma_ * kr * (alpha_rad_ - 0.5 * wavelength_A_ * kr) : 0.0;
         const double w = b > 0 ? 1.0 / (1.0 + std::pow(kz / b, 4)) : 0.0;
         volume[std::size_t((iz * H + iy) * W + ix)] *= w;

@@ -123,17 +123,8 @@ double dpc_skewness(const std::vector<double>& com, int64_t rx, int64_t ry, doub
       c0[std::size_t(i * m1 + k)] = c * a - s * b;
       c1[std::size_t(i * m1 + k)] = s * a + c * b;
     }
-  {
-    make_fftw_planner_thread_safe();
-    fftw_plan p0 = fftw_plan_dft_2d(int(m0), int(m1), reinterpret_cast<fftw_complex*>(c0.data()),
-                                    reinterpret_cast<fftw_complex*>(c0.data()), FFTW_FORWARD, FFTW_ESTIMATE);
-    fftw_plan p1 = fftw_plan_dft_2d(int(m0), int(m1), reinterpret_cast<fftw_complex*>(c1.data()),
-                                    reinterpret_cast<fftw_complex*>(c1.data()), FFTW_FORWARD, FFTW_ESTIMATE);
-    fftw_execute(p0);
-    fftw_execute(p1);
-    fftw_destroy_plan(p0);
-    fftw_destroy_plan(p1);
-  }
+  fftw_transform_2d(c0.data(), m0, m1, FFTW_FORWARD).run();
+  fftw_transform_2d(c1.data(), m0, m1, FFTW_FORWARD).run();
   // φ̂ = −i (q · Ĉ) / (2π |q|²): the potential whose gradient is the field (∇φ ↔ 2πi q φ̂).
   for (int64_t i = 0; i < m0; ++i) {
     const double q0 = double(i < (m0 + 1) / 2 ? i : i - m0) / double(m0);
@@ -144,13 +135,7 @@ double dpc_skewness(const std::vector<double>& com, int64_t rx, int64_t ry, doub
       c0[j] = q2 > 0 ? std::complex<double>(0, -1) * (q0 * c0[j] + q1 * c1[j]) / (2 * pi * q2) : 0.0;
     }
   }
-  {
-    make_fftw_planner_thread_safe();
-    fftw_plan p = fftw_plan_dft_2d(int(m0), int(m1), reinterpret_cast<fftw_complex*>(c0.data()),
-                                   reinterpret_cast<fftw_complex*>(c0.data()), FFTW_BACKWARD, FFTW_ESTIMATE);
-    fftw_execute(p);
-    fftw_destroy_plan(p);
-  }
+  fftw_transform_2d(c0.data(), m0, m1, FFTW_BACKWARD).run();
   double mean = 0;
   for (int64_t i = 0; i < rx; ++i)
     for (int64_t k = 0; k < ry; ++k) mean += c0[std::size_t(i * m1 + k)].real();
