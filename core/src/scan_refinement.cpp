@@ -47,13 +47,21 @@ scan_refinement::scan_refinement(scan_refinement_options options, std::vector<do
 }
 
 scan_refinement::vec scan_refinement::slope(const double* gradient, double C10_slope, const rank_sum& sum) const {
-  // G_ab = Σ_j (∂L/∂r_j,a) · n_j,b / pixel_a: the loss's slope along each entry of the map.
-  std::vector<double> G(4, 0.0);
+  // G_ab = Σ_j (∂L/∂r_j,a) · n_j,b / pixel_a: the loss's slope along each entry of the map; with
+  // the noise penalty, the nominal positions' Σ n_0², Σ n_1² and count in the same rank sum.
+  const bool penalty = o_.noise_per_A2 > 0;
+  std::vector<double> G(penalty ? 7 : 4, 0.0);
   const std::size_t count = n_.size() / 2;
-  for (std::size_t j = 0; j < count; ++j)
+  for (std::size_t j = 0; j < count; ++j) {
     for (int a = 0; a < 2; ++a)
       for (int b = 0; b < 2; ++b)
         G[std::size_t(2 * a + b)] += gradient[2 * j + std::size_t(a)] * n_[2 * j + std::size_t(b)] / pixel_[std::size_t(a)];
+    if (penalty) {
+      G[4] += n_[2 * j] * n_[2 * j];
+      G[5] += n_[2 * j + 1] * n_[2 * j + 1];
+      G[6] += 1;
+    }
+  }
   sum(G);
   const auto d = map_derivatives(p_);
   double by[4] = {0, 0, 0, 0};  // dL/dθ, dL/ds0, dL/ds1, dL/dh
@@ -63,19 +71,12 @@ scan_refinement::vec scan_refinement::slope(const double* gradient, double C10_s
   // The parameters: θ, m = ½ log(s0 s1) (the isotropic scale), a = ½ log(s0 / s1), h: dL/dm =
   // s0 dL/ds0 + s1 dL/ds1, dL/da = s0 dL/ds0 − s1 dL/ds1; each per Å at the rms radius.
   double full[4] = {by[0], p_.scale0 * by[1] + p_.scale1 * by[2], p_.scale0 * by[1] - p_.scale1 * by[2], by[3]};
-  if (o_.noise_per_A2 > 0) {
+  if (penalty) {
     // The covered area A ≈ (E0 + W)(E1 + W), E_a = √(12 ⟨n_a²⟩) s_a the scan's extent along its
     // axis a (a uniform raster's), W the window: dA/dm = E0 (E1 + W) + E1 (E0 + W) and dA/da =
     // E0 (E1 + W) − E1 (E0 + W) for m = ½ log(s0 s1), a = ½ log(s0 / s1).
-    std::vector<double> m2(3, 0.0);
-    for (std::size_t j = 0; j < count; ++j) {
-      m2[0] += n_[2 * j] * n_[2 * j];
-      m2[1] += n_[2 * j + 1] * n_[2 * j + 1];
-      m2[2] += 1;
-    }
-    sum(m2);
-    const double E0 = std::sqrt(12 * m2[0] / std::max(m2[2], 1.0)) * p_.scale0;
-    const double E1 = std::sqrt(12 * m2[1] / std::max(m2[2], 1.0)) * p_.scale1;
+    const double E0 = std::sqrt(12 * G[4] / std::max(G[6], 1.0)) * p_.scale0;
+    const double E1 = std::sqrt(12 * G[5] / std::max(G[6], 1.0)) * p_.scale1;
     const double W = o_.window_A;
     full[1] += o_.noise_per_A2 * (E0 * (E1 + W) + E1 * (E0 + W));
     full[2] += o_.noise_per_A2 * (E0 * (E1 + W) - E1 * (E0 + W));
