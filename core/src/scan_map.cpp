@@ -53,4 +53,22 @@ scan_map rotation_map(double rotation_rad) {
   return m;
 }
 
+void scan_map::apply_in_place(std::vector<double>& positions_A) const {
+  for (std::size_t j = 0; j + 1 < positions_A.size(); j += 2) {
+    const auto r = apply({positions_A[j], positions_A[j + 1]});
+    positions_A[j] = r[0];
+    positions_A[j + 1] = r[1];
+  }
+}
+
+std::vector<double> raster_positions_A(int64_t rx, int64_t ry, double step0, double step1) {
+  std::vector<double> n(std::size_t(2 * rx * ry));
+  for (int64_t i = 0; i < rx; ++i)
+    for (int64_t k = 0; k < ry; ++k) {
+      n[std::size_t(2 * (i * ry + k))] = double(i) * step0;
+      n[std::size_t(2 * (i * ry + k) + 1)] = double(k) * step1;
+    }
+  return n;
+}
+
 }  // namespace tycho

@@ -533,11 +533,7 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
   const bool raster_mapped = listed_positions_A.empty() && !map.is_identity();
   if (!map.is_identity()) {
     mapped = listed_positions_A;
-    for (std::size_t j = 0; j + 1 < mapped.size(); j += 2) {
-      const auto r = map.apply({mapped[j], mapped[j + 1]});
-      mapped[j] = r[0];
-      mapped[j + 1] = r[1];
-    }
+    map.apply_in_place(mapped);
   }
   const std::vector<double>& positions_A = map.is_identity() ? listed_positions_A : mapped;
   run_geometry r;
@@ -644,14 +640,8 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
          info.scan_shape[1], " patterns alone need ", human_bytes(position_bytes), ", more than this machine's ",
          human_bytes(have), " of memory (check the file's shape)");
   if (raster_mapped) {
-    const int64_t rx = info.scan_shape[0], ry = info.scan_shape[1];
-    mapped.resize(std::size_t(2 * rx * ry));
-    for (int64_t i = 0; i < rx; ++i)
-      for (int64_t k = 0; k < ry; ++k) {
-        const auto p = map.apply({double(i) * step, double(k) * step1});
-        mapped[std::size_t(2 * (i * ry + k))] = p[0];
-        mapped[std::size_t(2 * (i * ry + k) + 1)] = p[1];
-      }
+    mapped = raster_positions_A(info.scan_shape[0], info.scan_shape[1], step, step1);
+    map.apply_in_place(mapped);
   }
   try {
     r.layout = !positions_A.empty() ? layout_object(r.geometry, positions_A) : layout_object(r.geometry);
@@ -1287,7 +1277,6 @@ void session::state::create_engine(state& s, start& st) {
     const bool switchable = evt->struct_size >= offsetof(tycho_engine_vtable, set_position_gradient) +
                                                     sizeof(evt->set_position_gradient) &&
                             evt->set_position_gradient != nullptr;
-    const int32_t world = s.par->world_size();
     if (world > 1 && s.par->sharding() != shard::mode::patterns)
       log_info("session", "the scan map is not refined: [parallel] sharding = \"replicated\" splits each position's "
                           "gradient over the ranks ([reconstruct.positions] refine_scan_map)");
@@ -1398,17 +1387,11 @@ std::string session::state::probe_fit_json(const state& s) {
 // The scan map's refinement for this rank's positions: their nominal positions (the raster, or the
 // source's list) centred on the whole scan's mean, and the map the preprocessing laid them out with.
 scan_refinement session::state::make_scan_refinement(state& s, const scan_refinement_options& o) {
-  const int64_t all = s.data.all_patterns, ry = s.data.info.scan_shape[1];
-  std::vector<double> n(std::size_t(2 * all));
-  for (int64_t j = 0; j < all; ++j) {
-    if (!s.data.positions_A.empty()) {
-      n[std::size_t(2 * j)] = s.data.positions_A[std::size_t(2 * j)];
-      n[std::size_t(2 * j + 1)] = s.data.positions_A[std::size_t(2 * j + 1)];
-    } else {
-      n[std::size_t(2 * j)] = double(j / ry) * s.geometry.step_A[0];
-      n[std::size_t(2 * j + 1)] = double(j % ry) * s.geometry.step_A[1];
-    }
-  }
+  const int64_t all = s.data.all_patterns;
+  std::vector<double> n = !s.data.positions_A.empty()
+                              ? s.data.positions_A
+                              : raster_positions_A(s.data.info.scan_shape[0], s.data.info.scan_shape[1],
+                                                   s.geometry.step_A[0], s.geometry.step_A[1]);
   double mean[2] = {0, 0}, r2 = 0;
   for (int64_t j = 0; j < all; ++j)
     for (int a = 0; a < 2; ++a) mean[a] += n[std::size_t(2 * j + a)] / double(all);
@@ -1422,8 +1405,9 @@ scan_refinement session::state::make_scan_refinement(state& s, const scan_refine
   with_probe.C10_A = s.optics.C10_A;
   with_probe.wavelength_A = s.wavelength_A;
   with_probe.dk_invA = {s.sampling.dk_invA[0], s.sampling.dk_invA[1]};
-  // C10's scale: the shift λ ΔC10 k of the bright field's image at the aperture's edge.
-  with_probe.C10_displacement_per_A = s.wavelength_A * s.optics.semiangle_mrad * 1e-3 / s.wavelength_A;
+  // C10's scale: the shift λ ΔC10 k of the bright field's image at the aperture's edge, k = α / λ,
+  // so λ k = α (rad).
+  with_probe.C10_displacement_per_A = s.optics.semiangle_mrad * 1e-3;
   // Counted electrons (the amplitude and Poisson losses agree to second order): each real
   // degree of freedom fits σ² = s / 4 = 1 / (4 T) of the noise (Var √D ≈ ¼ per pixel, scaled by
   // the mean total T), two per object pixel. Other data carry no noise model the penalty could use.

@@ -22,6 +22,7 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 namespace tycho {
 
@@ -39,6 +40,8 @@ struct scan_map {
   std::array<double, 2> apply(const std::array<double, 2>& n) const {
     return {L[0][0] * n[0] + L[0][1] * n[1], L[1][0] * n[0] + L[1][1] * n[1]};
   }
+  // Every position of `positions_A` ((P, 2) Å, interleaved) mapped in place.
+  void apply_in_place(std::vector<double>& positions_A) const;
   double det() const { return L[0][0] * L[1][1] - L[0][1] * L[1][0]; }
   bool is_identity() const { return L[0][0] == 1 && L[1][1] == 1 && L[0][1] == 0 && L[1][0] == 0; }
 };
@@ -46,5 +49,9 @@ struct scan_map {
 // Rotation by θ, snapped to exact 0/±1 entries when θ is a multiple of 90° within 1e-9 rad (so a
 // quarter turn keeps a raster a raster, bit for bit).
 scan_map rotation_map(double rotation_rad);
+
+// The nominal positions of an rx x ry raster, n_j = (i·step0, k·step1) for j = i·ry + k ((P, 2) Å,
+// interleaved, scan order).
+std::vector<double> raster_positions_A(int64_t rx, int64_t ry, double step0, double step1);
 
 }  // namespace tycho
