@@ -91,6 +91,10 @@ std::vector<std::string> write_run_previews(const th::session& session, const st
 //   --from R:   the total is R's (recorded as history.schedule_iterations); --iterations N (or
 //               --stop-after N) runs N more; neither runs what is left of the total. Past the
 //               total, the schedules stay at their final value.
+//   iterations = "auto" (the stopping rule): a fresh run goes on until the rule ends it, at most
+//               max_iterations (--stop-after M: at most M now); --from R continues R's rule the
+//               same way (--stop-after M: at most M more), and --iterations N runs N more, a
+//               fixed count.
 // Runs the iterations this invocation asks for and, on rank 0, saves the result and previews:
 //   - every [output] checkpoint_every iterations the result so far is saved to the output path
 //     (atomically; resumable with --from);
@@ -101,7 +105,15 @@ int run_and_save(th::session& session, int64_t iterations, int64_t stop_after, c
                  const std::string& out_path, th::progress_display& display, bool overwrite, int64_t checkpoint_every) {
   const int64_t done = session.iterations_done();
   int64_t n = 0;
-  if (from.empty()) {
+  const bool by_rule = session.stops_by_rule() && !(!from.empty() && iterations > 0);
+  if (by_rule) {
+    if (session.rule_has_ended())
+      throw tycho::error(TYCHO_ERR_INVALID_ARGUMENT,
+                         fmt::format("'{}' already ended by its stopping rule after iteration {} ({}): give "
+                                     "--iterations N to run N more",
+                                     from, done, session.stopping_summary()));
+    n = stop_after > 0 ? stop_after : std::max<int64_t>(session.configured_iterations() - done, 1);
+  } else if (from.empty()) {
     n = stop_after > 0 ? stop_after : iterations > 0 ? iterations : session.configured_iterations();
   } else {
     n = iterations > 0 ? iterations : stop_after > 0 ? stop_after : session.configured_iterations() - done;
@@ -127,12 +139,16 @@ int run_and_save(th::session& session, int64_t iterations, int64_t stop_after, c
     say("wrote {}{}\n", out_path, what);
   };
   try {
-    session.run(n, [&](const tycho_progress& p) {
+    auto on_progress = [&](const tycho_progress& p) {
       display.iteration(p, done);
-      if (root && checkpoint_every > 0 && p.iteration % checkpoint_every == 0 && p.iteration < done + n)
+      if (root && checkpoint_every > 0 && p.iteration % checkpoint_every == 0 && p.iteration < p.iterations_total)
         save(fmt::format(" (checkpoint after iteration {})", p.iteration).c_str());
       return true;
-    });
+    };
+    if (by_rule)
+      session.run_by_rule(n, on_progress);
+    else
+      session.run(n, on_progress);
   } catch (const tycho::error& e) {
     display.end_iterations();
     if (!session.stopped()) throw;
@@ -166,7 +182,8 @@ int run_and_save(th::session& session, int64_t iterations, int64_t stop_after, c
     }
   }
   const auto& history = session.loss_history();
-  display.summary(n, seconds, history.empty() ? NAN : history.back(), out_path, sheet);
+  display.summary(session.iterations_done() - done, seconds, history.empty() ? NAN : history.back(), out_path, sheet,
+                  session.end_reason());
   if (const int sig = th::stop_signal(); sig != 0) {
     say_err("tycho: interrupted by {} after the last iteration: the result '{}' is complete\n",
             th::stop_signal_name(sig), out_path);

@@ -30,6 +30,7 @@
 #include "data/target_residency.hpp"
 #include "tycho/host/log.hpp"
 #include "tycho/host/settings.hpp"
+#include "settings/iteration_settings.hpp"
 
 namespace tycho::host {
 
@@ -218,11 +219,12 @@ int run_plan_command(const config_document& doc, const registry& reg, const plan
     // The time per iteration, from a short calibration run of this machine's engine (time_plan.hpp).
     const time_estimate t = estimate_iteration_time(doc, reg, r);
     if (t.done) {
-      const int64_t iterations = *setting_value<int64_t>(doc.table_at("reconstruct"), "reconstruct", "iterations");
+      const iteration_settings length = read_iteration_settings(doc.table_at("reconstruct"));
+      const int64_t iterations = length.span();
       const double total = t.seconds_per_iteration * double(iterations);
       out << "time     ~" << std::lround(t.seconds_per_iteration * 100) / 100.0 << " s per iteration ("
           << std::lround(t.us_per_position * 10) / 10.0 << " µs per position·iteration; CPU time "
-          << std::lround(t.cpu_us_per_position * 10) / 10.0 << " µs, " << t.batching << " batches); " << iterations
+          << std::lround(t.cpu_us_per_position * 10) / 10.0 << " µs, " << t.batching << " batches); " << (length.by_rule ? "at most " : "") << iterations
           << " iterations ~"
           << (total < 120 ? cat(std::lround(total), " s") : total < 7200 ? cat(std::lround(total / 60), " min")
                                                                           : cat(std::lround(total / 360) / 10.0, " h"))

@@ -89,6 +89,7 @@ std::string to_json(const result_manifest& m) {
                   {"loss", m.loss_history},
                   {"seconds", m.seconds_history},
                   {"cpu_seconds", m.cpu_seconds_history}};
+  if (!m.stopping_json.empty()) j["history"]["stopping"] = nlohmann::ordered_json::parse(m.stopping_json);
   nlohmann::ordered_json opts = nlohmann::ordered_json::object();
   for (const auto& o : m.optimizer_states)
     opts[o.parameter] = {{"optimizer", o.optimizer}, {"steps", o.steps}, {"arrays", o.arrays}};

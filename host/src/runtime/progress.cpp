@@ -122,10 +122,11 @@ void progress_display::end_iterations() {
 }
 
 void progress_display::summary(int64_t iterations, double seconds, double final_loss, const std::string& result,
-                               const std::string& sheet) {
+                               const std::string& sheet, const std::string& why) {
   if (style_ == style::quiet) return;
-  std::string s = printf_text("done: %lld iteration%s in %s (%.3g s/it), final loss %.6e; result in ",
-                              (long long)iterations, iterations == 1 ? "" : "s", format_duration(seconds).c_str(),
+  std::string s = printf_text("done: %lld iteration%s%s in %s (%.3g s/it), final loss %.6e; result in ",
+                              (long long)iterations, iterations == 1 ? "" : "s",
+                              why.empty() ? "" : (" (" + why + ")").c_str(), format_duration(seconds).c_str(),
                               iterations > 0 ? seconds / double(iterations) : 0.0, final_loss) + result;
   if (!sheet.empty()) s += ", previews in " + sheet;
   std::fprintf(out_, "%s\n", s.c_str());

@@ -31,6 +31,8 @@
 #include "runtime/constraint_list.hpp"
 #include "runtime/initial_probe.hpp"
 #include "runtime/positions_from.hpp"
+#include "runtime/stopping_rule.hpp"
+#include "runtime/loss_noise.hpp"
 #include "results/manifest_checks.hpp"
 #include "results/result_file.hpp"
 #include "tycho/host/dataset.hpp"
@@ -50,6 +52,7 @@
 #include "data/target_stream.hpp"
 #include "tycho/host/settings.hpp"
 #include "settings/settings_read.hpp"
+#include "settings/iteration_settings.hpp"
 
 namespace tycho::host {
 
@@ -93,7 +96,8 @@ struct parameter_settings {
   learning_rate_schedule schedule;
 };
 struct reconstruct_settings {
-  int64_t iterations = 100;
+  iteration_settings length;  // [reconstruct] iterations (a count or "auto"), max_iterations, stop_window
+  int64_t iterations = 100;   // the schedules' length: the fixed count, or the cap
   bool float64 = false;  // [reconstruct] precision = "float64": complex128 object and probe
   int64_t slices = 1, probe_modes = 1;
   double slice_thickness_A = 0;  // > 0 when slices > 1
@@ -125,11 +129,8 @@ parameter_settings read_parameter_settings(const config_document& doc, const cha
 reconstruct_settings read_reconstruct_settings(const config_document& doc) {
   const toml::table& rec_t = doc.table_at("reconstruct");
   reconstruct_settings r;
-  r.iterations = *setting_value<int64_t>(rec_t, "reconstruct", "iterations");
-  // Bounded as the command line's --iterations is (1e9: far beyond any run, far below overflow).
-  if (r.iterations < 0 || r.iterations > k_most_iterations)
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] iterations must be from 0 to ", k_most_iterations, ", got ",
-         r.iterations);
+  r.length = read_iteration_settings(rec_t);
+  r.iterations = r.length.span();
   int64_t modes = *setting_value<int64_t>(rec_t, "reconstruct", "probe_modes");
   int64_t slices = *setting_value<int64_t>(rec_t, "reconstruct", "slices");
   std::string precision = *setting_value<std::string>(rec_t, "reconstruct", "precision");
@@ -347,6 +348,11 @@ struct resume_data {
   result_file file;
   loaded_record& record;
   int64_t done = 0, total = 0;
+  // A run of iterations = "auto" (history.stopping.iterations): its rule's keys and counting noise,
+  // which the continued run keeps so that it stops where the uninterrupted run would.
+  bool by_rule = false;
+  int64_t max_iterations = 0, stop_window = 0;
+  double counting_noise = 0;
   std::vector<int64_t> scan_shape, window_shape;
   explicit resume_data(result_file f)
       : path(f.path), file(std::move(f)), record(file.record), done(file.iterations),
@@ -354,7 +360,8 @@ struct resume_data {
         window_shape(file.window_shape.begin(), file.window_shape.end()) {}
   resume_data(resume_data&& o) noexcept
       : path(std::move(o.path)), file(std::move(o.file)), record(file.record), done(o.done), total(o.total),
-        scan_shape(std::move(o.scan_shape)), window_shape(std::move(o.window_shape)) {}
+        by_rule(o.by_rule), max_iterations(o.max_iterations), stop_window(o.stop_window),
+        counting_noise(o.counting_noise), scan_shape(std::move(o.scan_shape)), window_shape(std::move(o.window_shape)) {}
 };
 
 resume_data load_resume(const std::string& path, const registry& reg) {
@@ -363,6 +370,15 @@ resume_data load_resume(const std::string& path, const registry& reg) {
     fail(TYCHO_ERR_BAD_DATA, "'", path, "' cannot be resumed: it was written by a tycho that did not save ",
          "the optimizer state and the schedule's length");
   r.total = *r.file.schedule_iterations;
+  if (const nlohmann::json* rule = r.file.manifest.find("history.stopping.iterations"); rule && rule->is_string()) {
+    const manifest_reader& m = r.file.manifest;
+    if (rule->get<std::string>() != "auto") m.refuse("history.stopping.iterations", rule, "\"auto\" or a whole number");
+    r.by_rule = true;
+    r.max_iterations = m.integer("history.stopping.max_iterations", 1, k_most_iterations);
+    r.stop_window = m.integer("history.stopping.window", 3, 1000);
+    r.counting_noise = m.finite("history.stopping.counting_noise", "the loss's counting noise");
+    if (r.counting_noise < 0) m.refuse("history.stopping.counting_noise", m.find("history.stopping.counting_noise"), "a number >= 0");
+  }
   return r;
 }
 
@@ -780,7 +796,16 @@ struct session::state {
   window_sampling sampling{};
   scan_geometry geometry{};
   object_layout layout;
-  int64_t iterations = 100;
+  int64_t iterations = 100;  // the schedules' length: the fixed count, or with "auto" the cap
+  iteration_settings length;  // [reconstruct] iterations, max_iterations, stop_window
+  // iterations = "auto": the stopping rule's settings, where it stands after loss_history, and what
+  // keeps it from stopping early (the stage scheduled last), for the log and the manifest.
+  stopping_settings rule_settings;
+  stopping_state rule;
+  std::string rule_waits_for;
+  // Why the last run() ended: "converged", "max_iterations", "fixed_count", "stop_after",
+  // "callback", "signal", "non_finite"; "" before any.
+  std::string end_reason;
   double slice_thickness_A = 0;  // > 0 with several slices (the manifest's calibration)
   std::vector<double> loss_history, seconds_history;
   std::vector<double> cpu_seconds_history;  // the process's CPU time per iteration (all its threads)
@@ -917,6 +942,10 @@ struct session::state {
   static void create_engine(state& s, start& st);
   static void create_optimizers(state& s, start& st);
   static void restore_resumed(state& s, start& st);
+  static void prepare_stopping(state& s, start& st);
+  // After each iteration of an "auto" run: the rule's state, and the schedules it sets.
+  void advance_rule();
+  std::string stopping_json() const;
   static scan_refinement make_scan_refinement(state& s, const scan_refinement_options& o);
   static std::string probe_fit_json(const state& s);
   static void describe_run(state& s, start& st);
@@ -960,13 +989,21 @@ void session::state::open_config(state& s, const std::string& resume_from, paral
   s.par = parallel;
   // Resuming: the schedules span the resumed run's total (its recorded
   // history.schedule_iterations), whatever [reconstruct] iterations says; the config records it.
+  // A run of iterations = "auto" continues with its rule's keys instead.
   if (!resume_from.empty() && !st.prepared) {
     st.resume.emplace(load_resume(resume_from, reg));
-    s.config.set_from_text(cat("reconstruct.iterations=", st.resume->total));
+    if (st.resume->by_rule) {
+      s.config.set_from_text("reconstruct.iterations=\"auto\"");
+      s.config.set_from_text(cat("reconstruct.max_iterations=", st.resume->max_iterations));
+      s.config.set_from_text(cat("reconstruct.stop_window=", st.resume->stop_window));
+    } else {
+      s.config.set_from_text(cat("reconstruct.iterations=", st.resume->total));
+    }
   }
   st.settings = read_reconstruct_settings(s.config);
   const reconstruct_settings& settings = st.settings;
   s.iterations = settings.iterations;
+  s.length = settings.length;
   s.slice_thickness_A = settings.slices > 1 ? settings.slice_thickness_A : 0.0;
   s.par->check_same_config(s.config.to_toml());
   // A resumed run must resume the same state on every rank (the file is not part of the config).
@@ -1443,6 +1480,120 @@ void session::state::restore_resumed(state& s, start& st) {
   log_info("session", cat("resuming '", r.path, "' after iteration ", r.done, " of ", r.total));
 }
 
+// 6b. iterations = "auto": the stopping rule's settings (runtime/stopping_rule.hpp), where it stands
+// after a resumed history, and the schedules it sets from there.
+void session::state::prepare_stopping(state& s, start& st) {
+  const reconstruct_settings& settings = st.settings;
+  if (!settings.length.by_rule) return;
+  stopping_settings& r = s.rule_settings;
+  r.window = settings.length.stop_window;
+  r.max_iterations = settings.length.max_iterations;
+  using shape = learning_rate_schedule::shape;
+  r.decays = settings.object.schedule.kind != shape::constant || settings.probe.schedule.kind != shape::constant ||
+             (settings.driver.positions.enabled && settings.driver.positions.schedule.kind != shape::constant);
+  // A stage that starts later has its chance: no plateau before the window after its start
+  // (two of the scan map's steps at least).
+  r.earliest = r.window;
+  auto after = [&](int64_t start, int64_t span, const std::string& what) {
+    if (start <= 1) return;
+    const int64_t e = start + std::max(span, r.window) - 1;
+    if (e > r.earliest) {
+      r.earliest = e;
+      s.rule_waits_for = cat(what, " = ", start);
+    }
+  };
+  after(settings.object.first_iteration, 0, "[reconstruct.object] first_iteration");
+  after(settings.probe.first_iteration, 0, "[reconstruct.probe] first_iteration");
+  if (settings.driver.positions.enabled)
+    after(settings.driver.positions.first_iteration, 0, "[reconstruct.positions] first_iteration");
+  if (s.refine_scan_map)
+    after(settings.scan.first_iteration, 2 * settings.scan.every, "[reconstruct.positions] scan_map_first_iteration");
+  for (const constraint_binding& c : s.constraints.bindings()) {
+    after(c.first_iteration, 0, cat(c.name, " first_iteration"));
+    if (c.last_iteration > 0) after(c.last_iteration + 1, 0, cat(c.name, " last_iteration + 1"));
+  }
+  // σ_c: from the counts (runtime/loss_noise.hpp), or the resumed run's own value.
+  if (st.resume && st.resume->by_rule) {
+    r.counting_noise = st.resume->counting_noise;
+  } else {
+    const DLDataType stored = s.data.info.stored_dtype;
+    const bool counted = (stored.code == kDLUInt || stored.code == kDLInt) && s.data.mean_total_intensity > 0;
+    std::optional<double> v;
+    if (counted)
+      v = loss_variance_per_pattern(s.loss_ref->as<tycho_loss_vtable>(), s.loss, s.measured_mean, s.padding.mask,
+                                    s.data.n0, s.data.n1, 1.0 / s.data.mean_total_intensity);
+    // Each rank's estimate from its own patterns, weighted by how many it holds.
+    double held = v ? double(s.data.patterns) : 0.0, weighted = v ? *v * held : 0.0;
+    if (s.par->world_size() > 1) {
+      weighted = s.par->sum(weighted);
+      held = s.par->sum(held);
+    }
+    r.counting_noise = held > 0 ? std::sqrt(weighted / held / double(s.data.all_patterns)) : 0.0;
+  }
+  s.rule = stopping_state_of(s.loss_history, r);
+  s.drv->set_schedule_span(s.rule.hold_until, s.rule.end);
+  if (s.par->is_root())
+    log_info("stopping",
+             cat("iterations = \"auto\": the run ends when the loss's fall predicted over the next ", r.window,
+                 " iterations (a line through the last ", r.window, ") is below its noise, ",
+                 r.counting_noise > 0 ? cat("the larger of its counting noise ", r.counting_noise,
+                                            " and its scatter about the line")
+                                      : std::string("its scatter about the line (the data are not counts: no counting noise)"),
+                 "; not before iteration ", r.earliest,
+                 s.rule_waits_for.empty() ? std::string() : cat(" (", s.rule_waits_for, ", then ", r.window, " iterations)"),
+                 r.decays ? "; the learning rates hold their value until then and decay over half as many iterations "
+                            "again"
+                          : "",
+                 "; at most ", r.max_iterations, " iterations"));
+}
+
+void session::state::advance_rule() {
+  const stopping_state before = rule;
+  rule = stopping_state_of(loss_history, rule_settings);
+  if (rule.hold_until != before.hold_until || rule.end != before.end) drv->set_schedule_span(rule.hold_until, rule.end);
+  if (!par->is_root()) return;
+  if (rule.plateau > 0 && before.plateau == 0)
+    log_info("stopping", cat("the loss stopped falling at iteration ", rule.plateau, ": the line through the last ",
+                             rule_settings.window, " losses predicts a fall of ", rule.last.predicted_fall,
+                             " over the next ", rule_settings.window, ", below the noise ", rule.last.noise,
+                             " (counting ", rule_settings.counting_noise, ", scatter ", rule.last.residual_sd, ")",
+                             rule_settings.decays ? cat("; the learning rates decay over ", rule.end - rule.plateau,
+                                                        " iterations, to iteration ", rule.end)
+                                                  : std::string()));
+  else if (rule.plateau == 0 && rule.hold_until != before.hold_until)
+    log_info("stopping", cat("no plateau by iteration ", rule.hold_until, ": the learning rates decay over the last ",
+                             rule.end - rule.hold_until, " iterations to max_iterations = ", rule.end));
+}
+
+// history.stopping in the manifest (docs/file-format.md).
+std::string session::state::stopping_json() const {
+  nlohmann::ordered_json j;
+  const int64_t done = int64_t(loss_history.size());
+  if (!length.by_rule) {
+    j["iterations"] = length.fixed;
+    j["reason"] = end_reason.empty() ? (done >= length.fixed ? "fixed_count" : "running") : end_reason;
+    return j.dump();
+  }
+  const stopping_state now = stopping_state_of(loss_history, rule_settings);
+  j["iterations"] = "auto";
+  // A run saved before its rule ended it (a checkpoint, --stop-after, a signal) says why.
+  j["reason"] = now.stop ? now.reason : end_reason.empty() ? std::string("running") : end_reason;
+  j["max_iterations"] = rule_settings.max_iterations;
+  j["window"] = rule_settings.window;
+  j["earliest"] = rule_settings.earliest;
+  j["waits_for"] = rule_waits_for;
+  j["counting_noise"] = rule_settings.counting_noise;
+  j["decays"] = rule_settings.decays;
+  j["plateau_iteration"] = now.plateau > 0 ? nlohmann::ordered_json(now.plateau) : nlohmann::ordered_json();
+  j["hold_until"] = now.hold_until;
+  j["end_iteration"] = now.end;
+  if (now.last.evaluated)
+    j["trend"] = {{"predicted_fall", now.last.predicted_fall},
+                  {"residual_sd", now.last.residual_sd},
+                  {"noise", now.last.noise}};
+  return j.dump();
+}
+
 // 7. The output format; what every rank runs (its device, precision, patterns), logged; the
 // state the first iteration starts from.
 void session::state::describe_run(state& s, start& st) {
@@ -1514,6 +1665,7 @@ session::session(config_document config, registry& reg, const std::string& resum
   state::create_engine(*s_, st);                        // 4. loss and engine
   state::create_optimizers(*s_, st);                    // 5. optimizers, constraints, driver
   state::restore_resumed(*s_, st);                      // 6. a resumed run's state and history
+  state::prepare_stopping(*s_, st);                     //    iterations = "auto": the stopping rule
   state::describe_run(*s_, st);                         // 7. output format, ranks, log, kept state
 }
 
@@ -1543,18 +1695,67 @@ void session::set_stop_check(std::function<bool()> stop) {
 
 bool session::stopped() const { return s_->stopped; }
 
+bool session::stops_by_rule() const { return s_->length.by_rule; }
+
+bool session::rule_has_ended() const {
+  return s_->length.by_rule && stopping_state_of(s_->loss_history, s_->rule_settings).stop;
+}
+
+const std::string& session::end_reason() const { return s_->end_reason; }
+
+std::string session::stopping_summary() const {
+  const state& s = *s_;
+  const int64_t done = s.drv->iterations_done();
+  const std::string its = cat(done, done == 1 ? " iteration" : " iterations");
+  if (s.end_reason == "converged")
+    return cat("stopped after ", its, ": converged (the loss stopped falling at iteration ", s.rule.plateau,
+               s.rule.end > s.rule.plateau ? cat("; the learning rates then decayed over ", s.rule.end - s.rule.plateau,
+                                                 " iterations")
+                                           : std::string(),
+               ")");
+  if (s.end_reason == "max_iterations")
+    return cat("stopped after ", its, ": [reconstruct] max_iterations = ", s.rule_settings.max_iterations,
+               " reached while the loss was still falling by more than its noise (predicted fall ",
+               s.rule.last.predicted_fall, " over the next ", s.rule_settings.window, " iterations, noise ",
+               s.rule.last.noise, ")");
+  if (s.end_reason == "stop_after")
+    return cat("stopped after ", its, " as asked (--stop-after); the stopping rule has not ended the run: continue it "
+               "with --from");
+  if (s.end_reason == "fixed_count")
+    return s.length.by_rule ? cat("ran ", its, " in all: a fixed count was asked for")
+                            : cat("ran ", its, ": the fixed count ([reconstruct] iterations = ", s.length.fixed, ")");
+  return cat(its, " done");
+}
+
 bool session::run(int64_t iterations, const progress_callback& progress) {
+  if (iterations <= 0 && s_->length.by_rule)
+    return run_iterations(std::max<int64_t>(s_->rule_settings.max_iterations - iterations_done(), 0), progress, true);
+  return run_iterations(iterations > 0 ? iterations : s_->iterations, progress, false);
+}
+
+bool session::run_by_rule(int64_t at_most, const progress_callback& progress) {
+  if (!s_->length.by_rule)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "this run has a fixed count ([reconstruct] iterations = ", s_->length.fixed,
+         "): no stopping rule to run by");
+  return run_iterations(at_most, progress, true);
+}
+
+bool session::run_iterations(int64_t n, const progress_callback& progress, bool by_rule) {
   state& s = *s_;
   if (s.stopped)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "this session stopped after iteration ", s.kept.iterations, " (", s.stop_reason,
          "): start a new one from its saved result");
-  int64_t n = iterations > 0 ? iterations : s.iterations;
-  // Every rank must run as many iterations, or one waits forever for the others' sums.
-  s.par->require_same(std::to_string(n), "the number of iterations to run (--iterations, --stop-after)");
+  // Every rank must run as many iterations, or one waits forever for the others' sums. (By the
+  // rule every rank stops at the same iteration: the rule reads the loss, which is global.)
+  s.par->require_same(cat(n, by_rule ? " by the rule" : ""),
+                      "the number of iterations to run (--iterations, --stop-after)");
+  s.end_reason.clear();
   // Both counters of tycho_progress count over the session's whole life (resumed iterations
   // included): iteration k of this call reports (done + k) / (done + n), so a second run call
-  // continues 4/6, 5/6, 6/6 after a first one of 3.
-  const int64_t last = s.drv->iterations_done() + n;
+  // continues 4/6, 5/6, 6/6 after a first one of 3. By the rule, the total is the rule's end
+  // once it is known (the cap before).
+  const int64_t asked_last = s.drv->iterations_done() + n;
+  auto last = [&] { return by_rule ? std::min(asked_last, s.rule.end) : asked_last; };
   const bool several = s.par->world_size() > 1;
   auto stop_requested = [&] {
     if (!s.stop_check) return false;
@@ -1562,10 +1763,15 @@ bool session::run(int64_t iterations, const progress_callback& progress) {
     return several ? s.par->sum(mine ? 1.0 : 0.0) > 0 : mine;  // every rank stops at the same iteration
   };
   auto interrupted = [&](const std::string& when) {
+    s.end_reason = "signal";
     s.stop_at_kept(cat("interrupted ", when));
     fail(TYCHO_ERR_CANCELLED, "interrupted ", when, ": the state after iteration ", s.kept.iterations,
          " is kept");
   };
+  if (by_rule && s.rule.stop) {  // a resumed run its rule has already ended
+    s.end_reason = s.rule.reason;
+    return true;
+  }
   for (int64_t i = 0; i < n; ++i) {
     if (stop_requested()) interrupted(cat("after iteration ", s.drv->iterations_done()));
     const int64_t iteration = s.drv->iterations_done() + 1;
@@ -1585,6 +1791,7 @@ bool session::run(int64_t iterations, const progress_callback& progress) {
     // A non-finite loss, or NaN left in the state, would only spread: stop with the last state
     // that had neither.
     if (!std::isfinite(loss)) {
+      s.end_reason = "non_finite";
       s.stop_at_kept(cat("the loss of iteration ", iteration, " is ", loss));
       fail(TYCHO_ERR_BAD_DATA, "the loss of iteration ", iteration, " is ", loss,
            ": the run diverged and stopped, keeping the state after iteration ", s.kept.iterations,
@@ -1594,6 +1801,7 @@ bool session::run(int64_t iterations, const progress_callback& progress) {
     }
     state::kept_state now = s.capture();
     if (const std::string bad = state::non_finite_array(now); !bad.empty()) {
+      s.end_reason = "non_finite";
       s.stop_at_kept(cat("iteration ", iteration, " left non-finite values in the ", bad));
       fail(TYCHO_ERR_BAD_DATA, "iteration ", iteration, " left non-finite values in the ", bad,
            " (its loss was ", loss, "): the run diverged and stopped, keeping the state after iteration ",
@@ -1604,11 +1812,18 @@ bool session::run(int64_t iterations, const progress_callback& progress) {
     s.loss_history.push_back(loss);
     s.seconds_history.push_back(secs);
     s.cpu_seconds_history.push_back(cpu_secs);
+    if (s.length.by_rule) s.advance_rule();
     if (progress) {
-      tycho_progress p{sizeof(tycho_progress), s.drv->iterations_done(), last, loss, secs};
-      if (!progress(p)) return false;
+      tycho_progress p{sizeof(tycho_progress), s.drv->iterations_done(), last(), loss, secs};
+      if (!progress(p)) {
+        s.end_reason = "callback";
+        return false;
+      }
     }
+    if (by_rule && s.rule.stop) break;
   }
+  s.end_reason = by_rule ? (s.rule.stop ? s.rule.reason : "stop_after") : "fixed_count";
+  if (s.par->is_root()) log_info("stopping", stopping_summary());
   check_replicas();
   if (s.par->world_size() > 1) {
     const auto st = s.par->gradient_reduce_stats();
@@ -1749,7 +1964,9 @@ std::string session::manifest_json() const {
   m.loss_history = s.loss_history;
   m.seconds_history = s.seconds_history;
   m.cpu_seconds_history = s.cpu_seconds_history;
-  m.schedule_iterations = s.iterations;
+  // With "auto", where the schedules end as the rule now sees it (max_iterations before the plateau).
+  m.schedule_iterations = s.length.by_rule ? stopping_state_of(s.loss_history, s.rule_settings).end : s.iterations;
+  m.stopping_json = s.stopping_json();
   m.parallel_json = s.parallel_json;
   m.preprocess_json = s.preprocess_json;
   if (const scan_refinement* r = s.drv ? s.drv->scan_refinement_state() : nullptr) {

@@ -106,7 +106,9 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
     };
     m["reconstruct"] = {
         decl("engine", S, quoted(defaults::engine), "", "the engine component"),
-        at_most(at_least(decl("iterations", I, "100", "", "iterations (epochs over all patterns)"), 0), 1e9),
+        decl("iterations", M, "\"auto\"", "", "iterations (epochs over all patterns): a whole number from 0 to 1e9 for a fixed count, or \"auto\": until the loss stops falling by more than its noise (the stopping rule), at most max_iterations"),
+        at_most(at_least(decl("max_iterations", I, "1000", "", "with iterations = \"auto\": the most iterations the run takes"), 1), 1e9),
+        at_most(at_least(decl("stop_window", I, "20", "iterations", "with iterations = \"auto\": the iterations W the loss's trend is fitted over and predicted ahead"), 3), 1000),
         at_least(decl("batch_size", I, "128", "", "mini-batch size in positions, global over the ranks"), 1),
         decl("loss", S, quoted(defaults::loss), "", "the loss component"),
         decl("seed", I, "0", "", "seeds the per-iteration permutation of the patterns"),

@@ -49,9 +49,10 @@ class progress_display {
   void iteration(const tycho_progress& p, int64_t iterations_before);
   // After the last iteration: ends the bar's line.
   void end_iterations();
-  // "done: 100 iterations in 1:36 (0.96 s/it), final loss 1.432149e-02; result in X, previews in Y"
+  // "done: 100 iterations (converged) in 1:36 (0.96 s/it), final loss 1.432149e-02; result in X,
+  // previews in Y"; `why`: why the run ended (session::end_reason), left out when empty.
   void summary(int64_t iterations, double seconds, double final_loss, const std::string& result,
-               const std::string& sheet);
+               const std::string& sheet, const std::string& why = "");
 
  private:
   int width() const;

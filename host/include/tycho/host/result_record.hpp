@@ -48,6 +48,7 @@ struct result_manifest {
   std::vector<double> loss_history, seconds_history;
   std::vector<double> cpu_seconds_history;  // the process's CPU time per iteration, s
   int64_t schedule_iterations = 0;    // the run's total: the learning-rate schedules span it
+  std::string stopping_json;          // history.stopping: how long the run went on and why it stopped
   std::string complex_dtype = "complex64";  // of object and probe: "complex128" in a float64 run
   std::vector<optimizer_state_record> optimizer_states;
   std::vector<component_provenance> components;

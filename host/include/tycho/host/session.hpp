@@ -46,8 +46,11 @@ class session {
   session(const session&) = delete;
   session& operator=(const session&) = delete;
 
-  // Runs `iterations` more iterations (0: the configured number). Returns false if the
-  // callback stopped it. With several ranks every rank calls it, with the same count.
+  // Runs `iterations` more iterations, a fixed count; 0: the configured [reconstruct] iterations:
+  // N, or with "auto" until the stopping rule ends the run (runtime/stopping_rule.hpp: the loss
+  // has stopped falling by more than its noise, and any decay of the learning rates is done) or
+  // max_iterations are done in all. Returns false if the callback stopped it. With several ranks
+  // every rank calls it, with the same count (by the rule every rank stops at the same iteration).
   // Stops mid-way, throwing tycho::error, when:
   //   - an iteration's loss, or a value it left in the object, probe or optimizer state, is
   //     not finite (TYCHO_ERR_BAD_DATA, naming the iteration and the likely cause);
@@ -56,6 +59,15 @@ class session {
   // Then stopped() is true and get(), save() and manifest_json() give the state after the last
   // complete iteration whose values were all finite (resumable with --from); run() refuses.
   bool run(int64_t iterations, const progress_callback& progress);
+  // iterations = "auto": runs until the rule ends the run, or `at_most` more iterations are done
+  // (`--stop-after`), whichever comes first; refused with a fixed count.
+  bool run_by_rule(int64_t at_most, const progress_callback& progress);
+  bool stops_by_rule() const;   // [reconstruct] iterations = "auto"
+  bool rule_has_ended() const;  // "auto" and the rule has ended the run (a resumed file's history may have)
+  // Why the last run() ended: "converged", "max_iterations", "fixed_count", "stop_after",
+  // "callback", "signal", "non_finite" ("" before any); and a line saying so, with the figures.
+  const std::string& end_reason() const;
+  std::string stopping_summary() const;
   // `stop` is polled between mini-batches (one rank) or once per iteration (several ranks,
   // where every rank must set one): e.g. a flag set by a SIGINT handler. Not thread-safe:
   // set it before run().
@@ -78,7 +90,7 @@ class session {
   // output folder's free space before the first iteration.
   uint64_t result_bytes() const;
 
-  int64_t configured_iterations() const;  // the schedules' total
+  int64_t configured_iterations() const;  // the fixed count; with "auto", max_iterations
   std::string precision() const;          // "float32" or "float64": of the engine's object tensor
   int64_t iterations_done() const;        // counted over the whole run, resumed ones included
   std::string output_path() const;      // [output] path, relative to the current folder
@@ -94,6 +106,7 @@ class session {
   parallel_context& parallel() const;  // rank, world size; only rank 0 writes files
 
  private:
+  bool run_iterations(int64_t n, const progress_callback& progress, bool by_rule);
   std::vector<std::string> optimizer_state_names() const;
   owned_array optimizer_state(const std::string& full_name) const;
   struct state;

@@ -1,0 +1,25 @@
+// [reconstruct] iterations, max_iterations and stop_window: how long a run goes on, read and
+// checked (errors name the key). Host-internal: the session and `tycho plan` read them alike.
+#pragma once
+
+#include <toml++/toml.h>
+
+#include <cstdint>
+
+namespace tycho::host {
+
+struct iteration_settings {
+  bool by_rule = true;            // iterations = "auto" (the default): the stopping rule ends the run
+  int64_t fixed = 0;              // iterations = N: a fixed count (0 saves the initial state)
+  int64_t max_iterations = 1000;  // the rule's cap
+  int64_t stop_window = 20;       // the rule's window W (runtime/stopping_rule.hpp)
+  // The schedules' length and the most a run may take: N, or the cap.
+  int64_t span() const { return by_rule ? max_iterations : fixed; }
+};
+
+// Reads [reconstruct] (the table `rec`). Refuses, naming the key: iterations that is neither a
+// whole number from 0 to 1e9 nor "auto"; max_iterations outside [1, 1e9]; stop_window outside
+// [3, 1000].
+iteration_settings read_iteration_settings(const toml::table& rec);
+
+}  // namespace tycho::host
