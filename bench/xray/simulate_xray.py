@@ -37,6 +37,12 @@ PRESETS = {
     "full": dict(energy_eV=8200.0, zp_diameter_m=150e-6, zp_drn_m=50e-9, central_stop=0.4,
                  defocus_m=250e-6, n=128, pixel_m=75e-6, distance_m=1.2,
                  scan=(16, 16), step_m=0.25e-6, jitter_m=0.05e-6, photons=1e6, seed=29),
+    # 400 positions over a 5 um field of a star three times as thick (1.35 um of gold, phase
+    # -2.7 rad): a scan where 100 iterations of the default learning rates are far too few
+    # (issue 35's far-field scan, 400 positions, 128² frames)
+    "thick": dict(energy_eV=8200.0, zp_diameter_m=150e-6, zp_drn_m=50e-9, central_stop=0.4,
+                  defocus_m=250e-6, n=128, pixel_m=75e-6, distance_m=1.2,
+                  scan=(20, 20), step_m=0.25e-6, jitter_m=0.05e-6, photons=1e6, seed=35, gold=3.0),
     "small": dict(energy_eV=8200.0, zp_diameter_m=150e-6, zp_drn_m=50e-9, central_stop=0.4,
                   defocus_m=250e-6, n=64, pixel_m=75e-6, distance_m=1.2,
                   scan=(10, 10), step_m=0.25e-6, jitter_m=0.05e-6, photons=1e6, seed=29),
@@ -56,18 +62,19 @@ def erf(x):
     return s * y
 
 
-def specimen(x, y, rng_seed, edge_m=8e-9):
+def specimen(x, y, rng_seed, edge_m=8e-9, gold=1.0):
     """Complex transmission at sample coordinates (x, y) in metres: a 36-spoke gold Siemens star
     of radius 1.5 um (phase -0.9 rad, amplitude 0.92 in the spokes, about 450 nm of gold at
-    8.2 keV) and 40 particles of radius 30-120 nm. Edges are smoothed over edge_m (an erf)."""
+    8.2 keV; `gold` times as thick: phase and log-amplitude scaled) and 40 particles of radius
+    30-120 nm. Edges are smoothed over edge_m (an erf)."""
     rng = np.random.default_rng(rng_seed)
     r = np.hypot(x, y)
     theta = np.arctan2(y, x)
     spokes = 36
     star = 0.5 * (1 + erf(r * np.sin(spokes / 2 * theta) / (spokes / 2) / edge_m))
     star *= 0.5 * (1 + erf((1.5e-6 - r) / edge_m))
-    phase = -0.9 * star
-    log_amp = np.log(0.92) * star
+    phase = -0.9 * gold * star
+    log_amp = np.log(0.92) * gold * star
     for _ in range(40):
         cx, cy = rng.uniform(-2.0e-6, 2.0e-6, 2)
         rad = rng.uniform(30e-9, 120e-9)
@@ -124,7 +131,7 @@ def simulate(p, out_dir, preset):
     gx = np.arange(int(np.floor(lo[0])), int(np.ceil(hi[0])) + 1)
     gy = np.arange(int(np.floor(lo[1])), int(np.ceil(hi[1])) + 1)
     sy, sx = np.meshgrid(gy * dxf, gx * dxf, indexing="ij")
-    sample = specimen(sx, sy, p["seed"] + 1)
+    sample = specimen(sx, sy, p["seed"] + 1, gold=p.get("gold", 1.0))
 
     frames = np.empty((len(hit), n, n), np.uint32)
     start = half + S_ANGLE * (-n // 2 + 1) - (S_ANGLE - 1) // 2

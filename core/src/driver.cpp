@@ -21,9 +21,7 @@ void check_status(tycho_status s, const std::string& context) {
 
 double learning_rate_schedule::factor(int64_t iteration) const {
   if (kind == shape::constant || total_iterations <= 1) return 1.0;
-  if (iteration <= hold_until) return 1.0;
-  if (total_iterations - hold_until <= 1) return final_fraction;  // past a decay of one iteration
-  double t = std::clamp(double(iteration - hold_until - 1) / double(total_iterations - hold_until - 1), 0.0, 1.0);
+  double t = std::clamp(double(iteration - 1) / double(total_iterations - 1), 0.0, 1.0);
   if (kind == shape::cosine) return final_fraction + (1.0 - final_fraction) * 0.5 * (1.0 + std::cos(M_PI * t));
   return std::pow(final_fraction, t);
 }
@@ -343,15 +341,6 @@ void driver::correct_positions(int64_t epoch) {
   sum_host_doubles(totals, stream);
   const double mean[2] = {totals[0] / totals[2], totals[1] / totals[2]};
   move_positions(data_of<double>(pos), steps.data(), pos.shape[0], mean, o);
-}
-
-void driver::set_schedule_span(int64_t hold_until, int64_t total) {
-  for (optimizer_binding& o : optimizers_) {
-    o.schedule.hold_until = hold_until;
-    o.schedule.total_iterations = total;
-  }
-  options_.positions.schedule.hold_until = hold_until;
-  options_.positions.schedule.total_iterations = total;
 }
 
 void driver::set_scan_refinement(scan_refinement r) {

@@ -220,7 +220,7 @@ int run_plan_command(const config_document& doc, const registry& reg, const plan
     const time_estimate t = estimate_iteration_time(doc, reg, r);
     if (t.done) {
       const iteration_settings length = read_iteration_settings(doc.table_at("reconstruct"));
-      const int64_t iterations = length.span();
+      const int64_t iterations = length.most();
       const double total = t.seconds_per_iteration * double(iterations);
       out << "time     ~" << std::lround(t.seconds_per_iteration * 100) / 100.0 << " s per iteration ("
           << std::lround(t.us_per_position * 10) / 10.0 << " µs per position·iteration; CPU time "

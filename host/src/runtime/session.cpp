@@ -97,7 +97,7 @@ struct parameter_settings {
 };
 struct reconstruct_settings {
   iteration_settings length;  // [reconstruct] iterations (a count or "auto"), max_iterations, stop_window
-  int64_t iterations = 100;   // the schedules' length: the fixed count, or the cap
+  int64_t iterations = 100;   // the schedules' length (schedule_iterations)
   bool float64 = false;  // [reconstruct] precision = "float64": complex128 object and probe
   int64_t slices = 1, probe_modes = 1;
   double slice_thickness_A = 0;  // > 0 when slices > 1
@@ -130,7 +130,7 @@ reconstruct_settings read_reconstruct_settings(const config_document& doc) {
   const toml::table& rec_t = doc.table_at("reconstruct");
   reconstruct_settings r;
   r.length = read_iteration_settings(rec_t);
-  r.iterations = r.length.span();
+  r.iterations = r.length.schedule;
   int64_t modes = *setting_value<int64_t>(rec_t, "reconstruct", "probe_modes");
   int64_t slices = *setting_value<int64_t>(rec_t, "reconstruct", "slices");
   std::string precision = *setting_value<std::string>(rec_t, "reconstruct", "precision");
@@ -351,6 +351,7 @@ struct resume_data {
   // A run of iterations = "auto" (history.stopping.iterations): its rule's keys and counting noise,
   // which the continued run keeps so that it stops where the uninterrupted run would.
   bool by_rule = false;
+  int64_t count = 0;  // a fixed run's count (history.stopping.iterations; before the key, the total)
   int64_t max_iterations = 0, stop_window = 0;
   double counting_noise = 0;
   std::vector<int64_t> scan_shape, window_shape;
@@ -360,7 +361,7 @@ struct resume_data {
         window_shape(file.window_shape.begin(), file.window_shape.end()) {}
   resume_data(resume_data&& o) noexcept
       : path(std::move(o.path)), file(std::move(o.file)), record(file.record), done(o.done), total(o.total),
-        by_rule(o.by_rule), max_iterations(o.max_iterations), stop_window(o.stop_window),
+        by_rule(o.by_rule), count(o.count), max_iterations(o.max_iterations), stop_window(o.stop_window),
         counting_noise(o.counting_noise), scan_shape(std::move(o.scan_shape)), window_shape(std::move(o.window_shape)) {}
 };
 
@@ -370,6 +371,9 @@ resume_data load_resume(const std::string& path, const registry& reg) {
     fail(TYCHO_ERR_BAD_DATA, "'", path, "' cannot be resumed: it was written by a tycho that did not save ",
          "the optimizer state and the schedule's length");
   r.total = *r.file.schedule_iterations;
+  r.count = r.total;
+  if (const nlohmann::json* n = r.file.manifest.find("history.stopping.iterations"); n && n->is_number())
+    r.count = r.file.manifest.integer("history.stopping.iterations", 0, k_most_iterations);
   if (const nlohmann::json* rule = r.file.manifest.find("history.stopping.iterations"); rule && rule->is_string()) {
     const manifest_reader& m = r.file.manifest;
     if (rule->get<std::string>() != "auto") m.refuse("history.stopping.iterations", rule, "\"auto\" or a whole number");
@@ -796,7 +800,7 @@ struct session::state {
   window_sampling sampling{};
   scan_geometry geometry{};
   object_layout layout;
-  int64_t iterations = 100;  // the schedules' length: the fixed count, or with "auto" the cap
+  int64_t iterations = 100;  // the schedules' length ([reconstruct] schedule_iterations)
   iteration_settings length;  // [reconstruct] iterations, max_iterations, stop_window
   // iterations = "auto": the stopping rule's settings, where it stands after loss_history, and what
   // keeps it from stopping early (the stage scheduled last), for the log and the manifest.
@@ -943,7 +947,7 @@ struct session::state {
   static void create_optimizers(state& s, start& st);
   static void restore_resumed(state& s, start& st);
   static void prepare_stopping(state& s, start& st);
-  // After each iteration of an "auto" run: the rule's state, and the schedules it sets.
+  // After each iteration of an "auto" run: where the rule stands.
   void advance_rule();
   std::string stopping_json() const;
   static scan_refinement make_scan_refinement(state& s, const scan_refinement_options& o);
@@ -997,8 +1001,9 @@ void session::state::open_config(state& s, const std::string& resume_from, paral
       s.config.set_from_text(cat("reconstruct.max_iterations=", st.resume->max_iterations));
       s.config.set_from_text(cat("reconstruct.stop_window=", st.resume->stop_window));
     } else {
-      s.config.set_from_text(cat("reconstruct.iterations=", st.resume->total));
+      s.config.set_from_text(cat("reconstruct.iterations=", st.resume->count));
     }
+    if (st.resume->total >= 1) s.config.set_from_text(cat("reconstruct.schedule_iterations=", st.resume->total));
   }
   st.settings = read_reconstruct_settings(s.config);
   const reconstruct_settings& settings = st.settings;
@@ -1480,38 +1485,44 @@ void session::state::restore_resumed(state& s, start& st) {
   log_info("session", cat("resuming '", r.path, "' after iteration ", r.done, " of ", r.total));
 }
 
-// 6b. iterations = "auto": the stopping rule's settings (runtime/stopping_rule.hpp), where it stands
-// after a resumed history, and the schedules it sets from there.
+// 6b. iterations = "auto": the stopping rule's settings (runtime/stopping_rule.hpp) and where it
+// stands after a resumed history.
 void session::state::prepare_stopping(state& s, start& st) {
   const reconstruct_settings& settings = st.settings;
   if (!settings.length.by_rule) return;
   stopping_settings& r = s.rule_settings;
   r.window = settings.length.stop_window;
   r.max_iterations = settings.length.max_iterations;
-  using shape = learning_rate_schedule::shape;
-  r.decays = settings.object.schedule.kind != shape::constant || settings.probe.schedule.kind != shape::constant ||
-             (settings.driver.positions.enabled && settings.driver.positions.schedule.kind != shape::constant);
-  // A stage that starts later has its chance: no plateau before the window after its start
-  // (two of the scan map's steps at least).
+  // A stage that starts later has its chance: the rule judges no window that began before it.
   r.earliest = r.window;
   auto after = [&](int64_t start, int64_t span, const std::string& what) {
     if (start <= 1) return;
     const int64_t e = start + std::max(span, r.window) - 1;
     if (e > r.earliest) {
       r.earliest = e;
-      s.rule_waits_for = cat(what, " = ", start);
+      s.rule_waits_for = what;
     }
   };
-  after(settings.object.first_iteration, 0, "[reconstruct.object] first_iteration");
-  after(settings.probe.first_iteration, 0, "[reconstruct.probe] first_iteration");
+  after(settings.object.first_iteration, 0, cat("[reconstruct.object] first_iteration = ", settings.object.first_iteration));
+  after(settings.probe.first_iteration, 0, cat("[reconstruct.probe] first_iteration = ", settings.probe.first_iteration));
   if (settings.driver.positions.enabled)
-    after(settings.driver.positions.first_iteration, 0, "[reconstruct.positions] first_iteration");
+    after(settings.driver.positions.first_iteration, 0,
+          cat("[reconstruct.positions] first_iteration = ", settings.driver.positions.first_iteration));
+  // The scan map: two of its steps at least in the window.
   if (s.refine_scan_map)
-    after(settings.scan.first_iteration, 2 * settings.scan.every, "[reconstruct.positions] scan_map_first_iteration");
+    after(settings.scan.first_iteration, 2 * settings.scan.every,
+          cat("[reconstruct.positions] scan_map_first_iteration = ", settings.scan.first_iteration,
+              " (every ", settings.scan.every, ")"));
   for (const constraint_binding& c : s.constraints.bindings()) {
-    after(c.first_iteration, 0, cat(c.name, " first_iteration"));
-    if (c.last_iteration > 0) after(c.last_iteration + 1, 0, cat(c.name, " last_iteration + 1"));
+    after(c.first_iteration, 0, cat(c.name, " first_iteration = ", c.first_iteration));
+    if (c.last_iteration > 0) after(c.last_iteration + 1, 0, cat(c.name, " last_iteration = ", c.last_iteration));
   }
+  // A decaying learning rate reaches its final value at schedule_iterations: the loss is judged
+  // at that rate, from the iteration after.
+  using shape = learning_rate_schedule::shape;
+  if (settings.object.schedule.kind != shape::constant || settings.probe.schedule.kind != shape::constant ||
+      (settings.driver.positions.enabled && settings.driver.positions.schedule.kind != shape::constant))
+    after(settings.iterations + 1, 0, cat("the learning-rate schedules' end (schedule_iterations = ", settings.iterations, ")"));
   // σ_c: from the counts (runtime/loss_noise.hpp), or the resumed run's own value.
   if (st.resume && st.resume->by_rule) {
     r.counting_noise = st.resume->counting_noise;
@@ -1531,39 +1542,19 @@ void session::state::prepare_stopping(state& s, start& st) {
     r.counting_noise = held > 0 ? std::sqrt(weighted / held / double(s.data.all_patterns)) : 0.0;
   }
   s.rule = stopping_state_of(s.loss_history, r);
-  s.drv->set_schedule_span(s.rule.hold_until, s.rule.end);
   if (s.par->is_root())
     log_info("stopping",
-             cat("iterations = \"auto\": the run ends when the loss's fall predicted over the next ", r.window,
-                 " iterations (a line through the last ", r.window, ") is below its noise, ",
-                 r.counting_noise > 0 ? cat("the larger of its counting noise ", r.counting_noise,
-                                            " and its scatter about the line")
+             cat("iterations = \"auto\": the run ends when the fall of the loss a line through its last ", r.window,
+                 " values predicts for the next ", r.window, " is below its noise: ",
+                 r.counting_noise > 0 ? cat("the larger of its counting noise, ", r.counting_noise,
+                                            ", and its scatter about the line")
                                       : std::string("its scatter about the line (the data are not counts: no counting noise)"),
                  "; not before iteration ", r.earliest,
                  s.rule_waits_for.empty() ? std::string() : cat(" (", s.rule_waits_for, ", then ", r.window, " iterations)"),
-                 r.decays ? "; the learning rates hold their value until then and decay over half as many iterations "
-                            "again"
-                          : "",
                  "; at most ", r.max_iterations, " iterations"));
 }
 
-void session::state::advance_rule() {
-  const stopping_state before = rule;
-  rule = stopping_state_of(loss_history, rule_settings);
-  if (rule.hold_until != before.hold_until || rule.end != before.end) drv->set_schedule_span(rule.hold_until, rule.end);
-  if (!par->is_root()) return;
-  if (rule.plateau > 0 && before.plateau == 0)
-    log_info("stopping", cat("the loss stopped falling at iteration ", rule.plateau, ": the line through the last ",
-                             rule_settings.window, " losses predicts a fall of ", rule.last.predicted_fall,
-                             " over the next ", rule_settings.window, ", below the noise ", rule.last.noise,
-                             " (counting ", rule_settings.counting_noise, ", scatter ", rule.last.residual_sd, ")",
-                             rule_settings.decays ? cat("; the learning rates decay over ", rule.end - rule.plateau,
-                                                        " iterations, to iteration ", rule.end)
-                                                  : std::string()));
-  else if (rule.plateau == 0 && rule.hold_until != before.hold_until)
-    log_info("stopping", cat("no plateau by iteration ", rule.hold_until, ": the learning rates decay over the last ",
-                             rule.end - rule.hold_until, " iterations to max_iterations = ", rule.end));
-}
+void session::state::advance_rule() { rule = stopping_state_of(loss_history, rule_settings); }
 
 // history.stopping in the manifest (docs/file-format.md).
 std::string session::state::stopping_json() const {
@@ -1576,17 +1567,15 @@ std::string session::state::stopping_json() const {
   }
   const stopping_state now = stopping_state_of(loss_history, rule_settings);
   j["iterations"] = "auto";
-  // A run saved before its rule ended it (a checkpoint, --stop-after, a signal) says why.
-  j["reason"] = now.stop ? now.reason : end_reason.empty() ? std::string("running") : end_reason;
+  // What ended the last run call (the rule, --stop-after, a fixed count asked for, a signal);
+  // saved during one (a checkpoint) or before any: what the rule says of the history so far.
+  j["reason"] = !end_reason.empty() ? end_reason : now.stop ? now.reason : std::string("running");
   j["max_iterations"] = rule_settings.max_iterations;
   j["window"] = rule_settings.window;
   j["earliest"] = rule_settings.earliest;
   j["waits_for"] = rule_waits_for;
   j["counting_noise"] = rule_settings.counting_noise;
-  j["decays"] = rule_settings.decays;
   j["plateau_iteration"] = now.plateau > 0 ? nlohmann::ordered_json(now.plateau) : nlohmann::ordered_json();
-  j["hold_until"] = now.hold_until;
-  j["end_iteration"] = now.end;
   if (now.last.evaluated)
     j["trend"] = {{"predicted_fall", now.last.predicted_fall},
                   {"residual_sd", now.last.residual_sd},
@@ -1707,17 +1696,15 @@ std::string session::stopping_summary() const {
   const state& s = *s_;
   const int64_t done = s.drv->iterations_done();
   const std::string its = cat(done, done == 1 ? " iteration" : " iterations");
+  const loss_trend& t = s.rule.last;
   if (s.end_reason == "converged")
-    return cat("stopped after ", its, ": converged (the loss stopped falling at iteration ", s.rule.plateau,
-               s.rule.end > s.rule.plateau ? cat("; the learning rates then decayed over ", s.rule.end - s.rule.plateau,
-                                                 " iterations")
-                                           : std::string(),
-               ")");
+    return cat("stopped after ", its, ": converged (the fall a line through the last ", s.rule_settings.window,
+               " losses predicts for the next ", s.rule_settings.window, ", ", t.predicted_fall,
+               ", is below the loss's noise, ", t.noise, ")");
   if (s.end_reason == "max_iterations")
     return cat("stopped after ", its, ": [reconstruct] max_iterations = ", s.rule_settings.max_iterations,
-               " reached while the loss was still falling by more than its noise (predicted fall ",
-               s.rule.last.predicted_fall, " over the next ", s.rule_settings.window, " iterations, noise ",
-               s.rule.last.noise, ")");
+               " reached while the loss was still falling by more than its noise (a fall of ", t.predicted_fall,
+               " predicted for the next ", s.rule_settings.window, " iterations, noise ", t.noise, ")");
   if (s.end_reason == "stop_after")
     return cat("stopped after ", its, " as asked (--stop-after); the stopping rule has not ended the run: continue it "
                "with --from");
@@ -1730,7 +1717,7 @@ std::string session::stopping_summary() const {
 bool session::run(int64_t iterations, const progress_callback& progress) {
   if (iterations <= 0 && s_->length.by_rule)
     return run_iterations(std::max<int64_t>(s_->rule_settings.max_iterations - iterations_done(), 0), progress, true);
-  return run_iterations(iterations > 0 ? iterations : s_->iterations, progress, false);
+  return run_iterations(iterations > 0 ? iterations : s_->length.fixed, progress, false);
 }
 
 bool session::run_by_rule(int64_t at_most, const progress_callback& progress) {
@@ -1752,10 +1739,8 @@ bool session::run_iterations(int64_t n, const progress_callback& progress, bool 
   s.end_reason.clear();
   // Both counters of tycho_progress count over the session's whole life (resumed iterations
   // included): iteration k of this call reports (done + k) / (done + n), so a second run call
-  // continues 4/6, 5/6, 6/6 after a first one of 3. By the rule, the total is the rule's end
-  // once it is known (the cap before).
-  const int64_t asked_last = s.drv->iterations_done() + n;
-  auto last = [&] { return by_rule ? std::min(asked_last, s.rule.end) : asked_last; };
+  // continues 4/6, 5/6, 6/6 after a first one of 3. By the rule, the total is the cap.
+  const int64_t last = s.drv->iterations_done() + n;
   const bool several = s.par->world_size() > 1;
   auto stop_requested = [&] {
     if (!s.stop_check) return false;
@@ -1814,7 +1799,7 @@ bool session::run_iterations(int64_t n, const progress_callback& progress, bool 
     s.cpu_seconds_history.push_back(cpu_secs);
     if (s.length.by_rule) s.advance_rule();
     if (progress) {
-      tycho_progress p{sizeof(tycho_progress), s.drv->iterations_done(), last(), loss, secs};
+      tycho_progress p{sizeof(tycho_progress), s.drv->iterations_done(), last, loss, secs};
       if (!progress(p)) {
         s.end_reason = "callback";
         return false;
@@ -1917,7 +1902,7 @@ owned_array session::optimizer_state(const std::string& full_name) const {
   fail(TYCHO_ERR_NOT_FOUND, "no optimizer state array '", full_name, "'");
 }
 
-int64_t session::configured_iterations() const { return s_->iterations; }
+int64_t session::configured_iterations() const { return s_->length.most(); }
 std::string session::precision() const { return precision_of(s_->engine_tensor(TYCHO_TENSOR_OBJECT).dtype); }
 int64_t session::iterations_done() const { return s_->drv->iterations_done(); }
 const std::vector<double>& session::loss_history() const { return s_->loss_history; }
@@ -1964,8 +1949,7 @@ std::string session::manifest_json() const {
   m.loss_history = s.loss_history;
   m.seconds_history = s.seconds_history;
   m.cpu_seconds_history = s.cpu_seconds_history;
-  // With "auto", where the schedules end as the rule now sees it (max_iterations before the plateau).
-  m.schedule_iterations = s.length.by_rule ? stopping_state_of(s.loss_history, s.rule_settings).end : s.iterations;
+  m.schedule_iterations = s.iterations;
   m.stopping_json = s.stopping_json();
   m.parallel_json = s.parallel_json;
   m.preprocess_json = s.preprocess_json;
@@ -2025,7 +2009,8 @@ uint64_t session::result_bytes() const {
   bytes += s.kept.tile_steps.size() * sizeof(int64_t);
   bytes += uint64_t(s.data.all_patterns) * 2 * 2 * sizeof(double);  // positions_px and positions_A
   bytes += uint64_t(s.data.n0) * uint64_t(s.data.n1);                // mask
-  bytes += uint64_t(s.iterations + 1) * 3 * sizeof(double);         // loss and seconds, binary and JSON
+  // loss and seconds, binary and JSON: the most this run takes
+  bytes += uint64_t(std::max<int64_t>(s.length.most(), s.drv->iterations_done()) + 1) * 3 * sizeof(double);
   return bytes + (uint64_t(64) << 10);                              // manifest and zip headers
 }
 

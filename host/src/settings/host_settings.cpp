@@ -109,6 +109,7 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         decl("iterations", M, "\"auto\"", "", "iterations (epochs over all patterns): a whole number from 0 to 1e9 for a fixed count, or \"auto\": until the loss stops falling by more than its noise (the stopping rule), at most max_iterations"),
         at_most(at_least(decl("max_iterations", I, "1000", "", "with iterations = \"auto\": the most iterations the run takes"), 1), 1e9),
         at_most(at_least(decl("stop_window", I, "20", "iterations", "with iterations = \"auto\": the iterations W the loss's trend is fitted over and predicted ahead"), 3), 1000),
+        at_most(at_least(decl("schedule_iterations", I, none, "", "the iterations a decaying learning-rate schedule (cosine, exponential) spans; default: iterations when it is a number, else 100"), 1), 1e9),
         at_least(decl("batch_size", I, "128", "", "mini-batch size in positions, global over the ranks"), 1),
         decl("loss", S, quoted(defaults::loss), "", "the loss component"),
         decl("seed", I, "0", "", "seeds the per-iteration permutation of the patterns"),

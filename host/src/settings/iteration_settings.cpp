@@ -3,6 +3,7 @@
 #include <tycho/core/error.hpp>
 #include <tycho/host/session.hpp>
 
+#include "settings/config_read.hpp"
 #include "settings/settings_read.hpp"
 
 namespace tycho::host {
@@ -31,6 +32,14 @@ iteration_settings read_iteration_settings(const toml::table& rec) {
   s.stop_window = *setting_value<int64_t>(rec, "reconstruct", "stop_window");
   if (s.stop_window < 3 || s.stop_window > 1000)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] stop_window must be from 3 to 1000 iterations, got ", s.stop_window);
+  if (const auto given = read_key<int64_t>(rec, "schedule_iterations", "reconstruct")) {
+    s.schedule = *given;
+    if (s.schedule < 1 || s.schedule > k_most_iterations)
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] schedule_iterations must be from 1 to ", k_most_iterations,
+           ", got ", s.schedule);
+  } else {
+    s.schedule = s.by_rule ? k_auto_schedule_iterations : s.fixed;
+  }
   return s;
 }
 

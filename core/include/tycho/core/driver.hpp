@@ -30,15 +30,12 @@ struct engine_binding {
 
 // The learning-rate factor per iteration: "constant" (1), "cosine" (from 1 down to
 // final_fraction at the last iteration, Loshchilov & Hutter 2017), "exponential"
-// (final_fraction^((it−1)/(total−1))). With hold_until = h > 0 the factor stays 1 through
-// iteration h and the shape runs over iterations h + 1 … total instead (t = (it−h−1)/(total−h−1)):
-// the stopping rule's decay after a plateau (host/src/runtime/stopping_rule.hpp).
+// (final_fraction^((it−1)/(total−1))).
 struct learning_rate_schedule {
   enum class shape { constant, cosine, exponential };
   shape kind = shape::constant;
   double final_fraction = 0.1;
   int64_t total_iterations = 1;
-  int64_t hold_until = 0;
   double factor(int64_t iteration) const;
   // Parses "constant" | "cosine" | "exponential"; errors name `key`.
   static shape parse(const std::string& name, const std::string& key);
@@ -133,10 +130,6 @@ class driver {
   // explains. The engine must have been created with a position gradient; on several ranks the
   // patterns must be sharded (each position's gradient has one owner).
   void set_scan_refinement(scan_refinement r);
-  // Every schedule (the optimizers' and the positions') holds its full value through iteration
-  // hold_until and ends its shape at `total` (the stopping rule's decay; both from the loss history,
-  // so every rank sets the same).
-  void set_schedule_span(int64_t hold_until, int64_t total);
   const scan_refinement* scan_refinement_state() const { return scan_enabled_ ? &scan_ : nullptr; }
   // The refinement's reports since the last call (one line per global step), for the log.
   std::vector<std::string> take_scan_log() { return std::exchange(scan_log_, {}); }

@@ -1,0 +1,176 @@
+// iterations = "auto" end to end (the rule itself: test_stopping_rule.cpp): a run stops by the
+// rule and its manifest and summary say why, with the verdict the saved history gives; a stage
+// scheduled later keeps it going; a run stopped part-way (--stop-after) and continued with
+// --from stops where the uninterrupted run did, bit for bit, and a file the rule has ended is
+// refused unless a fixed count is asked for; the rule decides only when to stop, never what an
+// iteration does (the same bits as a fixed count); the new keys refuse bad values by name.
+#include <gtest/gtest.h>
+
+#include <tycho/host/result_record.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "../host/src/runtime/stopping_rule.hpp"
+#include "built_in_plugins.hpp"
+#include "run_command.hpp"
+#include "test_paths.hpp"
+
+namespace {
+
+using tycho::test::command_result;
+using tycho::test::error_line;
+using tycho::test::load_result;
+using tycho::test::run_command;
+
+// The MoS2 example with constant learning rates and a window of 5: the rule ends it after a few
+// tens of iterations (27 here), which keeps these runs short.
+class StoppingRuleRuns : public ::testing::Test {
+ protected:
+  command_result reconstruct(const std::vector<std::string>& extra) {
+    std::vector<std::string> argv = {tycho::test::tycho_exe(), "reconstruct",
+                                     tycho::test::source_dir() + "/examples/mos2.toml",
+                                     "--set", "reconstruct.iterations=\"auto\"",
+                                     "--set", "reconstruct.stop_window=5",
+                                     "--set", "reconstruct.object.schedule=\"constant\"",
+                                     "--set", "reconstruct.probe.schedule=\"constant\"",
+                                     "--set", "output.previews=false"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return run_command(argv);
+  }
+  static nlohmann::json manifest(const std::string& path) { return nlohmann::json::parse(load_result(path).manifest_json); }
+  static std::vector<double> losses(const std::string& path) {
+    const auto record = load_result(path);
+    const auto& h = record.array("loss_history", path);
+    return std::vector<double>(h.as<double>(), h.as<double>() + h.count());
+  }
+  static std::vector<uint8_t> object_bytes(const std::string& path) {
+    const auto record = load_result(path);
+    return record.array("object", path).bytes;
+  }
+  // The verdict the saved history and the manifest's settings give.
+  static tycho::host::stopping_state verdict(const std::string& path) {
+    const auto s = manifest(path).at("history").at("stopping");
+    tycho::host::stopping_settings r;
+    r.window = s.at("window");
+    r.max_iterations = s.at("max_iterations");
+    r.earliest = s.at("earliest");
+    r.counting_noise = s.at("counting_noise");
+    return tycho::host::stopping_state_of(losses(path), r);
+  }
+  tycho::test::temp_folder tmp_;
+};
+
+TEST_F(StoppingRuleRuns, StopsByTheRuleAndSaysWhy) {
+  const std::string a = tmp_ / "a.zip";
+  auto r = reconstruct({"-o", a});
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  const auto m = manifest(a);
+  const auto& h = m.at("history");
+  const auto& s = h.at("stopping");
+  const int64_t n = h.at("iterations");
+  EXPECT_EQ(s.at("iterations"), "auto");
+  EXPECT_EQ(s.at("reason"), "converged");
+  EXPECT_EQ(s.at("plateau_iteration"), n);
+  EXPECT_GE(n, 5);
+  EXPECT_LT(n, 100);  // far from the cap: the loss stopped falling
+  // σ_c of the MoS2 counts, mean loss per pattern: s·√(v/768), v from the bootstrap (1.56e-5).
+  EXPECT_NEAR(s.at("counting_noise").get<double>(), 1.56e-5, 0.2e-5);
+  EXPECT_LT(s.at("trend").at("predicted_fall").get<double>(), s.at("trend").at("noise").get<double>());
+  // The saved history gives the same verdict at the same iteration, and not one iteration earlier.
+  const auto v = verdict(a);
+  EXPECT_TRUE(v.stop);
+  EXPECT_EQ(v.plateau, n);
+  EXPECT_EQ(r.out.find("done: " + std::to_string(n) + " iterations (converged)") != std::string::npos, true) << r.out;
+  EXPECT_NE(r.err.find("stopped after " + std::to_string(n) + " iterations: converged"), std::string::npos) << r.err;
+}
+
+TEST_F(StoppingRuleRuns, AStageScheduledLaterKeepsItGoingAndResumeStopsWhereTheRunDid) {
+  // The probe fixed until iteration 25: no window before it is judged (25 + 5 − 1 = 29).
+  const std::vector<std::string> stage = {"--set", "reconstruct.probe.first_iteration=25"};
+  const std::string whole = tmp_ / "whole.zip", part = tmp_ / "part.zip", rest = tmp_ / "rest.zip";
+  auto add = [&](std::vector<std::string> v) {
+    v.insert(v.end(), stage.begin(), stage.end());
+    return v;
+  };
+  auto rw = reconstruct(add({"-o", whole}));
+  ASSERT_TRUE(rw.exited_with(0)) << rw.describe();
+  const auto mw = manifest(whole).at("history");
+  const int64_t n = mw.at("iterations");
+  EXPECT_EQ(mw.at("stopping").at("earliest"), 29);
+  EXPECT_EQ(mw.at("stopping").at("waits_for"), "[reconstruct.probe] first_iteration = 25");
+  EXPECT_GE(n, 29);
+  EXPECT_EQ(mw.at("stopping").at("reason"), "converged");
+
+  auto rp = reconstruct(add({"--stop-after", "12", "-o", part}));
+  ASSERT_TRUE(rp.exited_with(0)) << rp.describe();
+  EXPECT_EQ(manifest(part).at("history").at("iterations"), 12);
+  EXPECT_EQ(manifest(part).at("history").at("stopping").at("reason"), "stop_after");
+  // Continued without a count: the rule of the file, from its history, to the same iteration.
+  auto rr = reconstruct(add({"--from", part, "-o", rest}));
+  ASSERT_TRUE(rr.exited_with(0)) << rr.describe();
+  EXPECT_EQ(manifest(rest).at("history").at("stopping"), manifest(whole).at("history").at("stopping"));
+  EXPECT_EQ(losses(rest), losses(whole));
+  EXPECT_TRUE(object_bytes(rest) == object_bytes(whole)) << "the resumed run's object differs from the uninterrupted run's";
+
+  // A file its rule has ended: refused without a count; --iterations N runs N more.
+  auto again = reconstruct(add({"--from", whole, "-o", tmp_ / "again.zip"}));
+  EXPECT_TRUE(again.exited_with(2)) << again.describe();
+  EXPECT_NE(error_line(again).find("already ended by its stopping rule after iteration " + std::to_string(n)),
+            std::string::npos)
+      << again.err;
+  auto more = reconstruct(add({"--from", whole, "--iterations", "2", "-o", tmp_ / "more.zip"}));
+  ASSERT_TRUE(more.exited_with(0)) << more.describe();
+  EXPECT_EQ(manifest(tmp_ / "more.zip").at("history").at("iterations"), n + 2);
+  EXPECT_EQ(manifest(tmp_ / "more.zip").at("history").at("stopping").at("reason"), "fixed_count");
+}
+
+// With its schedule as long as its cap, a run by the rule that the rule does not end is a fixed
+// count: the same bits (cosine schedules of the example, 12 iterations).
+TEST_F(StoppingRuleRuns, TheRuleDecidesOnlyWhenToStop) {
+  const std::string by_rule = tmp_ / "rule.zip", fixed = tmp_ / "fixed.zip";
+  auto ra = reconstruct({"--set", "reconstruct.object.schedule=\"cosine\"", "--set",
+                         "reconstruct.probe.schedule=\"cosine\"", "--set", "reconstruct.max_iterations=12", "--set",
+                         "reconstruct.schedule_iterations=12", "-o", by_rule});
+  ASSERT_TRUE(ra.exited_with(0)) << ra.describe();
+  auto rb = reconstruct({"--set", "reconstruct.object.schedule=\"cosine\"", "--set",
+                         "reconstruct.probe.schedule=\"cosine\"", "--iterations", "12", "-o", fixed});
+  ASSERT_TRUE(rb.exited_with(0)) << rb.describe();
+  const auto ma = manifest(by_rule).at("history"), mb = manifest(fixed).at("history");
+  EXPECT_EQ(ma.at("stopping").at("reason"), "max_iterations");
+  EXPECT_EQ(mb.at("stopping"), (nlohmann::json{{"iterations", 12}, {"reason", "fixed_count"}}));
+  EXPECT_EQ(ma.at("schedule_iterations"), 12);
+  EXPECT_EQ(mb.at("schedule_iterations"), 12);
+  EXPECT_EQ(losses(by_rule), losses(fixed));
+  EXPECT_EQ(losses(fixed).size(), 12u);
+  EXPECT_TRUE(object_bytes(by_rule) == object_bytes(fixed));
+}
+
+TEST_F(StoppingRuleRuns, NewKeysRefuseBadValuesByName) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"reconstruct.iterations=\"often\"",
+       "tycho: error: [reconstruct] iterations must be a whole number from 0 to 1000000000 (a fixed count) or "
+       "\"auto\" (the stopping rule), got \"often\""},
+      {"reconstruct.iterations=2.5",
+       "tycho: error: [reconstruct] iterations must be a whole number from 0 to 1000000000 (a fixed count) or "
+       "\"auto\" (the stopping rule), got a number with a fraction"},
+      {"reconstruct.iterations=-1", "tycho: error: [reconstruct] iterations must be from 0 to 1000000000, got -1"},
+      {"reconstruct.max_iterations=0", "tycho: error: [reconstruct] max_iterations must be from 1 to 1000000000, got 0"},
+      {"reconstruct.stop_window=2", "tycho: error: [reconstruct] stop_window must be from 3 to 1000 iterations, got 2"},
+      {"reconstruct.stop_window=1001",
+       "tycho: error: [reconstruct] stop_window must be from 3 to 1000 iterations, got 1001"},
+      {"reconstruct.schedule_iterations=0",
+       "tycho: error: [reconstruct] schedule_iterations must be from 1 to 1000000000, got 0"},
+      {"reconstruct.max_iterations=\"many\"", "config key 'max_iterations' in [reconstruct] must be an integer"},
+  };
+  for (const auto& [set, expected] : cases) {
+    auto r = run_command({tycho::test::tycho_exe(), "reconstruct", tycho::test::source_dir() + "/examples/mos2.toml",
+                          "-q", "--set", set, "-o", tmp_ / "bad.zip"});
+    EXPECT_TRUE(r.exited_with(2)) << set << "\n" << r.describe();
+    EXPECT_NE(error_line(r).find(expected), std::string::npos) << set << "\n" << error_line(r);
+  }
+}
+
+}  // namespace
