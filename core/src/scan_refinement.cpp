@@ -193,6 +193,51 @@ scan_refinement_move scan_refinement::step(int64_t iteration, const double* grad
   return move;
 }
 
+std::vector<double> scan_refinement::state() const {
+  std::vector<double> v;
+  v.reserve(state_size);
+  for (const auto& row : map_.L) v.insert(v.end(), row.begin(), row.end());
+  v.insert(v.end(), {p_.rotation_rad, p_.scale0, p_.scale1, p_.shear, C10_});
+  v.insert(v.end(), previous_slope_.begin(), previous_slope_.end());
+  v.insert(v.end(), previous_step_.begin(), previous_step_.end());
+  for (const vec& row : inverse_hessian_) v.insert(v.end(), row.begin(), row.end());
+  v.insert(v.end(), {have_previous_ ? 1.0 : 0.0, have_curvature_ ? 1.0 : 0.0, double(steps_), double(small_steps_),
+                     converged_ ? 1.0 : 0.0});
+  return v;
+}
+
+void scan_refinement::restore(const std::vector<double>& v, const std::string& origin) {
+  if (v.size() != state_size)
+    fail(TYCHO_ERR_BAD_DATA, origin, ": the scan map's refinement state holds ", v.size(), " numbers, expected ",
+         state_size);
+  for (std::size_t k = 0; k < v.size(); ++k)
+    if (!std::isfinite(v[k]))
+      fail(TYCHO_ERR_BAD_DATA, origin, ": the scan map's refinement state holds a non-finite number at ", k);
+  scan_map m;
+  m.L = {{{v[0], v[1]}, {v[2], v[3]}}};
+  scan_map::parameters q{v[4], v[5], v[6], v[7]};
+  const double counters[2] = {v[46], v[47]};
+  auto is_flag = [](double x) { return x == 0.0 || x == 1.0; };
+  if (!(m.det() > 0) || !(q.scale0 > 0) || !(q.scale1 > 0) || !is_flag(v[44]) || !is_flag(v[45]) ||
+      !is_flag(v[48]) || counters[0] < 0 || counters[1] < 0 || counters[0] > 1e12 || counters[1] > 1e12 ||
+      counters[0] != std::floor(counters[0]) || counters[1] != std::floor(counters[1]))
+    fail(TYCHO_ERR_BAD_DATA, origin, ": the scan map's refinement state is not one a run writes (a map with ",
+         "determinant ", m.det(), ", step scales ", q.scale0, ", ", q.scale1, ")");
+  map_ = m;
+  p_ = q;
+  C10_ = v[8];
+  std::size_t k = 9;
+  for (double& x : previous_slope_) x = v[k++];
+  for (double& x : previous_step_) x = v[k++];
+  for (vec& row : inverse_hessian_)
+    for (double& x : row) x = v[k++];
+  have_previous_ = v[k++] != 0;
+  have_curvature_ = v[k++] != 0;
+  steps_ = int64_t(v[k++]);
+  small_steps_ = int64_t(v[k++]);
+  converged_ = v[k++] != 0;
+}
+
 void scan_refinement::remove_affine_part(double* steps, const rank_sum& sum) const {
   // Least squares of steps ≈ A n + b over every rank's positions (n is centred on the whole scan,
   // so b is their mean and A = (Σ s nᵀ)(Σ n nᵀ)⁻¹).

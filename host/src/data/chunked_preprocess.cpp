@@ -141,7 +141,7 @@ chunked_read read_preprocessed_in_chunks(const component_ref& source, const tych
   out.read_as = src.read_as();
   out.bad_pixel_warning = src.bad_pixel_warning();
   const preprocess_settings s = read_preprocess_settings(doc.table_at("preprocess"), doc.origin());
-  refuse_moving_masked_pixels(d, s, s.transpose);
+  refuse_moving_masked_pixels(d, s);
   const bool as_counts = results_stay_counts(src, s, integer_targets);
   // The targets' memory, bounded by this machine's before it is allocated (as read_dataset's).
   const auto shaped = preprocessed_detector_shape(s, d.n0, d.n1);
