@@ -562,10 +562,11 @@ TEST_F(BadPixelsCli, TwoRanksMaskWhatOneRankMasks) {
 
 namespace {
 
-// The preprocessing stage does not move the bad-pixel mask yet: a run that would move masked
-// pixels (recentring, binning, cropping, a transpose) and `tycho preprocess` on data with bad
-// pixels are refused, naming the data and the count, instead of mixing masked zeros into real
-// pixels. A scan rotation turns the positions, not the patterns: it runs, the mask where it was.
+// The preprocessing stage does not move the bad-pixel mask through recentring, binning or
+// cropping yet: such a run and `tycho preprocess` on data with bad pixels are refused, naming the
+// data and the count, instead of mixing masked zeros into real pixels. A scan rotation turns the
+// positions, not the patterns: it runs, the mask where it was. A transpose (an exact permutation)
+// runs with the mask transposed along with the pixels.
 TEST_F(BadPixelsCli, StepsThatWouldMoveMaskedPixelsAreRefused) {
   std::vector<uint16_t> gap = read_counts();
   for (int64_t j = 0; j < k_patterns; ++j) gap[std::size_t(j * k_pixels + 52 * k_q + 10)] = 65535;
@@ -573,7 +574,7 @@ TEST_F(BadPixelsCli, StepsThatWouldMoveMaskedPixelsAreRefused) {
   ASSERT_TRUE(tycho::test::write_emd_file(tmp_ / "gap.h5", mos2_spec(tycho::test::emd_element::uint16, gap.data()), &why))
       << why;
   for (const std::string& set : {std::string("preprocess.crop_detector=[80, 80]"),
-                                 std::string("preprocess.com_fit=\"plane\""), std::string("preprocess.scan_transpose=true")}) {
+                                 std::string("preprocess.com_fit=\"plane\"")}) {
     std::vector<std::string> argv = {tycho::test::tycho_exe(), "reconstruct", example_config(), "--iterations", "1",
                                      "-q", "--set", "output.previews=false", "--set", "data.path=" + (tmp_ / "gap.h5"),
                                      "-o", tmp_ / "r.zip", "--set", set};
@@ -588,6 +589,13 @@ TEST_F(BadPixelsCli, StepsThatWouldMoveMaskedPixelsAreRefused) {
   ASSERT_TRUE(turned.exited_with(0)) << turned.describe();
   const auto mask = tycho::test::load_result(tmp_ / "t.zip").array("mask", "t.zip");
   EXPECT_EQ(mask.bytes[std::size_t(52 * k_q + 10)], 0) << "the bad pixel stays masked where it is";
+  auto transposed = run_command({tycho::test::tycho_exe(), "reconstruct", example_config(), "--iterations", "1", "-q",
+                                 "--set", "output.previews=false", "--set", "data.path=" + (tmp_ / "gap.h5"), "-o",
+                                 tmp_ / "tr.zip", "--set", "preprocess.scan_transpose=true"});
+  ASSERT_TRUE(transposed.exited_with(0)) << transposed.describe();
+  const auto moved = tycho::test::load_result(tmp_ / "tr.zip").array("mask", "tr.zip");
+  EXPECT_EQ(moved.bytes[std::size_t(10 * k_q + 52)], 0) << "the mask follows the transposed pixels";
+  EXPECT_EQ(moved.bytes[std::size_t(52 * k_q + 10)], 1) << "the pixel's old place is a real pixel now";
   auto p = run_command({tycho::test::tycho_exe(), "preprocess", example_config(), "-q", "--set",
                         "data.path=" + (tmp_ / "gap.h5"), "-o", tmp_ / "prepared.zip"});
   EXPECT_TRUE(p.exited_with(2)) << p.describe();

@@ -22,6 +22,7 @@
 #include "../host/src/data/bad_pixels.hpp"
 #include "../host/src/data/chunked_preprocess.hpp"
 #include "built_in_plugins.hpp"
+#include "cxi_test_file.hpp"
 #include "npy_file.hpp"
 #include "run_command.hpp"
 #include "test_paths.hpp"
@@ -47,7 +48,7 @@ stage_result whole_scan(const char* src, const tycho::config_document& doc, int6
   const toml::table& pre = doc.table_at("preprocess");
   tycho::host::mask_bad_pixels(r.d, tycho::host::read_bad_pixel_settings(pre, doc.origin(), r.d.info.stored_dtype));
   const auto given = tycho::host::read_preprocess_settings(pre, doc.origin());
-  tycho::host::refuse_moving_masked_pixels(r.d, given, given.transpose);
+  tycho::host::refuse_moving_masked_pixels(r.d, given);
   r.json = tycho::host::preprocess_dataset(r.d, doc, tycho::host::sum_on_one_rank).to_json();
   return r;
 }
@@ -113,6 +114,42 @@ TEST(ChunkedPreprocess, MoS2CountsEqualTheWholeScanFloat32PathBitForBit) {
       EXPECT_EQ(c.data.counts.empty(), !integer) << stage;
       expect_same(f, c, stage + (integer ? " (uint16 targets)" : " (float32 targets)"));
     }
+  }
+}
+
+// Counts held in memory, as the session reads them when the stage only measures and at most
+// reorders pixels: a transpose, given, or estimated by the default scan geometry on the MoS2
+// counts recorded with the detector transposed, permutes the uint16 counts exactly as the float32
+// path permutes its targets (and finds the transpose on both).
+TEST(ChunkedPreprocess, CountsInMemoryAreTransposedAsTheFloat32Targets) {
+  tycho::test::temp_folder tmp;
+  const auto& counts = tycho::test::mos2_counts();  // (768, 96, 96)
+  std::vector<uint16_t> transposed(counts.size());
+  for (std::size_t j = 0; j < 768; ++j)
+    for (std::size_t u = 0; u < 96; ++u)
+      for (std::size_t v = 0; v < 96; ++v) transposed[(j * 96 + u) * 96 + v] = counts[(j * 96 + v) * 96 + u];
+  tycho::test::write_npy(tmp / "t.npy", "<u2", {32, 24, 96, 96}, transposed.data(), transposed.size() * 2);
+  const std::string npy_data = "[data]\nsource = \"npy\"\npath = \"" + std::string(tmp / "t.npy") +
+                               "\"\ncentred = true\nscan_step_A = 0.5\ndetector_pixel_invA = 0.06\n";
+  const std::string optics = "[optics]\nenergy_eV = 80e3\nsemiangle_mrad = 25.0\nC10_A = -150.0\n";
+  for (const char* what : {"given", "estimated"}) {
+    const bool given = std::string(what) == "given";
+    const auto doc = given ? mos2_config("scan_transpose = true")
+                           : tycho::config_document::parse(npy_data + optics + "[preprocess]\n", "<test>",
+                                                           tmp.path().string());
+    const char* src = given ? "emd" : "npy";
+    const stage_result f = whole_scan(src, doc, 0, 1);
+    tycho_config cfg{&doc.table_at("data"), "[data]", doc.base_dir()};
+    dataset c = tycho::host::read_dataset(source(src), &cfg, 0, 1, true);
+    ASSERT_FALSE(c.counts.empty()) << what;
+    tycho::host::mask_bad_pixels(c, tycho::host::read_bad_pixel_settings(doc.table_at("preprocess"), doc.origin(),
+                                                                          c.info.stored_dtype));
+    const std::string json = tycho::host::preprocess_dataset(c, doc, tycho::host::sum_on_one_rank).to_json();
+    EXPECT_EQ(json, f.json) << what;
+    EXPECT_NE(json.find("transpose\":true"), std::string::npos) << what << ": " << json;
+    ASSERT_TRUE(c.targets.empty()) << what;
+    ASSERT_EQ(c.counts.size(), f.d.targets.size()) << what;
+    for (std::size_t k = 0; k < c.counts.size(); ++k) ASSERT_EQ(float(c.counts[k]), f.d.targets[k]) << what << " " << k;
   }
 }
 

@@ -24,11 +24,13 @@ using tycho::test::run_command;
 namespace {
 
 // The settings of examples/mos2.toml; [data] and the optics the data file does not record are
-// the caller's. No previews: only the arrays are compared.
+// the caller's. No previews: only the arrays are compared. The scan's geometry is stated (the
+// nominal one): by default it is measured on a raster, while listed positions are used as listed,
+// and these tests compare the readers, not the estimate.
 std::string config_text(const std::string& data, const std::string& optics, int iterations,
                         const std::string& reconstruct_more = "") {
   return "[data]\n" + data + "\n[optics]\n" + optics +
-         "\n[preprocess]\nobject_padding_px = 16\nscan_origin_A = [17.0, 19.0]\n"
+         "\n[preprocess]\nobject_padding_px = 16\nscan_origin_A = [17.0, 19.0]\nscan_rotation_deg = 0\n"
          "\n[reconstruct]\nengine = \"cpu\"\niterations = " +
          std::to_string(iterations) + "\nbatch_size = 128\nloss = \"amplitude\"\nseed = 0\n" + reconstruct_more +
          "\n[reconstruct.object]\noptimizer = \"adam\"\nlearning_rate = 5e-3\nschedule = \"cosine\"\n"

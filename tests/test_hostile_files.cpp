@@ -144,6 +144,11 @@ TEST_F(HostileFiles, EmdLargerThanMemoryIsRefusedBeforeAllocating) {
   write_declared_emd(path, {1048576, 1048576, 1024, 1024});
   expect_refused(config_on(path), {"data '" + path + ":" + k_array + "'", "1099511627776 patterns of 1024 x 1024",
                                    "4.00 EiB", "more than this machine's"});
+  // A stage that changes the patterns reads them in chunks: refused before the first pass (which
+  // used to walk the 2^40 declared patterns for hours).
+  expect_refused(config_on(path) + "[preprocess]\nbinning = 2\n",
+                 {"data '" + path + ":" + k_array + "'", "1099511627776 preprocessed patterns of 512 x 512",
+                  "even as uint16 counts", "more than this machine's"});
 }
 
 // Listed positions 1e300 Å apart: the object size once wrapped to int64's minimum

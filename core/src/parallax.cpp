@@ -92,44 +92,73 @@ class shift_finder {
     // Matrix DFTs c(x) = Σ_f X(f) e^{2πi f x / m} near the peak: on a quarter-pixel grid over ±1.5 px,
     // then on a sixteenth over ±0.25 px around the best (a tenth of the work of one 1/16 grid).
     double at[2] = {freq_[0][std::size_t(p0)], freq_[1][std::size_t(p1)]};
-    refine(X, at, 0.25, 6);
-    refine(X, at, 1.0 / 16, 4);
+    xr_.resize(X.size());
+    xi_.resize(X.size());
+    for (std::size_t f = 0; f < X.size(); ++f) {
+      xr_[f] = X[f].real();
+      xi_[f] = X[f].imag();
+    }
+    refine(at, 0.25, 6);
+    refine(at, 1.0 / 16, 4);
     out[0] = at[0];
     out[1] = at[1];
     return true;
   }
 
  private:
-  // Moves `at` to the largest overlap-normalised correlation on the grid at ± half·step around it.
-  void refine(const std::vector<cplx>& X, double at[2], double step, int half) {
+  // Moves `at` to the largest overlap-normalised correlation on the grid at ± half·step around it:
+  // c(x0, x1) = Re Σ_f0 Σ_f1 e^{2πi f0 x0 / m0} X(f0, f1) e^{2πi f1 x1 / m1}, separable, with the
+  // complex products written out (core is not built with -fcx-limited-range, and std::complex's
+  // checked products cost several times the arithmetic) and the grid's exponentials by recurrence
+  // from one sincos per frequency and axis.
+  void refine(double at[2], double step, int half) {
     const int u = 2 * half + 1;
+    const int64_t n0 = m_[0], n1 = m_[1];
     const double start[2] = {at[0] - half * step, at[1] - half * step};
-    e0_.resize(std::size_t(u * m_[0]));
-    e1_.resize(std::size_t(m_[1] * u));
+    // e_a[g][f] = e^{2πi f (start_a + g·step) / m_a}, as (re, im) planes [g][f].
+    auto exponentials = [&](int axis, std::vector<double>& re, std::vector<double>& im) {
+      const int64_t m = m_[axis];
+      re.resize(std::size_t(u * m));
+      im.resize(std::size_t(u * m));
+      for (int64_t f = 0; f < m; ++f) {
+        const double w = 2 * pi * freq_[axis][std::size_t(f)] / double(m);
+        const cplx first = std::polar(1.0, w * start[axis]), by = std::polar(1.0, w * step);
+        double er = first.real(), ei = first.imag();
+        for (int g = 0; g < u; ++g) {
+          re[std::size_t(g * m + f)] = er;
+          im[std::size_t(g * m + f)] = ei;
+          const double nr = er * by.real() - ei * by.imag();
+          ei = er * by.imag() + ei * by.real();
+          er = nr;
+        }
+      }
+    };
+    exponentials(0, e0r_, e0i_);
+    exponentials(1, e1r_, e1i_);
+    tr_.assign(std::size_t(u * n1), 0.0);  // E0 · X, (re, im) planes [a][f1]
+    ti_.assign(std::size_t(u * n1), 0.0);
     for (int a = 0; a < u; ++a) {
-      const double x0 = start[0] + a * step;
-      for (int64_t f = 0; f < m_[0]; ++f)
-        e0_[std::size_t(a * m_[0] + f)] = std::polar(1.0, 2 * pi * freq_[0][std::size_t(f)] * x0 / double(m_[0]));
+      double* tr = tr_.data() + a * n1;
+      double* ti = ti_.data() + a * n1;
+      for (int64_t f0 = 0; f0 < n0; ++f0) {
+        const double er = e0r_[std::size_t(a * n0 + f0)], ei = e0i_[std::size_t(a * n0 + f0)];
+        const double* xr = xr_.data() + f0 * n1;
+        const double* xi = xi_.data() + f0 * n1;
+        for (int64_t f1 = 0; f1 < n1; ++f1) {
+          tr[f1] += er * xr[f1] - ei * xi[f1];
+          ti[f1] += er * xi[f1] + ei * xr[f1];
+        }
+      }
     }
-    for (int64_t f = 0; f < m_[1]; ++f)
-      for (int b = 0; b < u; ++b) {
-        const double x1 = start[1] + b * step;
-        e1_[std::size_t(f * u + b)] = std::polar(1.0, 2 * pi * freq_[1][std::size_t(f)] * x1 / double(m_[1]));
-      }
-    tmp_.assign(std::size_t(u * m_[1]), cplx(0, 0));  // E0 · X
-    for (int a = 0; a < u; ++a)
-      for (int64_t f0 = 0; f0 < m_[0]; ++f0) {
-        const cplx e = e0_[std::size_t(a * m_[0] + f0)];
-        const cplx* row = X.data() + f0 * m_[1];
-        cplx* t = tmp_.data() + a * m_[1];
-        for (int64_t f1 = 0; f1 < m_[1]; ++f1) t[f1] += e * row[f1];
-      }
     double fine = -1e300, best[2] = {at[0], at[1]};
     for (int a = 0; a < u; ++a)
       for (int b = 0; b < u; ++b) {
+        const double* tr = tr_.data() + a * n1;
+        const double* ti = ti_.data() + a * n1;
+        const double* er = e1r_.data() + b * n1;
+        const double* ei = e1i_.data() + b * n1;
         double v = 0;
-        const cplx* t = tmp_.data() + a * m_[1];
-        for (int64_t f1 = 0; f1 < m_[1]; ++f1) v += (t[f1] * e1_[std::size_t(f1 * u + b)]).real();
+        for (int64_t f1 = 0; f1 < n1; ++f1) v += tr[f1] * er[f1] - ti[f1] * ei[f1];
         const double x0 = start[0] + a * step, x1 = start[1] + b * step;
         v /= overlap(x0, x1);
         if (v > fine) fine = v, best[0] = x0, best[1] = x1;
@@ -146,7 +175,8 @@ class shift_finder {
   std::vector<cplx> inverse_buffer_;  // before the transform planned on it
   fftw_transform_2d inverse_;
   std::vector<double> freq_[2];
-  std::vector<cplx> e0_, e1_, tmp_;
+  std::vector<double> xr_, xi_;             // X as (re, im) planes, for refine
+  std::vector<double> e0r_, e0i_, e1r_, e1i_, tr_, ti_;
 };
 }  // namespace
 
@@ -259,7 +289,9 @@ parallax_result estimate_parallax(const parallax_images& im, double expected_shi
       for (std::size_t q = 0; q < pairs.size(); q += stride) {
         const auto& fa = spectrum[std::size_t(pairs[q].first)];
         const auto& fb = spectrum[std::size_t(pairs[q].second)];
-        for (std::size_t f = 0; f < X.size(); ++f) X[f] = fb[f] * std::conj(fa[f]);
+        for (std::size_t f = 0; f < X.size(); ++f)  // fb · conj(fa), written out (see refine)
+          X[f] = cplx(fb[f].real() * fa[f].real() + fb[f].imag() * fa[f].imag(),
+                      fb[f].imag() * fa[f].real() - fb[f].real() * fa[f].imag());
         double centre[2] = {0, 0}, radius = radius0;
         if (known) {
           centre[0] = A[0][axis] * dkappa;

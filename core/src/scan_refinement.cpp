@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "tycho/core/error.hpp"
 
@@ -34,6 +35,65 @@ std::array<std::array<std::array<double, 2>, 2>, 4> map_derivatives(const scan_m
     }
   return d;
 }
+// Σ over every rank's terms ((count, C) row-major: C components per position), the same bits on
+// any number of ranks: a float sum depends on how the ranks cut the scan (1 rank against 2 moved
+// the map, and so the positions, in their last bits, breaking the deterministic sums' promise).
+// A first rank sum finds, per component, the largest exponent of any term (a one-hot of
+// exponents, summed) and the total count N; each term is then rounded to the grid
+// 2^(e_max − 52 + ⌈log2 N⌉ + 1), on which every partial sum of at most N terms is a double
+// exactly, in any order. The rounding is 2^-(51 − ⌈log2 N⌉) of the largest term (2^-31 for 10^6
+// positions). Non-finite terms make that component's sum NaN.
+std::vector<double> exact_rank_sums(const std::vector<double>& terms, std::size_t C,
+                                    const scan_refinement::rank_sum& sum) {
+  constexpr int k_offset = 1100, k_slots = 2200;  // frexp exponents of finite doubles: −1073 … 1024
+  const std::size_t count = C > 0 ? terms.size() / C : 0;
+  std::vector<double> first(C * std::size_t(k_slots) + C + 1, 0.0);  // one-hots, non-finite counts, N
+  for (std::size_t c = 0; c < C; ++c) {
+    int top = -k_offset;
+    bool any = false;
+    for (std::size_t j = 0; j < count; ++j) {
+      const double v = terms[j * C + c];
+      if (!std::isfinite(v)) {
+        first[C * std::size_t(k_slots) + c] += 1;
+        continue;
+      }
+      if (v == 0) continue;
+      int e = 0;
+      std::frexp(v, &e);
+      top = std::max(top, e);
+      any = true;
+    }
+    if (any) first[c * std::size_t(k_slots) + std::size_t(top + k_offset)] = 1;
+  }
+  first.back() = double(count);
+  sum(first);
+  const double N = std::max(first.back(), 1.0);
+  const int bits = int(std::ceil(std::log2(N))) + 1;
+  std::vector<double> out(C, 0.0);
+  for (std::size_t c = 0; c < C; ++c) {
+    if (first[C * std::size_t(k_slots) + c] > 0) {
+      out[c] = std::nan("");
+      continue;
+    }
+    int e_max = std::numeric_limits<int>::min();
+    for (int k = k_slots - 1; k >= 0; --k)
+      if (first[c * std::size_t(k_slots) + std::size_t(k)] > 0) {
+        e_max = k - k_offset;
+        break;
+      }
+    if (e_max == std::numeric_limits<int>::min()) continue;  // every term 0
+    const double q = std::ldexp(1.0, e_max - 52 + bits);
+    for (std::size_t j = 0; j < count; ++j) out[c] += std::nearbyint(terms[j * C + c] / q) * q;  // exact
+  }
+  // The partial sums (NaN where a term was not finite: a NaN stays one), then over the ranks.
+  std::vector<double> partial = out;
+  for (double& v : partial)
+    if (std::isnan(v)) v = 0;
+  sum(partial);
+  for (std::size_t c = 0; c < C; ++c)
+    if (!std::isnan(out[c])) out[c] = partial[c];
+  return out;
+}
 }  // namespace
 
 scan_refinement::scan_refinement(scan_refinement_options options, std::vector<double> nominal_A, double rms_radius_A,
@@ -50,19 +110,21 @@ scan_refinement::vec scan_refinement::slope(const double* gradient, double C10_s
   // G_ab = Σ_j (∂L/∂r_j,a) · n_j,b / pixel_a: the loss's slope along each entry of the map; with
   // the noise penalty, the nominal positions' Σ n_0², Σ n_1² and count in the same rank sum.
   const bool penalty = o_.noise_per_A2 > 0;
-  std::vector<double> G(penalty ? 7 : 4, 0.0);
+  const std::size_t C = penalty ? 7 : 4;
   const std::size_t count = n_.size() / 2;
+  std::vector<double> terms(count * C);
   for (std::size_t j = 0; j < count; ++j) {
+    double* t = terms.data() + j * C;
     for (int a = 0; a < 2; ++a)
       for (int b = 0; b < 2; ++b)
-        G[std::size_t(2 * a + b)] += gradient[2 * j + std::size_t(a)] * n_[2 * j + std::size_t(b)] / pixel_[std::size_t(a)];
+        t[2 * a + b] = gradient[2 * j + std::size_t(a)] * n_[2 * j + std::size_t(b)] / pixel_[std::size_t(a)];
     if (penalty) {
-      G[4] += n_[2 * j] * n_[2 * j];
-      G[5] += n_[2 * j + 1] * n_[2 * j + 1];
-      G[6] += 1;
+      t[4] = n_[2 * j] * n_[2 * j];
+      t[5] = n_[2 * j + 1] * n_[2 * j + 1];
+      t[6] = 1;
     }
   }
-  sum(G);
+  const std::vector<double> G = exact_rank_sums(terms, C, sum);
   const auto d = map_derivatives(p_);
   double by[4] = {0, 0, 0, 0};  // dL/dθ, dL/ds0, dL/ds1, dL/dh
   for (int k = 0; k < 4; ++k)
@@ -193,25 +255,72 @@ scan_refinement_move scan_refinement::step(int64_t iteration, const double* grad
   return move;
 }
 
+std::vector<double> scan_refinement::state() const {
+  std::vector<double> v;
+  v.reserve(state_size);
+  for (const auto& row : map_.L) v.insert(v.end(), row.begin(), row.end());
+  v.insert(v.end(), {p_.rotation_rad, p_.scale0, p_.scale1, p_.shear, C10_});
+  v.insert(v.end(), previous_slope_.begin(), previous_slope_.end());
+  v.insert(v.end(), previous_step_.begin(), previous_step_.end());
+  for (const vec& row : inverse_hessian_) v.insert(v.end(), row.begin(), row.end());
+  v.insert(v.end(), {have_previous_ ? 1.0 : 0.0, have_curvature_ ? 1.0 : 0.0, double(steps_), double(small_steps_),
+                     converged_ ? 1.0 : 0.0});
+  return v;
+}
+
+void scan_refinement::restore(const std::vector<double>& v, const std::string& origin) {
+  if (v.size() != state_size)
+    fail(TYCHO_ERR_BAD_DATA, origin, ": the scan map's refinement state holds ", v.size(), " numbers, expected ",
+         state_size);
+  for (std::size_t k = 0; k < v.size(); ++k)
+    if (!std::isfinite(v[k]))
+      fail(TYCHO_ERR_BAD_DATA, origin, ": the scan map's refinement state holds a non-finite number at ", k);
+  scan_map m;
+  m.L = {{{v[0], v[1]}, {v[2], v[3]}}};
+  scan_map::parameters q{v[4], v[5], v[6], v[7]};
+  const double counters[2] = {v[46], v[47]};
+  auto is_flag = [](double x) { return x == 0.0 || x == 1.0; };
+  if (!(m.det() > 0) || !(q.scale0 > 0) || !(q.scale1 > 0) || !is_flag(v[44]) || !is_flag(v[45]) ||
+      !is_flag(v[48]) || counters[0] < 0 || counters[1] < 0 || counters[0] > 1e12 || counters[1] > 1e12 ||
+      counters[0] != std::floor(counters[0]) || counters[1] != std::floor(counters[1]))
+    fail(TYCHO_ERR_BAD_DATA, origin, ": the scan map's refinement state is not one a run writes (a map with ",
+         "determinant ", m.det(), ", step scales ", q.scale0, ", ", q.scale1, ")");
+  map_ = m;
+  p_ = q;
+  C10_ = v[8];
+  std::size_t k = 9;
+  for (double& x : previous_slope_) x = v[k++];
+  for (double& x : previous_step_) x = v[k++];
+  for (vec& row : inverse_hessian_)
+    for (double& x : row) x = v[k++];
+  have_previous_ = v[k++] != 0;
+  have_curvature_ = v[k++] != 0;
+  steps_ = int64_t(v[k++]);
+  small_steps_ = int64_t(v[k++]);
+  converged_ = v[k++] != 0;
+}
+
 void scan_refinement::remove_affine_part(double* steps, const rank_sum& sum) const {
   // Least squares of steps ≈ A n + b over every rank's positions (n is centred on the whole scan,
   // so b is their mean and A = (Σ s nᵀ)(Σ n nᵀ)⁻¹).
-  std::vector<double> sums(11, 0.0);  // Σ n nᵀ (3), Σ s nᵀ (4), Σ s (2), count, spare
+  constexpr std::size_t C = 10;  // Σ n nᵀ (3), Σ s nᵀ (4), Σ s (2), count
   const std::size_t count = n_.size() / 2;
+  std::vector<double> terms(count * C);
   for (std::size_t j = 0; j < count; ++j) {
     const double n0 = n_[2 * j], n1 = n_[2 * j + 1], s0 = steps[2 * j], s1 = steps[2 * j + 1];
-    sums[0] += n0 * n0;
-    sums[1] += n0 * n1;
-    sums[2] += n1 * n1;
-    sums[3] += s0 * n0;
-    sums[4] += s0 * n1;
-    sums[5] += s1 * n0;
-    sums[6] += s1 * n1;
-    sums[7] += s0;
-    sums[8] += s1;
-    sums[9] += 1;
+    double* t = terms.data() + j * C;
+    t[0] = n0 * n0;
+    t[1] = n0 * n1;
+    t[2] = n1 * n1;
+    t[3] = s0 * n0;
+    t[4] = s0 * n1;
+    t[5] = s1 * n0;
+    t[6] = s1 * n1;
+    t[7] = s0;
+    t[8] = s1;
+    t[9] = 1;
   }
-  sum(sums);
+  const std::vector<double> sums = exact_rank_sums(terms, C, sum);
   const double det = sums[0] * sums[2] - sums[1] * sums[1];
   if (!(sums[9] > 0) || !(std::abs(det) > 1e-12 * (sums[0] * sums[2] + 1e-300))) return;
   const double inv[2][2] = {{sums[2] / det, -sums[1] / det}, {-sums[1] / det, sums[0] / det}};

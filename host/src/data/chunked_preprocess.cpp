@@ -15,6 +15,26 @@
 
 namespace tycho::host {
 
+namespace {
+// The preprocessed targets of `d`'s patterns ((shaped) pixels of `value_bytes`) must fit this
+// machine's memory: refused before anything reads or allocates (a declared shape of 2^40 patterns
+// would otherwise keep the first pass busy for days). Overflow-safe: the product is checked.
+void refuse_targets_beyond_memory(const dataset& d, std::array<int64_t, 2> shaped, uint64_t value_bytes,
+                                  const char* as) {
+  uint64_t bytes = 0;
+  const bool overflow = __builtin_mul_overflow(uint64_t(std::max<int64_t>(d.patterns, 0)),
+                                               uint64_t(std::max<int64_t>(shaped[0], 0)), &bytes) ||
+                        __builtin_mul_overflow(bytes, uint64_t(std::max<int64_t>(shaped[1], 0)), &bytes) ||
+                        __builtin_mul_overflow(bytes, value_bytes, &bytes);
+  const uint64_t have = physical_memory_bytes();
+  if (overflow || (have > 0 && bytes > have))
+    fail(TYCHO_ERR_OUT_OF_MEMORY, "data '", d.description, "': ", d.patterns, " preprocessed patterns of ", shaped[0],
+         " x ", shaped[1], " pixels need ", overflow ? std::string("more than 2^64 bytes") : human_bytes(bytes), as,
+         ", more than this machine's ", human_bytes(have), " of memory (run `tycho plan` for the remedies: more ",
+         "ranks, binning)");
+}
+}  // namespace
+
 bool keeps_integer_targets(const config_document& doc) {
   return read_key<bool>(doc.table_at("preprocess"), "integer_targets", "preprocess").value_or(true);
 }
@@ -49,6 +69,10 @@ chunked_source::chunked_source(const component_ref& source, const tycho_config* 
   float_chunk_.resize(counts_ ? 0 : chunk_values);
   pattern_.resize(std::size_t(n_));
 
+  // The least the targets can take (uint16), before the first pass reads anything.
+  refuse_targets_beyond_memory(
+      d, preprocessed_detector_shape(read_preprocess_settings(doc.table_at("preprocess"), doc.origin()), d.n0, d.n1), 2,
+      " even as uint16 counts");
   // Pass 1: the bad pixels (over every rank's patterns), the largest value, and which pixels
   // ever hold intensity (for data that hold none, refused as mask_bad_pixels refuses them).
   const toml::table& pre = doc.table_at("preprocess");
@@ -141,15 +165,10 @@ chunked_read read_preprocessed_in_chunks(const component_ref& source, const tych
   out.read_as = src.read_as();
   out.bad_pixel_warning = src.bad_pixel_warning();
   const preprocess_settings s = read_preprocess_settings(doc.table_at("preprocess"), doc.origin());
-  refuse_moving_masked_pixels(d, s, s.transpose);
+  refuse_moving_masked_pixels(d, s);
   const bool as_counts = results_stay_counts(src, s, integer_targets);
   // The targets' memory, bounded by this machine's before it is allocated (as read_dataset's).
-  const auto shaped = preprocessed_detector_shape(s, d.n0, d.n1);
-  const uint64_t target_bytes = uint64_t(d.patterns) * uint64_t(shaped[0] * shaped[1]) * (as_counts ? 2 : 4);
-  if (const uint64_t have = physical_memory_bytes(); have > 0 && target_bytes > have)
-    fail(TYCHO_ERR_OUT_OF_MEMORY, "data '", d.description, "': ", d.patterns, " preprocessed patterns of ", shaped[0],
-         " x ", shaped[1], " pixels need ", human_bytes(target_bytes), ", more than this machine's ",
-         human_bytes(have), " of memory (run `tycho plan` for the remedies: more ranks, binning)");
+  refuse_targets_beyond_memory(d, preprocessed_detector_shape(s, d.n0, d.n1), as_counts ? 2 : 4, "");
   out.source_info = d.info;
   out.report =
       run_preprocess_stage(d, doc, sum_across_ranks, src.feed(), as_counts ? stage_output::counts : stage_output::float32);

@@ -20,7 +20,9 @@ bool quarter_turns_of(double deg, int& turns) {
 // out(k) = in(T R(−θ) k), θ = turns · 90°, T the transpose when `transpose` (the convention of
 // rotation_estimate). The output is (m0, m1) = (n1, n0) when the axes swap. An exact permutation
 // (−f of the Nyquist frequency of an even axis is itself, modulo n).
-void orient_pattern(const float* in, int64_t n0, int64_t n1, float* out, int turns, bool transpose) {
+namespace {
+template <class T>
+void orient(const T* in, int64_t n0, int64_t n1, T* out, int turns, bool transpose) {
   const bool swap = (turns % 2 == 1) != transpose;
   const int64_t m0 = swap ? n1 : n0, m1 = swap ? n0 : n1;
   for (int64_t i = 0; i < m0; ++i) {
@@ -39,6 +41,19 @@ void orient_pattern(const float* in, int64_t n0, int64_t n1, float* out, int tur
       out[i * m1 + j] = in[fft_index(a, n0) * n1 + fft_index(b, n1)];
     }
   }
+}
+}  // namespace
+
+void orient_pattern(const float* in, int64_t n0, int64_t n1, float* out, int turns, bool transpose) {
+  orient(in, n0, n1, out, turns, transpose);
+}
+
+void orient_counts(const uint16_t* in, int64_t n0, int64_t n1, uint16_t* out, int turns, bool transpose) {
+  orient(in, n0, n1, out, turns, transpose);
+}
+
+void orient_mask(const uint8_t* in, int64_t n0, int64_t n1, uint8_t* out, int turns, bool transpose) {
+  orient(in, n0, n1, out, turns, transpose);
 }
 
 void pattern_steps::set_shape(const preprocess_settings& s, std::array<int64_t, 2> detector) {

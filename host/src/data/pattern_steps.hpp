@@ -66,6 +66,10 @@ void normalise_pattern(float* p, int64_t m, double own, double mean);
 // Reorders one FFT-order (n0, n1) pattern into scan axes (turns quarter turns, transposed when
 // `transpose`): exact.
 void orient_pattern(const float* in, int64_t n0, int64_t n1, float* out, int turns, bool transpose);
+// The same permutation of a detector mask (dataset::detector_mask), so that it follows the pixels.
+void orient_mask(const uint8_t* in, int64_t n0, int64_t n1, uint8_t* out, int turns, bool transpose);
+// The same permutation of uint16 counts (dataset::counts).
+void orient_counts(const uint16_t* in, int64_t n0, int64_t n1, uint16_t* out, int turns, bool transpose);
 
 // The rotation applied to the patterns, as a number of quarter turns, or none when θ is not a
 // multiple of 90°.

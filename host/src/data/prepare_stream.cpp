@@ -19,7 +19,7 @@ streamed_patterns::streamed_patterns(const component_ref& source, const tycho_co
   refuse(d);
   source_info_ = d.info;
   const preprocess_settings s = read_preprocess_settings(doc.table_at("preprocess"), doc.origin());
-  refuse_moving_masked_pixels(d, s, s.transpose);
+  refuse_moving_masked_pixels(d, s);
   counts_ = results_stay_counts(src_, s, keeps_integer_targets(doc));
   plan_ = plan_preprocess_stage(d, doc, sum_on_one_rank, src_.feed());
   if (plan_.report.settings.normalise) normalised_to_ = plan_.normalise_totals(d, src_.feed(), sum_on_one_rank);

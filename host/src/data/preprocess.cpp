@@ -68,14 +68,13 @@ const std::vector<std::string>& preprocess_stage_keys() {
   return keys;
 }
 
-void refuse_moving_masked_pixels(const dataset& d, const preprocess_settings& s, bool transpose) {
+void refuse_moving_masked_pixels(const dataset& d, const preprocess_settings& s) {
   if (d.bad_pixels.masked_pixels == 0) return;
-  if (s.recentre || transpose || s.binning != 1 || s.crop[0] > 0)
+  // A transpose (an exact permutation) carries the mask with the pixels (finish_preprocess_stage).
+  if (s.recentre || s.binning != 1 || s.crop[0] > 0)
     fail(TYCHO_ERR_UNSUPPORTED, "data '", d.description, "' has ", d.bad_pixels.masked_pixels,
-         " bad detector pixels (masked), and [preprocess] asks to move pixels (recentre, ",
-         transpose ? (s.transpose_auto ? "a transpose the scan's geometry estimate found, " : "scan_transpose, ") : "",
-         "binning or crop_detector): this version does not carry the mask through those steps; leave them out ",
-         "(give scan_transpose = false if the estimate is wrong), or repair the data");
+         " bad detector pixels (masked), and [preprocess] asks to move pixels (recentre, binning or crop_detector): ",
+         "this version does not carry the mask through those steps; leave them out, or repair the data");
 }
 
 preprocess_settings read_preprocess_settings(const toml::table& pre, const std::string& origin) {
@@ -119,6 +118,11 @@ preprocess_settings read_preprocess_settings(const toml::table& pre, const std::
     }
   } else if (s.rotation_auto) {
     s.transpose_auto = true;
+  }
+  // The default: the scan's geometry measured from the data, unless the rotation or the
+  // transpose is stated (a stated transpose alone keeps the nominal rotation, as before).
+  if (!pre["scan_rotation_deg"] && !pre["scan_transpose"]) {
+    s.rotation_auto = s.transpose_auto = s.rotation_defaulted = true;
   }
   s.binning = *setting_value<int64_t>(pre, where, "binning");
   if (s.binning < 1) fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": [preprocess] binning must be >= 1, got ", s.binning);
@@ -494,6 +498,16 @@ stage_plan plan_preprocess_stage(dataset& d, const config_document& doc, const r
   const int64_t rx = d.info.scan_shape[0], ry = d.info.scan_shape[1];
   pattern_steps& steps = plan.steps;
   pattern_scratch scratch;
+  // The default "auto" measures a raster scan; positions the source lists are taken as they are,
+  // and a scan under 3 x 3 has no neighbours to compare (a stated "auto" refuses those).
+  if (s.rotation_defaulted && (!d.positions_A.empty() || rx < 3 || ry < 3)) {
+    s.rotation_auto = s.transpose_auto = false;
+    log_info("preprocess", cat("the scan's geometry is not estimated (", !d.positions_A.empty()
+                                                                          ? std::string("the source lists the positions")
+                                                                          : cat("a ", rx, " x ", ry, " scan"),
+                               "): the positions are used as they are ([preprocess] scan_rotation_deg = 0)"));
+  }
+  rep.active = s.active();
 
   // 1. crop, 2. binning: the shapes (checked), the binning's probe check, the log.
   const auto binned = preprocessed_detector_shape(s, d.n0, d.n1);  // checks the crop and the factor
@@ -594,7 +608,6 @@ stage_plan plan_preprocess_stage(dataset& d, const config_document& doc, const r
     const auto q = rep.geometry.map.decompose();
     s.rotation_deg = q.rotation_rad * 180 / pi == 0 ? 0.0 : -q.rotation_rad * 180 / pi;  // py4DSTEM's sign; no −0
     s.transpose = rep.geometry.transpose;
-    refuse_moving_masked_pixels(d, s, s.transpose);
   } else {
     // Given: the rotation by py4DSTEM's convention (positions R(−θ) n), the transpose as given.
     rep.geometry.done = s.rotation_deg != 0;
@@ -651,6 +664,11 @@ void finish_preprocess_stage(dataset& d, stage_plan& plan, bool recompute) {
     std::swap(d.info.detector_pixel_invA[0], d.info.detector_pixel_invA[1]);
     std::swap(d.info.detector_pixel_m[0], d.info.detector_pixel_m[1]);  // a far-field detector's, in metres
   }
+  if (!d.detector_mask.empty() && (plan.steps.turns != 0 || plan.steps.transpose)) {
+    std::vector<uint8_t> oriented(d.detector_mask.size());
+    orient_mask(d.detector_mask.data(), d.n0, d.n1, oriented.data(), plan.steps.turns, plan.steps.transpose);
+    d.detector_mask = std::move(oriented);
+  }
   d.n0 = plan.steps.out[0];
   d.n1 = plan.steps.out[1];
   d.info.detector_shape[0] = d.n0;
@@ -701,6 +719,18 @@ preprocess_report run_preprocess_stage(dataset& d, const config_document& doc, c
         c[k] = uint16_t(v);
       }
     });
+  } else if (output == stage_output::in_place && d.targets.empty() && !d.counts.empty()) {
+    // Counts held in memory (only_measures): at most a reordering of the pixels, exact on them.
+    if (steps.shapes() || steps.recentre || s.normalise)
+      fail(TYCHO_ERR_INTERNAL, "the preprocessing stage changes the values of patterns held as counts");
+    if (steps.moves()) {
+      std::vector<uint16_t> oriented(static_cast<std::size_t>(m));
+      for (int64_t l = 0; l < d.patterns; ++l) {
+        uint16_t* c = d.counts.data() + l * m;
+        orient_counts(c, steps.binned[0], steps.binned[1], oriented.data(), steps.turns, steps.transpose);
+        std::copy(oriented.begin(), oriented.end(), c);
+      }
+    }
   } else if (changes || output == stage_output::float32) {
     if (d.targets.size() < std::size_t(d.patterns * m)) d.targets.resize(std::size_t(d.patterns * m));
     // In place: pattern l's result (m ≤ the raw size) lands at or before its raw pixels, after

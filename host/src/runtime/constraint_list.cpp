@@ -137,6 +137,12 @@ void constraint_list::create(tycho_constraint_setup setup, bool positions_correc
   }
 }
 
+bool lists_constraint(const config_document& doc, const std::string& name) {
+  for (const auto& [listed, table] : list_entries(doc))
+    if (listed == name) return true;
+  return false;
+}
+
 constraint_list::~constraint_list() {
   for (const auto& b : bindings_)
     if (b.instance != nullptr) b.vtable->destroy(b.instance);

@@ -43,6 +43,9 @@ std::vector<std::string> constraint_host_keys();
 // errors name the entry and the key.
 void validate_constraints(const config_document& doc, const registry& reg);
 
+// Whether the document's [[reconstruct.constraints]] list names the constraint `name`.
+bool lists_constraint(const config_document& doc, const std::string& name);
+
 // The constraints of a run, created for the engine's device; destroys them with itself.
 class constraint_list {
  public:

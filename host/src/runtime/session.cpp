@@ -182,7 +182,10 @@ reconstruct_settings read_reconstruct_settings(const config_document& doc) {
            pc.schedule.final_fraction);
     pc.schedule.total_iterations = r.iterations;
     scan_refinement_options& so = r.scan;
-    so.enabled = *setting_value<bool>(pos_t, table, "refine_scan_map");
+    // The default refines the map, unless a positions_affine constraint owns the positions'
+    // linear part (the two would pull the same few parameters against each other).
+    so.enabled = pos_t.contains("refine_scan_map") ? *setting_value<bool>(pos_t, table, "refine_scan_map")
+                                                   : !lists_constraint(doc, "positions_affine");
     so.first_iteration = *setting_value<int64_t>(pos_t, table, "scan_map_first_iteration");
     so.every = *setting_value<int64_t>(pos_t, table, "scan_map_every");
     so.max_move_A = *setting_value<double>(pos_t, table, "scan_map_max_move_A");
@@ -1078,7 +1081,7 @@ void session::state::read_data(state& s, start& st) {
     report_stage("preprocessing", 0, 1);
     mask_bad_pixels(s.data, s.config.table_at("preprocess"), s.config.origin(), *s.par);  // NaN, saturated
     const preprocess_settings given = read_preprocess_settings(s.config.table_at("preprocess"), s.config.origin());
-    refuse_moving_masked_pixels(s.data, given, given.transpose);
+    refuse_moving_masked_pixels(s.data, given);
     s.preprocess_json = preprocess_dataset(s.data, s.config, sum_across_ranks).to_json();
     report_stage("preprocessing", 1, 1);
     log_info("session", cat("preprocessed in ", seconds_since(t0), " s"));
@@ -1314,6 +1317,9 @@ void session::state::create_engine(state& s, start& st) {
   // that can turn it off in between (else it costs on every batch) and, on several ranks, with
   // each position's gradient on one rank.
   s.refine_scan_map = false;
+  if (!settings.scan.enabled && !s.config.table_at("reconstruct.positions").contains("refine_scan_map"))
+    log_info("session", "the scan map is not refined: a positions_affine constraint holds the positions' linear part "
+                        "([reconstruct.positions] refine_scan_map = true refines it as well)");
   if (settings.scan.enabled) {
     const tycho_engine_vtable* evt = s.engine_ref->as<tycho_engine_vtable>();
     const bool switchable = evt->struct_size >= offsetof(tycho_engine_vtable, set_position_gradient) +
@@ -1470,6 +1476,17 @@ void session::state::restore_resumed(state& s, start& st) {
   restore_optimizer(r, "probe", *s.probe_opt_ref, s.probe_opt);
   if (s.drv->object_in_tiles()) restore_tile_steps(r, *s.drv, s.optimizer_steps(s.object_opt_ref, s.object_opt));
   s.drv->set_iterations_done(r.done);
+  // The scan map's refinement continues from the file's state (a file without one, written with
+  // the refinement off, starts it afresh from the map its preprocessing measures).
+  if (s.refine_scan_map) {
+    if (r.file.manifest.find("scan_map_refined.state"))
+      s.drv->restore_scan_refinement(
+          r.file.manifest.numbers("scan_map_refined.state", scan_refinement::state_size, false, false,
+                                  "the scan map's refinement state"),
+          cat("'", r.path, "'"));
+    else
+      log_info("session", cat("'", r.path, "' holds no scan map refinement state: the refinement starts afresh"));
+  }
   const owned_array& h = r.record.array("loss_history", r.path);
   s.loss_history.assign(h.as<double>(), h.as<double>() + h.count());
   std::vector<double> secs;  // the seconds of each iteration done, for the manifest (0 when not recorded)
@@ -1963,6 +1980,7 @@ std::string session::manifest_json() const {
     if (r->refines_C10()) j["C10_A"] = r->C10_A();
     j["steps"] = r->steps_taken();
     j["converged"] = r->converged();
+    j["state"] = r->state();  // for --from: the refinement continues bit for bit
     m.scan_map_json = j.dump();
   }
   m.probe_fit_json = state::probe_fit_json(s);

@@ -131,6 +131,10 @@ class driver {
   // patterns must be sharded (each position's gradient has one owner).
   void set_scan_refinement(scan_refinement r);
   const scan_refinement* scan_refinement_state() const { return scan_enabled_ ? &scan_ : nullptr; }
+  // A resumed run's refinement state (scan_refinement::restore); needs set_scan_refinement first.
+  void restore_scan_refinement(const std::vector<double>& state, const std::string& origin) {
+    if (scan_enabled_) scan_.restore(state, origin);
+  }
   // The refinement's reports since the last call (one line per global step), for the log.
   std::vector<std::string> take_scan_log() { return std::exchange(scan_log_, {}); }
   // With several ranks and position correction: every pattern's position ((P, 2) px), gathered

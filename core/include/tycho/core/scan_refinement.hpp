@@ -105,6 +105,15 @@ class scan_refinement {
   // One line per step, for the log: iteration, parameters, step length.
   const std::string& last_report() const { return report_; }
 
+  // The refinement's whole state (the map, its parameters, C10, the BFGS memory and the step
+  // counters) as state_size numbers, for a result file: a run resumed from it (restore) takes the
+  // same steps, bit for bit, as the run that was not interrupted.
+  static constexpr std::size_t state_size = 49;
+  std::vector<double> state() const;
+  // Refuses (TYCHO_ERR_BAD_DATA, naming `origin`) a list of another length, a non-finite value, a
+  // map without a positive determinant or scales that are not positive, negative counters.
+  void restore(const std::vector<double>& state, const std::string& origin);
+
  private:
   using vec = std::array<double, 5>;
   vec slope(const double* gradient, double C10_slope, const rank_sum& sum) const;  // dL/du (scaled)

@@ -74,6 +74,10 @@ struct preprocess_settings {
   com_fit_kind com_fit = com_fit_kind::none;
   bool recentre = false;
   bool rotation_auto = false;   // scan_rotation_deg = "auto"
+  // "auto" because scan_rotation_deg was not given (the default): where the data cannot be
+  // measured (listed positions, unknown optics, a scan under 3 x 3) the stage keeps the nominal
+  // raster and says so, instead of refusing the run as a stated "auto" does.
+  bool rotation_defaulted = false;
   double rotation_deg = 0;      // given (or, after the stage, applied)
   bool transpose_auto = false;  // estimated with the rotation (scan_transpose not given)
   bool transpose = false;
@@ -88,20 +92,18 @@ struct preprocess_settings {
   bool active() const {
     return needs_com() || transpose || rotation_deg != 0 || binning != 1 || crop[0] > 0 || normalise;
   }
-  // Whether the stage only measures (the centre of mass, its fit, the scan's geometry) and leaves
-  // the patterns as they are: it then works on uint16 counts as well (dataset::counts). An
-  // estimated transpose would move pixels, so "auto" measures only with scan_transpose = false.
-  bool only_measures() const {
-    return active() && !(rotation_auto && transpose_auto) && !recentre && !transpose && binning == 1 &&
-           crop[0] == 0 && !normalise;
-  }
+  // Whether the stage only measures (the centre of mass, its fit, the scan's geometry) and at most
+  // reorders the pixels (a transpose, given or estimated: an exact permutation), leaving every
+  // value as it is: it then works on uint16 counts held in memory as well (dataset::counts), the
+  // scan read once.
+  bool only_measures() const { return active() && !recentre && binning == 1 && crop[0] == 0 && !normalise; }
 };
 
-// Bad detector pixels (mask_bad_pixels) are masked in the detector's own geometry, and the
-// stage does not move the mask with the pixels yet: data with masked pixels is refused, naming
-// both, when the stage would move pixels (recentre, a transpose, binning, crop). `transpose`:
-// the transpose the stage decided (an estimated one is known only after the estimate).
-void refuse_moving_masked_pixels(const dataset& d, const preprocess_settings& s, bool transpose);
+// Bad detector pixels (mask_bad_pixels) are masked in the detector's own geometry; a transpose
+// (an exact permutation) carries the mask with the pixels, the other steps that move pixels do
+// not yet: data with masked pixels is refused, naming both, when the stage would recentre, bin or
+// crop.
+void refuse_moving_masked_pixels(const dataset& d, const preprocess_settings& s);
 
 // Reads and checks the stage's keys; `origin` names the config in errors.
 preprocess_settings read_preprocess_settings(const toml::table& preprocess, const std::string& origin);
