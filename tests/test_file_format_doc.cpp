@@ -219,11 +219,19 @@ TEST(FileFormatDoc, EveryMemberAndKeyIsDocumented) {
                                      "--set", "reconstruct.positions.scan_map_first_iteration=1", "-o", tmp / "one.zip"});
   ASSERT_TRUE(r.exited_with(0)) << r.describe();
   // Two ranks as threads: the `parallel` keys, and the preprocessing stage's `preprocess` object;
-  // compact batches: the object stepped in tiles (object_tile_steps.npy, batching.tile_px > 0).
+  // the stopping rule's keys; compact batches: the object stepped in tiles (object_tile_steps.npy,
+  // batching.tile_px > 0).
   {
     auto cfg = mos2_config();
     cfg.set_from_text("preprocess.normalise=true");
     cfg.set_from_text("reconstruct.batching=\"compact\"");
+    // By the stopping rule, 3 iterations at most: history.stopping's keys of "auto", its trend.
+    cfg.set_from_text("reconstruct.iterations=\"auto\"");
+    cfg.set_from_text("reconstruct.max_iterations=3");
+    cfg.set_from_text("reconstruct.stop_window=3");
+    cfg.set_from_text("reconstruct.object.schedule=\"constant\"");  // no stage later than iteration 3
+    cfg.set_from_text("reconstruct.probe.schedule=\"constant\"");
+    cfg.set_from_text("reconstruct.positions.refine_scan_map=false");
     std::vector<DLDevice> cpus(2, DLDevice{kDLCPU, 0});
     std::mutex m;
     tycho::host::run_local_ranks(cfg, tycho::host::registry::global(), cpus, [&](tycho::host::parallel_context& ctx) {

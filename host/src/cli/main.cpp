@@ -182,8 +182,10 @@ int run_and_save(th::session& session, int64_t iterations, int64_t stop_after, c
     }
   }
   const auto& history = session.loss_history();
+  // Why the run ended, where a rule or a limit decided it (a fixed count says nothing more).
+  const std::string why = session.end_reason() == "fixed_count" ? "" : session.end_reason();
   display.summary(session.iterations_done() - done, seconds, history.empty() ? NAN : history.back(), out_path, sheet,
-                  session.end_reason());
+                  why);
   if (const int sig = th::stop_signal(); sig != 0) {
     say_err("tycho: interrupted by {} after the last iteration: the result '{}' is complete\n",
             th::stop_signal_name(sig), out_path);
