@@ -58,7 +58,9 @@ TYCHO_API const char* tycho_last_error(void);
  * paths in the config (NULL: the current directory). */
 TYCHO_API tycho_status tycho_session_create(const char* toml_text, const char* base_dir,
                                             tycho_session** out);
-/* Runs `iterations` more iterations (epochs over all positions); 0: the configured number. */
+/* Runs `iterations` more iterations (epochs over all positions), a fixed count; 0: the configured
+ * [reconstruct] iterations: N, or with "auto" (the default) until the stopping rule ends the run,
+ * at most max_iterations in all (docs/config-reference.md, "When a run stops"). */
 TYCHO_API tycho_status tycho_session_run(tycho_session* session, int64_t iterations,
                                          tycho_progress_fn progress, void* user_data);
 /* A copy of "object" (slices,H,W c64; c128 when [reconstruct] precision = "float64"), "probe"

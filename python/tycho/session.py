@@ -232,8 +232,10 @@ class Session:
     # ---- running
 
     def run(self, iterations: int = 0, progress: Union[str, bool, None, ProgressCallback] = "auto") -> "Session":
-        """Runs ``iterations`` more iterations (epochs over all positions); 0: the configured
-        ``[reconstruct] iterations``. Returns the session, so ``Session(c).run(3).object`` works.
+        """Runs ``iterations`` more iterations (epochs over all positions), a fixed count; 0: the
+        configured ``[reconstruct] iterations``: N, or with ``"auto"`` (the default) until the
+        stopping rule ends the run (the loss no longer falls by more than its noise; at most
+        ``max_iterations``). Returns the session, so ``Session(c).run(3).object`` works.
 
         ``progress``: ``"auto"`` (default) shows a tqdm bar when tqdm is installed and nothing
         otherwise; ``True`` a tqdm bar, or one line per iteration on stderr without tqdm;
@@ -368,9 +370,10 @@ class Session:
 def reconstruct(config: Union[str, "os.PathLike[str]"], *, iterations: int = 0,
                 output: Union[str, "os.PathLike[str]", None] = None, overrides: Iterable[str] = (),
                 progress: Union[str, bool, None, ProgressCallback] = "auto") -> Optional[pathlib.Path]:
-    """The ``tycho reconstruct CONFIG`` main job: runs the configured iterations, or
-    ``iterations`` (which, as ``--iterations`` does, sets ``[reconstruct] iterations``: the run's
-    length, over which the learning-rate schedules are laid out), and saves the result to
+    """The ``tycho reconstruct CONFIG`` main job: runs the configured iterations (a count, or by
+    default until the stopping rule ends the run), or ``iterations`` (which, as ``--iterations``
+    does, sets ``[reconstruct] iterations``: a fixed count, over which the learning-rate schedules
+    are laid out), and saves the result to
     ``output`` (default: the config's ``[output] path``, else ``tycho-result.zip``, relative to
     the current folder), replacing it. The object is the ``tycho`` command's, bit for bit. Only
     rank 0 saves; returns the path written (None on other ranks). Writes no PNG previews.
