@@ -43,6 +43,10 @@ PRESETS = {
     "thick": dict(energy_eV=8200.0, zp_diameter_m=150e-6, zp_drn_m=50e-9, central_stop=0.4,
                   defocus_m=250e-6, n=128, pixel_m=75e-6, distance_m=1.2,
                   scan=(20, 20), step_m=0.25e-6, jitter_m=0.05e-6, photons=1e6, seed=35, gold=3.0),
+    # The same 400 positions over the star as "full" has it: the rule stops before 100 iterations
+    "wide": dict(energy_eV=8200.0, zp_diameter_m=150e-6, zp_drn_m=50e-9, central_stop=0.4,
+                 defocus_m=250e-6, n=128, pixel_m=75e-6, distance_m=1.2,
+                 scan=(20, 20), step_m=0.25e-6, jitter_m=0.05e-6, photons=1e6, seed=35),
     "small": dict(energy_eV=8200.0, zp_diameter_m=150e-6, zp_drn_m=50e-9, central_stop=0.4,
                   defocus_m=250e-6, n=64, pixel_m=75e-6, distance_m=1.2,
                   scan=(10, 10), step_m=0.25e-6, jitter_m=0.05e-6, photons=1e6, seed=29),
