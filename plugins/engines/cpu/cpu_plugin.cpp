@@ -58,7 +58,7 @@ class cpu_component {
     o.shift_groups = cfg.get_bool("shift_groups").value_or(true);
     // true: fixed-point sums, the same bits for any number of threads and ranks (cpu_engine.hpp);
     // false (default): float sums, whose last bits follow how the batch is cut. The default from
-    // measurement: the fixed-point sums cost 11-15 % on the MoS2 example (bench/RESULTS.md).
+    // measurement: the fixed-point sums cost 12-15 % on the MoS2 example (bench/RESULTS.md).
     o.deterministic = cfg.get_bool("deterministic").value_or(false);
     o.batch_size = cfg.get_int("batch_size").value_or(128);
     if (o.batch_size <= 0) fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] batch_size must be > 0, got ", o.batch_size);
