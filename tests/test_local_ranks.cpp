@@ -80,8 +80,8 @@ three_ranks run_three_ranks(const tycho::config_document& doc) {
 // iterations: loss 1.0e-7 / 1.7e-7, object 2.0e-6 / 4.3e-6 of its largest value, grouped / per
 // position); the shipped example (no guard, where Adam's first steps amplify the rounding) at the
 // spread measured over 20 iterations on 1, 2 and 4 ranks (here: loss 8.1e-6, object 4.7e-5).
-// (These are the float sums, [reconstruct] deterministic = false; the default's sums give one
-// rank's bits: LocalRanks.DeterministicSums* below.)
+// (These are the float sums, [reconstruct] deterministic = false, the default, set explicitly;
+// the deterministic sums give one rank's bits: LocalRanks.DeterministicSums* below.)
 TEST(LocalRanks, ThreeThreadsFollowOneRanksTrajectory) {
   const int iterations = 8;
   for (const char* groups : {"true", "false"}) {
@@ -277,7 +277,7 @@ TEST(LocalRanks, APositionsConstraintOnSeveralRanksIsRefused) {
 }
 
 // ---------------------------------------------------------------- deterministic sums (issue 31)
-// [reconstruct] deterministic = true, the default: every sum is of integers on a grid fixed
+// [reconstruct] deterministic = true (set here: the default is false): every sum is of integers on a grid fixed
 // before the batch (tycho/sdk/fixed_point.hpp), so after 20 iterations the loss history, object,
 // probe and positions are the same bytes on 1, 2 and 4 ranks as threads and with 1, 2 and 4
 // engine threads. The same under mpirun: tests/test_parallel.cpp (UnderMpirun.DeterministicSums*).
@@ -306,9 +306,11 @@ bits run_bits(const tycho::config_document& doc, int ranks) {
   return out;
 }
 
-// `doc` (threads = 1) on one rank, then with 2 and 4 engine threads, and on 2 and 4 ranks as
-// threads: every result the same bytes as the first, which is returned.
-bits expect_same_bits_everywhere(const tycho::config_document& doc, const std::string& tag) {
+// `base` with deterministic sums (threads = 1) on one rank, then with 2 and 4 engine threads, and
+// on 2 and 4 ranks as threads: every result the same bytes as the first, which is returned.
+bits expect_same_bits_everywhere(const tycho::config_document& base, const std::string& tag) {
+  auto doc = base.clone();
+  doc.set_from_text("reconstruct.deterministic=true");
   const bits one = run_bits(doc, 1);
   EXPECT_EQ(one.loss.size(), 20u) << tag;
   auto same = [&](const bits& b, const std::string& how) {

@@ -333,8 +333,13 @@ TEST(PlanCommand, TooLittleMemoryNamesTheTermAndTheRemedies) {
   EXPECT_NE(r.out.find("more devices"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("binning the detector by"), std::string::npos) << r.out;
   EXPECT_LT(r.out.find("more devices"), r.out.find("binning the detector")) << r.out;
-  // By a factor [preprocess] binning accepts (a divisor of 96); the deterministic sums' 16 B per object pixel count.
-  EXPECT_NE(r.out.find("binning the detector by 12 (window 8 x 8) would fit"), std::string::npos) << r.out;
+  // By a factor [preprocess] binning accepts (a divisor of 96).
+  EXPECT_NE(r.out.find("binning the detector by 8 (window 12 x 12) would fit"), std::string::npos) << r.out;
+  // With deterministic sums their 16 B per object pixel count too: a coarser binning.
+  auto sums = run_command({tycho::test::tycho_exe(), "plan", example_config(), "--device-memory", "0.0014", "--set",
+                           "reconstruct.threads=2", "--set", "reconstruct.deterministic=true"});
+  ASSERT_TRUE(sums.exited_with(2)) << sums.describe();
+  EXPECT_NE(sums.out.find("binning the detector by 12 (window 8 x 8) would fit"), std::string::npos) << sums.out;
   auto binned = run_command({tycho::test::tycho_exe(), "plan", example_config(), "--set", "preprocess.binning=12"});
   EXPECT_TRUE(binned.exited_with(0)) << binned.describe();
 }

@@ -249,10 +249,11 @@ void UnderMpirun::expect_one_trajectory(const std::vector<std::string>& extra, c
 //   probes 6.3e-4, loss histories 5e-5 (measured, 2026-12-02). Checked at 1e-2 and 2e-4. Another
 //   batch order (one rank, seed 1 against seed 0) moves them by 9e-2, 0.15 and 5e-3: a rank that
 //   computes other batches than one rank would fails.
-// (All of the above with float sums, [reconstruct] deterministic = false; the default's sums give
-// one rank's bits, below. With float sums the scan map's refinement, on by default, would move
-// the positions by slopes that differ in their last bits between rank counts: these runs keep the
-// positions where they were, refine_scan_map = false, to compare the sums alone.)
+// (All of the above with float sums, [reconstruct] deterministic = false, the default, set
+// explicitly; the deterministic sums give one rank's bits, below. With float sums the scan map's
+// refinement, on by default, would move the positions by slopes that differ in their last bits
+// between rank counts: these runs keep the positions where they were, refine_scan_map = false,
+// to compare the sums alone.)
 TEST_F(UnderMpirun, OneTrajectoryForOneTwoAndFourRanks) {
   for (const char* groups : {"true", "false"})
     expect_one_trajectory({"--set", "reconstruct.deterministic=false", "--set", "reconstruct.amplitude_epsilon=1e-2",
@@ -267,7 +268,7 @@ TEST_F(UnderMpirun, TheShippedExampleKeepsItsTrajectoryOnOneTwoAndFourRanks) {
                         "example", 2e-4, 1e-2f);
 }
 
-// [reconstruct] deterministic = true, the default (issue 31): integer sums on a grid fixed before
+// [reconstruct] deterministic = true (issue 31; set here, the default is false): integer sums on a grid fixed before
 // each batch, exact over the ranks (MPI_INT64_T), so the result file's loss history, object,
 // probe and positions are the same bytes on 1, 2 and 4 ranks after 20 iterations: the example,
 // its per-position path, 2 slices x 2 modes with position correction (the detector cropped to
@@ -282,7 +283,9 @@ TEST_F(UnderMpirun, DeterministicSumsGiveOneRanksBits) {
         "reconstruct.slice_thickness_A=2.0", "--set", "reconstruct.probe_modes=2", "--set", "reconstruct.positions.correct=true", "--set",
         "reconstruct.positions.first_iteration=2"}},
       {"poisson", {"--set", "reconstruct.loss=\"poisson\""}}};
-  for (const auto& [tag, extra] : runs) {
+  for (const auto& [tag, options] : runs) {
+    std::vector<std::string> extra = {"--set", "reconstruct.deterministic=true"};
+    extra.insert(extra.end(), options.begin(), options.end());
     std::map<int, std::string> results;
     for (int np : {1, 2, 4}) {
       results[np] = tmp_ / ("bits_" + tag + "_w" + std::to_string(np) + ".zip");

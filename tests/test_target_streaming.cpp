@@ -104,8 +104,8 @@ TEST(TargetStreaming, ReadAheadSharedWithTheEngineThreadGivesTheInMemoryResult) 
   expect_identical(tmp / "device.zip", tmp / "disk.zip");
 }
 
-// Targets of 4 MiB against a stated 5 MiB (the run needs 6.5 MiB with them in memory, 4 MiB reading
-// them from disk, the deterministic sums included): "auto" reads them from disk and says why;
+// Targets of 4 MiB against a stated 5 MiB (the run needs 5.4 MiB with them in memory, 2.9 MiB reading
+// them from disk, with the default float sums; 6.5 and 4 MiB with deterministic sums): "auto" reads them from disk and says why;
 // "device" is refused with the remedy; "disk" without a prepared file is refused with what to do.
 TEST(TargetStreaming, AutoReadsFromDiskWhenTheTargetsExceedTheStatedMemory) {
   tycho::test::temp_folder tmp;

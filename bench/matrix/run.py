@@ -61,7 +61,8 @@ def config_text(e, truth, kind, out_zip, data_dir, iterations=None):
               f"C10_A = {c10!r}"]
     if kind == "truth":
         # The truth's positions are the geometry: nothing to estimate.
-        lines += ["", "[preprocess]", "scan_rotation_deg = 0", "scan_transpose = false"]
+        lines += ["", "[preprocess]", "scan_rotation_deg = 0", "scan_transpose = false",
+                  "", "[reconstruct.positions]", "refine_scan_map = false"]
     rec = []
     if slices > 1:
         rec += [f"slices = {slices}", f"slice_thickness_A = {thickness!r}"]

@@ -254,7 +254,10 @@ parallax_result estimate_parallax(const parallax_images& im, double expected_shi
   const int64_t m0 = finder.size(0), m1 = finder.size(1);
   std::vector<cplx> buf(std::size_t(m0 * m1));
   fftw_transform_2d forward(buf.data(), m0, m1, FFTW_FORWARD);
-  std::vector<std::vector<cplx>> spectrum(std::size_t(G0 * G1));
+  // Kept in single precision: ~450 groups' spectra of a 32 x 32 block are 15 MiB so (a run under a
+  // memory limit holds the scan's counts beside them), and the shifts' noise is far above float's
+  // 1e-7 relative rounding; the cross-power spectra are formed in double.
+  std::vector<std::vector<std::complex<float>>> spectrum(std::size_t(G0 * G1));
   for (int64_t g = 0; g < G0 * G1; ++g) {
     if (!bf[std::size_t(g)]) continue;
     std::fill(buf.begin(), buf.end(), cplx(0, 0));
@@ -264,7 +267,7 @@ parallax_result estimate_parallax(const parallax_images& im, double expected_shi
         if (im.seen[std::size_t(b)] > 0) buf[std::size_t(i * m1 + k)] = im.sums[std::size_t(g * P + b)] / mean[std::size_t(g)] - 1.0;
       }
     forward.run();
-    spectrum[std::size_t(g)] = buf;
+    spectrum[std::size_t(g)].assign(buf.begin(), buf.end());
   }
   // The levels: separations of 1, 2, 4, ... groups.
   bool known = false;
@@ -290,8 +293,8 @@ parallax_result estimate_parallax(const parallax_images& im, double expected_shi
         const auto& fa = spectrum[std::size_t(pairs[q].first)];
         const auto& fb = spectrum[std::size_t(pairs[q].second)];
         for (std::size_t f = 0; f < X.size(); ++f)  // fb · conj(fa), written out (see refine)
-          X[f] = cplx(fb[f].real() * fa[f].real() + fb[f].imag() * fa[f].imag(),
-                      fb[f].imag() * fa[f].real() - fb[f].real() * fa[f].imag());
+          X[f] = cplx(double(fb[f].real()) * fa[f].real() + double(fb[f].imag()) * fa[f].imag(),
+                      double(fb[f].imag()) * fa[f].real() - double(fb[f].real()) * fa[f].imag());
         double centre[2] = {0, 0}, radius = radius0;
         if (known) {
           centre[0] = A[0][axis] * dkappa;

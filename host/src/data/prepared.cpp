@@ -244,6 +244,7 @@ dataset recorded_dataset(const prepared_file& p) {
   d.all_patterns = d.info.scan_shape[0] * d.info.scan_shape[1];
   d.n0 = d.info.detector_shape[0];
   d.n1 = d.info.detector_shape[1];
+  if (p.d->manifest.find("data.counted")) d.counted = p.d->manifest.boolean("data.counted");
   // Positions the source listed (data.positions_A, (P, 2) Å), checked as read_source_positions checks them.
   if (const nlohmann::json* pos = p.d->manifest.find("data.positions_A")) {
     const std::string expected = cat(d.all_patterns, " positions [x, y] of finite numbers in Å");
@@ -507,6 +508,8 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
                  {"source_file", source_file.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(source_file)},
                  {"source_bytes", source_bytes},
                  {"source_sha256", checksum.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(checksum)}};
+    // Whether the source held integer counts (the patterns may be stored here as float32).
+    j["data"]["counted"] = source_info.stored_dtype.code == kDLUInt || source_info.stored_dtype.code == kDLInt;
     if (!d->positions_A.empty()) {  // listed by the source (a CXI file's translations): a run from the file needs them
       nlohmann::ordered_json pos = nlohmann::ordered_json::array();
       for (std::size_t k = 0; k + 1 < d->positions_A.size(); k += 2) pos.push_back({d->positions_A[k], d->positions_A[k + 1]});

@@ -108,7 +108,10 @@ parallax_images make_parallax_images(const geometry_optics& o, int64_t rx, int64
     group = std::min(group, unaliased);
   }
   group = std::clamp<int64_t>(group, 1, std::max<int64_t>(1, int64_t(across / 8)));
-  return parallax_images::make(rx, ry, n0, n1, radius, group, 48);
+  // A central block of at most 32 x 32 positions: enough for the shifts' statistics (the MoS2 example
+  // is 32 x 24), and the groups' spectra (64 x 64 complex each, ~450 groups: 29 MiB) stay small
+  // beside the scan's counts, which a run under a memory limit holds at the same time.
+  return parallax_images::make(rx, ry, n0, n1, radius, group, 32);
 }
 
 double dpc_skewness(const std::vector<double>& com, int64_t rx, int64_t ry, double rotation_deg, bool transpose) {

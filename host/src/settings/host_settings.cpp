@@ -98,7 +98,7 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         one_of(decl("com_fit", S, "\"none\"", "", "fit the patterns' centre of mass over the scan"), {"none", "constant", "plane"}),
         decl("recentre", B, "false", "", "shift every pattern by its fitted centre of mass; needs com_fit"),
         decl("scan_rotation_deg", M, "\"auto\"", "degrees", "rotation of the scan against the detector (py4DSTEM's convention; applied to the positions): a number, or \"auto\": estimated from the data (the bright field's parallax, else the centre-of-mass curl, else 0 with a warning)"),
-        decl("scan_transpose", M, "false", "", "a bool or \"auto\": the detector axes are swapped against the scan axes"),
+        decl("scan_transpose", M, "\"auto\"", "", "a bool or \"auto\": the detector axes are swapped against the scan axes"),
         at_least(decl("binning", I, "1", "", "sum b x b detector pixels"), 1),
         decl("crop_detector", IL, none, "px", "keep the centred [N0, N1] pixels of each pattern"),
         decl("normalise", B, "false", "", "scale every pattern to the scan's mean total intensity"),

@@ -81,7 +81,7 @@ struct engine_options {
   bool double_precision = false;  // [reconstruct] precision = "float64"
   bool shift_groups = true;       // true (default): shift groups (one slice, any modes, no position gradient;
                                   // else per position); false: four 2-D transforms per position
-  bool deterministic = true;      // fixed-point sums (above); false: float sums in each thread's order
+  bool deterministic = false;     // true: fixed-point sums (above); false: float sums in each thread's order
   int64_t batch_size = 128;       // [reconstruct] batch_size: the most positions in a batch (the grids' bound)
   bool host_finishes = false;     // the host sums TYCHO_TENSOR_FIXED_POINT_SUMS and calls finish_batch
   // Every rank's probe centres ((scan_patterns, 2), during construction; nullptr: the setup's

@@ -32,7 +32,7 @@ class cpu_component {
   // The cpu model of tycho/core/memory_plan.hpp: what cpu_engine.cpp allocates, per thread.
   static void plan_memory(const config_view& cfg, const tycho_memory_problem& problem, tycho_memory_report* out) {
     tycho::memory_problem p = tycho::from_abi(problem, tycho::memory_model::cpu);
-    p.deterministic = cfg.get_bool("deterministic").value_or(true);
+    p.deterministic = cfg.get_bool("deterministic").value_or(false);
     std::vector<tycho::memory_term> terms = tycho::memory_terms(p);
     terms.pop_back();  // the total: the host sums
     tycho::to_abi(terms, tycho::memory_flags(p), out);
@@ -56,9 +56,10 @@ class cpu_component {
     // has one slice (any number of modes) and no position gradient; false: the reference path
     // (four 2-D transforms per position), to compare against.
     o.shift_groups = cfg.get_bool("shift_groups").value_or(true);
-    // true (default): fixed-point sums, the same bits for any number of threads and ranks
-    // (cpu_engine.hpp); false: float sums, whose last bits follow how the batch is cut.
-    o.deterministic = cfg.get_bool("deterministic").value_or(true);
+    // true: fixed-point sums, the same bits for any number of threads and ranks (cpu_engine.hpp);
+    // false (default): float sums, whose last bits follow how the batch is cut. The default from
+    // measurement: the fixed-point sums cost 12-15 % on the MoS2 example (bench/RESULTS.md).
+    o.deterministic = cfg.get_bool("deterministic").value_or(false);
     o.batch_size = cfg.get_int("batch_size").value_or(128);
     if (o.batch_size <= 0) fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] batch_size must be > 0, got ", o.batch_size);
     o.host_finishes = s.host_finishes_batches;
@@ -87,7 +88,7 @@ const tycho_setting k_settings[] = {
     setting("shift_groups", TYCHO_SETTING_BOOL, "true",
             "true: sub-pixel probe shifts per row-offset group (3 transforms per position and mode; one slice, "
             "no position correction, else per position); false: per position (4)"),
-    setting("deterministic", TYCHO_SETTING_BOOL, "true",
+    setting("deterministic", TYCHO_SETTING_BOOL, "false",
             "true: gradients and loss summed as fixed-point integers, the same bits for any number of threads and "
             "ranks; false: float sums, whose last bits follow how the batch is cut"),
     end_of_settings()};

@@ -30,7 +30,7 @@
 //                                                           not 2^a·3^b·5^c·7^d (Bluestein)
 //   runtime reserve  —                                      a fixed allowance (the CUDA context)
 //
-// Deterministic sums (deterministic; the cpu engine's [reconstruct] deterministic, on by default):
+// Deterministic sums (deterministic; the cpu engine's [reconstruct] deterministic, off by default):
 // the cpu engine's per-thread object and probe accumulators are int64 pairs (16 B per element:
 // S·O·16 + K·M·16 instead of S·O·C + K·M·C), its shift groups keep no B buffers (g = K), and
 // once per rank a "deterministic sums" term holds the int64 sums it hands the reducer:

@@ -49,6 +49,9 @@ struct dataset {
   // totals above are set, and streamed_mean is mean_pattern's (N0, N1) of the padded window.
   bool streamed = false;
   bool streamed_counts = false;  // the streamed patterns are uint16 counts (else float32)
+  // The source stored integer counts (info.stored_dtype an integer, or a prepared file made from
+  // such a source says so): the scan map refinement's counting-noise model applies.
+  bool counted = false;
   std::vector<double> streamed_mean;
 };
 
