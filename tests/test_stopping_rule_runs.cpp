@@ -3,13 +3,17 @@
 // scheduled later keeps it going; a run stopped part-way (--stop-after) and continued with
 // --from stops where the uninterrupted run did, bit for bit, and a file the rule has ended is
 // refused unless a fixed count is asked for; the rule decides only when to stop, never what an
-// iteration does (the same bits as a fixed count); the new keys refuse bad values by name.
+// iteration does (the same bits as a fixed count); two ranks stop together; the new keys refuse
+// bad values by name.
 #include <gtest/gtest.h>
 
+#include <tycho/host/parallel.hpp>
 #include <tycho/host/result_record.hpp>
+#include <tycho/host/session.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -146,6 +150,33 @@ TEST_F(StoppingRuleRuns, TheRuleDecidesOnlyWhenToStop) {
   EXPECT_EQ(losses(by_rule), losses(fixed));
   EXPECT_EQ(losses(fixed).size(), 12u);
   EXPECT_TRUE(object_bytes(by_rule) == object_bytes(fixed));
+}
+
+// Two ranks (threads of one process), each with half of the patterns: both end by the rule after
+// the same iteration, with the same verdict.
+TEST_F(StoppingRuleRuns, EveryRankStopsAtTheSameIteration) {
+  auto cfg = tycho::config_document::load_file(tycho::test::source_dir() + "/examples/mos2.toml");
+  for (const char* set : {"reconstruct.iterations=\"auto\"", "reconstruct.stop_window=5",
+                          "reconstruct.object.schedule=\"constant\"", "reconstruct.probe.schedule=\"constant\"",
+                          "reconstruct.threads=1", "output.previews=false"})
+    cfg.set_from_text(set);
+  std::vector<DLDevice> cpus(2, DLDevice{kDLCPU, 0});
+  std::mutex m;
+  std::vector<int64_t> done;
+  std::vector<std::string> reasons;
+  tycho::host::run_local_ranks(cfg, tycho::host::registry::global(), cpus, [&](tycho::host::parallel_context& ctx) {
+    tycho::host::session s(cfg.clone(), tycho::host::registry::global(), "", &ctx);
+    s.run(0, {});
+    std::lock_guard lock(m);
+    done.push_back(s.iterations_done());
+    reasons.push_back(s.end_reason());
+  });
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0], done[1]);
+  EXPECT_GE(done[0], 5);
+  EXPECT_LT(done[0], 100);
+  EXPECT_EQ(reasons[0], "converged");
+  EXPECT_EQ(reasons[1], "converged");
 }
 
 TEST_F(StoppingRuleRuns, NewKeysRefuseBadValuesByName) {

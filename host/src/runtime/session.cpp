@@ -1823,7 +1823,9 @@ bool session::run_iterations(int64_t n, const progress_callback& progress, bool 
         return false;
       }
     }
-    if (by_rule && s.rule.stop) break;
+    // The ranks hold the same global loss, so they reach the same verdict; agreeing on it costs one
+    // small sum and keeps a rank from waiting for others that stopped, whatever the reducer's rounding.
+    if (by_rule && (several ? s.par->sum(s.rule.stop ? 1.0 : 0.0) > 0 : s.rule.stop)) break;
   }
   s.end_reason = by_rule ? (s.rule.stop ? s.rule.reason : "stop_after") : "fixed_count";
   if (s.par->is_root()) log_info("stopping", stopping_summary());
