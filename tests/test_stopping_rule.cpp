@@ -8,13 +8,12 @@
 
 #include <cmath>
 #include <random>
+#include <tycho/core/config.hpp>
 #include <vector>
 
-#include <tycho/core/config.hpp>
-
-#include "built_in_plugins.hpp"
 #include "../host/src/runtime/loss_noise.hpp"
 #include "../host/src/runtime/stopping_rule.hpp"
+#include "built_in_plugins.hpp"
 
 using namespace tycho::host;
 

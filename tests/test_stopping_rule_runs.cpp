@@ -7,14 +7,12 @@
 // bad values by name.
 #include <gtest/gtest.h>
 
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
 #include <tycho/host/parallel.hpp>
 #include <tycho/host/result_record.hpp>
 #include <tycho/host/session.hpp>
-
-#include <nlohmann/json.hpp>
-
-#include <mutex>
-#include <string>
 #include <vector>
 
 #include "../host/src/runtime/stopping_rule.hpp"
@@ -34,17 +32,25 @@ using tycho::test::run_command;
 class StoppingRuleRuns : public ::testing::Test {
  protected:
   command_result reconstruct(const std::vector<std::string>& extra) {
-    std::vector<std::string> argv = {tycho::test::tycho_exe(), "reconstruct",
+    std::vector<std::string> argv = {tycho::test::tycho_exe(),
+                                     "reconstruct",
                                      tycho::test::source_dir() + "/examples/mos2.toml",
-                                     "--set", "reconstruct.iterations=\"auto\"",
-                                     "--set", "reconstruct.stop_window=5",
-                                     "--set", "reconstruct.object.schedule=\"constant\"",
-                                     "--set", "reconstruct.probe.schedule=\"constant\"",
-                                     "--set", "output.previews=false"};
+                                     "--set",
+                                     "reconstruct.iterations=\"auto\"",
+                                     "--set",
+                                     "reconstruct.stop_window=5",
+                                     "--set",
+                                     "reconstruct.object.schedule=\"constant\"",
+                                     "--set",
+                                     "reconstruct.probe.schedule=\"constant\"",
+                                     "--set",
+                                     "output.previews=false"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return run_command(argv);
   }
-  static nlohmann::json manifest(const std::string& path) { return nlohmann::json::parse(load_result(path).manifest_json); }
+  static nlohmann::json manifest(const std::string& path) {
+    return nlohmann::json::parse(load_result(path).manifest_json);
+  }
   static std::vector<double> losses(const std::string& path) {
     const auto record = load_result(path);
     const auto& h = record.array("loss_history", path);
@@ -117,7 +123,8 @@ TEST_F(StoppingRuleRuns, AStageScheduledLaterKeepsItGoingAndResumeStopsWhereTheR
   ASSERT_TRUE(rr.exited_with(0)) << rr.describe();
   EXPECT_EQ(manifest(rest).at("history").at("stopping"), manifest(whole).at("history").at("stopping"));
   EXPECT_EQ(losses(rest), losses(whole));
-  EXPECT_TRUE(object_bytes(rest) == object_bytes(whole)) << "the resumed run's object differs from the uninterrupted run's";
+  EXPECT_TRUE(object_bytes(rest) == object_bytes(whole))
+      << "the resumed run's object differs from the uninterrupted run's";
 
   // A file its rule has ended: refused without a count; --iterations N runs N more.
   auto again = reconstruct(add({"--from", whole, "-o", tmp_ / "again.zip"}));
@@ -156,9 +163,9 @@ TEST_F(StoppingRuleRuns, TheRuleDecidesOnlyWhenToStop) {
 // the same iteration, with the same verdict.
 TEST_F(StoppingRuleRuns, EveryRankStopsAtTheSameIteration) {
   auto cfg = tycho::config_document::load_file(tycho::test::source_dir() + "/examples/mos2.toml");
-  for (const char* set : {"reconstruct.iterations=\"auto\"", "reconstruct.stop_window=5",
-                          "reconstruct.object.schedule=\"constant\"", "reconstruct.probe.schedule=\"constant\"",
-                          "reconstruct.threads=1", "output.previews=false"})
+  for (const char* set :
+       {"reconstruct.iterations=\"auto\"", "reconstruct.stop_window=5", "reconstruct.object.schedule=\"constant\"",
+        "reconstruct.probe.schedule=\"constant\"", "reconstruct.threads=1", "output.previews=false"})
     cfg.set_from_text(set);
   std::vector<DLDevice> cpus(2, DLDevice{kDLCPU, 0});
   std::mutex m;
@@ -188,7 +195,8 @@ TEST_F(StoppingRuleRuns, NewKeysRefuseBadValuesByName) {
        "tycho: error: [reconstruct] iterations must be a whole number from 0 to 1000000000 (a fixed count) or "
        "\"auto\" (the stopping rule), got a number with a fraction"},
       {"reconstruct.iterations=-1", "tycho: error: [reconstruct] iterations must be from 0 to 1000000000, got -1"},
-      {"reconstruct.max_iterations=0", "tycho: error: [reconstruct] max_iterations must be from 1 to 1000000000, got 0"},
+      {"reconstruct.max_iterations=0",
+       "tycho: error: [reconstruct] max_iterations must be from 1 to 1000000000, got 0"},
       {"reconstruct.stop_window=2", "tycho: error: [reconstruct] stop_window must be from 3 to 1000 iterations, got 2"},
       {"reconstruct.stop_window=1001",
        "tycho: error: [reconstruct] stop_window must be from 3 to 1000 iterations, got 1001"},

@@ -577,7 +577,8 @@ typedef struct tycho_constraint_setup {
   /* (P, 2) float64 host, the probe centres in object pixels as the data gave them (before any
    * position correction; the same rows as the engine's TYCHO_TENSOR_POSITIONS). */
   const DLTensor* nominal_positions;
-  int64_t iterations;             /* iterations the run's schedules span ([reconstruct] iterations) */
+  int64_t iterations;             /* iterations the run's schedules span ([reconstruct] schedule_iterations:
+                                   * by default iterations, or 100 with iterations = "auto") */
 } tycho_constraint_setup;
 
 /* The tensors one application changes: views on the engine's memory (its get_tensor views),

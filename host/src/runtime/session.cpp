@@ -365,7 +365,8 @@ struct resume_data {
   resume_data(resume_data&& o) noexcept
       : path(std::move(o.path)), file(std::move(o.file)), record(file.record), done(o.done), total(o.total),
         by_rule(o.by_rule), count(o.count), max_iterations(o.max_iterations), stop_window(o.stop_window),
-        counting_noise(o.counting_noise), scan_shape(std::move(o.scan_shape)), window_shape(std::move(o.window_shape)) {}
+        counting_noise(o.counting_noise), scan_shape(std::move(o.scan_shape)),
+        window_shape(std::move(o.window_shape)) {}
 };
 
 resume_data load_resume(const std::string& path, const registry& reg) {
@@ -384,7 +385,8 @@ resume_data load_resume(const std::string& path, const registry& reg) {
     r.max_iterations = m.integer("history.stopping.max_iterations", 1, k_most_iterations);
     r.stop_window = m.integer("history.stopping.window", 3, 1000);
     r.counting_noise = m.finite("history.stopping.counting_noise", "the loss's counting noise");
-    if (r.counting_noise < 0) m.refuse("history.stopping.counting_noise", m.find("history.stopping.counting_noise"), "a number >= 0");
+    if (r.counting_noise < 0)
+      m.refuse("history.stopping.counting_noise", m.find("history.stopping.counting_noise"), "a number >= 0");
   }
   return r;
 }
@@ -1521,8 +1523,10 @@ void session::state::prepare_stopping(state& s, start& st) {
       s.rule_waits_for = what;
     }
   };
-  after(settings.object.first_iteration, 0, cat("[reconstruct.object] first_iteration = ", settings.object.first_iteration));
-  after(settings.probe.first_iteration, 0, cat("[reconstruct.probe] first_iteration = ", settings.probe.first_iteration));
+  after(settings.object.first_iteration, 0,
+        cat("[reconstruct.object] first_iteration = ", settings.object.first_iteration));
+  after(settings.probe.first_iteration, 0,
+        cat("[reconstruct.probe] first_iteration = ", settings.probe.first_iteration));
   if (settings.driver.positions.enabled)
     after(settings.driver.positions.first_iteration, 0,
           cat("[reconstruct.positions] first_iteration = ", settings.driver.positions.first_iteration));
@@ -1540,7 +1544,8 @@ void session::state::prepare_stopping(state& s, start& st) {
   using shape = learning_rate_schedule::shape;
   if (settings.object.schedule.kind != shape::constant || settings.probe.schedule.kind != shape::constant ||
       (settings.driver.positions.enabled && settings.driver.positions.schedule.kind != shape::constant))
-    after(settings.iterations + 1, 0, cat("the learning-rate schedules' end (schedule_iterations = ", settings.iterations, ")"));
+    after(settings.iterations + 1, 0,
+          cat("the learning-rate schedules' end (schedule_iterations = ", settings.iterations, ")"));
   // σ_c: from the counts (runtime/loss_noise.hpp), or the resumed run's own value.
   if (st.resume && st.resume->by_rule) {
     r.counting_noise = st.resume->counting_noise;
@@ -1566,9 +1571,11 @@ void session::state::prepare_stopping(state& s, start& st) {
                  " values predicts for the next ", r.window, " is below its noise: ",
                  r.counting_noise > 0 ? cat("the larger of its counting noise, ", r.counting_noise,
                                             ", and its scatter about the line")
-                                      : std::string("its scatter about the line (the data are not counts: no counting noise)"),
+                                      : std::string("its scatter about the line (the data are not counts: no "
+                                                    "counting noise)"),
                  "; not before iteration ", r.earliest,
-                 s.rule_waits_for.empty() ? std::string() : cat(" (", s.rule_waits_for, ", then ", r.window, " iterations)"),
+                 s.rule_waits_for.empty() ? std::string()
+                                          : cat(" (", s.rule_waits_for, ", then ", r.window, " iterations)"),
                  "; at most ", r.max_iterations, " iterations"));
 }
 

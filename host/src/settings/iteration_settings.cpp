@@ -20,10 +20,12 @@ iteration_settings read_iteration_settings(const toml::table& rec) {
            s.fixed);
   } else if (node) {
     const auto text = node.value<std::string>();
+    const std::string got = text                       ? "\"" + *text + "\""
+                            : node.is_floating_point() ? std::string("a number with a fraction")
+                                                       : std::string("a value of another type");
     if (!text || *text != "auto")
       fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] iterations must be a whole number from 0 to ", k_most_iterations,
-           " (a fixed count) or \"auto\" (the stopping rule), got ",
-           text ? "\"" + *text + "\"" : std::string("a ") + (node.is_floating_point() ? "number with a fraction" : "value of another type"));
+           " (a fixed count) or \"auto\" (the stopping rule), got ", got);
   }
   s.max_iterations = *setting_value<int64_t>(rec, "reconstruct", "max_iterations");
   if (s.max_iterations < 1 || s.max_iterations > k_most_iterations)
@@ -31,7 +33,8 @@ iteration_settings read_iteration_settings(const toml::table& rec) {
          s.max_iterations);
   s.stop_window = *setting_value<int64_t>(rec, "reconstruct", "stop_window");
   if (s.stop_window < 3 || s.stop_window > 1000)
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] stop_window must be from 3 to 1000 iterations, got ", s.stop_window);
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] stop_window must be from 3 to 1000 iterations, got ",
+         s.stop_window);
   if (const auto given = read_key<int64_t>(rec, "schedule_iterations", "reconstruct")) {
     s.schedule = *given;
     if (s.schedule < 1 || s.schedule > k_most_iterations)
