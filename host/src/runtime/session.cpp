@@ -1014,7 +1014,7 @@ void session::state::read_data(state& s, start& st) {
     // counts when it delivers them): the targets are formed chunk by chunk, never holding the scan.
     s.data = std::move(chunked.data);
     s.preprocess_json = chunked.report.to_json();
-    if (!chunked.bad_pixel_warning.empty() && s.par->is_root()) log_warning("preprocess", chunked.bad_pixel_warning);
+    if (s.par->is_root()) log_bad_pixels(s.data, chunked.bad_pixel_warning);
     log_info("session", cat("read and preprocessed ", s.data.patterns, " patterns in chunks of ", chunked.read_as,
                             " (", chunked.passes, " passes) into ", targets_mib(s.data),
                             s.data.counts.empty() ? " MiB of float32" : " MiB of uint16 counts", " in ",
@@ -1034,7 +1034,7 @@ void session::state::read_data(state& s, start& st) {
                             ") in ", seconds_since(t0), " s"));
     t0 = std::chrono::steady_clock::now();
     report_stage("preprocessing", 0, 1);
-    mask_bad_pixels(s.data, s.config.table_at("preprocess"), s.config.origin(), *s.par);  // NaN, saturated
+    mask_bad_pixels(s.data, s.config.table_at("preprocess"), s.config.origin(), *s.par);  // bad values, dead, hot, given
     const preprocess_settings given = read_preprocess_settings(s.config.table_at("preprocess"), s.config.origin());
     refuse_moving_masked_pixels(s.data, given, given.transpose);
     s.preprocess_json = preprocess_dataset(s.data, s.config, sum_across_ranks).to_json();
