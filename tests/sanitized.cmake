@@ -10,11 +10,13 @@
 #   hostile_features              evaluate's truth files, constraint entries, host_memory_GiB
 #   hostile_limits                settings checked before the work, sizes and counts near 2^63
 #   fused_loss                    the losses' far-field pass: shapes, masks, modes, refused arguments
+#   bad_pixels                    [preprocess] bad_pixels and the search for dead and hot pixels on
+#                                 every shared data file, NaN and saturated values, the ranks' texts
 if(TYCHO_SANITIZE OR TYCHO_FUZZ)
   add_executable(tycho_sanitized_tests test_bad_input.cpp test_run_guarantees.cpp test_hostile_files.cpp
     test_hostile_results.cpp test_zip_format.cpp test_npy_source.cpp test_config_environment.cpp test_settings.cpp
     test_emd_source.cpp test_cxi_source.cpp test_hostile_features.cpp test_hostile_limits.cpp test_fused_loss.cpp
-    test_mib_source.cpp test_arina_source.cpp test_dm_source.cpp test_empad_source.cpp)
+    test_mib_source.cpp test_arina_source.cpp test_dm_source.cpp test_empad_source.cpp test_bad_pixels.cpp)
   target_include_directories(tycho_sanitized_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/support)
   target_link_libraries(tycho_sanitized_tests PRIVATE tycho_runtime tycho_core tomlplusplus::tomlplusplus
     nlohmann_json::nlohmann_json hdf5::hdf5 PkgConfig::LZ4 PkgConfig::LIBZIP GTest::gtest_main)
