@@ -310,9 +310,15 @@ detection detect_dead_and_hot(const dataset& d, const std::vector<double>& sum, 
   out.scale_dead = sd_dead;
   out.scale_max = sd_spike;
   auto z = [](double v, double med, double sd) { return sd > 0 && std::isfinite(sd) ? (v - med) / sd : 0.0; };
+  // Far from the neighbours in size too: at least bad_pixel_least_ratio times the reference (or
+  // at most its inverse), on the square-root scale its square root. Without it noise-free data,
+  // whose spread is their structure alone, would flag a pixel 0.4 % above its neighbours.
+  const double ratio = std::sqrt(bad_pixel_least_ratio);
   for (const compared_pixel& p : px) {
-    const double z_dead = z(p.dead, med_dead, sd_dead), z_hot = z(p.hot, med_hot, sd_hot),
-                 z_spike = z(p.spike, med_spike, sd_spike);
+    const double own_a = a[std::size_t(p.s)], own_b = b[std::size_t(p.s)];
+    const double z_dead = own_a * ratio < p.lo_a ? z(p.dead, med_dead, sd_dead) : 0.0;
+    const double z_hot = own_a > ratio * p.hi_a ? z(p.hot, med_hot, sd_hot) : 0.0;
+    const double z_spike = own_b > ratio * p.hi_b ? z(p.spike, med_spike, sd_spike) : 0.0;
     // Dead first (a dead pixel's maximum is low too); of the two hot tests, the one it fails more
     // clearly says how (a pixel hot in a few patterns raises its mean a little, its maximum a lot).
     const bool hot = z_hot > bad_pixel_threshold, spikes = z_spike > bad_pixel_threshold;
@@ -325,7 +331,6 @@ detection detect_dead_and_hot(const dataset& d, const std::vector<double>& sum, 
     f.row = p.s / n1;
     f.column = p.s % n1;
     f.reason = reason;
-    const double own_a = a[std::size_t(p.s)], own_b = b[std::size_t(p.s)];
     f.mean = own_a * own_a;
     f.neighbours_mean = f.reason == "dead" ? p.lo_a * p.lo_a : p.hi_a * p.hi_a;
     f.max = own_b * own_b;

@@ -15,7 +15,10 @@
 //   pair of bad pixels never looks bad, only a pixel apart from all but one of its neighbours:
 //     hot    h = √M − hi(√M)      dead  d = lo(√M) − √M      hot in some patterns  g = √X − hi(√X)
 //   Each is compared with the detector's own spread of it: the median and the MAD over every
-//   compared pixel, z = (v − median) / (1.4826 MAD), flagged when z > bad_pixel_threshold (10).
+//   compared pixel, z = (v − median) / (1.4826 MAD), flagged when z > bad_pixel_threshold (10)
+//   and the pixel is also far in size: its mean (maximum) at least bad_pixel_least_ratio (2)
+//   times the reference's for hot, at most half of it for dead (noise-free data, whose spread is
+//   their structure alone, would otherwise flag a pixel 0.4 % off its neighbours).
 //   The MAD has floors from the data: ½ √(q / P) for the mean's (the spread of the square root
 //   of a mean of P counts of quantum q: 1 for integer data, the smallest positive value for
 //   float data), and √P times the mean's for the maximum's (the spread of one pattern's value).
@@ -66,6 +69,9 @@ struct bad_pixel_settings {
 // Pixels further than this many robust standard deviations from the detector's median of a
 // statistic (above) are bad. Normal pixels of the shared data sets reach 5 (bench/RESULTS.md).
 constexpr double bad_pixel_threshold = 10.0;
+// A bad pixel's mean (or maximum) is at least this many times its neighbours' reference (hot),
+// or at most its inverse (dead): "far above", "zero or nearly so".
+constexpr double bad_pixel_least_ratio = 2.0;
 // The detection compares at least this many pixels (a smaller detector is not searched: its
 // median and MAD would say little).
 constexpr int64_t bad_pixel_least_compared = 64;
