@@ -25,7 +25,7 @@ if(TYCHO_SANITIZE OR TYCHO_FUZZ)
     TYCHO_TEST_PLUGIN_DIR="${CMAKE_BINARY_DIR}/test-plugins")
   # Only the plugins these tests run (sources, the cpu engine, loss, optimizers, constraints, the zip format,
   # the test-only plugins): the instrumented build compiles nothing else.
-  add_dependencies(tycho_sanitized_tests tycho tycho_plugin_emd tycho_plugin_cxi tycho_plugin_npy tycho_plugin_detectors
+  add_dependencies(tycho_sanitized_tests tycho tycho_plugin_emd tycho_plugin_cxi tycho_plugin_npy tycho_plugin_detectors tycho_plugin_simulate
     tycho_plugin_zip tycho_plugin_cpu tycho_plugin_losses tycho_plugin_optimizers tycho_plugin_constraints
     tycho_test_plugin_abi_major2 tycho_test_plugin_abi_newer_minor tycho_test_plugin_no_entry
     tycho_test_plugin_nan_optimizer tycho_test_plugin_planned_engine)

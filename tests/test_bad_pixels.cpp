@@ -778,6 +778,26 @@ TEST(BadPixels, DeadAndHotPixelsAreFoundAgainstTheirNeighbours) {
   EXPECT_TRUE(contains(off.bad_pixels.note, "detect_bad_pixels = false")) << off.bad_pixels.note;
   EXPECT_FALSE(nlohmann::json::parse(tycho::host::bad_pixels_json(off)).at("detection").at("enabled").get<bool>());
 
+  // Noise-free data (the simulate source's fractions of the beam, 13 x 11 patterns of 48 x 48):
+  // their spread over the detector is their structure alone, so pixels a few per mille off their
+  // neighbours lie 10 to 31 robust deviations out; none is twice or half its neighbours, so none
+  // is bad (with the size condition left out, 9 were). One pixel of the bright field at 3 times
+  // its value is.
+  auto simulated = [](float factor) {
+    auto doc = tycho::config_document::parse(
+        "[data]\nsource = \"simulate\"\nscan_shape = [13, 11]\ndetector_shape = [48, 48]\nthreads = 2\n", "<test>", "/");
+    tycho_config cfg{&doc.table_at("data"), "[data]", doc.base_dir()};
+    dataset s = tycho::host::read_dataset(tycho::test::plugins().find(TYCHO_COMPONENT_SOURCE, "simulate"), &cfg);
+    const std::size_t k = std::size_t(((24 + 2 + 24) % 48) * 48 + (24 - 3 + 24) % 48);  // stored (26, 21), FFT order
+    for (int64_t j = 0; j < s.patterns; ++j) s.targets[std::size_t(j * 48 * 48) + k] *= factor;
+    mask_bad_pixels(s, settings_of("", s.info.stored_dtype));
+    return s;
+  };
+  const dataset smooth = simulated(1.0f);
+  EXPECT_EQ(smooth.bad_pixels.compared_pixels, 48 * 48);
+  EXPECT_TRUE(smooth.bad_pixels.found.empty()) << joined(found_set(smooth));
+  EXPECT_EQ(found_set(simulated(3.0f)), (std::set<std::string>{"(26, 21) hot"}));
+
   dataset tiny = make_dataset(4, 5, 5, {{0, 2, 2, 1e4f}});
   EXPECT_EQ(mask_bad_pixels(tiny, settings_of("")), "");
   EXPECT_TRUE(contains(tiny.bad_pixels.note, "not searched for: only 25 pixels")) << tiny.bad_pixels.note;
