@@ -531,7 +531,10 @@ stage_plan plan_preprocess_stage(dataset& d, const config_document& doc, const r
            " % of the window's edge (binning allows at most ", binning_edge_fraction_max * 100,
            " %; C10 = ", o.optics.C10_A, " Å, semiangle ", o.optics.semiangle_mrad,
            " mrad); the largest binning factor allowed for these data is ", allowed,
-           allowed == 1 ? " (no binning)" : "");
+           allowed == 1 ? " (no binning)" : "", ". Used: ",
+           beam_provenance(doc.table_at("optics"), doc.table_at("data"), d.info,
+                           d.description, doc.origin(), o.optics,
+                           sdk::wavelength_A(o.optics), o.dk_invA[0]));
     }
     const int64_t m0 = binned[0], m1 = binned[1];
     // The zero frequency's bin: in-block index z of the zero-frequency pixel; the block's centre
