@@ -924,6 +924,16 @@ TEST_F(BadPixelsCli, Mos2InjectedPixelsAreFoundExactly) {
   const auto& mask = rec.array("mask", "injected.zip");
   for (const injected_pixel& p : k_injected) EXPECT_EQ(mask.as<uint8_t>()[p.row * k_q + p.column], 0);
   EXPECT_EQ(std::count(mask.as<uint8_t>(), mask.as<uint8_t>() + mask.count(), uint8_t(0)), 8);
+
+  // A crop cannot carry the mask yet: refused, saying the pixels were found and how to keep them.
+  auto cropped = run_command({tycho::test::tycho_exe(), "reconstruct", example_config(), "-q", "--set",
+                              "reconstruct.iterations=0", "--set", "preprocess.crop_detector=[80, 80]", "--set",
+                              "data.path=" + (tmp_ / "injected.h5"), "-o", tmp_ / "cropped.zip"});
+  EXPECT_TRUE(cropped.exited_with(2)) << cropped.describe();
+  EXPECT_TRUE(contains(cropped.err, "has 8 bad detector pixels (masked)")) << cropped.err;
+  EXPECT_TRUE(contains(cropped.err, "8 of them found dead or hot in the data: [preprocess] detect_bad_pixels = false "
+                                    "leaves them in, unmasked"))
+      << cropped.err;
 }
 
 }  // namespace

@@ -74,7 +74,11 @@ void refuse_moving_masked_pixels(const dataset& d, const preprocess_settings& s)
   if (s.recentre || s.binning != 1 || s.crop[0] > 0)
     fail(TYCHO_ERR_UNSUPPORTED, "data '", d.description, "' has ", d.bad_pixels.masked_pixels,
          " bad detector pixels (masked), and [preprocess] asks to move pixels (recentre, binning or crop_detector): ",
-         "this version does not carry the mask through those steps; leave them out, or repair the data");
+         "this version does not carry the mask through those steps; leave them out, or repair the data",
+         d.bad_pixels.found.empty()
+             ? std::string()
+             : cat(" (", d.bad_pixels.found.size(), " of them found dead or hot in the data: [preprocess] ",
+                   "detect_bad_pixels = false leaves them in, unmasked)"));
 }
 
 preprocess_settings read_preprocess_settings(const toml::table& pre, const std::string& origin) {
