@@ -16,10 +16,13 @@
 #include <tycho/host/registry.hpp>
 #include <tycho/tycho_components.h>
 
+#include "../host/src/data/bad_pixels.hpp"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -107,6 +110,18 @@ void run_source(const std::string& path) {
     t.shape = shape;
     vt->read_positions(src, &t);
   }
+  if (vt->struct_size >= offsetof(tycho_source_vtable, read_detector_mask) + sizeof(void*) &&
+      vt->read_detector_mask != nullptr && pixels <= k_most_read_bytes) {
+    std::vector<uint8_t> mask(std::size_t(pixels));
+    int64_t shape[2] = {info.detector_shape[0], info.detector_shape[1]};
+    DLTensor t{};
+    t.data = mask.data();
+    t.device = {kDLCPU, 0};
+    t.ndim = 2;
+    t.dtype = {kDLUInt, 8, 1};
+    t.shape = shape;
+    vt->read_detector_mask(src, &t);
+  }
   const int64_t count = std::min<int64_t>(patterns, 2);
   if (count * pixels * 4 > k_most_read_bytes) return;
   std::vector<float> buf(std::size_t(count * pixels));
@@ -132,6 +147,8 @@ void run_config(const uint8_t* data, size_t size) {
     (void)doc.to_toml();
     for (const char* t : {"data", "optics", "preprocess", "reconstruct", "reconstruct.object", "output"})
       (void)doc.table_at(t);
+    // [preprocess]'s bad-pixel keys (saturation_value, bad_pixels, ...), read as a run reads them.
+    (void)tycho::host::read_bad_pixel_settings(doc.table_at("preprocess"), "<fuzz>", DLDataType{kDLUInt, 16, 1});
     doc.set_from_text("reconstruct.iterations=3");
   } catch (const tycho::error&) {
   }

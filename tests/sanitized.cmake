@@ -12,11 +12,13 @@
 #   fused_loss                    the losses' far-field pass: shapes, masks, modes, refused arguments
 #   deterministic_sums, fixed_point  the cpu engine's int64 sums (wrapping, never signed overflow)
 #                                 in every path: off by default, so no other test here runs them
+#   bad_pixels                    [preprocess] bad_pixels and the search for dead and hot pixels on
+#                                 every shared data file, NaN and saturated values, the ranks' texts
 if(TYCHO_SANITIZE OR TYCHO_FUZZ)
   add_executable(tycho_sanitized_tests test_bad_input.cpp test_run_guarantees.cpp test_hostile_files.cpp
     test_hostile_results.cpp test_zip_format.cpp test_npy_source.cpp test_config_environment.cpp test_settings.cpp
     test_emd_source.cpp test_cxi_source.cpp test_hostile_features.cpp test_hostile_limits.cpp test_fused_loss.cpp
-    test_mib_source.cpp test_arina_source.cpp test_dm_source.cpp test_empad_source.cpp
+    test_mib_source.cpp test_arina_source.cpp test_dm_source.cpp test_empad_source.cpp test_bad_pixels.cpp
     test_deterministic_sums.cpp test_fixed_point.cpp)
   target_include_directories(tycho_sanitized_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/support)
   target_link_libraries(tycho_sanitized_tests PRIVATE tycho_runtime tycho_core tomlplusplus::tomlplusplus
@@ -26,7 +28,7 @@ if(TYCHO_SANITIZE OR TYCHO_FUZZ)
     TYCHO_TEST_PLUGIN_DIR="${CMAKE_BINARY_DIR}/test-plugins")
   # Only the plugins these tests run (sources, the cpu engine, loss, optimizers, constraints, the zip format,
   # the test-only plugins): the instrumented build compiles nothing else.
-  add_dependencies(tycho_sanitized_tests tycho tycho_plugin_emd tycho_plugin_cxi tycho_plugin_npy tycho_plugin_detectors
+  add_dependencies(tycho_sanitized_tests tycho tycho_plugin_emd tycho_plugin_cxi tycho_plugin_npy tycho_plugin_detectors tycho_plugin_simulate
     tycho_plugin_zip tycho_plugin_cpu tycho_plugin_losses tycho_plugin_optimizers tycho_plugin_constraints
     tycho_test_plugin_abi_major2 tycho_test_plugin_abi_newer_minor tycho_test_plugin_no_entry
     tycho_test_plugin_nan_optimizer tycho_test_plugin_planned_engine)

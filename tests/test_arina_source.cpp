@@ -166,9 +166,10 @@ TEST_F(ArinaSource, EveryCodecAndLayoutRoundTrips) {
                 "the decoder was not cross-checked against it\n");
 }
 
-// The master's pixel mask makes pixels NaN (the host masks them); its flat field multiplies the
-// counts unless the detector applied it; both can be switched off. Stored-dtype reads are then
-// declined (uint16 cannot say "masked").
+// The master's pixel mask goes to the host as the detector's mask (read_detector_mask), its
+// pixels read as 0; its flat field multiplies the counts unless the detector applied it; both can
+// be switched off. Stored-dtype reads are declined while a flat field scales the counts, and
+// offered with only the mask.
 TEST_F(ArinaSource, PixelMaskAndFlatFieldAreApplied) {
   arina_scan s;
   s.spec.file_type = H5T_STD_U16LE;
@@ -183,11 +184,15 @@ TEST_F(ArinaSource, PixelMaskAndFlatFieldAreApplied) {
   const std::string master = write_arina_scan(tmp_, "m", s);
   ASSERT_EQ(open(master), TYCHO_OK) << tycho::last_error();
   EXPECT_EQ(source_.info().reads_stored_dtype, 0);
+  std::vector<uint8_t> mask;
+  ASSERT_EQ(source_.detector_mask(mask), TYCHO_OK) << tycho::last_error();
+  ASSERT_EQ(mask.size(), 143u);
+  for (int64_t k = 0; k < 143; ++k) EXPECT_EQ(mask[std::size_t(k)], k == 5 || k == 77 ? 1 : 0) << k;
   auto got = source_.read(0, 12);
   for (int64_t f = 0; f < 12; ++f)
     for (int64_t k = 0; k < 143; ++k) {
       const float v = got[std::size_t(f * 143 + k)], w = float(s.values[std::size_t(f * 143 + k)]);
-      if (k == 5 || k == 77) EXPECT_TRUE(std::isnan(v)) << f << " " << k;
+      if (k == 5 || k == 77) EXPECT_EQ(v, 0.0f) << f << " " << k;
       else if (k == 10) EXPECT_EQ(v, 2.0f * w);
       else if (k == 20) EXPECT_EQ(v, 0.5f * w);
       else ASSERT_EQ(v, w) << f << " " << k;
@@ -196,6 +201,7 @@ TEST_F(ArinaSource, PixelMaskAndFlatFieldAreApplied) {
   ASSERT_EQ(open(master, "apply_mask = false\napply_flatfield = false\n"), TYCHO_OK) << tycho::last_error();
   EXPECT_EQ(source_.info().reads_stored_dtype, 1);
   EXPECT_TRUE(same_bits(source_.read(0, 12), as_float(s.values)));
+  EXPECT_EQ(source_.detector_mask(mask), TYCHO_ERR_UNSUPPORTED);
   // The detector applied the flat field already: only the mask.
   source_.close();
   s.flat_applied = 1;
@@ -203,7 +209,12 @@ TEST_F(ArinaSource, PixelMaskAndFlatFieldAreApplied) {
   ASSERT_EQ(open(master), TYCHO_OK) << tycho::last_error();
   got = source_.read(3, 1);
   EXPECT_EQ(got[10], float(s.values[3 * 143 + 10]));
-  EXPECT_TRUE(std::isnan(got[77]));
+  EXPECT_EQ(got[77], 0.0f);
+  // Only the mask: the stored counts are offered, 0 where masked.
+  EXPECT_EQ(source_.info().reads_stored_dtype, 1);
+  const auto stored = source_.read_uint16(3, 1);
+  for (int64_t k = 0; k < 143; ++k)
+    EXPECT_EQ(stored[std::size_t(k)], k == 5 || k == 77 ? 0 : s.values[std::size_t(3 * 143 + k)]) << k;
   // A mask of another shape is refused, naming it.
   source_.close();
   {
@@ -372,7 +383,10 @@ TEST_F(ArinaSource, FuzzSeedsAreValidFiles) {
     SCOPED_TRACE(e.path().string());
     ASSERT_EQ(open(e.path().string()), TYCHO_OK) << tycho::last_error();
     const auto v = source_.read(0, 1);
-    EXPECT_TRUE(std::isnan(v[9]));  // the pixel mask
+    EXPECT_EQ(v[9], 0.0f);  // the pixel mask
+    std::vector<uint8_t> mask;
+    ASSERT_EQ(source_.detector_mask(mask), TYCHO_OK) << tycho::last_error();
+    EXPECT_EQ(mask[9], 1);
     EXPECT_EQ(v[3], 2.0f * float(3 * 37 % 200));  // the flat field
     ++n;
   }

@@ -238,14 +238,28 @@ TEST_F(BadInput, NonFinitePixelsAreMaskedNegativeOnesRefused) {
   expect_error(r, {"negative.h5", "pattern 6", "pixel (3, 4)", "is negative (-2.5)", "expected intensities >= 0"});
 }
 
+// The refusals about the probe's window say which wavelength they used, what it came from (the
+// radiation, the energy) and where each value came from: a config key (naming the file), the data
+// file, or the default.
 TEST_F(BadInput, ProbeDoesNotFitTheWindowDefocus) {
   auto r = reconstruct(example_config(), {"--set", "optics.C10_A=-3000"});
-  expect_error(r, {"probe does not fit the window", "C10"});
+  expect_error(r, {"probe does not fit the window", "C10", "λ = 0.0417573 Å: electrons (the default: neither [optics] "
+                   "radiation nor '", "says what the beam is) of 80000 eV ([optics] energy_eV in " + example_config(),
+                   "semiangle 25 mrad ([optics] semiangle_mrad in", "detector pixel 0.06 Å⁻¹ (recorded in '"});
 }
 
 TEST_F(BadInput, ProbeDoesNotFitTheWindowAperture) {
   auto r = reconstruct(example_config(), {"--set", "optics.semiangle_mrad=200"});
-  expect_error(r, {"does not fit", "200 mrad", "semiangle_mrad"});
+  expect_error(r, {"does not fit", "200 mrad", "semiangle_mrad", "λ = 0.0417573 Å: electrons (the default",
+                   "of 80000 eV ([optics] energy_eV in " + example_config()});
+  // The energy from the file, X-rays named in the config: a photon's wavelength at 80 keV, and
+  // each value's origin as it is.
+  std::string text = example_text();
+  replace_once(text, "energy_eV = 80e3\n", "radiation = \"xray\"\n");
+  const std::string config = write_config(text);
+  auto x = reconstruct(config, {"--set", "optics.semiangle_mrad=500"});
+  expect_error(x, {"does not fit", "λ = 0.15498 Å: X-ray photons ([optics] radiation in " + config,
+                   "of 80000 eV (recorded in '", "semiangle 500 mrad ([optics] semiangle_mrad in " + config});
 }
 
 TEST_F(BadInput, TomlSyntaxError) {

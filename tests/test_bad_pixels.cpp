@@ -18,6 +18,7 @@
 #include <cmath>
 #include <complex>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <mutex>
@@ -30,6 +31,7 @@
 #include "../host/src/data/detector_padding.hpp"
 #include "built_in_plugins.hpp"
 #include "emd_test_file.hpp"
+#include "realformats.hpp"
 #include "run_command.hpp"
 #include "test_paths.hpp"
 
@@ -601,6 +603,451 @@ TEST_F(BadPixelsCli, StepsThatWouldMoveMaskedPixelsAreRefused) {
   EXPECT_TRUE(p.exited_with(2)) << p.describe();
   EXPECT_TRUE(contains(p.err, "prepared files do not carry a bad-pixel mask yet")) << p.describe();
   EXPECT_FALSE(std::filesystem::exists(tmp_ / "prepared.zip"));
+}
+
+}  // namespace
+
+// ---- Dead and hot pixels found in the data ([preprocess] detect_bad_pixels), pixels given by
+// hand ([preprocess] bad_pixels) and the source's detector mask.
+
+namespace {
+
+using tycho::host::found_bad_pixel;
+
+// `patterns` centred (n, n) patterns of Poisson counts (fixed seed): a bright-field disc of
+// radius 8 (40 counts per pixel, a sharp edge), a dark-field ring to radius 14 (2 counts) and
+// 0.3 counts beyond; stored as uint16 counts. Then `edit` changes the centred pattern j.
+dataset poisson_disc(int64_t patterns, int64_t n, uint32_t seed,
+                     const std::function<void(int64_t, std::vector<float>&)>& edit = {}) {
+  dataset d = make_dataset(patterns, n, n, {});
+  std::mt19937 gen(seed);
+  for (int64_t j = 0; j < patterns; ++j) {
+    std::vector<float> p(std::size_t(n * n));
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < n; ++c) {
+        const double radius = std::hypot(double(r - n / 2), double(c - n / 2));
+        const double lambda = radius <= 8 ? 40.0 : radius <= 14 ? 2.0 : 0.3;
+        p[std::size_t(r * n + c)] = float(std::poisson_distribution<int>(lambda)(gen));
+      }
+    if (edit) edit(j, p);
+    const auto f = ifftshift(p, n, n);
+    std::copy(f.begin(), f.end(), d.targets.begin() + j * n * n);
+  }
+  return d;
+}
+
+// The found pixels as "(row, column) reason", sorted.
+std::set<std::string> found_set(const dataset& d) {
+  std::set<std::string> s;
+  for (const found_bad_pixel& f : d.bad_pixels.found)
+    s.insert("(" + std::to_string(f.row) + ", " + std::to_string(f.column) + ") " + f.reason);
+  return s;
+}
+
+std::string joined(const std::set<std::string>& s) {
+  std::string t;
+  for (const auto& x : s) t += x + "; ";
+  return t;
+}
+
+TEST(BadPixels, NewKeysAreReadAndRefusedNamingThem) {
+  EXPECT_TRUE(settings_of("").detect);
+  EXPECT_TRUE(settings_of("").given.empty());
+  EXPECT_FALSE(settings_of("detect_bad_pixels = false").detect);
+  const auto given = settings_of("bad_pixels = [[0, 3], [4, 0]]").given;
+  ASSERT_EQ(given.size(), 2u);
+  EXPECT_EQ(given[0], (std::array<int64_t, 2>{0, 3}));
+  EXPECT_EQ(given[1], (std::array<int64_t, 2>{4, 0}));
+  EXPECT_TRUE(settings_of("bad_pixels = []").given.empty());
+  for (const char* bad : {"detect_bad_pixels = 1", "detect_bad_pixels = \"yes\""}) {
+    try {
+      settings_of(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const tycho::error& e) {
+      EXPECT_EQ(e.status, TYCHO_ERR_INVALID_ARGUMENT);
+      EXPECT_TRUE(contains(e.what(), "test.toml: [preprocess] detect_bad_pixels must be true")) << e.what();
+    }
+  }
+  for (const char* bad : {"bad_pixels = 3", "bad_pixels = [1, 2]", "bad_pixels = [[1]]", "bad_pixels = [[1, 2, 3]]",
+                          "bad_pixels = [[1.5, 2]]", "bad_pixels = [[-1, 2]]", "bad_pixels = [[\"1\", 2]]",
+                          "bad_pixels = [[1, 2], [3, 1e3]]", "bad_pixels = \"[[1, 2]]\""}) {
+    try {
+      settings_of(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const tycho::error& e) {
+      EXPECT_EQ(e.status, TYCHO_ERR_INVALID_ARGUMENT);
+      EXPECT_TRUE(contains(e.what(), "test.toml: [preprocess] bad_pixels must be an array of [row, column] pairs"))
+          << bad << ": " << e.what();
+    }
+  }
+  // Outside the detector (5 x 4): refused when the data's shape is known, naming both.
+  dataset d = make_dataset(2, 5, 4, {});
+  for (const char* outside : {"bad_pixels = [[5, 0]]", "bad_pixels = [[0, 4]]"}) {
+    try {
+      mask_bad_pixels(d, settings_of(outside));
+      ADD_FAILURE() << outside << " was accepted";
+    } catch (const tycho::error& e) {
+      EXPECT_EQ(e.status, TYCHO_ERR_INVALID_ARGUMENT);
+      for (const char* part : {"test.toml: [preprocess] bad_pixels names the pixel", "outside the 5 x 4 detector",
+                               "rows 0 to 4, columns 0 to 3", "test.h5"})
+        EXPECT_TRUE(contains(e.what(), part)) << "'" << part << "' not in: " << e.what();
+    }
+  }
+}
+
+// Pixels given by hand are masked where the stored (centred) detector has them, counted apart
+// and named in the warning and the manifest; the detector's own mask (d.source_mask, stored
+// frame) likewise, its values not looked at (65535 there is no saturated value).
+TEST(BadPixels, GivenPixelsAndTheSourceMaskAreMaskedInTheStoredFrame) {
+  const int64_t n0 = 5, n1 = 4;
+  dataset d = make_dataset(3, n0, n1, {{1, 2, 1, 65535.f}});
+  d.source_mask.assign(std::size_t(n0 * n1), 0);
+  d.source_mask[2 * n1 + 1] = 1;  // the saturated pixel: the detector knows it
+  d.source_mask[3 * n1 + 3] = 7;
+  const std::string w = mask_bad_pixels(d, settings_of("bad_pixels = [[0, 3], [4, 0], [0, 3]]"));
+  const auto mask = fftshift(d.detector_mask, n0, n1);
+  for (int64_t k = 0; k < n0 * n1; ++k)
+    EXPECT_EQ(mask[std::size_t(k)], k == 0 * n1 + 3 || k == 4 * n1 + 0 || k == 2 * n1 + 1 || k == 3 * n1 + 3 ? 0 : 1) << k;
+  EXPECT_EQ(d.bad_pixels.masked_pixels, 4) << w;
+  EXPECT_EQ(d.bad_pixels.saturated_values, 0) << w;
+  EXPECT_EQ(d.bad_pixels.value_pixels, 0) << w;
+  EXPECT_EQ(d.bad_pixels.given.size(), 2u) << w;
+  EXPECT_EQ(d.bad_pixels.detector_mask_pixels, 2) << w;
+  for (const char* part : {"masked 4 of 20 detector pixels (20 %) are bad", "2 given in [preprocess] bad_pixels: (0, 3), (4, 0)",
+                           "2 marked bad by the detector's own mask"})
+    EXPECT_TRUE(contains(w, part)) << "'" << part << "' not in: " << w;
+  const auto j = nlohmann::json::parse(tycho::host::bad_pixels_json(d));
+  EXPECT_EQ(j.at("given"), nlohmann::json::parse("[[0, 3], [4, 0]]"));
+  EXPECT_EQ(j.at("detector_mask_pixels"), 2);
+  EXPECT_EQ(j.at("masked_pixels"), 4);
+  // The values of the masked pixels are 0 in every pattern.
+  for (int64_t p = 0; p < 3; ++p) {
+    std::vector<float> got(d.targets.begin() + p * n0 * n1, d.targets.begin() + (p + 1) * n0 * n1);
+    const auto c = fftshift(got, n0, n1);
+    EXPECT_EQ(c[0 * n1 + 3], 0.f);
+    EXPECT_EQ(c[2 * n1 + 1], 0.f);
+  }
+}
+
+// On Poisson counts with a sharp-edged bright disc and a dark-field ring: nothing is found in
+// the clean data (the disc's and the ring's edges included); dead pixels in the disc and the
+// ring, hot ones in the dark field and on the detector's edge, one hot in only 2 of 64 patterns
+// and a pair of adjacent hot pixels are all found, with their reasons, and nothing else.
+// detect_bad_pixels = false finds nothing; a detector too small to compare is not searched.
+TEST(BadPixels, DeadAndHotPixelsAreFoundAgainstTheirNeighbours) {
+  const int64_t n = 40, patterns = 64;
+  dataset clean = poisson_disc(patterns, n, 7);
+  const std::string w_clean = mask_bad_pixels(clean, settings_of(""));
+  EXPECT_EQ(w_clean, "");
+  EXPECT_TRUE(clean.bad_pixels.found.empty()) << joined(found_set(clean));
+  EXPECT_EQ(clean.bad_pixels.compared_pixels, n * n);
+  EXPECT_TRUE(contains(clean.bad_pixels.note, "searched 1600 detector pixels over 64 patterns")) << clean.bad_pixels.note;
+  EXPECT_TRUE(contains(clean.bad_pixels.note, "none found")) << clean.bad_pixels.note;
+
+  auto edit = [](int64_t j, std::vector<float>& p) {
+    auto at = [&](int64_t r, int64_t c) -> float& { return p[std::size_t(r * n + c)]; };
+    at(22, 24) = 0;                    // dead, in the disc
+    at(20, 31) = 0;                    // dead, in the ring
+    at(3, 5) += 25;                    // hot, dark field
+    at(39, 17) += 8;                   // hot, the detector's last row
+    at(7, 30) += 6;                    // a hot pair
+    at(7, 31) += 6;
+    if (j == 5 || j == 40) at(25, 18) = 600;  // hot in 2 of 64 patterns, in the disc
+  };
+  dataset bad = poisson_disc(patterns, n, 7, edit);
+  const std::string w = mask_bad_pixels(bad, settings_of(""));
+  const std::set<std::string> want = {"(22, 24) dead", "(20, 31) dead", "(3, 5) hot", "(39, 17) hot", "(7, 30) hot",
+                                      "(7, 31) hot", "(25, 18) hot_in_some_patterns"};
+  EXPECT_EQ(found_set(bad), want) << joined(found_set(bad)) << "\n" << w;
+  EXPECT_EQ(bad.bad_pixels.masked_pixels, 7);
+  for (const char* part : {"7 found in the data (2 dead, 4 hot, 1 hot in some patterns",
+                           "(22, 24) dead: mean 0 per pattern where its neighbours hold",
+                           "(25, 18) hot in some patterns: up to 600"})
+    EXPECT_TRUE(contains(w, part)) << "'" << part << "' not in: " << w;
+  const auto mask = fftshift(bad.detector_mask, n, n);
+  EXPECT_EQ(mask[std::size_t(22 * n + 24)], 0);
+  EXPECT_EQ(mask[std::size_t(39 * n + 17)], 0);
+  EXPECT_EQ(std::count(mask.begin(), mask.end(), uint8_t(0)), 7);
+  // The figures of one of them: a dead pixel's mean is 0, its neighbours' about the disc's 40.
+  for (const found_bad_pixel& f : bad.bad_pixels.found)
+    if (f.row == 22 && f.column == 24) {
+      EXPECT_EQ(f.mean, 0.0);
+      EXPECT_NEAR(f.neighbours_mean, 40.0, 2.5);
+      EXPECT_GT(f.score, tycho::host::bad_pixel_threshold);
+    }
+  const auto j = nlohmann::json::parse(tycho::host::bad_pixels_json(bad));
+  EXPECT_EQ(j.at("detection").at("found").size(), 7u);
+  EXPECT_EQ(j.at("detection").at("enabled"), true);
+  EXPECT_EQ(j.at("detection").at("compared_pixels"), n * n);
+
+  dataset off = poisson_disc(patterns, n, 7, edit);
+  EXPECT_EQ(mask_bad_pixels(off, settings_of("detect_bad_pixels = false")), "");
+  EXPECT_TRUE(off.bad_pixels.found.empty());
+  EXPECT_TRUE(contains(off.bad_pixels.note, "detect_bad_pixels = false")) << off.bad_pixels.note;
+  EXPECT_FALSE(nlohmann::json::parse(tycho::host::bad_pixels_json(off)).at("detection").at("enabled").get<bool>());
+
+  // Noise-free data (the simulate source's fractions of the beam, 13 x 11 patterns of 48 x 48):
+  // their spread over the detector is their structure alone, so pixels a few per mille off their
+  // neighbours lie 10 to 31 robust deviations out; none is twice or half its neighbours, so none
+  // is bad (with the size condition left out, 9 were). One pixel of the bright field at 3 times
+  // its value is.
+  auto simulated = [](float factor) {
+    auto doc = tycho::config_document::parse(
+        "[data]\nsource = \"simulate\"\nscan_shape = [13, 11]\ndetector_shape = [48, 48]\nthreads = 2\n", "<test>", "/");
+    tycho_config cfg{&doc.table_at("data"), "[data]", doc.base_dir()};
+    dataset s = tycho::host::read_dataset(tycho::test::plugins().find(TYCHO_COMPONENT_SOURCE, "simulate"), &cfg);
+    const std::size_t k = std::size_t(((24 + 2 + 24) % 48) * 48 + (24 - 3 + 24) % 48);  // stored (26, 21), FFT order
+    for (int64_t j = 0; j < s.patterns; ++j) s.targets[std::size_t(j * 48 * 48) + k] *= factor;
+    mask_bad_pixels(s, settings_of("", s.info.stored_dtype));
+    return s;
+  };
+  const dataset smooth = simulated(1.0f);
+  EXPECT_EQ(smooth.bad_pixels.compared_pixels, 48 * 48);
+  EXPECT_TRUE(smooth.bad_pixels.found.empty()) << joined(found_set(smooth));
+  EXPECT_EQ(found_set(simulated(3.0f)), (std::set<std::string>{"(26, 21) hot"}));
+
+  dataset tiny = make_dataset(4, 5, 5, {{0, 2, 2, 1e4f}});
+  EXPECT_EQ(mask_bad_pixels(tiny, settings_of("")), "");
+  EXPECT_TRUE(contains(tiny.bad_pixels.note, "not searched for: only 25 pixels")) << tiny.bad_pixels.note;
+}
+
+// Two ranks holding half the patterns each find what one rank finds (the counts' sums are exact).
+TEST(BadPixels, RanksFindWhatOneRankFinds) {
+  const int64_t n = 40, patterns = 64;
+  auto edit = [](int64_t j, std::vector<float>& p) {
+    p[std::size_t(22 * n + 24)] = 0;
+    p[std::size_t(3 * n + 5)] += 25;
+    if (j == 50) p[std::size_t(25 * n + 18)] = 900;  // in rank 1's patterns only
+  };
+  dataset one = poisson_disc(patterns, n, 3, edit);
+  const std::string w_one = mask_bad_pixels(one, settings_of(""));
+  ASSERT_EQ(one.bad_pixels.found.size(), 3u) << w_one;
+
+  dataset whole = poisson_disc(patterns, n, 3, edit);
+  auto half = [&](int64_t first) {
+    dataset h = whole;
+    h.first = first;
+    h.patterns = patterns / 2;
+    h.targets.assign(whole.targets.begin() + first * n * n, whole.targets.begin() + (first + patterns / 2) * n * n);
+    return h;
+  };
+  dataset r0 = half(0), r1 = half(patterns / 2);
+  std::string text0, text1;
+  {
+    dataset c0 = r0, c1 = r1;
+    mask_bad_pixels(c0, settings_of(""), [&](const std::string& t) { return std::vector<std::string>{text0 = t}; });
+    mask_bad_pixels(c1, settings_of(""), [&](const std::string& t) { return std::vector<std::string>{text1 = t}; });
+  }
+  auto both = [&](const std::string&) { return std::vector<std::string>{text0, text1}; };
+  const std::string w0 = mask_bad_pixels(r0, settings_of(""), both), w1 = mask_bad_pixels(r1, settings_of(""), both);
+  EXPECT_EQ(w0, w_one);
+  EXPECT_EQ(w1, w_one);
+  EXPECT_EQ(r0.detector_mask, one.detector_mask);
+  EXPECT_EQ(r1.detector_mask, one.detector_mask);
+  EXPECT_EQ(found_set(r0), found_set(one));
+  EXPECT_EQ(tycho::host::bad_pixels_json(r1), tycho::host::bad_pixels_json(one));
+}
+
+// ---- The shared MoS2 counts with 8 bad pixels (bench/bad_pixels/inject.py's recipe): through
+// the emd source and the host's read, all 8 are found with their reasons and nothing else; the
+// clean counts give none. Then `tycho reconstruct` with 0 iterations on the copy: the log, the
+// manifest and the saved mask say the same.
+
+struct injected_pixel {
+  int64_t row, column;
+  const char* kind;
+  int value;
+  const char* reason;
+};
+const injected_pixel k_injected[] = {
+    {61, 43, "dead", 0, "dead"},    {36, 40, "dead", 0, "dead"},   {45, 52, "dead", 0, "dead"},
+    {30, 20, "offset", 30, "hot"},  {66, 80, "offset", 3, "hot"},  {0, 61, "offset", 10, "hot"},
+    {50, 44, "spikes", 2000, "hot_in_some_patterns"},              {77, 95, "stuck", 1000, "hot"}};
+
+std::vector<uint16_t> injected_counts() {
+  std::vector<uint16_t> v = read_counts();
+  for (int64_t j = 0; j < k_patterns; ++j)
+    for (const injected_pixel& p : k_injected) {
+      uint16_t& x = v[std::size_t(j * k_pixels + p.row * k_q + p.column)];
+      const std::string kind = p.kind;
+      if (kind == "dead") x = 0;
+      else if (kind == "offset") x = uint16_t(x + p.value);
+      else if (kind == "stuck") x = uint16_t(p.value);
+      else if (j == 17 || j == 273 || j == 529) x = uint16_t(p.value);
+    }
+  return v;
+}
+
+dataset read_through_emd(const std::string& path) {
+  auto doc = tycho::config_document::parse("[data]\nsource = \"emd\"\npath = \"" + path + "\"\n", "<test>", "/");
+  tycho_config cfg{&doc.table_at("data"), "[data]", doc.base_dir()};
+  return tycho::host::read_dataset(tycho::test::plugins().find(TYCHO_COMPONENT_SOURCE, "emd"), &cfg, 0, 1, true);
+}
+
+TEST_F(BadPixelsCli, Mos2InjectedPixelsAreFoundExactly) {
+  dataset clean = read_through_emd(counts_file());
+  EXPECT_EQ(mask_bad_pixels(clean, settings_of("")), "");
+  EXPECT_TRUE(clean.bad_pixels.found.empty()) << joined(found_set(clean));
+  EXPECT_EQ(clean.bad_pixels.compared_pixels, k_pixels);
+
+  const std::vector<uint16_t> counts = injected_counts();
+  std::string why;
+  ASSERT_TRUE(tycho::test::write_emd_file(tmp_ / "injected.h5", mos2_spec(tycho::test::emd_element::uint16, counts.data()),
+                                          &why))
+      << why;
+  dataset d = read_through_emd(tmp_ / "injected.h5");
+  ASSERT_FALSE(d.counts.empty()) << "read as counts, as a run reads them";
+  const std::string w = mask_bad_pixels(d, settings_of(""));
+  std::set<std::string> want;
+  for (const injected_pixel& p : k_injected)
+    want.insert("(" + std::to_string(p.row) + ", " + std::to_string(p.column) + ") " + p.reason);
+  EXPECT_EQ(found_set(d), want) << joined(found_set(d)) << "\n" << w;
+  EXPECT_EQ(d.bad_pixels.masked_pixels, 8);
+  // The weakest margin, printed for bench/RESULTS.md: every score against the threshold.
+  for (const found_bad_pixel& f : d.bad_pixels.found)
+    std::cout << "(" << f.row << ", " << f.column << ") " << f.reason << " z = " << f.score << "\n";
+
+  // No iteration: the data read, masked and saved with the initial object.
+  auto r = run_command({tycho::test::tycho_exe(), "reconstruct", example_config(), "-q", "--set",
+                        "reconstruct.iterations=0", "--set", "output.previews=false", "--set",
+                        "data.path=" + (tmp_ / "injected.h5"), "-o", tmp_ / "injected.zip"});
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  auto lines = warnings_with(r, "detector pixels");
+  ASSERT_EQ(lines.size(), 1u) << r.err;
+  for (const char* part : {"masked 8 of 9216 detector pixels", "8 found in the data (3 dead, 4 hot, 1 hot in some patterns",
+                           "(45, 52) dead", "(77, 95) hot"})
+    EXPECT_TRUE(contains(lines[0], part)) << "'" << part << "' not in: " << lines[0];
+  const auto rec = tycho::test::load_result(tmp_ / "injected.zip");
+  const auto bad = nlohmann::json::parse(rec.manifest_json).at("data").at("bad_pixels");
+  EXPECT_EQ(bad.at("masked_pixels"), 8);
+  EXPECT_EQ(bad.at("detection").at("found").size(), 8u);
+  const auto& mask = rec.array("mask", "injected.zip");
+  for (const injected_pixel& p : k_injected) EXPECT_EQ(mask.as<uint8_t>()[p.row * k_q + p.column], 0);
+  EXPECT_EQ(std::count(mask.as<uint8_t>(), mask.as<uint8_t>() + mask.count(), uint8_t(0)), 8);
+
+  // A crop cannot carry the mask yet: refused, saying the pixels were found and how to keep them.
+  auto cropped = run_command({tycho::test::tycho_exe(), "reconstruct", example_config(), "-q", "--set",
+                              "reconstruct.iterations=0", "--set", "preprocess.crop_detector=[80, 80]", "--set",
+                              "data.path=" + (tmp_ / "injected.h5"), "-o", tmp_ / "cropped.zip"});
+  EXPECT_TRUE(cropped.exited_with(2)) << cropped.describe();
+  EXPECT_TRUE(contains(cropped.err, "has 8 bad detector pixels (masked)")) << cropped.err;
+  EXPECT_TRUE(contains(cropped.err, "8 of them found dead or hot in the data: [preprocess] detect_bad_pixels = false "
+                                    "leaves them in, unmasked"))
+      << cropped.err;
+}
+
+}  // namespace
+
+namespace {
+
+// ---- Every shared data file as it is: what the search finds (printed: bench/RESULTS.md's
+// table). The simulated scans hold no bad pixel and none is found. The real detectors' files:
+// the Merlin ROI scans' documented hot pixel ("hot_pixel_52x_39y": x 52, y 39 of RosettaSciIO's
+// frame, whose rows the mib source delivers bottom-up too: row rows − 1 − 39) is found; their
+// 4 x 2 scans hold nothing else; the single frames (a test pattern of 10-count pixels on zeros,
+// not diffraction) hold pixels that keep one value in every frame.
+
+struct shared_finding {
+  std::string file;
+  int64_t compared = 0;
+  std::vector<found_bad_pixel> found;
+  std::string refused;  // the host's refusal after the search, if any (e.g. no intensity)
+};
+
+shared_finding search(const tycho::host::component_ref& source, const std::string& data_toml, const std::string& name,
+                      const std::string& base_dir) {
+  shared_finding out;
+  out.file = name;
+  auto doc = tycho::config_document::parse("[data]\n" + data_toml, "<test>", base_dir);
+  tycho_config cfg{&doc.table_at("data"), "[data]", doc.base_dir()};
+  dataset d = tycho::host::read_dataset(source, &cfg, 0, 1, true);
+  try {
+    mask_bad_pixels(d, settings_of("", d.info.stored_dtype));
+  } catch (const tycho::error& e) {
+    out.refused = e.what();
+  }
+  out.compared = d.bad_pixels.compared_pixels;
+  out.found = d.bad_pixels.found;
+  std::cout << name << ": " << d.patterns << " patterns of " << d.n0 << " x " << d.n1 << ", compared "
+            << out.compared << ", found " << out.found.size();
+  int64_t dead = 0, stuck = 0;  // stuck: the same value in every pattern (no counting noise)
+  for (const auto& f : out.found) {
+    dead += f.reason == "dead";
+    stuck += f.reason != "dead" && f.mean == f.max;
+  }
+  if (!out.found.empty()) std::cout << " (" << dead << " dead, " << stuck << " hot with one value in every pattern)";
+  for (std::size_t i = 0; i < out.found.size() && i < 3; ++i) {
+    const auto& f = out.found[i];
+    std::cout << "; (" << f.row << ", " << f.column << ") " << f.reason << " mean " << f.mean << " vs "
+              << f.neighbours_mean << ", max " << f.max << " vs " << f.neighbours_max << ", z " << f.score;
+  }
+  if (!out.refused.empty()) std::cout << " [then refused: " << out.refused.substr(0, 80) << "]";
+  std::cout << "\n";
+  return out;
+}
+
+TEST(BadPixels, SharedDataFilesHoldOnlyRealBadPixels) {
+  const auto& emd = tycho::test::plugins().find(TYCHO_COMPONENT_SOURCE, "emd");
+  const std::string data = tycho::test::source_dir() + "/../shared/data/";
+  for (const char* file : {"mos2/mos2_80kV_32x24_counts.h5", "mos2/mos2_80kV_32x24_clean.h5",
+                           "mos2_partial/mos2_partial_80kV_32x24_counts.h5",
+                           "mos2_partial/mos2_jitter_80kV_32x24_counts.h5", "si110/si110_200kV_24x24_counts.h5",
+                           "bilayer/bilayer_200kV_24x24_counts.h5"}) {
+    if (!fs::exists(data + file)) {
+      std::cout << file << ": absent, skipped\n";
+      continue;
+    }
+    const shared_finding f = search(emd, "path = \"" + data + file + "\"\n", file, "/");
+    EXPECT_GT(f.compared, 4000) << file;
+    EXPECT_TRUE(f.found.empty()) << file;
+  }
+  if (!tycho::test::have_realformats()) GTEST_SKIP() << "../shared/data/realformats is absent";
+  tycho::test::temp_folder tmp;
+  const auto& mib = tycho::test::plugins().find(TYCHO_COMPONENT_SOURCE, "mib");
+  int hot_found = 0;
+  for (const auto& [key, ref] : tycho::test::realformats_reference().at("files").items()) {
+    const auto colon = key.find(".zip:");
+    if (colon == std::string::npos || ref.contains("rosettasciio_refuses")) continue;
+    const std::string zip = key.substr(0, colon + 4), member = key.substr(colon + 5);
+    const std::string path = tycho::test::extract_realformat(zip, member, tmp.path().string());
+    tycho::test::extract_realformat(zip, member.substr(0, member.size() - 4) + ".hdr", tmp.path().string());
+    const auto shape = ref.at("shape").get<std::vector<int64_t>>();
+    int64_t frames = 1;
+    for (std::size_t a = 0; a + 2 < shape.size(); ++a) frames *= shape[a];
+    const int64_t rx = shape.size() == 4 ? shape[0] : frames, ry = shape.size() == 4 ? shape[1] : 1;
+    const shared_finding f = search(mib,
+                                    "path = \"" + path + "\"\nscan_shape = [" + std::to_string(rx) + ", " +
+                                        std::to_string(ry) + "]\n",
+                                    key, tmp.path().string());
+    const auto hot_at = member.find("hot_pixel_52x_39y");
+    if (hot_at != std::string::npos) {
+      const int64_t rows = shape[shape.size() - 2];
+      bool found = false;
+      for (const auto& p : f.found) found |= p.row == rows - 1 - 39 && p.column == 52 && p.reason == "hot";
+      EXPECT_TRUE(found) << key << ": the documented hot pixel";
+      hot_found += found;
+      EXPECT_EQ(f.found.size(), 1u) << key;
+    } else if (member.find("4x2") != std::string::npos) {
+      EXPECT_TRUE(f.found.empty()) << key;
+    } else {
+      // Single frames and stacks of 9: every pixel found stands above (or below) all but one of
+      // its neighbours by at least 25 counts in the mean (a single count's spread there is 1).
+      for (const auto& p : f.found)
+        EXPECT_GE(std::abs(p.mean - p.neighbours_mean), 2.5) << key << " (" << p.row << ", " << p.column << ")";
+    }
+  }
+  EXPECT_EQ(hot_found, 2);
+  // The ARINA master (all 16 frames hold 0: no intensity, refused after the search) and the
+  // DM4 stack (two 2 x 2 frames: too small to search).
+  const auto& arina = tycho::test::plugins().find(TYCHO_COMPONENT_SOURCE, "arina");
+  const shared_finding a = search(arina, "path = \"" + tycho::test::realformats_dir() + "/test_00_master.h5\"\n",
+                                  "test_00_master.h5", "/");
+  EXPECT_TRUE(a.found.empty());
+  const auto& dm = tycho::test::plugins().find(TYCHO_COMPONENT_SOURCE, "dm");
+  const shared_finding m = search(dm, "path = \"" + tycho::test::realformats_dir() + "/test-1.dm4\"\nscan_shape = [2, 1]\n",
+                                  "test-1.dm4", "/");
+  EXPECT_TRUE(m.found.empty());
+  EXPECT_EQ(m.compared, 4);
 }
 
 }  // namespace

@@ -17,6 +17,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+#include <tycho/host/dataset.hpp>
+
+#include "../host/src/data/bad_pixels.hpp"
 #include "built_in_plugins.hpp"
 #include "cxi_test_file.hpp"
 #include "source_under_test.hpp"
@@ -340,16 +344,53 @@ TEST_F(CxiSource, PerFrameEnergyMustBeConstant) {
   expect_refused(file, "", TYCHO_ERR_BAD_DATA, {file + ":" + e_path, "varies across the 768 frames", "spread of 500", "eV"});
 }
 
-TEST_F(CxiSource, MaskWithBadPixelsIsRefusedUntilMaskingExists) {
+// The file's detector mask (CXI: 0 = good) goes to the host (read_detector_mask): a mask that
+// marks nothing is no mask; one that marks 2 pixels hands exactly those over, and the host's
+// read masks them in every pattern (0 in the targets, 0 in the engine's mask, counted as the
+// detector's own in the log and the manifest) and nothing else (the MoS2 counts hold no other bad
+// pixel). A mask of another shape is refused, naming it.
+TEST_F(CxiSource, MaskLeavesItsPixelsOut) {
   tycho::test::mos2_cxi_options o;
   o.mask = std::vector<uint8_t>(96 * 96, 0);
   tycho::test::write_mos2_cxi(tmp("clean_mask.cxi"), o);
-  EXPECT_EQ(open_path(tmp("clean_mask.cxi")), TYCHO_OK) << tycho::last_error();
+  ASSERT_EQ(open_path(tmp("clean_mask.cxi")), TYCHO_OK) << tycho::last_error();
+  std::vector<uint8_t> mask;
+  EXPECT_EQ(source_.detector_mask(mask), TYCHO_ERR_UNSUPPORTED);
+  close();
   (*o.mask)[17 * 96 + 3] = 1;
   (*o.mask)[40 * 96 + 41] = 4;
   tycho::test::write_mos2_cxi(tmp("bad_pixels.cxi"), o);
-  expect_refused(tmp("bad_pixels.cxi"), "", TYCHO_ERR_UNSUPPORTED,
-                 {tmp("bad_pixels.cxi") + ":/entry_1/instrument_1/detector_1/mask", "2 of 9216", "masking"});
+  ASSERT_EQ(open_path(tmp("bad_pixels.cxi")), TYCHO_OK) << tycho::last_error();
+  ASSERT_EQ(source_.detector_mask(mask), TYCHO_OK) << tycho::last_error();
+  for (int64_t k = 0; k < 96 * 96; ++k) EXPECT_EQ(mask[std::size_t(k)], k == 17 * 96 + 3 || k == 40 * 96 + 41) << k;
+  close();
+
+  // Through the host's read, as a run reads it.
+  auto doc = tycho::config_document::parse("[data]\nsource = \"cxi\"\npath = \"" + tmp("bad_pixels.cxi") + "\"\n",
+                                           "<test>", tmp_.string());
+  tycho_config cfg{&doc.table_at("data"), "[data]", doc.base_dir()};
+  const auto& cxi = tycho::test::plugins().find(TYCHO_COMPONENT_SOURCE, "cxi");
+  tycho::host::dataset d = tycho::host::read_dataset(cxi, &cfg, 0, 1, false);
+  ASSERT_EQ(d.source_mask.size(), std::size_t(96 * 96));
+  const std::string warning = tycho::host::mask_bad_pixels(
+      d, tycho::host::read_bad_pixel_settings(doc.table_at("preprocess"), "<test>", d.info.stored_dtype));
+  EXPECT_EQ(d.bad_pixels.masked_pixels, 2) << warning;
+  EXPECT_EQ(d.bad_pixels.detector_mask_pixels, 2);
+  EXPECT_TRUE(d.bad_pixels.found.empty()) << warning;
+  EXPECT_NE(warning.find("2 marked bad by the detector's own mask, as the 'cxi' source reads it"), std::string::npos)
+      << warning;
+  ASSERT_EQ(d.detector_mask.size(), std::size_t(96 * 96));
+  for (int64_t r = 0; r < 96; ++r)
+    for (int64_t c = 0; c < 96; ++c) {
+      const bool bad = (r == 17 && c == 3) || (r == 40 && c == 41);
+      const std::size_t k = std::size_t(((r + 48) % 96) * 96 + (c + 48) % 96);  // FFT order
+      EXPECT_EQ(d.detector_mask[k], bad ? 0 : 1) << r << ", " << c;
+      for (int64_t j = 0; j < k_patterns && bad; ++j) EXPECT_EQ(d.targets[std::size_t(j * k_pattern_px) + k], 0.0f);
+    }
+  const auto json = nlohmann::json::parse(tycho::host::bad_pixels_json(d));
+  EXPECT_EQ(json.at("detector_mask_pixels"), 2);
+  EXPECT_EQ(json.at("masked_pixels"), 2);
+
   {
     h5_file_writer w(tmp("odd_mask.cxi"));
     w.u16(k_cxi_data, {768, 96, 96}, tycho::test::mos2_counts().data());

@@ -112,7 +112,8 @@ static_assert(offsetof(tycho_source_vtable, info) == 16);
 static_assert(offsetof(tycho_source_vtable, read) == 24);
 static_assert(offsetof(tycho_source_vtable, close) == 32);
 static_assert(offsetof(tycho_source_vtable, read_positions) == 40);  // appended
-static_assert(sizeof(tycho_source_vtable) == 48);
+static_assert(offsetof(tycho_source_vtable, read_detector_mask) == 48);  // appended in 1.3
+static_assert(sizeof(tycho_source_vtable) == 56);
 
 static_assert(offsetof(tycho_loss_vtable, create) == 8);
 static_assert(offsetof(tycho_loss_vtable, evaluate) == 16);

@@ -399,6 +399,11 @@ TEST(PreprocessMoS2, BinningRefusedNamingTheAllowedFactor) {
     EXPECT_NE(r.err.find("[preprocess] binning = 2: the probe would not fit the binned window"), std::string::npos)
         << r.err;
     EXPECT_NE(r.err.find("the largest binning factor allowed for these data is 1"), std::string::npos) << r.err;
+    // What the window's size came from: the wavelength, its radiation and energy, and where each was set.
+    EXPECT_NE(r.err.find("Used: λ = 0.0417573 Å: electrons (the default: neither [optics] radiation nor"),
+              std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("of 80000 eV ([optics] energy_eV in " + example_config()), std::string::npos) << r.err;
   }
 }
 

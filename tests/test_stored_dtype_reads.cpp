@@ -199,7 +199,11 @@ TEST_F(StoredDtypeReads, CountsEqualTheFloat32PathBitForBit) {
   }
   tycho::host::detector_padding p;
   const auto u = load(tmp_ / "u16.npy", true, {30, 30}, &p);
-  EXPECT_EQ(u.bad_pixels.masked_pixels, 1);
+  // The saturated pixel, and the 40000 among counts of ~300: a pixel hot in one pattern.
+  EXPECT_EQ(u.bad_pixels.masked_pixels, 2);
+  EXPECT_EQ(u.bad_pixels.value_pixels, 1);
+  ASSERT_EQ(u.bad_pixels.found.size(), 1u);
+  EXPECT_EQ(u.bad_pixels.found[0].reason, "hot_in_some_patterns");
   EXPECT_EQ(u.max_value, 65535.0);
 
   std::vector<float> f32(u16.begin(), u16.end());

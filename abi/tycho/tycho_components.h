@@ -121,6 +121,15 @@ typedef struct tycho_source_vtable {
    * scan_step_A; a host reads it only when struct_size covers it, and treats NULL as
    * unsupported. The host calls it at most once, after info(). */
   tycho_status (*read_positions)(tycho_source* src, DLTensor* dst);
+  /* ---- appended in ABI 1.3 (before tycho 0.1.0's release): the detector's own mask (CXI's
+   * /entry_1/instrument_1/detector_1/mask, an EIGER/ARINA master's pixel_mask). Fills `dst`, a
+   * host uint8 tensor (Qx, Qy), C-contiguous, in the frame read() delivers the patterns in (as
+   * stored, still centred): nonzero = a pixel the detector marks bad, 0 = good. The host masks
+   * those pixels in every pattern (left out of the loss, saved as the result's mask) with the
+   * bad pixels it finds itself. Returns TYCHO_ERR_UNSUPPORTED when the data set has no mask; a
+   * host reads it only when struct_size covers it, treats NULL as no mask, and calls it at most
+   * once, after info(). */
+  tycho_status (*read_detector_mask)(tycho_source* src, DLTensor* dst);
 } tycho_source_vtable;
 
 /* ---------------------------------------------------------------- loss */

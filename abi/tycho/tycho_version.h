@@ -48,7 +48,8 @@
  *        tycho_constraint_state::n_object_boxes / object_boxes; arrays produced while a format
  *        writes: tycho_array_producer, tycho_record::producers / manifest / manifest_context,
  *        tycho_format_vtable::flags (TYCHO_FORMAT_PRODUCED_ARRAYS). the positions' gradient per iteration:
- *        tycho_engine_vtable::set_position_gradient. All before 0.1.0's release. */
+ *        tycho_engine_vtable::set_position_gradient; the detector's own mask from a source:
+ *        tycho_source_vtable::read_detector_mask. All before 0.1.0's release. */
 
 /* Release version of the tycho runtime (not the ABI). */
 #define TYCHO_VERSION_STRING "0.1.0"

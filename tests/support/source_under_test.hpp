@@ -96,6 +96,21 @@ class source_under_test {
     return vt->read_positions ? vt->read_positions(src, &t) : TYCHO_ERR_UNSUPPORTED;
   }
 
+  // read_detector_mask: the status, and the (Qx, Qy) mask (nonzero = bad) on success.
+  tycho_status detector_mask(std::vector<uint8_t>& out) {
+    tycho_dataset_info i = info();
+    out.assign(size_t(i.detector_shape[0] * i.detector_shape[1]), 0xee);
+    int64_t shape[2] = {i.detector_shape[0], i.detector_shape[1]};
+    DLTensor t{};
+    t.data = out.data();
+    t.device = {kDLCPU, 0};
+    t.ndim = 2;
+    t.dtype = {kDLUInt, 8, 1};
+    t.shape = shape;
+    EXPECT_GE(vt->struct_size, offsetof(tycho_source_vtable, read_detector_mask) + sizeof(void*));
+    return vt->read_detector_mask ? vt->read_detector_mask(src, &t) : TYCHO_ERR_UNSUPPORTED;
+  }
+
   const tycho_source_vtable* vt = nullptr;
   tycho_source* src = nullptr;
 };

@@ -104,6 +104,27 @@ bool read_counts(source_reader& r) {
 }
 }  // namespace
 
+std::vector<uint8_t> read_source_detector_mask(const tycho_source_vtable* vt, tycho_source* src,
+                                               const tycho_dataset_info& info) {
+  if (vt->struct_size < offsetof(tycho_source_vtable, read_detector_mask) + sizeof(vt->read_detector_mask) ||
+      vt->read_detector_mask == nullptr)
+    return {};
+  std::vector<uint8_t> mask(std::size_t(info.detector_shape[0] * info.detector_shape[1]));
+  int64_t shape[2] = {info.detector_shape[0], info.detector_shape[1]};
+  DLTensor t{};
+  t.data = mask.data();
+  t.device = {kDLCPU, 0};
+  t.ndim = 2;
+  t.dtype = {kDLUInt, 8, 1};
+  t.shape = shape;
+  const tycho_status st = vt->read_detector_mask(src, &t);
+  if (st == TYCHO_ERR_UNSUPPORTED) return {};
+  check_status(st, "source read_detector_mask");
+  for (uint8_t& v : mask) v = v != 0;
+  if (std::find(mask.begin(), mask.end(), uint8_t(1)) == mask.end()) return {};  // marks nothing
+  return mask;
+}
+
 std::vector<double> read_source_positions(const tycho_source_vtable* vt, tycho_source* src,
                                           const tycho_dataset_info& info,
                                           const std::string& description) {
@@ -152,6 +173,7 @@ source_reader::source_reader(const component_ref& source, const tycho_config* da
     fail(TYCHO_ERR_BAD_DATA, "data '", d.description, "' is empty (scan ", d.info.scan_shape[0],
          " x ", d.info.scan_shape[1], ", detector ", d.n0, " x ", d.n1, ")");
   d.positions_A = read_source_positions(vt_, src, d.info, d.description);
+  d.source_mask = read_source_detector_mask(vt_, src, d.info);
   block_of(d.all_patterns, parts, part, d.first, d.patterns);
   const DLDataType t = d.info.stored_dtype;
   counts_ = source_reads_stored_dtype(d) && (same_dtype(t, k_uint8) || same_dtype(t, k_uint16));

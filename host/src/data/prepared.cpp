@@ -57,18 +57,24 @@ prepared_file::~prepared_file() = default;
 
 namespace {
 
-// A prepared file does not carry a bad-pixel mask yet, so data with bad pixels (NaN, inf,
-// saturated; mask_bad_pixels) cannot be prepared: refused, naming the data, rather than saved
-// with the bad pixels indistinguishable from measured zeros.
-void refuse_masked_pixels(const dataset& d) {
-  if (d.bad_pixels.masked_pixels > 0)
-    fail(TYCHO_ERR_UNSUPPORTED, "data '", d.description, "' has ", d.bad_pixels.masked_pixels,
-         " bad detector pixels (NaN, inf or saturated): prepared files do not carry a bad-pixel mask yet; "
+// A prepared file does not carry a bad-pixel mask yet, so data with bad pixels (bad values,
+// given, the detector's mask, found dead or hot; mask_bad_pixels) cannot be prepared: refused,
+// naming the data and the causes, rather than saved with the bad pixels indistinguishable from
+// measured zeros.
+// `log_note`: `tycho preprocess`, which logs what the search decided first.
+void refuse_masked_pixels(const dataset& d, bool log_note = false) {
+  const bad_pixel_summary& b = d.bad_pixels;
+  if (log_note && !b.note.empty()) log_info("preprocess", b.note);
+  if (b.masked_pixels > 0)
+    fail(TYCHO_ERR_UNSUPPORTED, "data '", d.description, "' has ", b.masked_pixels, " bad detector pixels (",
+         b.value_pixels, " with NaN, inf or saturated values, ", b.given.size(), " given in [preprocess] bad_pixels, ",
+         b.detector_mask_pixels, " marked by the detector's own mask, ", b.found.size(),
+         " found dead or hot in the data): prepared files do not carry a bad-pixel mask yet; "
          "reconstruct from the config, where they are masked");
 }
-void refuse_bad_pixels(dataset& d, const config_document& doc) {
+void refuse_bad_pixels(dataset& d, const config_document& doc, bool log_note = false) {
   mask_bad_pixels(d, read_bad_pixel_settings(doc.table_at("preprocess"), doc.origin(), d.info.stored_dtype));
-  refuse_masked_pixels(d);
+  refuse_masked_pixels(d, log_note);
 }
 
 const char* k_format = "tycho-prepared";
@@ -428,7 +434,7 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
   preprocess_report rep;
   tycho_dataset_info source_info{};  // what the source recorded, before the stage touched the detector
   if (streamed) {
-    stream = std::make_unique<streamed_patterns>(source, &data_cfg, doc, [](const dataset& h) { refuse_masked_pixels(h); });
+    stream = std::make_unique<streamed_patterns>(source, &data_cfg, doc, [](const dataset& h) { refuse_masked_pixels(h, true); });
     d = &stream->header();
     rep = stream->report();
     source_info = stream->source_info();
@@ -443,7 +449,7 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
     // A stage that changes the patterns runs on chunks of the source (chunked_preprocess.hpp).
     chunked_read chunked =
         read_preprocessed_in_chunks(source, &data_cfg, 0, 1, doc, sum_on_one_rank, {}, keeps_integer_targets(doc));
-    refuse_masked_pixels(chunked.data);
+    refuse_masked_pixels(chunked.data, true);
     log_info("preprocess", cat("read and preprocessed ", chunked.data.patterns, " patterns in chunks of ",
                                chunked.read_as, " (", chunked.passes, " passes)"));
     held = std::move(chunked.data);
@@ -451,7 +457,7 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
     source_info = chunked.source_info;
   } else {
     held = read_dataset(source, &data_cfg, 0, 1, keeps_integer_targets(doc));
-    refuse_bad_pixels(held, doc);
+    refuse_bad_pixels(held, doc, true);
     source_info = held.info;
     rep = preprocess_dataset(held, doc, sum_on_one_rank);
   }

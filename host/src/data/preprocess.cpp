@@ -74,7 +74,11 @@ void refuse_moving_masked_pixels(const dataset& d, const preprocess_settings& s)
   if (s.recentre || s.binning != 1 || s.crop[0] > 0)
     fail(TYCHO_ERR_UNSUPPORTED, "data '", d.description, "' has ", d.bad_pixels.masked_pixels,
          " bad detector pixels (masked), and [preprocess] asks to move pixels (recentre, binning or crop_detector): ",
-         "this version does not carry the mask through those steps; leave them out, or repair the data");
+         "this version does not carry the mask through those steps; leave them out, or repair the data",
+         d.bad_pixels.found.empty()
+             ? std::string()
+             : cat(" (", d.bad_pixels.found.size(), " of them found dead or hot in the data: [preprocess] ",
+                   "detect_bad_pixels = false leaves them in, unmasked)"));
 }
 
 preprocess_settings read_preprocess_settings(const toml::table& pre, const std::string& origin) {
@@ -531,7 +535,10 @@ stage_plan plan_preprocess_stage(dataset& d, const config_document& doc, const r
            " % of the window's edge (binning allows at most ", binning_edge_fraction_max * 100,
            " %; C10 = ", o.optics.C10_A, " Å, semiangle ", o.optics.semiangle_mrad,
            " mrad); the largest binning factor allowed for these data is ", allowed,
-           allowed == 1 ? " (no binning)" : "");
+           allowed == 1 ? " (no binning)" : "", ". Used: ",
+           beam_provenance(doc.table_at("optics"), doc.table_at("data"), d.info,
+                           d.description, doc.origin(), o.optics,
+                           sdk::wavelength_A(o.optics), o.dk_invA[0]));
     }
     const int64_t m0 = binned[0], m1 = binned[1];
     // The zero frequency's bin: in-block index z of the zero-frequency pixel; the block's centre

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <limits>
 
 #include "../settings/config_read.hpp"
@@ -131,6 +132,51 @@ std::array<double, 2> resolve_detector_pixel_invA(const toml::table& data_t, con
     fail(TYCHO_ERR_INVALID_ARGUMENT, "the detector pixel size (Å⁻¹) is not known: '", desc, "' does not record it; set ",
          "'detector_pixel_invA' in [data], or the far field's detector_distance_m and detector_pixel_size_m");
   return {dk0, std::isfinite(info.detector_pixel_invA[1]) ? info.detector_pixel_invA[1] : dk0};
+}
+
+std::string beam_provenance(const toml::table& optics_t, const toml::table& data_t, const tycho_dataset_info& info,
+                            const std::string& desc, const std::string& origin, const sdk::probe_optics& o,
+                            double wavelength_A, double dk_invA) {
+  const std::string in_config = cat(" in ", origin.empty() ? std::string("the config") : origin);
+  const std::string in_file = cat("recorded in '", desc, "'");
+  auto number = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6g", v);
+    return std::string(buf);
+  };
+  // The radiation, as resolve_radiation decides it.
+  const char* what = o.kind == sdk::radiation::xray ? "X-ray photons" : "electrons";
+  std::string radiation_from;
+  if (optics_t.contains("radiation")) radiation_from = cat("[optics] radiation", in_config);
+  else if (source_radiation(info) != TYCHO_RADIATION_UNKNOWN) radiation_from = cat("as '", desc, "' says");
+  else radiation_from = cat("the default: neither [optics] radiation nor '", desc, "' says what the beam is");
+  const std::string energy_from = optics_t.contains("energy_eV") ? cat("[optics] energy_eV", in_config) : in_file;
+  // The semiangle, as resolve_probe_model decides it.
+  std::string semiangle_from;
+  if (optics_t.contains("semiangle_mrad")) semiangle_from = cat("[optics] semiangle_mrad", in_config);
+  else if (optics_t.contains("zone_plate_diameter_m")) semiangle_from = cat("D / 2f of the zone plate", in_config);
+  else if (o.model == sdk::probe_model::pinhole) semiangle_from = cat("1.22 λ / d of the pinhole", in_config);
+  else semiangle_from = in_file;
+  std::string text = cat("λ = ", number(wavelength_A), " Å: ", what, " (", radiation_from, ") of ", number(o.energy_eV),
+                         " eV (", energy_from, "); semiangle ", number(o.semiangle_mrad), " mrad (", semiangle_from, ")");
+  if (std::isfinite(dk_invA)) {
+    // The detector pixel, as resolve_detector_pixel_invA decides it.
+    std::string pixel_from;
+    if (data_t.contains("detector_pixel_invA")) {
+      pixel_from = cat("[data] detector_pixel_invA", in_config);
+    } else {
+      const auto file = source_far_field_m(info);
+      const bool z_key = data_t.contains("detector_distance_m"), p_key = data_t.contains("detector_pixel_size_m");
+      if (z_key || p_key || (std::isfinite(file[0]) && std::isfinite(file[1])))
+        pixel_from = cat("p / (λ z) with the distance z ", z_key ? cat("[data] detector_distance_m", in_config) : in_file,
+                         " and the pixel p ", p_key ? cat("[data] detector_pixel_size_m", in_config) : in_file,
+                         ": it scales with λ");
+      else
+        pixel_from = in_file;
+    }
+    text += cat("; detector pixel ", number(dk_invA), " Å⁻¹ (", pixel_from, ")");
+  }
+  return text;
 }
 
 void check_beam_settings(const toml::table& optics_t, const toml::table& data_t) {

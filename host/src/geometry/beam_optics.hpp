@@ -42,6 +42,16 @@ void resolve_probe_model(const toml::table& optics_t, const tycho_dataset_info& 
 std::array<double, 2> resolve_detector_pixel_invA(const toml::table& data_t, const tycho_dataset_info& info,
                                                   const std::string& desc, double wavelength_A);
 
+// The beam as a refusal that depends on it should state it, with where each value came from:
+// "λ = 0.0417572 Å: electrons (the default: neither [optics] radiation nor '<desc>' says) of
+// 80000 eV ([optics] energy_eV in <origin>); semiangle 25 mrad ([optics] semiangle_mrad in
+// <origin>); detector pixel 0.06 Å⁻¹ (recorded in '<desc>')". `o` and `wavelength_A` as resolved
+// (resolve_probe_model, the energy); `dk_invA` the detector pixel before binning (NaN: left out).
+// `origin` names the config file.
+std::string beam_provenance(const toml::table& optics_t, const toml::table& data_t, const tycho_dataset_info& info,
+                            const std::string& desc, const std::string& origin, const sdk::probe_optics& o,
+                            double wavelength_A, double dk_invA);
+
 // What [optics] and [data] decide about the beam alone, checked before any data is read (a
 // typo must not cost a scan's read): the keys resolve_probe_model and
 // resolve_detector_pixel_invA would refuse whatever the source records.

@@ -605,8 +605,9 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
       0.5 * double(std::min(info.detector_shape[0], info.detector_shape[1])) * std::min(dk, dk1);
   if (k_aperture >= k_nyquist)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "the probe does not fit the window: a ", r.optics.semiangle_mrad,
-         " mrad aperture reaches ", k_aperture, " Å⁻¹ but the detector only spans ±", k_nyquist,
-         " Å⁻¹; check [optics] semiangle_mrad and the detector pixel size");
+         " mrad aperture reaches ", k_aperture, " Å⁻¹ (semiangle / λ) but the detector only spans ±", k_nyquist,
+         " Å⁻¹; check [optics] semiangle_mrad, the energy and radiation (they set λ) and the detector pixel size. "
+         "Used: ", beam_provenance(optics_t, data_t, info, desc, doc.origin(), r.optics, r.wavelength_A, detector_pixel[0]));
 
   const toml::table& pre_t = doc.table_at("preprocess");
   r.geometry.scan_shape[0] = info.scan_shape[0];
@@ -1061,7 +1062,7 @@ void session::state::read_data(state& s, start& st) {
     // counts when it delivers them): the targets are formed chunk by chunk, never holding the scan.
     s.data = std::move(chunked.data);
     s.preprocess_json = chunked.report.to_json();
-    if (!chunked.bad_pixel_warning.empty() && s.par->is_root()) log_warning("preprocess", chunked.bad_pixel_warning);
+    if (s.par->is_root()) log_bad_pixels(s.data, chunked.bad_pixel_warning);
     log_info("session", cat("read and preprocessed ", s.data.patterns, " patterns in chunks of ", chunked.read_as,
                             " (", chunked.passes, " passes) into ", targets_mib(s.data),
                             s.data.counts.empty() ? " MiB of float32" : " MiB of uint16 counts", " in ",
@@ -1081,7 +1082,7 @@ void session::state::read_data(state& s, start& st) {
                             ") in ", seconds_since(t0), " s"));
     t0 = std::chrono::steady_clock::now();
     report_stage("preprocessing", 0, 1);
-    mask_bad_pixels(s.data, s.config.table_at("preprocess"), s.config.origin(), *s.par);  // NaN, saturated
+    mask_bad_pixels(s.data, s.config.table_at("preprocess"), s.config.origin(), *s.par);  // bad values, dead, hot, given
     const preprocess_settings given = read_preprocess_settings(s.config.table_at("preprocess"), s.config.origin());
     refuse_moving_masked_pixels(s.data, given);
     s.preprocess_json = preprocess_dataset(s.data, s.config, sum_across_ranks).to_json();
@@ -1190,7 +1191,11 @@ void session::state::resolve_geometry(state& s, start& st) {
     fail(TYCHO_ERR_INVALID_ARGUMENT, "the probe does not fit the window: ", edge * 100,
          " % of its intensity lies within 5 % of the window's edge (window ", s.data.n0 * s.geometry.pixel_A[0],
          " Å wide, C10 = ", s.optics.C10_A, " Å, semiangle ", s.optics.semiangle_mrad,
-         " mrad); reduce the defocus or use a larger detector window");
+         " mrad); reduce the defocus or use a larger detector window. Used: ",
+         beam_provenance(s.config.table_at("optics"), s.config.table_at("data"), info, s.data.description,
+                         s.config.origin(), s.optics, s.wavelength_A,
+                         s.sampling.dk_invA[0] /
+                             double(read_preprocess_settings(s.config.table_at("preprocess"), s.config.origin()).binning)));
   // [reconstruct.probe] initial: a probe from a file (an .npy, a CXI file's illumination) instead.
   if (auto from_file = initial_probe_from_file(s.config.table_at("reconstruct.probe"), s.config.base_dir(), s.data.n0,
                                                s.data.n1))

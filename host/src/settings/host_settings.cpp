@@ -94,6 +94,8 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         decl("pad_detector_to", IL, none, "px", "pad the detector to this window [N0', N1'], masked; each from the detector's size to 65536"),
         decl("saturation_value", M, none, "", "a number > 0 or false: values at or above it are masked as saturated (default: the integer dtype's maximum)"),
         at_most(at_least(decl("max_masked_fraction", N, "0.5", "", "the largest fraction of detector pixels that may be masked"), 0), 1),
+        decl("detect_bad_pixels", B, "true", "", "search the data for dead and hot detector pixels (against their neighbours, over the scan) and mask them"),
+        decl("bad_pixels", M, none, "", "detector pixels to mask, [[row, column], ...] in the data's own (stored) frame"),
         decl("integer_targets", B, none, "", "keep integer counts as uint16 targets (default: true for counts the source delivers as such; float32 data of whole counts packed only for an engine on a GPU)"),
         one_of(decl("com_fit", S, "\"none\"", "", "fit the patterns' centre of mass over the scan"), {"none", "constant", "plane"}),
         decl("recentre", B, "false", "", "shift every pattern by its fitted centre of mass; needs com_fit"),

@@ -48,6 +48,8 @@ class hdf5_file_source {
     cxi::read_stored_patterns(s_.dataset.get(), s_.layout, first, count, s_.info.stored_dtype, dst, s_.description);
   }
   const std::vector<double>& positions_A() const { return s_.positions_A; }
+  // The file's detector mask (the cxi source's /entry_1/instrument_1/detector_1/mask), 1 = bad.
+  const std::vector<uint8_t>& detector_mask() const { return s_.detector_mask; }
 
  private:
   cxi::source_data s_;

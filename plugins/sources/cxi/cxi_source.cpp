@@ -12,7 +12,8 @@
 //   /entry_1/instrument_1/detector_1/distance, x_pixel_size, y_pixel_size  m
 //   /entry_1/instrument_1/detector_1/basis_vectors  optional, m: the lab-frame (x, y, z) step of
 //       one pixel along each frame axis, (2, 3), (3, 2) (vectors as columns) or (N, 2, 3)
-//   /entry_1/instrument_1/detector_1/mask  optional, (Qx, Qy), 0 = good pixel
+//   /entry_1/instrument_1/detector_1/mask  optional, (Qx, Qy) integers, 0 = good pixel: the
+//       others are handed to the host (read_detector_mask), which leaves them out of the loss
 //
 // The distance and pixel size are reported in metres (tycho_dataset_info::detector_distance_m,
 // detector_pixel_m): the host turns them into Å⁻¹ with the run's wavelength, which depends on
@@ -169,9 +170,10 @@ std::optional<double> read_value(const source_data& s, const std::string& path,
   return mean * f;
 }
 
-// The mask, if the file has one: refused when it marks any pixel bad, since the runtime cannot
-// leave pixels out of the loss yet.
-void check_mask(const source_data& s) {
+// The detector's mask, if the file has one (CXI 1.6: an integer per pixel, 0 = good, any bit
+// set = a pixel not to use): handed to the host (read_detector_mask), which leaves those pixels
+// out of the loss. A mask of another shape or type is refused.
+void read_mask(source_data& s) {
   const std::string path = cat(k_detector, "/mask"), where = cat(s.file_name, ":", path);
   h5::h5_id obj = h5::open_object(s.file.get(), path);
   if (!obj) return;
@@ -182,14 +184,16 @@ void check_mask(const source_data& s) {
   h5::h5_id type = h5::is_dataset(obj.get()) ? h5::h5_id(H5Dget_type(obj.get())) : h5::h5_id();
   const bool integers = type && H5Tget_class(type.get()) == H5T_INTEGER;
   auto values = fits && integers ? h5::read_numbers(s.file.get(), path) : std::nullopt;
-  if (!values)
+  if (!values || int64_t(values->size()) != qx * qy)
     fail(TYCHO_ERR_BAD_DATA, "'", where, "' is ", h5::is_dataset(obj.get()) ? cat("a dataset of shape ", h5::shape_text(shape), " and type ", type ? h5::type_text(type.get()) : "unknown") : std::string("not a dataset"),
          ", expected the detector mask: integers of shape (", qx, ", ", qy, "), 0 = good pixel");
-  const auto bad = std::count_if(values->begin(), values->end(), [](double v) { return v != 0; });
-  if (bad > 0)
-    fail(TYCHO_ERR_UNSUPPORTED, "'", where, "' marks ", bad, " of ", values->size(),
-         " detector pixels bad (non-zero); tycho cannot leave detector pixels out of a reconstruction yet "
-         "(masking comes in a later version), so it refuses data with bad pixels rather than fit them");
+  std::vector<uint8_t> mask(values->size());
+  int64_t bad = 0;
+  for (std::size_t k = 0; k < values->size(); ++k) bad += mask[k] = (*values)[k] != 0;
+  sdk::log(TYCHO_LOG_INFO, "cxi",
+           cat("detector mask '", where, "': ", bad, " of ", values->size(), " pixels marked bad (non-zero)",
+               bad > 0 ? ", left out of the loss" : ""));
+  if (bad > 0) s.detector_mask = std::move(mask);
 }
 
 
@@ -392,7 +396,7 @@ void open_cxi(const tycho_config* cfg, source_data& s) {
   if (distance) s.info.detector_distance_m = *distance;
   for (int a = 0; a < 2; ++a)
     if (pixel[a]) s.info.detector_pixel_m[a] = *pixel[a];
-  check_mask(s);
+  read_mask(s);
   sdk::log(TYCHO_LOG_INFO, "cxi",
            cat("opened '", s.description, "': ", frames, " frames of ", s.layout.detector[0], " x ",
                s.layout.detector[1], " ", sdk::dtype_name(s.info.stored_dtype), ", positions from ", translations,

@@ -4,6 +4,7 @@
 
 #include <tycho/tycho_components.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@ struct source_data {
   tycho::h5::h5_id dataset;
   tycho::cxi::pattern_layout layout;
   std::vector<double> positions_A;  // (P, 2), Å; empty: a raster (read_positions unsupported)
+  std::vector<uint8_t> detector_mask;  // (Qx, Qy), 1 = bad (the file's mask); empty: none
   tycho_dataset_info info{};
 };
 

@@ -34,7 +34,7 @@ const tycho_setting k_arina_settings[] = {
                  "the scan's metadata file (group \"STEM Metadata\"); default: <name>.h5 beside the master, when present"),
     sdk::scan_shape_setting(),
     sdk::setting("apply_mask", TYCHO_SETTING_BOOL, "true",
-                 "mask the pixels the master's pixel_mask marks (non-zero): NaN, left out of the loss"),
+                 "mask the pixels the master's pixel_mask marks (non-zero): handed to the host as the detector's mask, left out of the loss"),
     sdk::setting("apply_flatfield", TYCHO_SETTING_BOOL, "true",
                  "multiply the counts by the master's flatfield factors unless the detector applied them "
                  "(flatfield_correction_applied = 1)"),
@@ -266,13 +266,14 @@ void open_arina(const sdk::config_view& config, arina_data& d) {
   const bool flat_applied = number_at(m, det + "/flatfield_correction_applied").value_or(0) != 0;
   const std::size_t pixels = std::size_t(d.rows * d.cols);
   std::vector<float> gain(pixels, 1.0f);
+  std::vector<uint8_t> masked_pixels(pixels, 0);
   bool scaled = false;
   int64_t masked = 0, bad_flat = 0;
   if (flat && apply_flatfield && !flat_applied) {
     for (std::size_t k = 0; k < pixels; ++k) {
       const double f = (*flat)[k];
       if (!std::isfinite(f) || f <= 0) {
-        gain[k] = std::numeric_limits<float>::quiet_NaN();
+        masked_pixels[k] = 1;
         ++bad_flat;
       } else {
         gain[k] = float(f);
@@ -289,14 +290,17 @@ void open_arina(const sdk::config_view& config, arina_data& d) {
   if (mask && apply_mask) {
     for (std::size_t k = 0; k < pixels; ++k)
       if ((*mask)[k] != 0) {
-        gain[k] = std::numeric_limits<float>::quiet_NaN();
+        masked_pixels[k] = 1;
         ++masked;
       }
     report.note(cat("pixel mask ", mask_at, ": ", masked, " of ", pixels, " pixels masked"));
   } else if (mask) {
     report.note("pixel mask not applied ([data] apply_mask = false)");
   }
-  if (scaled || masked > 0 || bad_flat > 0) d.gain = std::move(gain);
+  if (scaled) d.gain = std::move(gain);
+  // The masked pixels go to the host as the detector's mask (read_detector_mask), which leaves
+  // them out of the loss; their values are delivered as 0.
+  if (masked > 0 || bad_flat > 0) d.mask = std::move(masked_pixels);
 
   // The companion scan metadata.
   std::string metadata_path;
@@ -482,6 +486,11 @@ inline double element_at(const unsigned char* bytes, std::size_t k, int bits, bo
 template <class T>
 void arina_source::read_frames(int64_t first, int64_t count, T* dst) {
   const int64_t px = d_.rows * d_.cols;
+  // A stored value as delivered: 0 where masked, times the flat field's factor where scaled.
+  auto value_at = [&](int64_t k, double v) {
+    if (!d_.mask.empty() && d_.mask[std::size_t(k)]) return T(0);
+    return d_.gain.empty() ? T(v) : T(v * double(d_.gain[std::size_t(k)]));
+  };
   const int bits = d_.element.bits;
   const bool is_signed = d_.element.code == kDLInt;
   for (int64_t done = 0; done < count;) {
@@ -512,7 +521,7 @@ void arina_source::read_frames(int64_t first, int64_t count, T* dst) {
         const unsigned char* src = raw_.data() + std::size_t(f * px * bits / 8);
         for (int64_t k = 0; k < px; ++k) {
           const double v = element_at(src, std::size_t(k), bits, is_signed, false);
-          out[k] = d_.gain.empty() ? T(v) : T(v * double(d_.gain[std::size_t(k)]));
+          out[k] = value_at(k, v);
         }
       }
       done += n;
@@ -522,7 +531,7 @@ void arina_source::read_frames(int64_t first, int64_t count, T* dst) {
     T* out = dst + done * px;
     for (int64_t k = 0; k < px; ++k) {
       const double v = element_at(src, std::size_t(k), bits, is_signed, d_.big_endian);
-      out[k] = d_.gain.empty() ? T(v) : T(v * double(d_.gain[std::size_t(k)]));
+      out[k] = value_at(k, v);
     }
     ++done;
   }

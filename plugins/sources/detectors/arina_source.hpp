@@ -5,8 +5,9 @@
 //
 // Chunks compressed with bitshuffle/LZ4 (HDF5 filter 32008) or LZ4 (32004) are decoded here
 // (chunk_codecs.hpp), any other storage through libhdf5's own pipeline. The master's pixel mask
-// makes those pixels NaN (masked by the host's bad-pixel path) and its flat field, when the
-// detector did not apply it, multiplies the counts.
+// (non-zero = bad) and the pixels whose flat-field factor is not finite and > 0 go to the host
+// as the detector's mask (read_detector_mask: masked by the host's bad-pixel path, their values
+// delivered as 0), and the flat field, when the detector did not apply it, multiplies the counts.
 #pragma once
 
 #include <tycho/sdk.hpp>
@@ -42,7 +43,8 @@ struct arina_data {
   int64_t frames = 0, rows = 0, cols = 0;
   DLDataType element{};    // the stored integers
   bool big_endian = false;
-  std::vector<float> gain;  // per pixel: 1, the flat field's factor, or NaN (masked); empty: all 1
+  std::vector<float> gain;      // per pixel: 1 or the flat field's factor; empty: all 1
+  std::vector<uint8_t> mask;    // per pixel: 1 = masked (pixel_mask, bad flat field); empty: none
   tycho_dataset_info info{};
   std::string report;       // what the open found, for the log
 };
@@ -56,8 +58,10 @@ class arina_source {
   const tycho_dataset_info& info() const { return d_.info; }
   void read(int64_t first, int64_t count, float* dst);
   void read_stored(int64_t first, int64_t count, void* dst);
-  // Stored counts only when nothing is masked or scaled (uint16 cannot say "masked").
+  // Stored counts only when nothing is scaled (a flat field's factor makes fractions); masked
+  // pixels are 0 either way, and the host masks them (detector_mask).
   bool delivers_stored() const { return d_.gain.empty(); }
+  const std::vector<uint8_t>& detector_mask() const { return d_.mask; }
 
  private:
   arina_source(const sdk::config_view& config, bool guarded);

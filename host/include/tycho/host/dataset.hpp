@@ -5,6 +5,7 @@
 
 #include <tycho/tycho_components.h>
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -14,14 +15,38 @@
 
 namespace tycho::host {
 
+// A detector pixel the data showed to be bad (bad_pixel_scan's detection): stored (row, column),
+// why, and the figures that decided it. `mean` and `max` are the pixel's over the scan (per
+// pattern, in the data's units), `neighbours_*` the reference its 3 x 3 neighbours give (the
+// second largest for "hot", the second smallest for "dead"), `score` the distance from the
+// detector's median in robust standard deviations (flagged above bad_pixel_threshold).
+struct found_bad_pixel {
+  int64_t row = 0, column = 0;
+  std::string reason;  // "dead", "hot", "hot_in_some_patterns"
+  double mean = 0, neighbours_mean = 0, max = 0, neighbours_max = 0, score = 0;
+};
+
 // What mask_bad_pixels found (over every rank's patterns), for the log and the manifest.
 struct bad_pixel_summary {
   std::optional<double> saturation_value;  // values >= it were saturated; none: not checked
   double max_masked_fraction = 0.5;        // [preprocess] max_masked_fraction as used
-  int64_t masked_pixels = 0;               // detector pixels masked in every pattern
+  int64_t masked_pixels = 0;               // detector pixels masked in every pattern (all causes)
   int64_t nonfinite_values = 0;            // NaN, ±inf values, over all patterns
   int64_t saturated_values = 0;            // values >= saturation_value, over all patterns
   int64_t patterns = 0;                    // patterns holding at least one bad value
+  int64_t value_pixels = 0;                // pixels masked for a non-finite or saturated value
+  // [preprocess] bad_pixels: (row, column) of the stored detector, as given.
+  std::vector<std::array<int64_t, 2>> given;
+  int64_t detector_mask_pixels = 0;        // marked bad by the source's detector mask
+  // [preprocess] detect_bad_pixels: whether the data were searched, how many pixels were
+  // compared (the detection needs enough of them), and the scales it measured; every pixel
+  // found, in stored (row, column) order.
+  bool detect = true;
+  int64_t compared_pixels = 0;
+  double threshold = 0;                    // in robust standard deviations
+  double scale_mean = 0, scale_dead = 0, scale_max = 0;  // the robust spreads (√ counts)
+  std::vector<found_bad_pixel> found;
+  std::string note;  // the search's outcome in words, for the log (also when nothing was found)
 };
 
 struct dataset {
@@ -39,6 +64,10 @@ struct dataset {
   // masked in every pattern (mask_bad_pixels). Empty: no pixel is masked.
   std::vector<uint8_t> detector_mask;
   bad_pixel_summary bad_pixels;
+  // The detector's own mask as the source delivered it (read_detector_mask, ABI 1.3): (Qx, Qy)
+  // in the stored frame (as read() delivers the patterns, before any shift), nonzero = a pixel
+  // the detector marks bad; empty when the source has none. Combined by mask_bad_pixels.
+  std::vector<uint8_t> source_mask;
   double total_intensity = 0;       // Σ over the patterns held of Σ_k D over valid pixels
   double mean_total_intensity = 0;  // mean over all patterns of Σ_k D (set by the caller when
                                     // the patterns held are a share)
@@ -61,6 +90,12 @@ struct dataset {
 std::vector<double> read_source_positions(const tycho_source_vtable* vt, tycho_source* src,
                                           const tycho_dataset_info& info,
                                           const std::string& description);
+
+// The source's read_detector_mask for `info`'s detector (checked as read_source_positions
+// checks the shape): (Qx, Qy) in the stored frame, 1 = bad; empty when the vtable lacks the
+// function, it answers TYCHO_ERR_UNSUPPORTED, or the mask marks no pixel.
+std::vector<uint8_t> read_source_detector_mask(const tycho_source_vtable* vt, tycho_source* src,
+                                               const tycho_dataset_info& info);
 
 // Opens `source` with the [data] table, reads the patterns of the block `part` of `parts`
 // (shard::of's blocks; 0 of 1: every pattern), refuses negative values (a wrong dark

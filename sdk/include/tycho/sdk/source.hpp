@@ -19,6 +19,9 @@
 //     // Optional: a data set that lists its positions: (P, 2) Å in scan order (empty: a raster,
 //     // whose read_positions answers TYCHO_ERR_UNSUPPORTED).
 //     const std::vector<double>& positions_A() const;
+//     // Optional: the detector's own mask, (Qx, Qy) in the frame read() delivers, nonzero = a
+//     // bad pixel (empty: the data set has none; read_detector_mask answers TYCHO_ERR_UNSUPPORTED).
+//     const std::vector<uint8_t>& detector_mask() const;
 //     // Optional: a type whose object is held around every call (open, info, read, close), e.g.
 //     // tycho::h5::h5_session (the HDF5 lock) for the sources that read HDF5.
 //     using call_scope = ...;
@@ -99,6 +102,17 @@ inline void check_read_request(const char* source, const std::string& descriptio
          " patterns of '", description, "'");
 }
 
+// Throws unless `dst` is a host uint8 (Qx, Qy) array, as read_detector_mask() takes.
+inline void check_detector_mask_request(const char* source, const std::string& description,
+                                        const int64_t detector[2], const DLTensor* dst) {
+  expect_tensor(dst, "detector mask", dtype_uint8, 2);
+  if (dst->device.device_type != kDLCPU && dst->device.device_type != kDLCUDAHost)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, source, " source: the detector mask array must be in host memory");
+  if (dst->shape[0] != detector[0] || dst->shape[1] != detector[1])
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "the detector mask array has shape ", shape_string(*dst), ", expected (",
+         detector[0], ", ", detector[1], ") for the detector of '", description, "'");
+}
+
 // Throws unless `dst` is a host float64 (scan[0]·scan[1], 2) array, as read_positions() takes.
 inline void check_positions_request(const char* source, const std::string& description,
                                     const int64_t scan[2], const DLTensor* dst) {
@@ -114,6 +128,7 @@ inline void check_positions_request(const char* source, const std::string& descr
 namespace detail {
 TYCHO_SDK_DETECT(source_has_positions, std::declval<const T&>().positions_A());
 TYCHO_SDK_DETECT(source_has_scope, typename T::call_scope{});
+TYCHO_SDK_DETECT(source_has_detector_mask, std::declval<const T&>().detector_mask());
 TYCHO_SDK_DETECT(source_has_read_stored, std::declval<T&>().read_stored(int64_t{}, int64_t{}, static_cast<void*>(nullptr)));
 TYCHO_SDK_DETECT(source_has_delivers_stored, bool(std::declval<const T&>().delivers_stored()));
 struct no_scope {};
@@ -198,6 +213,20 @@ struct source_adapter {
       std::memcpy(data_of<double>(*dst), positions.data(), positions.size() * sizeof(double));
     });
   }
+  static tycho_status read_detector_mask(tycho_source* src, DLTensor* dst) {
+    return guarded([&] {
+      const S& s = self(src, "read_detector_mask");
+      const tycho_dataset_info& i = s.info();
+      const std::string description = i.description != nullptr ? i.description : id.name;
+      const std::vector<uint8_t>& mask = s.detector_mask();
+      if (mask.empty()) fail(TYCHO_ERR_UNSUPPORTED, "'", description, "' has no detector mask");
+      check_detector_mask_request(id.name, description, i.detector_shape, dst);
+      if (int64_t(mask.size()) != element_count(*dst))
+        fail(TYCHO_ERR_INTERNAL, id.who(), ": holds a mask of ", mask.size(), " pixels for a detector of ",
+             element_count(*dst));
+      std::memcpy(data_of<uint8_t>(*dst), mask.data(), mask.size());
+    });
+  }
   static void close(tycho_source* src) {
     if (src == nullptr) return;
     (void)guarded([&] {
@@ -213,6 +242,7 @@ struct source_adapter {
     vt.read = &read;
     vt.close = &close;
     if constexpr (detail::source_has_positions<S>::value) vt.read_positions = &read_positions;
+    if constexpr (detail::source_has_detector_mask<S>::value) vt.read_detector_mask = &read_detector_mask;
     return vt;
   }
   static inline const tycho_source_vtable vtable = make_vtable();
