@@ -112,7 +112,7 @@ void run_source(const std::string& path) {
   }
   if (vt->struct_size >= offsetof(tycho_source_vtable, read_detector_mask) + sizeof(void*) &&
       vt->read_detector_mask != nullptr && pixels <= k_most_read_bytes) {
-    std::vector<uint8_t> mask(std::size_t(pixels));
+    std::vector<uint8_t> mask(static_cast<std::size_t>(pixels));
     int64_t shape[2] = {info.detector_shape[0], info.detector_shape[1]};
     DLTensor t{};
     t.data = mask.data();
