@@ -120,6 +120,18 @@ TEST(StoppingRule, AStageScheduledLaterKeepsItGoing) {
   EXPECT_FALSE(stopping_state_of(before, s).stop);
 }
 
+TEST(StoppingRule, AStageStillMovingHoldsTheVerdictButNotTheCap) {
+  const auto h = decaying(200, 1.0, 0.0, 1.0, 1e-4);
+  stopping_settings s = settings(20, 150);
+  s.held = true;
+  EXPECT_FALSE(stopping_state_of(std::span(h.data(), 149), s).stop);
+  const stopping_state capped = stopping_state_of(std::span(h.data(), 150), s);
+  EXPECT_TRUE(capped.stop);
+  EXPECT_EQ(capped.reason, "max_iterations");
+  s.held = false;  // released: judged again from `earliest`
+  EXPECT_EQ(stopping_state_of(h, s).plateau, 20);
+}
+
 TEST(StoppingRule, TheCapEndsARunStillFalling) {
   const auto h = decaying(300, 1.0, 0.5, 100.0, 1e-5);
   const stopping_state st = stopping_state_of(std::span(h.data(), 150), settings(20, 150));

@@ -7,6 +7,7 @@
 // bad values by name.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -27,8 +28,9 @@ using tycho::test::error_line;
 using tycho::test::load_result;
 using tycho::test::run_command;
 
-// The MoS2 example with constant learning rates and a window of 5: the rule ends it after a few
-// tens of iterations (27 here), which keeps these runs short.
+// The MoS2 example with constant learning rates and a window of 5, the scan map not refined (its
+// wait has a test of its own): the rule ends it after a few tens of iterations (27 here), which
+// keeps these runs short.
 class StoppingRuleRuns : public ::testing::Test {
  protected:
   command_result reconstruct(const std::vector<std::string>& extra) {
@@ -45,6 +47,8 @@ class StoppingRuleRuns : public ::testing::Test {
                                      "reconstruct.probe.schedule=\"constant\"",
                                      "--set",
                                      "output.previews=false"};
+    if (std::find(extra.begin(), extra.end(), "reconstruct.positions.refine_scan_map=true") == extra.end())
+      argv.insert(argv.end(), {"--set", "reconstruct.positions.refine_scan_map=false"});
     argv.insert(argv.end(), extra.begin(), extra.end());
     return run_command(argv);
   }
@@ -165,7 +169,8 @@ TEST_F(StoppingRuleRuns, EveryRankStopsAtTheSameIteration) {
   auto cfg = tycho::config_document::load_file(tycho::test::source_dir() + "/examples/mos2.toml");
   for (const char* set :
        {"reconstruct.iterations=\"auto\"", "reconstruct.stop_window=5", "reconstruct.object.schedule=\"constant\"",
-        "reconstruct.probe.schedule=\"constant\"", "reconstruct.threads=1", "output.previews=false"})
+        "reconstruct.probe.schedule=\"constant\"", "reconstruct.threads=1", "output.previews=false",
+        "reconstruct.positions.refine_scan_map=false"})
     cfg.set_from_text(set);
   std::vector<DLDevice> cpus(2, DLDevice{kDLCPU, 0});
   std::mutex m;
@@ -184,6 +189,39 @@ TEST_F(StoppingRuleRuns, EveryRankStopsAtTheSameIteration) {
   EXPECT_LT(done[0], 100);
   EXPECT_EQ(reasons[0], "converged");
   EXPECT_EQ(reasons[1], "converged");
+}
+
+// The scan map's refinement is a stage that runs until it converges: the rule waits for it, then
+// judges the windows ending from its last step on; without the wait the same history would have
+// ended the run before the map had settled.
+TEST_F(StoppingRuleRuns, TheRuleWaitsForTheScanMapsRefinement) {
+  const std::string a = tmp_ / "map.zip";
+  auto r = reconstruct({"--set", "reconstruct.positions.refine_scan_map=true", "-o", a});
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  const auto m = manifest(a);
+  const auto& s = m.at("history").at("stopping");
+  const int64_t n = m.at("history").at("iterations");
+  ASSERT_TRUE(m.contains("scan_map_refined"));
+  ASSERT_EQ(m.at("scan_map_refined").at("converged"), true);
+  const auto state = m.at("scan_map_refined").at("state").get<std::vector<double>>();
+  const int64_t c = int64_t(state.at(49));  // the iteration its refinement converged at
+  EXPECT_EQ(s.at("reason"), "converged");
+  EXPECT_GE(n, c);
+  EXPECT_EQ(s.at("earliest"), c);
+  EXPECT_EQ(s.at("waits_for"), "the scan map's refinement, converged at iteration " + std::to_string(c));
+  EXPECT_NE(r.err.find("the scan map's refinement converged at iteration " + std::to_string(c)), std::string::npos)
+      << r.err;
+  // The verdict the saved history gives with the manifest's settings: the same iteration.
+  EXPECT_EQ(verdict(a).plateau, n);
+  // Judged from the map's own schedule alone (its first step at 10, two steps in a window of 5:
+  // from iteration 19), the loss had stopped falling before the map converged.
+  tycho::host::stopping_settings early;
+  early.window = 5;
+  early.max_iterations = 1000;
+  early.earliest = 19;
+  early.counting_noise = s.at("counting_noise");
+  const auto h = losses(a);
+  EXPECT_LT(tycho::host::stopping_state_of(h, early).plateau, c);
 }
 
 TEST_F(StoppingRuleRuns, NewKeysRefuseBadValuesByName) {

@@ -185,6 +185,7 @@ scan_refinement_move scan_refinement::step(int64_t iteration, const double* grad
   const double gn = norm(g);
   if (!(gn > 0)) {
     converged_ = true;
+    converged_at_ = iteration;
     report_ = cat("iteration ", iteration, ": no slope along the free parameters: the map is kept");
     return move;
   }
@@ -246,7 +247,10 @@ scan_refinement_move scan_refinement::step(int64_t iteration, const double* grad
   have_previous_ = true;
   ++steps_;
   small_steps_ = norm(du) < o_.tolerance_A ? small_steps_ + 1 : 0;
-  if (small_steps_ >= 2) converged_ = true;
+  if (small_steps_ >= 2) {
+    converged_ = true;
+    converged_at_ = iteration;
+  }
   const auto q = p_;
   report_ = cat("iteration ", iteration, ": scan map rotation ", q.rotation_rad * 180 / 3.14159265358979323846,
                 "°, step scales ", q.scale0, ", ", q.scale1, ", shear ", q.shear,
@@ -264,7 +268,7 @@ std::vector<double> scan_refinement::state() const {
   v.insert(v.end(), previous_step_.begin(), previous_step_.end());
   for (const vec& row : inverse_hessian_) v.insert(v.end(), row.begin(), row.end());
   v.insert(v.end(), {have_previous_ ? 1.0 : 0.0, have_curvature_ ? 1.0 : 0.0, double(steps_), double(small_steps_),
-                     converged_ ? 1.0 : 0.0});
+                     converged_ ? 1.0 : 0.0, double(converged_at_)});
   return v;
 }
 
@@ -278,11 +282,11 @@ void scan_refinement::restore(const std::vector<double>& v, const std::string& o
   scan_map m;
   m.L = {{{v[0], v[1]}, {v[2], v[3]}}};
   scan_map::parameters q{v[4], v[5], v[6], v[7]};
-  const double counters[2] = {v[46], v[47]};
+  const double counters[3] = {v[46], v[47], v[49]};
   auto is_flag = [](double x) { return x == 0.0 || x == 1.0; };
   if (!(m.det() > 0) || !(q.scale0 > 0) || !(q.scale1 > 0) || !is_flag(v[44]) || !is_flag(v[45]) ||
-      !is_flag(v[48]) || counters[0] < 0 || counters[1] < 0 || counters[0] > 1e12 || counters[1] > 1e12 ||
-      counters[0] != std::floor(counters[0]) || counters[1] != std::floor(counters[1]))
+      !is_flag(v[48]) || !std::all_of(std::begin(counters), std::end(counters), [](double c) { return c >= 0 && c <= 1e12 && c == std::floor(c); }) ||
+      (v[48] != 0) != (v[49] > 0))
     fail(TYCHO_ERR_BAD_DATA, origin, ": the scan map's refinement state is not one a run writes (a map with ",
          "determinant ", m.det(), ", step scales ", q.scale0, ", ", q.scale1, ")");
   map_ = m;
@@ -298,6 +302,7 @@ void scan_refinement::restore(const std::vector<double>& v, const std::string& o
   steps_ = int64_t(v[k++]);
   small_steps_ = int64_t(v[k++]);
   converged_ = v[k++] != 0;
+  converged_at_ = int64_t(v[k++]);
 }
 
 void scan_refinement::remove_affine_part(double* steps, const rank_sum& sum) const {

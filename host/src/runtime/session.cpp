@@ -955,6 +955,7 @@ struct session::state {
   static void prepare_stopping(state& s, start& st);
   // After each iteration of an "auto" run: where the rule stands.
   void advance_rule();
+  void sync_rule_with_scan_map();
   std::string stopping_json() const;
   static scan_refinement make_scan_refinement(state& s, const scan_refinement_options& o);
   static std::string probe_fit_json(const state& s);
@@ -1569,6 +1570,7 @@ void session::state::prepare_stopping(state& s, start& st) {
     }
     r.counting_noise = held > 0 ? std::sqrt(weighted / held / double(s.data.all_patterns)) : 0.0;
   }
+  s.sync_rule_with_scan_map();
   s.rule = stopping_state_of(s.loss_history, r);
   if (s.par->is_root())
     log_info("stopping",
@@ -1581,10 +1583,31 @@ void session::state::prepare_stopping(state& s, start& st) {
                  "; not before iteration ", r.earliest,
                  s.rule_waits_for.empty() ? std::string()
                                           : cat(" (", s.rule_waits_for, ", then ", r.window, " iterations)"),
+                 s.refine_scan_map ? "; not before the scan map's refinement has converged" : "",
                  "; at most ", r.max_iterations, " iterations"));
 }
 
-void session::state::advance_rule() { rule = stopping_state_of(loss_history, rule_settings); }
+// The scan map's refinement is a stage that runs until it converges (core/scan_refinement.hpp):
+// on the data of the validation matrix the loss had stopped falling by iteration 35 while the map
+// still moved (an MoSe2 scan's step ratio 1.009 -> 1.023 by iteration 95; Pearson 0.80 at the
+// plateau, 0.88 after). The rule waits for it and judges the windows ending from its last step on.
+void session::state::sync_rule_with_scan_map() {
+  const scan_refinement* r = refine_scan_map && drv ? drv->scan_refinement_state() : nullptr;
+  if (r == nullptr) return;
+  rule_settings.held = !r->converged();
+  if (r->converged() && r->converged_at() > rule_settings.earliest) {
+    rule_settings.earliest = r->converged_at();
+    rule_waits_for = cat("the scan map's refinement, converged at iteration ", r->converged_at());
+    if (par->is_root())
+      log_info("stopping", cat("the scan map's refinement converged at iteration ", r->converged_at(),
+                               ": the rule judges the loss from there"));
+  }
+}
+
+void session::state::advance_rule() {
+  sync_rule_with_scan_map();
+  rule = stopping_state_of(loss_history, rule_settings);
+}
 
 // history.stopping in the manifest (docs/file-format.md).
 std::string session::state::stopping_json() const {

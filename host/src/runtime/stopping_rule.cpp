@@ -38,7 +38,7 @@ stopping_state stopping_state_of(std::span<const double> history, const stopping
   const int64_t n = int64_t(history.size());
   // Judged at every iteration from the earliest on (not only the last): the verdict after k
   // iterations depends on those k losses alone.
-  for (int64_t k = std::max(s.window, s.earliest); k <= std::min(n, s.max_iterations); ++k) {
+  for (int64_t k = std::max(s.window, s.earliest); !s.held && k <= std::min(n, s.max_iterations); ++k) {
     st.last = fit_loss_trend(history, k, s.window, s.counting_noise);
     if (st.last.flat()) {
       st.plateau = k;

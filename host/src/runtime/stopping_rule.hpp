@@ -11,7 +11,9 @@
 //   degrees of freedom);
 //   the run ends at the first k with F_k < σ_k ("converged"), or at max_iterations.
 // `earliest` keeps a stage the run has scheduled for later from being judged before it has had
-// a window of its own (the session sets it: the last stage's start + W − 1).
+// a window of its own (the session sets it: the last stage's start + W − 1); `held` keeps a stage
+// that is still moving from being cut short (the scan map's refinement until it has converged: the
+// session then raises `earliest` to the iteration it converged at).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,7 @@ struct stopping_settings {
   int64_t max_iterations = 1000;  // the cap
   int64_t earliest = 0;           // not before this iteration (a stage scheduled later, plus W − 1)
   double counting_noise = 0;      // σ_c (0: unknown, the data are not counts)
+  bool held = false;              // a stage is still moving: no verdict but the cap
 };
 
 // The least-squares line through the W losses ending at iteration k (1-based; k ≥ W).

@@ -101,14 +101,16 @@ class scan_refinement {
   scan_map::parameters parameters() const { return map_.decompose(); }
   double C10_A() const { return C10_; }
   bool converged() const { return converged_; }
+  // The iteration whose step ended the refinement (0: it has not converged).
+  int64_t converged_at() const { return converged_at_; }
   int64_t steps_taken() const { return steps_; }
   // One line per step, for the log: iteration, parameters, step length.
   const std::string& last_report() const { return report_; }
 
-  // The refinement's whole state (the map, its parameters, C10, the BFGS memory and the step
-  // counters) as state_size numbers, for a result file: a run resumed from it (restore) takes the
+  // The refinement's whole state (the map, its parameters, C10, the BFGS memory, the step
+  // counters and the iteration it converged at) as state_size numbers, for a result file: a run resumed from it (restore) takes the
   // same steps, bit for bit, as the run that was not interrupted.
-  static constexpr std::size_t state_size = 49;
+  static constexpr std::size_t state_size = 50;
   std::vector<double> state() const;
   // Refuses (TYCHO_ERR_BAD_DATA, naming `origin`) a list of another length, a non-finite value, a
   // map without a positive determinant or scales that are not positive, negative counters.
@@ -133,6 +135,7 @@ class scan_refinement {
   bool have_curvature_ = false;
   int64_t steps_ = 0, small_steps_ = 0;
   bool converged_ = false;
+  int64_t converged_at_ = 0;
   std::string report_;
 };
 
