@@ -70,24 +70,25 @@ TEST(MemoryPlan, CpuTermsByHand) {
   EXPECT_EQ(plan.term("positions").bytes, 12u * 16);                   // 192
   EXPECT_EQ(plan.term("gradients").bytes, (600u + 48) * 8);            // 5184
   EXPECT_EQ(plan.term("optimizer state").bytes, (2u * 600 + 2 * 48) * 8);  // 10368
-  // Per thread: 6 FFT buffers, intensity + dL/dI, the object-gradient copy, the probe-spectrum
-  // accumulator, the two ramps: 2304 + 384 + 4800 + 384 + 112 = 7984.
-  EXPECT_EQ(plan.term("transients").bytes, 3u * 7984);                 // 23952
+  // Per thread: 7 FFT buffers (4, the shift groups' A, B and A'), intensity + dL/dI, the
+  // object-gradient copy, the probe-spectrum accumulator, the two ramps: 2688 + 384 + 4800 + 384
+  // + 112 = 8368.
+  EXPECT_EQ(plan.term("transients").bytes, 3u * 8368);                 // 25104
   EXPECT_EQ(plan.term("FFT workspace").bytes, 2u * 48 * 8);            // 768
-  EXPECT_EQ(plan.total, 47952u);
+  EXPECT_EQ(plan.total, 49104u);
   EXPECT_EQ(plan.largest_term, "transients");
   EXPECT_FALSE(plan.fits);  // capacity unknown: nothing compared
-  EXPECT_EQ(tycho::memory_total(small_cpu()), 47952u);
+  EXPECT_EQ(tycho::memory_total(small_cpu()), 49104u);
   // The batch does not change the cpu engine's memory (its scratch is per thread).
   memory_problem q = small_cpu();
   q.batch_size = 5000;
-  EXPECT_EQ(tycho::memory_total(q), 47952u);
-  // One slice, 3 modes (cpu_engine.cpp's thread_scratch): 4 buffers, the shift groups' A and B per
-  // mode (6), each mode's shifted probe and far field (6): 16 · 384 = 6144; intensity + dL/dI 384,
-  // the object-gradient copy 4800, the probe-spectrum accumulator 3 · 384, the ramps 112.
+  EXPECT_EQ(tycho::memory_total(q), 49104u);
+  // One slice, 3 modes (cpu_engine.cpp's thread_scratch): 4 buffers, the shift groups' A, B and A'
+  // per mode (9), each mode's shifted probe and far field (6): 19 · 384 = 7296; intensity + dL/dI
+  // 384, the object-gradient copy 4800, the probe-spectrum accumulator 3 · 384, the ramps 112.
   memory_problem modes = small_cpu();
   modes.probe_modes = 3;
-  EXPECT_EQ(plan_memory(modes, 0).term("transients").bytes, 3u * (6144 + 384 + 4800 + 1152 + 112));
+  EXPECT_EQ(plan_memory(modes, 0).term("transients").bytes, 3u * (7296 + 384 + 4800 + 1152 + 112));
   // 2 slices, 2 modes: no shift groups (one slice only); 4 buffers and K·(S+1) = 6 waves: 10 · 384;
   // the object-gradient copy of both slices.
   memory_problem slices = small_cpu();
@@ -150,8 +151,8 @@ TEST(MemoryPlan, CpuCountsReadAsSuchTakeTwoBytesPerPixel) {
 }
 
 TEST(MemoryPlan, FitsAtExactlyTheCapacity) {
-  EXPECT_TRUE(plan_memory(small_cpu(), 47952).fits);
-  memory_plan over = plan_memory(small_cpu(), 47951);
+  EXPECT_TRUE(plan_memory(small_cpu(), 49104).fits);
+  memory_plan over = plan_memory(small_cpu(), 49103);
   EXPECT_FALSE(over.fits);
   EXPECT_FALSE(over.remedies.empty());
 }
@@ -209,9 +210,9 @@ TEST(MemoryPlan, RemediesInOrder) {
 }
 
 TEST(MemoryPlan, CpuRemediesNameThreads) {
-  // 40000 B: the replicated part (24000 + 3 threads · 7984) cannot shrink with more devices
-  // (12 devices still need 45840); 2 threads fit (39968); binning by 2 fits (28008).
-  memory_plan plan = plan_memory(small_cpu(), 40000);
+  // 41000 B: the replicated part (24000 + 3 threads · 8368) cannot shrink with more devices
+  // (12 devices still need 46992); 2 threads fit (40736); binning by 2 fits.
+  memory_plan plan = plan_memory(small_cpu(), 41000);
   ASSERT_FALSE(plan.fits);
   EXPECT_EQ(plan.largest_term, "transients");
   EXPECT_EQ(plan.devices_to_fit, 0);

@@ -264,7 +264,8 @@ TEST(MultisliceEngine, ZeroThicknessSlicesEqualTheirProduct) {
   const int64_t hw = p.h * p.w;
   for (int64_t k = 0; k < hw; ++k) q.object[std::size_t(k)] = p.object[std::size_t(k)] * p.object[std::size_t(hw + k)];
   std::copy(p.targets.begin(), p.targets.end(), q.targets.begin());  // the same data
-  engine_under_test a(p, "float64", false), b(q, "float64", false);
+  // The one slice's grouped shifts at the exact offsets (no grid), as the two slices' per position.
+  engine_under_test a(p, "float64", false), b(q, "float64", false, true, "shift_group_grid_px = 0\n");
   ASSERT_TRUE(a.ok() && b.ok()) << tycho::last_error();
   const auto idx = all_patterns(p);
   const double la = a.batch(idx), lb = b.batch(idx);

@@ -375,17 +375,22 @@ class cpu_engine_run : public tycho::test::engine_under_test {
  public:
   // loss_far_field false: the loss without its fused path (tycho_loss_vtable::evaluate_far_field).
   // deterministic false: float sums ([reconstruct] deterministic).
+  // The grouped shifts at the exact offsets (shift_group_grid_px = 0) unless `grid` says otherwise:
+  // these tests compare the two shift paths' arithmetic.
   cpu_engine_run(const small_problem& p, const std::string& precision, int threads = 2, bool shift_groups = true,
-                 bool loss_far_field = true, bool deterministic = true)
+                 bool loss_far_field = true, bool deterministic = true, bool position_gradient = false,
+                 const std::string& grid = "0")
       : tycho::test::engine_under_test("cpu",
                                        "precision = \"" + precision + "\"\nthreads = " + std::to_string(threads) +
                                            "\nshift_groups = " + (shift_groups ? "true" : "false") +
-                                           "\ndeterministic = " + (deterministic ? "true" : "false") + "\n",
-                                       setup_of(p), "amplitude", loss_far_field) {}
+                                           "\ndeterministic = " + (deterministic ? "true" : "false") +
+                                           "\nshift_group_grid_px = " + grid + "\n",
+                                       setup_of(p, position_gradient), "amplitude", loss_far_field) {}
 
  private:
-  static tycho_engine_setup setup_of(const small_problem& p) {
+  static tycho_engine_setup setup_of(const small_problem& p, bool position_gradient) {
     tycho_engine_setup s{};
+    s.position_gradient = position_gradient ? 1 : 0;
     s.targets = &p.targets_t;
     s.target_scale = 1.0 / (50.0 * double(p.n0 * p.n1));
     s.positions_px = &p.positions_t;
@@ -525,6 +530,72 @@ TEST(PrecisionEngine, ShiftGroupsFloat32MatchesFloat64Reference) {
   EXPECT_NEAR(l32, l64, 1e-5 * l64);
   for (auto id : {TYCHO_TENSOR_OBJECT_GRAD, TYCHO_TENSOR_PROBE_GRAD})
     EXPECT_LT(relative_spread(f32.values(id), f64.values(id)), 1e-4) << "gradient " << int(id);
+}
+
+// The grouped path's position gradient (Parseval along axis 0 alone, cpu_engine.cpp
+// group_position_gradient) equals the per-position path's, with the loss and the other gradients:
+// on the raster (groups of 10) with one probe mode and three, float64 to 1e-12, float32 to its
+// rounding. With positions whose offsets repeat no row offset (each its own group) the engine
+// takes the per-position path for the batch (1.5 G ≥ count): the same values.
+TEST(PrecisionEngine, GroupedPositionGradientMatchesPerPosition) {
+  for (int64_t modes : {1, 3})
+    for (bool raster : {true, false})
+      for (const char* precision : {"float64", "float32"}) {
+        SCOPED_TRACE(testing::Message() << precision << (raster ? " raster" : " random") << " modes " << modes);
+        small_problem p(raster, modes);
+        std::vector<int64_t> idx(std::size_t(p.patterns));
+        std::iota(idx.begin(), idx.end(), 0);
+        const double tol = std::string(precision) == "float64" ? 1e-12 : 2e-6;
+        cpu_engine_run grouped(p, precision, 2, true, true, false, true),
+            reference(p, precision, 2, false, true, false, true);
+        ASSERT_TRUE(grouped.ok() && reference.ok()) << tycho::last_error();
+        const double lg = grouped.batch(idx), lr = reference.batch(idx);
+        EXPECT_NEAR(lg, lr, tol * lr);
+        for (auto id : {TYCHO_TENSOR_OBJECT_GRAD, TYCHO_TENSOR_PROBE_GRAD})
+          EXPECT_LT(relative_spread(grouped.values(id), reference.values(id)), 4 * tol) << "gradient " << int(id);
+        const auto dg = grouped.real_values(TYCHO_TENSOR_POSITIONS_GRAD),
+                   dr = reference.real_values(TYCHO_TENSOR_POSITIONS_GRAD);
+        EXPECT_LT(relative_spread(dg, dr), 4 * tol) << "position gradient";
+        double size = 0;  // not a vanishing gradient
+        for (const auto& v : dr) size += std::norm(v);
+        EXPECT_GT(size, 0);
+      }
+}
+
+// The grid of the grouped offsets (shift_group_grid_px, 1/64 px by default): the grouped path
+// computes exactly what the per-position path computes with each position's axis-0 offset rounded
+// to the grid (float64 to 1e-12), on positions whose offsets repeat nothing, with the position
+// gradient and without; so its whole effect is a position at most half a grid step away.
+TEST(PrecisionEngine, ShiftGroupGridIsThePositionOnTheGrid) {
+  for (bool gradient : {false, true}) {
+    SCOPED_TRACE(gradient ? "with the position gradient" : "without");
+    small_problem p(false), rounded(false);
+    const double grid = 1.0 / 4;  // coarse: the 20 random offsets fall in 4 groups (1.5 G < count)
+    for (int64_t j = 0; j < p.patterns; ++j) {
+      const double t0 = rounded.positions[std::size_t(2 * j)] - double(p.n0 / 2);
+      const double corner = std::floor(t0);
+      rounded.positions[std::size_t(2 * j)] =
+          corner + std::nearbyint((t0 - corner) / grid) * grid + double(p.n0 / 2);
+      EXPECT_LE(std::abs(rounded.positions[std::size_t(2 * j)] - p.positions[std::size_t(2 * j)]), grid / 2);
+    }
+    std::vector<int64_t> idx(std::size_t(p.patterns));
+    std::iota(idx.begin(), idx.end(), 0);
+    cpu_engine_run grouped(p, "float64", 2, true, true, false, gradient, "0.25"),
+        reference(rounded, "float64", 2, false, true, false, gradient), exact(p, "float64", 2, false, true, false, gradient);
+    ASSERT_TRUE(grouped.ok() && reference.ok() && exact.ok()) << tycho::last_error();
+    const double lg = grouped.batch(idx), lr = reference.batch(idx), le = exact.batch(idx);
+    EXPECT_NEAR(lg, lr, 1e-12 * lr);
+    EXPECT_GT(std::abs(lg - le), 1e-9 * le);  // the grid moved the model: this test can tell
+    std::vector<tycho_tensor_id> ids = {TYCHO_TENSOR_OBJECT_GRAD, TYCHO_TENSOR_PROBE_GRAD};
+    if (gradient) ids.push_back(TYCHO_TENSOR_POSITIONS_GRAD);
+    for (auto id : ids) {
+      const bool real = id == TYCHO_TENSOR_POSITIONS_GRAD;
+      EXPECT_LT(relative_spread(real ? grouped.real_values(id) : grouped.values(id),
+                                real ? reference.real_values(id) : reference.values(id)),
+                4e-12)
+          << int(id);
+    }
+  }
 }
 
 // The float64 gradient against central differences of the float64 loss along a random

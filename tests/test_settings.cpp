@@ -89,10 +89,10 @@ TEST(Settings, PluginsKeysPrintsTypesDefaultsAndDocs) {
   auto cpu = run_command({tycho::test::tycho_exe(), "plugins", "--keys", "cpu"});
   ASSERT_TRUE(cpu.exited_with(0)) << cpu.describe();
   EXPECT_NE(cpu.out.find("engine cpu "), std::string::npos) << cpu.out;
-  EXPECT_NE(cpu.out.find("  threads        integer; default 0; >= 0\n      OpenMP threads for a batch"),
+  EXPECT_NE(cpu.out.find("  threads              integer; default 0; >= 0\n      OpenMP threads for a batch"),
             std::string::npos)
       << cpu.out;
-  EXPECT_NE(cpu.out.find("  fft_planning   string; default \"measure\"; one of \"estimate\" or \"measure\"\n"),
+  EXPECT_NE(cpu.out.find("  fft_planning         string; default \"measure\"; one of \"estimate\" or \"measure\"\n"),
             std::string::npos)
       << cpu.out;
   auto third = run_command({tycho::test::tycho_exe(), "plugins", "--keys", "thirdparty_planned"}, k_env);

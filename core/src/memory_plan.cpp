@@ -189,14 +189,15 @@ std::vector<memory_term> memory_terms(const memory_problem& p) {
   }
   if (p.model == memory_model::cpu) {
     // Per thread (cpu_engine.cpp, thread_scratch): 4 FFT buffers, with one slice the shift
-    // groups' two per mode (2K: counted whether or not the grouped path runs, which needs
-    // shift_groups and no position correction; several slices never take it), with several slices
+    // groups' three per mode (A, B and the position gradient's A': 3K, counted whether or not the
+    // grouped path runs or moves positions; several slices never take it), with several slices
     // or modes also the wave entering each slice of each mode and each mode's far field
     // (K·(S+1)), intensity and dL/dI, a whole object-gradient copy (all slices), the
     // probe-spectrum accumulator (all modes), the two phase ramps.
-    // Deterministic sums: the accumulators are int64 (re, im) pairs, and the groups keep only A.
+    // Deterministic sums: the accumulators are int64 (re, im) pairs, and the groups keep only A
+    // (their iterations that move positions go per position).
     const uint64_t acc = p.deterministic ? 16 : c;
-    const uint64_t group_buffers = s == 1 ? mul(p.deterministic ? 1 : 2, k) : 0;
+    const uint64_t group_buffers = s == 1 ? mul(p.deterministic ? 1 : 3, k) : 0;
     const uint64_t buffers = add(add(4, group_buffers), s > 1 || k > 1 ? mul(k, s + 1) : 0);
     const uint64_t per_thread = add(add(mul(mul(buffers, c), m), mul(2 * real, m)),
                                     add(add(mul(obj, acc), mul(probe, acc)), mul(add(n0, n1), c)));

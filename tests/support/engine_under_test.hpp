@@ -91,6 +91,17 @@ class engine_under_test {
     EXPECT_EQ(evt_->finish_batch(eng_, flags, &again, &loss, nullptr), TYCHO_OK) << tycho::last_error();
     return again;
   }
+  // A float64 tensor's values (the positions, their gradient) as complex numbers with no imaginary
+  // part, to compare as the complex ones are.
+  std::vector<std::complex<double>> real_values(tycho_tensor_id id) {
+    DLTensor t = tensor(id);
+    int64_t n = 1;
+    for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
+    EXPECT_EQ(t.dtype.code, kDLFloat);
+    EXPECT_EQ(t.dtype.bits, 64);
+    const auto* d = static_cast<const double*>(t.data);
+    return std::vector<std::complex<double>>(d, d + n);
+  }
   // A complex tensor's values in double precision, whatever the engine's.
   std::vector<std::complex<double>> values(tycho_tensor_id id) {
     DLTensor t = tensor(id);

@@ -24,6 +24,11 @@ struct cpu_engine<Real>::thread_scratch {
   std::vector<fft_buffer<Real>> slice_waves, far_fields;
   // The current group's A and B (cpu_engine.hpp), one of each per probe mode.
   std::vector<fft_buffer<Real>> group_probe, group_grad;
+  // With a position gradient: A'_k = F0⁻¹[f0 · r0 · F[P_k]/M], the group's probe differentiated
+  // along axis 0 (still in Fourier space along axis 1), and the ramp f0 · r0 it is made with.
+  std::vector<fft_buffer<Real>> group_probe_d0;
+  std::vector<complex> ramp0_d0;
+  std::vector<complex> column_sums;  // group_position_gradient's (2, N1)
   double group_delta0 = 0;
   std::vector<Real> intensity, dloss;
   std::vector<float> measured;  // one pattern of integer counts, widened (exactly) for the loss
@@ -153,9 +158,16 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
   // With a position gradient the groups are allowed too: the host turns the gradient off on the
   // iterations that do not move positions (set_position_gradient), and those take them.
   shift_groups_allowed_ = options.shift_groups && slices_ == 1;
-  shift_groups_ = shift_groups_allowed_ && !position_gradient_;
+  // The grouped path computes the position gradient too (float sums: the deterministic ones keep
+  // the per-position path on the iterations that move positions, whose choice would otherwise
+  // depend on how the ranks cut the batch).
+  gradient_groups_ = shift_groups_allowed_ && position_gradient_ && !options.deterministic;
+  shift_groups_ = shift_groups_allowed_ && (!position_gradient_ || gradient_groups_);
   // Which path runs, and why not the grouped one where it was asked for: the two differ in speed.
-  const char* path = shift_groups_allowed_ && position_gradient_
+  const char* path = gradient_groups_
+                         ? "grouped sub-pixel shifts, with the position gradient where a batch's positions share "
+                           "row offsets (else per position)"
+                     : shift_groups_allowed_ && position_gradient_
                          ? "grouped sub-pixel shifts, per-position ones on the iterations that move positions"
                      : shift_groups_allowed_ ? "grouped sub-pixel shifts"
                      : !options.shift_groups ? "per-position shifts (shift_groups = false)"
@@ -170,6 +182,7 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
   }
   const int64_t m = n0_ * n1_;
   deterministic_ = options.deterministic;
+  group_grid_ = options.shift_group_grid_px;
   host_finishes_ = options.host_finishes;
   batch_size_ = std::max<int64_t>(1, options.batch_size);
   scan_patterns_ = options.scan_positions != nullptr ? options.scan_patterns : patterns_;
@@ -184,6 +197,7 @@ cpu_engine<Real>::cpu_engine(const tycho_engine_setup& setup, const engine_optio
       for (int64_t k = 0; k < modes_; ++k) {
         s->group_probe.push_back(make_fft_buffer<Real>(m));
         if (!deterministic_) s->group_grad.push_back(make_fft_buffer<Real>(m));
+        if (gradient_groups_) s->group_probe_d0.push_back(make_fft_buffer<Real>(m));
       }
     }
     s->fused_loss = loss_has_far_field;
@@ -275,8 +289,17 @@ void cpu_engine<Real>::find_classes(const engine_options& options) {
 template <class Real>
 double cpu_engine<Real>::row_offset(double centre0) const {
   const double t0 = centre0 - double(n0_ / 2);
-  double delta0 = t0 - std::floor(t0);
-  if (shift_groups_ && sizeof(Real) == 4) delta0 = std::nearbyint(delta0 * 268435456.0) / 268435456.0;  // item()
+  const double delta0 = grouped_offset(t0 - std::floor(t0));
+  return delta0 >= 1 ? 0.0 : delta0;  // item() carries a whole pixel into the window's corner
+}
+
+// The axis-0 offset δ0 ∈ [0, 1) the grouped path shifts by: on the grid shift_group_grid_px, else
+// (float32) on 2⁻²⁸ px, else exact. May round up to 1 (a whole pixel: the caller carries it).
+template <class Real>
+double cpu_engine<Real>::grouped_offset(double delta0) const {
+  if (!shift_groups_) return delta0;
+  if (group_grid_ > 0) return std::nearbyint(delta0 / group_grid_) * group_grid_;
+  if (sizeof(Real) == 4) return std::nearbyint(delta0 * 268435456.0) / 268435456.0;
   return delta0;
 }
 
@@ -295,12 +318,18 @@ typename cpu_engine<Real>::batch_item cpu_engine<Real>::item(int64_t j) const {
   it.j0 = int64_t(std::floor(t1));
   it.delta0 = t0 - double(it.i0);
   it.delta1 = t1 - double(it.j0);
-  if (shift_groups_ && sizeof(Real) == 4) {
-    // float32: offsets on a 2⁻²⁸ px grid, so that rows repeating an offset up to the float64
-    // rounding of the positions share one group (cpu_engine.hpp); exact offsets in float64.
-    constexpr double q = 268435456.0;  // 2^28
-    it.delta0 = std::nearbyint(it.delta0 * q) / q;
-    it.delta1 = std::nearbyint(it.delta1 * q) / q;
+  if (shift_groups_) {
+    // Offsets on the grouped path's grid (cpu_engine.hpp), so that positions whose axis-0 offsets
+    // differ by less share one group; float32 without a grid: on 2⁻²⁸ px, so that rows repeating an
+    // offset up to the float64 rounding of the positions do. An offset rounded up to a whole pixel
+    // moves the window's corner instead (it stays inside the object: t0 + n0 ≤ h with δ0 > 0 means
+    // i0 + 1 + n0 ≤ h).
+    it.delta0 = grouped_offset(it.delta0);
+    if (it.delta0 >= 1) {
+      it.i0 += 1;
+      it.delta0 = 0;
+    }
+    if (sizeof(Real) == 4) it.delta1 = std::nearbyint(it.delta1 * 268435456.0) / 268435456.0;
   }
   if (by_class_) {
     it.klass = class_of_[std::size_t(j)];
@@ -574,7 +603,16 @@ void cpu_engine<Real>::begin_group(double delta0, thread_scratch& s, const compl
   }
   fill_ramp(s.ramp0, n0_, delta0, -1.0);
   complex* in = s.input.get();
+  if (position_gradient_) {
+    s.ramp0_d0.resize(std::size_t(n0_));
+    for (int64_t a = 0; a < n0_; ++a)
+      s.ramp0_d0[std::size_t(a)] = s.ramp0[std::size_t(a)] * Real(double(frequency(a, n0_)) / double(n0_));
+  }
   for (int64_t k = 0; k < modes_; ++k) {
+    if (position_gradient_) {
+      kernels_->multiply_rows(probe_spectrum + k * n0_ * n1_, s.ramp0_d0.data(), in, n0_, n1_);
+      columns_->backward(in, s.group_probe_d0[std::size_t(k)].get());
+    }
     kernels_->multiply_rows(probe_spectrum + k * n0_ * n1_, s.ramp0.data(), in, n0_, n1_);
     columns_->backward(in, s.group_probe[std::size_t(k)].get());
     if (!deterministic_)
@@ -593,6 +631,34 @@ void cpu_engine<Real>::end_group(thread_scratch& s) {
     columns_->forward(s.group_grad[std::size_t(k)].get(), work);  // destroys B_k: begin_group zeroes it
     kernels_->add_times_conj_rows(work, s.ramp0.data(), s.probe_spectrum_grad.data() + k * n0_ * n1_, n0_, n1_);
   }
+}
+
+// The position gradient's share of mode k on the grouped path, from W1 = F1[∂L/∂P_kj*] (rows
+// transformed only). The per-position formula (process_pattern) sums over the 2-D spectrum; by
+// Parseval along axis 0 alone the same sums run over (x0, k1): with S1 = r1 · A_k (F1 of the
+// shifted probe) and A'_k = F0⁻¹[f0 · r0 · F[P_k]/M] (begin_group),
+//   Σ conj(W) S f1 = Σ_{x0,k1} f1 · conj(W1) · r1 · A_k,   Σ conj(W) S f0 = Σ_{x0,k1} conj(W1) · r1 · A'_k,
+// so dL/dc_1 = 4π Σ f1 Im[conj(W1) r1 A_k], dL/dc_0 = 4π Σ Im[conj(W1) r1 A'_k]: no transform of
+// its own, one more column pass per group and mode.
+template <class Real>
+void cpu_engine<Real>::group_position_gradient(const complex* w1, int64_t k, thread_scratch& s, double& grad0,
+                                               double& grad1) const {
+  // r1 and f1 depend on k1 alone: first the columns' sums c[k1] = Σ_x0 conj(W1) A_k and
+  // d[k1] = Σ_x0 conj(W1) A'_k (one vectorised pass), then Σ_k1 f1 Im[r1 c] and Σ_k1 Im[r1 d].
+  s.column_sums.assign(std::size_t(2 * n1_), complex(0));
+  complex* c = s.column_sums.data();
+  complex* d = c + n1_;
+  kernels_->add_conj_products_by_column(w1, s.group_probe[std::size_t(k)].get(), s.group_probe_d0[std::size_t(k)].get(),
+                                        c, d, n0_, n1_);
+  const double* f1 = frequency1_.data();
+  double sum0 = 0, sum1 = 0;
+  for (int64_t b = 0; b < n1_; ++b) {  // Im[r1 · z] = Re r1 · Im z + Im r1 · Re z
+    const double rr = s.ramp1[std::size_t(b)].real(), ri = s.ramp1[std::size_t(b)].imag();
+    sum1 += f1[b] * (rr * double(c[b].imag()) + ri * double(c[b].real()));
+    sum0 += rr * double(d[b].imag()) + ri * double(d[b].real());
+  }
+  grad0 += 4.0 * M_PI * sum0;
+  grad1 += 4.0 * M_PI * sum1;
 }
 
 template <class Real>
@@ -615,10 +681,12 @@ void cpu_engine<Real>::process_run(const batch_item* items, int64_t count, threa
     };
     // B_k += conj(r1) · F1[conj(O_patch)·g_k]. Deterministic: each position's conj(r1) · F1[·]
     // into its class's integers, or (no classes) its whole share, F[·] · conj(r0 r1).
+    double grad0 = 0, grad1 = 0;
     auto probe_gradient = [&](int64_t k) {
       if (!deterministic_) {
         rows_->forward(in, work);
         kernels_->add_times_conj_columns(work, r1, s.group_grad[std::size_t(k)].get(), n0_, n1_);
+        if (position_gradient_) group_position_gradient(work, k, s, grad0, grad1);
       } else if (by_class_) {
         rows_->forward(in, work);
         add_probe_share(work, k, s, true);
@@ -628,6 +696,10 @@ void cpu_engine<Real>::process_run(const batch_item* items, int64_t count, threa
       }
     };
     model_and_gradients(it, s, shifted_probe, probe_gradient);
+    if (position_gradient_) {
+      position_grad_[std::size_t(2 * it.pattern)] = grad0;
+      position_grad_[std::size_t(2 * it.pattern + 1)] = grad1;
+    }
   }
   if (count > 0) end_group(s);
 }
@@ -656,11 +728,26 @@ double cpu_engine<Real>::compute_batch(const int64_t* indices, int64_t count) {
     read_batch_targets(indices, count);  // the adapter has checked the indices
     last_batch_.assign(indices, indices + count);
   }
+  // With the position gradient the grouped path pays per group one more column pass per mode (1.5
+  // transform-equivalents a group against 1 saved a position): it serves a batch whose positions
+  // share row offsets (G groups, 1.5 G < count), the per-position path the others.
+  struct restore_groups {
+    bool& flag;
+    bool value;
+    ~restore_groups() { flag = value; }
+  } restore{shift_groups_, shift_groups_};
   std::vector<batch_item> items(static_cast<std::size_t>(count));
-  for (int64_t i = 0; i < count; ++i) items[std::size_t(i)] = item(indices[i]);
-  if (shift_groups_)  // stable: the same order, so the same sums, on every run
-    std::stable_sort(items.begin(), items.end(),
-                     [](const batch_item& a, const batch_item& b) { return a.delta0 < b.delta0; });
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int64_t i = 0; i < count; ++i) items[std::size_t(i)] = item(indices[i]);
+    if (shift_groups_)  // stable: the same order, so the same sums, on every run
+      std::stable_sort(items.begin(), items.end(),
+                       [](const batch_item& a, const batch_item& b) { return a.delta0 < b.delta0; });
+    if (!(shift_groups_ && position_gradient_)) break;
+    int64_t groups = 0;
+    for (int64_t i = 0; i < count; ++i) groups += i == 0 || items[std::size_t(i)].delta0 != items[std::size_t(i - 1)].delta0;
+    if (3 * groups < 2 * count) break;
+    shift_groups_ = false;  // this batch per position
+  }
   if (!deterministic_) return compute_float(items.data(), count);
   if (host_finishes_) {
     // The grids hold for batch_size positions (tycho/sdk/fixed_point.hpp); the host's batches,

@@ -30,6 +30,21 @@
 // (engine_options::shift_groups = false, kept as the reference) up to rounding: in float32 the
 // offsets are rounded to 2⁻²⁸ px first (the ramp's phase moves < 6e-9 rad, under float32's
 // resolution), so rows that repeat an offset up to the positions' float64 rounding group together.
+// A scan turned by any angle repeats no offset exactly: the scan map's refinement turns an exact
+// raster by hundredths of a degree, and the groups then held one position each (the MoS2 example:
+// +26 % CPU against the raster held). So the grouped path places each position's axis-0 offset on
+// a grid, shift_group_grid_px (1/32 px by default): a model at most 1/64 px (0.0016 Å at the
+// example's 0.1 Å pixels) from the position, a thirtieth of the precision the data give a position
+// (about 0.05 Å, bench/position_crb.py); the positions themselves stay where they are. The grouped
+// path then computes exactly what the per-position path computes at the rounded positions
+// (tests/test_precision.cpp). (1/64 px left the turned MoS2 raster's rows in 4 to 5 groups a
+// batch: +8 % against the raster; 1/32 px: +2 %.)
+//
+// The position gradient on the grouped path: the per-position formula sums over the 2-D spectrum;
+// by Parseval along axis 0 alone it sums over (x0, k1) with A'_k = F0⁻¹[f0 · r0 · F[P_k]/M], one
+// more column pass per group and mode (group_position_gradient). A batch whose positions fall into
+// G groups takes the grouped path when 1.5 G < its count (else per position): with float sums only,
+// since the choice follows each rank's part of the batch.
 // Each thread takes a contiguous run of the batch sorted by δ0 (stable), so the result is the
 // same on every run for a given thread count.
 //
@@ -81,6 +96,9 @@ struct engine_options {
   bool double_precision = false;  // [reconstruct] precision = "float64"
   bool shift_groups = true;       // true (default): shift groups (one slice, any modes, no position gradient;
                                   // else per position); false: four 2-D transforms per position
+  // The grouped path rounds each position's axis-0 sub-pixel offset to this grid (px; 0: exact,
+  // float32 to 2⁻²⁸): positions whose offsets differ by less share a group (above).
+  double shift_group_grid_px = 1.0 / 32;
   bool deterministic = false;     // true: fixed-point sums (above); false: float sums in each thread's order
   int64_t batch_size = 128;       // [reconstruct] batch_size: the most positions in a batch (the grids' bound)
   bool host_finishes = false;     // the host sums TYCHO_TENSOR_FIXED_POINT_SUMS and calls finish_batch
@@ -127,7 +145,7 @@ class cpu_engine final : public engine_base {
   // Off: the batches skip dL/dr and take the grouped shifts when those were allowed.
   void set_position_gradient(bool on) override {
     position_gradient_ = on;
-    shift_groups_ = shift_groups_allowed_ && !on;
+    shift_groups_ = shift_groups_allowed_ && (!on || gradient_groups_);
   }
   void set_gradient_region(const int64_t* boxes, int64_t n) override { region_.assign(boxes, boxes + 4 * n); }
   DLTensor* fixed_point_sums() override;
@@ -161,6 +179,8 @@ class cpu_engine final : public engine_base {
   // The sub-pixel offset along axis 0 of a window centred at `centre0` (object pixels), as item()
   // takes it (rounded to 2⁻²⁸ px for the float32 grouped path).
   double row_offset(double centre0) const;
+  double grouped_offset(double delta0) const;
+  void group_position_gradient(const complex* w1, int64_t k, thread_scratch& s, double& grad0, double& grad1) const;
   // The reference path: the shifted probe and the probe gradient's back-shift as 2-D transforms.
   // Any number of slices and modes; the position gradient when asked for.
   void process_pattern(const batch_item& it, thread_scratch& s, const complex* probe_spectrum);
@@ -189,7 +209,9 @@ class cpu_engine final : public engine_base {
   int64_t slices_ = 1, modes_ = 1;
   int threads_;
   bool shift_groups_;                  // this batch takes the grouped shifts
+  double group_grid_ = 0;              // options.shift_group_grid_px (0: exact)
   bool shift_groups_allowed_ = false;  // one slice and asked for: the groups' plans and buffers exist
+  bool gradient_groups_ = false;       // and they compute the position gradient too (float sums)
   bool position_gradient_ = false;     // this batch computes dL/dr (set_position_gradient)
   std::vector<complex> propagator_;  // H / (N0·N1): the slice propagator with the round trip's scale
   const float* targets_ = nullptr;            // float32 targets, or

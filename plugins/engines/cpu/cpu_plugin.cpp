@@ -56,6 +56,12 @@ class cpu_component {
     // has one slice (any number of modes) and no position gradient; false: the reference path
     // (four 2-D transforms per position), to compare against.
     o.shift_groups = cfg.get_bool("shift_groups").value_or(true);
+    // The grid of the grouped path's axis-0 offsets (cpu_engine.hpp): positions of a turned scan
+    // share groups; at most half a grid step (1/64 px by default) between model and position.
+    o.shift_group_grid_px = cfg.get_double("shift_group_grid_px").value_or(1.0 / 32);
+    if (!(o.shift_group_grid_px >= 0 && o.shift_group_grid_px <= 0.5))
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] shift_group_grid_px must be from 0 to 0.5 px, got ",
+           o.shift_group_grid_px);
     // true: fixed-point sums, the same bits for any number of threads and ranks (cpu_engine.hpp);
     // false (default): float sums, whose last bits follow how the batch is cut. The default from
     // measurement: the fixed-point sums cost 12-15 % on the MoS2 example (bench/RESULTS.md).
@@ -77,7 +83,8 @@ constexpr engine_capabilities k_caps{"cpu", TYCHO_DEVICE_BIT(kDLCPU), /*float64=
                                      /*streamed_targets=*/true};
 
 // batch_size is the runtime's key (declared there); the engine reads it to bound its sums' grids.
-const char* const k_keys[] = {"threads", "fft_planning", "shift_groups", "deterministic", "batch_size", nullptr};
+const char* const k_keys[] = {"threads",       "fft_planning", "shift_groups", "shift_group_grid_px",
+                              "deterministic", "batch_size",   nullptr};
 const char* const k_planning[] = {"estimate", "measure", nullptr};
 const tycho_setting k_settings[] = {
     setting("threads", TYCHO_SETTING_INTEGER, "0", "OpenMP threads for a batch; 0: all (OMP_NUM_THREADS applies)")
@@ -88,6 +95,11 @@ const tycho_setting k_settings[] = {
     setting("shift_groups", TYCHO_SETTING_BOOL, "true",
             "true: sub-pixel probe shifts per row-offset group (3 transforms per position and mode; one slice, "
             "no position correction, else per position); false: per position (4)"),
+    setting("shift_group_grid_px", TYCHO_SETTING_NUMBER, "0.03125",
+            "px: the grouped shifts round each position's axis-0 sub-pixel offset to this grid (at most half of it "
+            "from the position), so that the positions of a turned scan share groups; 0: exact")
+        .at_least(0)
+        .at_most(0.5),
     setting("deterministic", TYCHO_SETTING_BOOL, "false",
             "true: gradients and loss summed as fixed-point integers, the same bits for any number of threads and "
             "ranks; false: float sums, whose last bits follow how the batch is cut"),

@@ -5,7 +5,7 @@
 // (pointwise.cpp), and the AVX2 table is taken where tycho::sdk::use_avx2_loops() says so
 // (tycho/sdk/simd.hpp). AVX2 without FMA (and -ffp-contract=off, so no flag can bring it in): no
 // product is fused into a sum, so both builds do the same IEEE operations in the same order and
-// give the same bits (only the vector width differs, and no loop here reduces across pixels), so
+// give the same bits (only the vector width differs, and no loop reduces across the vector's lanes), so
 // these loops do not make a run differ between machines with and without AVX2 (FFTW's own
 // codelets, chosen per CPU, still may: conventions.md, "Reproducibility"). Measured on the MoS2
 // example: the engine's ratio to the FFT floor 2.9–3.0 with the SSE2 table, 2.3–2.55 with AVX2
@@ -55,6 +55,12 @@ struct pointwise_kernels {
   // acc[a, b] += x[a, b] · conj(r0[a] · r1[b])
   void (*add_times_conj_ramp)(const complex* x, const complex* r0, const complex* r1, complex* acc, int64_t n0,
                               int64_t n1);
+  // cx[b] += Σ_a conj(w[a, b]) · x[a, b] and cy[b] += Σ_a conj(w[a, b]) · y[a, b], a in order: the
+  // column sums of the grouped path's position gradient (cpu_engine.cpp group_position_gradient).
+  // The one loop here that sums over pixels, down each column in row order: the same order in
+  // both builds (they differ only in how many columns a vector holds).
+  void (*add_conj_products_by_column)(const complex* w, const complex* x, const complex* y, complex* cx, complex* cy,
+                                      int64_t n0, int64_t n1);
   // out = |w|² · scale (n values)
   void (*intensity)(const complex* w, Real scale, Real* out, int64_t n);
   // out += |w|² · scale

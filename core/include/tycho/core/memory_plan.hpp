@@ -17,7 +17,7 @@
 //   gradients        (O + K·M)·C                            (O + K·M)·C
 //   optimizer state  (a_o·O + a_p·K·M)·C (a: arrays per parameter: Adam 2, SGD 1)
 //   transients       T threads × ((4 + g + w) FFT           b × (M·(K·(S+1)·C + 3·C/2) + (N0+N1)·C
-//                    buffers M·C (g = 2K shift-group        + 16): per pattern K shifted probes,
+//                    buffers M·C (g = 3K shift-group        + 16): per pattern K shifted probes,
 //                    buffers with one slice, else 0;        K·S waves (exit wave, far field and
 //                    w = K·(S+1) slice waves and far        back-propagated wave in place),
 //                    fields with S > 1 or K > 1, else 0),   intensity, measured, dL/dI, the two
@@ -32,7 +32,7 @@
 //
 // Deterministic sums (deterministic; the cpu engine's [reconstruct] deterministic, off by default):
 // the cpu engine's per-thread object and probe accumulators are int64 pairs (16 B per element:
-// S·O·16 + K·M·16 instead of S·O·C + K·M·C), its shift groups keep no B buffers (g = K), and
+// S·O·16 + K·M·16 instead of S·O·C + K·M·C), its shift groups keep only A (g = K), and
 // once per rank a "deterministic sums" term holds the int64 sums it hands the reducer:
 // 16·O + 16·K·M·c + 35824 B, c the grouped path's row-offset classes (one slice: at most
 // min(B, P)/4 and 256 MiB of them, counted at that bound since the plan does not see the
