@@ -33,9 +33,9 @@
 // A scan turned by any angle repeats no offset exactly: the scan map's refinement turns an exact
 // raster by hundredths of a degree, and the groups then held one position each (the MoS2 example:
 // +26 % CPU against the raster held). So the grouped path places each position's axis-0 offset on
-// a grid, shift_group_grid_px (1/32 px by default): a model at most 1/64 px (0.0016 Å at the
-// example's 0.1 Å pixels) from the position, a thirtieth of the precision the data give a position
-// (about 0.05 Å, bench/position_crb.py); the positions themselves stay where they are. The grouped
+// a grid, shift_group_grid_px (1/32 px by default): a model at most 1/64 px (0.003 Å at the
+// MoS2 example's 0.17 Å pixels) from the position, a fifteenth of the precision the data give a
+// position (about 0.05 Å, bench/position_crb.py); the positions themselves stay where they are. The grouped
 // path then computes exactly what the per-position path computes at the rounded positions
 // (tests/test_precision.cpp). (1/64 px left the turned MoS2 raster's rows in 4 to 5 groups a
 // batch: +8 % against the raster; 1/32 px: +2 %.)
