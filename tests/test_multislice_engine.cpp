@@ -8,6 +8,7 @@
 #include <tycho/core/error.hpp>
 #include <tycho/core/last_error.hpp>
 #include <tycho/core/multislice.hpp>
+#include <tycho/core/exact_sum.hpp>
 #include <tycho/core/position_correction.hpp>
 
 #include <dlpack/dlpack.h>
@@ -373,9 +374,11 @@ TEST(PositionCorrection, StepsAreCappedCentredAndBounded) {
   o.remove_mean_shift = true;
   tycho::step_positions(c.data(), g.data(), 3, h, o);
   const double mean0 = (c[0] + c[2] + c[4]) / 3, mean1 = (c[1] + c[3] + c[5]) / 3;
-  // The mean removed is of the steps rounded to q = 2^-24 px (max_step_px 1), whose sum is exact
-  // on any number of ranks (position_correction.cpp): at most q/2 from the steps' own mean.
-  const double q_half = std::ldexp(1.0, -25);
+  // The mean removed is of the steps rounded to the grid of tycho/core/exact_sum.hpp for 2^28 steps
+  // of at most max_step_px = 1 (q = 2^-22 px), whose sum is exact on any number of ranks
+  // (position_correction.cpp): at most q/2 from the steps' own mean.
+  const double q_half = tycho::exact_sum_quantum(1, std::ldexp(1.0, 28)) / 2;
+  EXPECT_EQ(q_half, std::ldexp(1.0, -23));
   EXPECT_NEAR(mean0, 20.0, q_half);
   EXPECT_NEAR(mean1, 20.0, q_half);
   std::vector<double> edge = {0.5, 99.5};

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tycho/core/error.hpp"
+#include "tycho/core/exact_sum.hpp"
 
 namespace tycho {
 
@@ -35,16 +36,15 @@ void position_curvature(const std::complex<T>* probe, int64_t modes, int64_t n0,
 }
 
 // The steps' sum is exact, so the same on one rank as on several (whose partial sums the host
-// adds as doubles): each step enters it rounded to a multiple of q = 2^(⌈log2 max_step_px⌉ − 24)
-// (|step| ≤ max_step_px, so a step is at most 2^24 of them and 2^28 steps sum below 2^52 q:
-// every partial sum is a double exactly, in any order). The positions themselves move by the
-// steps as computed; only their mean is taken from the rounded ones (at most q/2 ≈ 3e-8 px off).
+// adds as doubles): each step enters it rounded to the grid q of tycho/core/exact_sum.hpp for
+// 2^28 steps of at most max_step_px (≤ 2^e): q = 2^(e − 23). The positions themselves move by the
+// steps as computed; only their mean is taken from the rounded ones (at most q/2 ≈ 6e-8 px off).
 namespace {
 constexpr int64_t k_most_exact_steps = int64_t(1) << 28;
 double step_quantum(double max_step_px) {
   int e = 0;
   std::frexp(std::max(max_step_px, 1e-300), &e);  // max_step_px ≤ 2^e
-  return std::ldexp(1.0, e - 24);
+  return exact_sum_quantum(e, double(k_most_exact_steps));
 }
 }  // namespace
 

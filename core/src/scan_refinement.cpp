@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "tycho/core/error.hpp"
+#include "tycho/core/exact_sum.hpp"
 
 namespace tycho {
 
@@ -68,7 +69,6 @@ std::vector<double> exact_rank_sums(const std::vector<double>& terms, std::size_
   first.back() = double(count);
   sum(first);
   const double N = std::max(first.back(), 1.0);
-  const int bits = int(std::ceil(std::log2(N))) + 1;
   std::vector<double> out(C, 0.0);
   for (std::size_t c = 0; c < C; ++c) {
     if (first[C * std::size_t(k_slots) + c] > 0) {
@@ -82,7 +82,7 @@ std::vector<double> exact_rank_sums(const std::vector<double>& terms, std::size_
         break;
       }
     if (e_max == std::numeric_limits<int>::min()) continue;  // every term 0
-    const double q = std::ldexp(1.0, e_max - 52 + bits);
+    const double q = exact_sum_quantum(e_max, N);
     for (std::size_t j = 0; j < count; ++j) out[c] += std::nearbyint(terms[j * C + c] / q) * q;  // exact
   }
   // The partial sums (NaN where a term was not finite: a NaN stays one), then over the ranks.
