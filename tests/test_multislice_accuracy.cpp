@@ -87,13 +87,14 @@ TEST_F(MultisliceAccuracy, BilayerSlicesSeparateTheLayers) {
   EXPECT_EQ(layers[1].at("slice"), 3);
 }
 
-// mos2_jitter (positions off the raster by 0.25 Å rms and a drift): the first 30 of the recipe's
-// 100 iterations (Poisson loss, positions corrected from iteration 1 with a 0.2 Å cap, their affine
-// part held to a drift) bring them from 0.374 Å to below 0.075 Å of the truth (measured 0.066 Å,
-// Pearson 0.893; 0.040 Å and 0.953 after all 100), and the object past the uncorrected run's
-// (0.866 at 40 iterations). The recipe's own schedule, stopped early: with a 30-iteration
-// schedule the Poisson loss has not caught up yet (0.085 Å, 0.761; the amplitude loss 0.057 Å,
-// 0.913), which docs/multislice-modes-positions.md states.
+// mos2_jitter (positions off the raster by 0.25 Å rms and a drift): the first 30 iterations of the
+// recipe (Poisson loss, positions corrected from iteration 1 with a 0.2 Å cap, their affine part
+// held to a drift, cosine schedules over 300 iterations) bring them from 0.374 Å to below 0.075 Å
+// of the truth (measured 0.065 Å, Pearson 0.908; 0.033 Å and 0.9605 where its stopping rule ends
+// it, after 320), and the object past the uncorrected run's (0.866 at 40 iterations). The
+// recipe's own schedule, stopped early: with a 30-iteration schedule the Poisson loss has not
+// caught up yet (0.085 Å, 0.761; the amplitude loss 0.057 Å, 0.913), which
+// docs/multislice-modes-positions.md states.
 TEST_F(MultisliceAccuracy, JitterPositionsApproachTheTruth) {
   const std::string truth = shared("mos2_partial/mos2_jitter_ground_truth.npz");
   auto j = run_and_evaluate(recipe("mos2_jitter.toml"), {}, truth, "jitter.zip", {"--stop-after", "30"});
