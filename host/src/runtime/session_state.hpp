@@ -1,4 +1,5 @@
 // The session's state and what its parts share: session.cpp (the constructor's stages),
+// session_config.cpp (the config's checks and settings), session_resume.cpp (--from a result),
 // session_stopping.cpp (the stopping rule), session_run.cpp (the iterations) and
 // session_results.cpp (the result arrays, manifest and save). Private to the runtime.
 #pragma once
@@ -105,6 +106,18 @@ struct resume_data {
         counting_noise(o.counting_noise), scan_shape(std::move(o.scan_shape)),
         window_shape(std::move(o.window_shape)) {}
 };
+
+// session_config.cpp: the config's checks and its [reconstruct] settings, before any data.
+reconstruct_settings read_reconstruct_settings(const config_document& doc);
+void validate_config(const config_document& doc, const registry& reg, bool engine_may_be_absent = false);
+
+// session_resume.cpp: a result file to resume from, read, checked and restored.
+resume_data load_resume(const std::string& path, const registry& reg);
+void check_resume_shapes(const resume_data& r, const std::vector<int64_t>& scan, const std::vector<int64_t>& window,
+                         const std::vector<int64_t>& object, const std::vector<int64_t>& probe, int64_t patterns,
+                         bool float64);
+void restore_optimizer(const resume_data& r, const char* which, const component_ref& ref, tycho_optimizer* opt);
+void restore_tile_steps(const resume_data& r, driver& drv, int64_t object_steps);
 
 }  // namespace session_detail
 
