@@ -1,0 +1,175 @@
+// The session's iterations: run() and run_by_rule(), the stop check, and the replicas' check.
+
+#include "runtime/session_state.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <time.h>
+
+#include "tycho/host/log.hpp"
+#include "tycho/host/progress.hpp"
+#include "settings/settings_read.hpp"
+
+namespace tycho::host {
+
+using namespace session_detail;
+
+namespace {
+// The CPU time this process has used, all threads, s (the iterations' cost whatever else runs).
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+// "[reconstruct.object] learning_rate = 0.005, [reconstruct.probe] learning_rate = (the default)"
+std::string learning_rates_text(const config_document& doc) {
+  std::string text;
+  for (const char* which : {"object", "probe"}) {
+    const std::string table = cat("reconstruct.", which);
+    const auto lr = read_key<double>(doc.table_at(table), "learning_rate", table);
+    text += cat(text.empty() ? "" : ", ", "[", table, "] learning_rate = ",
+                lr ? cat(*lr) : std::string("(the optimizer's default)"));
+  }
+  return text;
+}
+}  // namespace
+
+void session::set_stop_check(std::function<bool()> stop) {
+  s_->stop_check = std::move(stop);
+  // One rank stops between mini-batches (the kept state is the last complete iteration's);
+  // several ranks agree at the end of each iteration instead (run()), so that none waits for the
+  // others in a collective.
+  s_->drv->set_stop_check(s_->par->world_size() == 1 ? s_->stop_check : std::function<bool()>());
+}
+
+bool session::stopped() const { return s_->stopped; }
+
+const std::string& session::end_reason() const { return s_->end_reason; }
+
+bool session::run(int64_t iterations, const progress_callback& progress) {
+  if (iterations <= 0 && s_->length.by_rule)
+    return run_iterations(std::max<int64_t>(s_->rule_settings.max_iterations - iterations_done(), 0), progress, true);
+  return run_iterations(iterations > 0 ? iterations : s_->length.fixed, progress, false);
+}
+
+bool session::run_by_rule(int64_t at_most, const progress_callback& progress) {
+  if (!s_->length.by_rule)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "this run has a fixed count ([reconstruct] iterations = ", s_->length.fixed,
+         "): no stopping rule to run by");
+  return run_iterations(at_most, progress, true);
+}
+
+bool session::run_iterations(int64_t n, const progress_callback& progress, bool by_rule) {
+  state& s = *s_;
+  if (s.stopped)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "this session stopped after iteration ", s.kept.iterations, " (", s.stop_reason,
+         "): start a new one from its saved result");
+  // Every rank must run as many iterations, or one waits forever for the others' sums. (By the
+  // rule every rank stops at the same iteration: the rule reads the loss, which is global.)
+  s.par->require_same(cat(n, by_rule ? " by the rule" : ""),
+                      "the number of iterations to run (--iterations, --stop-after)");
+  s.end_reason.clear();
+  // Both counters of tycho_progress count over the session's whole life (resumed iterations
+  // included): iteration k of this call reports (done + k) / (done + n), so a second run call
+  // continues 4/6, 5/6, 6/6 after a first one of 3. By the rule, the total is the cap.
+  const int64_t last = s.drv->iterations_done() + n;
+  const bool several = s.par->world_size() > 1;
+  auto stop_requested = [&] {
+    if (!s.stop_check) return false;
+    const bool mine = s.stop_check();
+    return several ? s.par->sum(mine ? 1.0 : 0.0) > 0 : mine;  // every rank stops at the same iteration
+  };
+  auto interrupted = [&](const std::string& when) {
+    s.end_reason = "signal";
+    s.stop_at_kept(cat("interrupted ", when));
+    fail(TYCHO_ERR_CANCELLED, "interrupted ", when, ": the state after iteration ", s.kept.iterations,
+         " is kept");
+  };
+  if (by_rule && s.rule.stop) {  // a resumed run its rule has already ended
+    s.end_reason = s.rule.reason;
+    return true;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (stop_requested()) interrupted(cat("after iteration ", s.drv->iterations_done()));
+    const int64_t iteration = s.drv->iterations_done() + 1;
+    auto t0 = std::chrono::steady_clock::now();
+    const double cpu0 = process_cpu_seconds();
+    double loss = 0;
+    try {
+      loss = s.drv->run_iteration();
+    } catch (const error& e) {
+      if (e.status == TYCHO_ERR_CANCELLED && s.stop_check) interrupted(cat("during iteration ", iteration));
+      throw;
+    }
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double cpu_secs = process_cpu_seconds() - cpu0;
+    for (const std::string& line : s.drv->take_scan_log())
+      if (s.par->is_root()) log_info("positions", line);
+    // A non-finite loss, or NaN left in the state, would only spread: stop with the last state
+    // that had neither.
+    if (!std::isfinite(loss)) {
+      s.end_reason = "non_finite";
+      s.stop_at_kept(cat("the loss of iteration ", iteration, " is ", loss));
+      fail(TYCHO_ERR_BAD_DATA, "the loss of iteration ", iteration, " is ", loss,
+           ": the run diverged and stopped, keeping the state after iteration ", s.kept.iterations,
+           " (the last with finite values). Likely cause: a learning rate too large for this data (",
+           learning_rates_text(s.config), "); or [optics] values far from the data's (C10 = ", s.optics.C10_A,
+           " Å, semiangle ", s.optics.semiangle_mrad, " mrad)");
+    }
+    state::kept_state now = s.capture();
+    if (const std::string bad = state::non_finite_array(now); !bad.empty()) {
+      s.end_reason = "non_finite";
+      s.stop_at_kept(cat("iteration ", iteration, " left non-finite values in the ", bad));
+      fail(TYCHO_ERR_BAD_DATA, "iteration ", iteration, " left non-finite values in the ", bad,
+           " (its loss was ", loss, "): the run diverged and stopped, keeping the state after iteration ",
+           s.kept.iterations, " (the last with finite values). Likely cause: a learning rate too large for this "
+           "data (", learning_rates_text(s.config), ")");
+    }
+    s.kept = std::move(now);
+    s.loss_history.push_back(loss);
+    s.seconds_history.push_back(secs);
+    s.cpu_seconds_history.push_back(cpu_secs);
+    if (s.length.by_rule) s.advance_rule();
+    if (progress) {
+      tycho_progress p{sizeof(tycho_progress), s.drv->iterations_done(), last, loss, secs};
+      if (!progress(p)) {
+        s.end_reason = "callback";
+        return false;
+      }
+    }
+    // The ranks hold the same global loss, so they reach the same verdict; agreeing on it costs one
+    // small sum and keeps a rank from waiting for others that stopped, whatever the reducer's rounding.
+    if (by_rule && (several ? s.par->sum(s.rule.stop ? 1.0 : 0.0) > 0 : s.rule.stop)) break;
+  }
+  s.end_reason = by_rule ? (s.rule.stop ? s.rule.reason : "stop_after") : "fixed_count";
+  if (s.par->is_root()) log_info("stopping", stopping_summary());
+  check_replicas();
+  if (s.par->world_size() > 1) {
+    const auto st = s.par->gradient_reduce_stats();
+    double total = 0;
+    for (double x : s.seconds_history) total += x;
+    if (st.calls > 0)
+      log_info("session", cat("gradient all-reduces (", s.par->reducer_name(), "): ", st.calls, " calls of ",
+                              st.bytes / double(st.calls) / 1024.0, " KiB, ", st.seconds, " s in all (",
+                              st.seconds / double(st.calls) * 1e3, " ms each; iterations took ", total, " s)"));
+  }
+  return true;
+}
+
+void session::check_replicas() const {
+  const state& s = *s_;
+  if (s.par->world_size() == 1) return;
+  // FNV-1a of the object's bytes: the ranks' copies must be bitwise equal (the reducer gives
+  // every rank the same sums); a difference means rank 0's result is not every rank's.
+  const owned_array obj = s.read_engine_tensor("object", TYCHO_TENSOR_OBJECT);
+  const auto all = s.par->all_texts(std::to_string(fnv1a(obj.bytes)));
+  for (std::size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0])
+      log_warning("session", cat("rank ", r, "'s object differs from rank 0's after ", s.drv->iterations_done(),
+                                 " iterations: the reducer did not give every rank the same sums; the result is rank 0's"));
+}
+
+}  // namespace tycho::host

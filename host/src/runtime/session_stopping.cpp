@@ -1,0 +1,171 @@
+// The stopping rule's part of the session (iterations = "auto"): its settings, where it stands
+// after each iteration, and what the manifest and the log say of it.
+
+#include "runtime/session_state.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/loss_noise.hpp"
+#include "tycho/host/log.hpp"
+
+namespace tycho::host {
+
+using namespace session_detail;
+
+// 6b. iterations = "auto": the stopping rule's settings (runtime/stopping_rule.hpp) and where it
+// stands after a resumed history.
+void session::state::prepare_stopping(state& s, start& st) {
+  const reconstruct_settings& settings = st.settings;
+  if (!settings.length.by_rule) return;
+  stopping_settings& r = s.rule_settings;
+  r.window = settings.length.stop_window;
+  r.max_iterations = settings.length.max_iterations;
+  // A stage that starts later has its chance: the rule judges no window that began before it.
+  r.earliest = r.window;
+  auto after = [&](int64_t start, int64_t span, const std::string& what) {
+    if (start <= 1) return;
+    const int64_t e = start + std::max(span, r.window) - 1;
+    if (e > r.earliest) {
+      r.earliest = e;
+      s.rule_waits_for = what;
+    }
+  };
+  after(settings.object.first_iteration, 0,
+        cat("[reconstruct.object] first_iteration = ", settings.object.first_iteration));
+  after(settings.probe.first_iteration, 0,
+        cat("[reconstruct.probe] first_iteration = ", settings.probe.first_iteration));
+  if (settings.driver.positions.enabled)
+    after(settings.driver.positions.first_iteration, 0,
+          cat("[reconstruct.positions] first_iteration = ", settings.driver.positions.first_iteration));
+  // The scan map: two of its steps at least in the window.
+  if (s.refine_scan_map)
+    after(settings.scan.first_iteration, 2 * settings.scan.every,
+          cat("[reconstruct.positions] scan_map_first_iteration = ", settings.scan.first_iteration,
+              " (every ", settings.scan.every, ")"));
+  for (const constraint_binding& c : s.constraints.bindings()) {
+    after(c.first_iteration, 0, cat(c.name, " first_iteration = ", c.first_iteration));
+    if (c.last_iteration > 0) after(c.last_iteration + 1, 0, cat(c.name, " last_iteration = ", c.last_iteration));
+  }
+  // A decaying learning rate reaches its final value at schedule_iterations: the loss is judged
+  // at that rate, from the iteration after.
+  using shape = learning_rate_schedule::shape;
+  if (settings.object.schedule.kind != shape::constant || settings.probe.schedule.kind != shape::constant ||
+      (settings.driver.positions.enabled && settings.driver.positions.schedule.kind != shape::constant))
+    after(settings.iterations + 1, 0,
+          cat("the learning-rate schedules' end (schedule_iterations = ", settings.iterations, ")"));
+  // σ_c: from the counts (runtime/loss_noise.hpp), or the resumed run's own value.
+  if (st.resume && st.resume->by_rule) {
+    r.counting_noise = st.resume->counting_noise;
+  } else {
+    const DLDataType stored = s.data.info.stored_dtype;
+    const bool counted = (stored.code == kDLUInt || stored.code == kDLInt) && s.data.mean_total_intensity > 0;
+    std::optional<double> v;
+    if (counted)
+      v = loss_variance_per_pattern(s.loss_ref->as<tycho_loss_vtable>(), s.loss, s.measured_mean, s.padding.mask,
+                                    s.data.n0, s.data.n1, 1.0 / s.data.mean_total_intensity);
+    // Each rank's estimate from its own patterns, weighted by how many it holds.
+    double held = v ? double(s.data.patterns) : 0.0, weighted = v ? *v * held : 0.0;
+    if (s.par->world_size() > 1) {
+      weighted = s.par->sum(weighted);
+      held = s.par->sum(held);
+    }
+    r.counting_noise = held > 0 ? std::sqrt(weighted / held / double(s.data.all_patterns)) : 0.0;
+  }
+  s.sync_rule_with_scan_map();
+  s.rule = stopping_state_of(s.loss_history, r);
+  if (s.par->is_root())
+    log_info("stopping",
+             cat("iterations = \"auto\": the run ends when the fall of the loss a line through its last ", r.window,
+                 " values predicts for the next ", r.window, " is below its noise: ",
+                 r.counting_noise > 0 ? cat("the larger of its counting noise, ", r.counting_noise,
+                                            ", and its scatter about the line")
+                                      : std::string("its scatter about the line (the data are not counts: no "
+                                                    "counting noise)"),
+                 "; not before iteration ", r.earliest,
+                 s.rule_waits_for.empty() ? std::string()
+                                          : cat(" (", s.rule_waits_for, ", then ", r.window, " iterations)"),
+                 s.refine_scan_map ? "; not before the scan map's refinement has converged" : "",
+                 "; at most ", r.max_iterations, " iterations"));
+}
+
+// The scan map's refinement is a stage that runs until it converges (core/scan_refinement.hpp):
+// on the data of the validation matrix the loss had stopped falling by iteration 35 while the map
+// still moved (an MoSe2 scan's step ratio 1.009 -> 1.023 by iteration 95; Pearson 0.80 at the
+// plateau, 0.88 after). The rule waits for it and judges the windows ending from its last step on.
+void session::state::sync_rule_with_scan_map() {
+  const scan_refinement* r = refine_scan_map && drv ? drv->scan_refinement_state() : nullptr;
+  if (r == nullptr) return;
+  rule_settings.held = !r->converged();
+  if (r->converged() && r->converged_at() > rule_settings.earliest) {
+    rule_settings.earliest = r->converged_at();
+    rule_waits_for = cat("the scan map's refinement, converged at iteration ", r->converged_at());
+    if (par->is_root())
+      log_info("stopping", cat("the scan map's refinement converged at iteration ", r->converged_at(),
+                               ": the rule judges the loss from there"));
+  }
+}
+
+void session::state::advance_rule() {
+  sync_rule_with_scan_map();
+  rule = stopping_state_of(loss_history, rule_settings);
+}
+
+// history.stopping in the manifest (docs/file-format.md).
+std::string session::state::stopping_json() const {
+  nlohmann::ordered_json j;
+  const int64_t done = int64_t(loss_history.size());
+  if (!length.by_rule) {
+    j["iterations"] = length.fixed;
+    j["reason"] = end_reason.empty() ? (done >= length.fixed ? "fixed_count" : "running") : end_reason;
+    return j.dump();
+  }
+  const stopping_state now = stopping_state_of(loss_history, rule_settings);
+  j["iterations"] = "auto";
+  // What ended the last run call (the rule, --stop-after, a fixed count asked for, a signal);
+  // saved during one (a checkpoint) or before any: what the rule says of the history so far.
+  j["reason"] = !end_reason.empty() ? end_reason : now.stop ? now.reason : std::string("running");
+  j["max_iterations"] = rule_settings.max_iterations;
+  j["window"] = rule_settings.window;
+  j["earliest"] = rule_settings.earliest;
+  j["waits_for"] = rule_waits_for;
+  j["counting_noise"] = rule_settings.counting_noise;
+  j["plateau_iteration"] = now.plateau > 0 ? nlohmann::ordered_json(now.plateau) : nlohmann::ordered_json();
+  if (now.last.evaluated)
+    j["trend"] = {{"predicted_fall", now.last.predicted_fall},
+                  {"residual_sd", now.last.residual_sd},
+                  {"noise", now.last.noise}};
+  return j.dump();
+}
+
+bool session::stops_by_rule() const { return s_->length.by_rule; }
+
+bool session::rule_has_ended() const {
+  return s_->length.by_rule && stopping_state_of(s_->loss_history, s_->rule_settings).stop;
+}
+
+std::string session::stopping_summary() const {
+  const state& s = *s_;
+  const int64_t done = s.drv->iterations_done();
+  const std::string its = cat(done, done == 1 ? " iteration" : " iterations");
+  const loss_trend& t = s.rule.last;
+  if (s.end_reason == "converged")
+    return cat("stopped after ", its, ": converged (the fall a line through the last ", s.rule_settings.window,
+               " losses predicts for the next ", s.rule_settings.window, ", ", t.predicted_fall,
+               ", is below the loss's noise, ", t.noise, ")");
+  if (s.end_reason == "max_iterations")
+    return cat("stopped after ", its, ": [reconstruct] max_iterations = ", s.rule_settings.max_iterations,
+               " reached while the loss was still falling by more than its noise (a fall of ", t.predicted_fall,
+               " predicted for the next ", s.rule_settings.window, " iterations, noise ", t.noise, ")");
+  if (s.end_reason == "stop_after")
+    return cat("stopped after ", its, " as asked (--stop-after); the stopping rule has not ended the run: continue it "
+               "with --from");
+  if (s.end_reason == "fixed_count")
+    return s.length.by_rule ? cat("ran ", its, " in all: a fixed count was asked for")
+                            : cat("ran ", its, ": the fixed count ([reconstruct] iterations = ", s.length.fixed, ")");
+  return cat(its, " done");
+}
+
+}  // namespace tycho::host
