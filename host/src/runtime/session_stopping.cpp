@@ -49,13 +49,17 @@ void session::state::prepare_stopping(state& s, start& st) {
     after(c.first_iteration, 0, cat(c.name, " first_iteration = ", c.first_iteration));
     if (c.last_iteration > 0) after(c.last_iteration + 1, 0, cat(c.name, " last_iteration = ", c.last_iteration));
   }
-  // A decaying learning rate reaches its final value at schedule_iterations: the loss is judged
-  // at that rate, from the iteration after.
+  // A decaying learning rate reaches its final value at schedule_iterations: the first window
+  // judged is the schedules' last W iterations (their tail, where a cosine's rate is within 2× of
+  // its final value), so a run whose loss has stopped falling by the schedules' end stops there,
+  // as the fixed count it was tuned as. (Judged only after W more iterations at the final rate,
+  // those iterations fit noise: MoS2 0.9305 at 100, 0.9300 at 120.)
   using shape = learning_rate_schedule::shape;
   if (settings.object.schedule.kind != shape::constant || settings.probe.schedule.kind != shape::constant ||
       (settings.driver.positions.enabled && settings.driver.positions.schedule.kind != shape::constant))
-    after(settings.iterations + 1, 0,
-          cat("the learning-rate schedules' end (schedule_iterations = ", settings.iterations, ")"));
+    after(settings.iterations - r.window + 1, 0,
+          cat("iteration ", settings.iterations - r.window + 1, ", ", r.window,
+              " before the learning-rate schedules' end (schedule_iterations = ", settings.iterations, ")"));
   // σ_c: from the counts (runtime/loss_noise.hpp), or the resumed run's own value.
   if (st.resume && st.resume->by_rule) {
     r.counting_noise = st.resume->counting_noise;
