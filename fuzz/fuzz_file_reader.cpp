@@ -14,6 +14,7 @@
 #include <tycho/core/config.hpp>
 #include <tycho/core/error.hpp>
 #include <tycho/host/registry.hpp>
+#include <tycho/sdk.hpp>
 #include <tycho/tycho_components.h>
 
 #include "../host/src/data/bad_pixels.hpp"
@@ -101,26 +102,14 @@ void run_source(const std::string& path) {
   if (patterns < 1 || pixels < 1) __builtin_trap();  // a source must refuse an empty shape at open
   if (vt->read_positions != nullptr && patterns * 16 <= k_most_read_bytes) {
     std::vector<double> pos(std::size_t(2 * patterns));
-    int64_t shape[2] = {patterns, 2};
-    DLTensor t{};
-    t.data = pos.data();
-    t.device = {kDLCPU, 0};
-    t.ndim = 2;
-    t.dtype = {kDLFloat, 64, 1};
-    t.shape = shape;
-    vt->read_positions(src, &t);
+    tycho::sdk::tensor_view t(pos.data(), DLDataType{kDLFloat, 64, 1}, {patterns, 2});
+    vt->read_positions(src, t.get());
   }
   if (vt->struct_size >= offsetof(tycho_source_vtable, read_detector_mask) + sizeof(void*) &&
       vt->read_detector_mask != nullptr && pixels <= k_most_read_bytes) {
     std::vector<uint8_t> mask(static_cast<std::size_t>(pixels));
-    int64_t shape[2] = {info.detector_shape[0], info.detector_shape[1]};
-    DLTensor t{};
-    t.data = mask.data();
-    t.device = {kDLCPU, 0};
-    t.ndim = 2;
-    t.dtype = {kDLUInt, 8, 1};
-    t.shape = shape;
-    vt->read_detector_mask(src, &t);
+    tycho::sdk::tensor_view t(mask.data(), DLDataType{kDLUInt, 8, 1}, {info.detector_shape[0], info.detector_shape[1]});
+    vt->read_detector_mask(src, t.get());
   }
   const int64_t count = std::min<int64_t>(patterns, 2);
   if (count * pixels * 4 > k_most_read_bytes) return;

@@ -12,6 +12,7 @@
 #include <tycho/core/config.hpp>
 #include <tycho/core/last_error.hpp>
 #include <tycho/host/registry.hpp>
+#include <tycho/sdk.hpp>
 #include <tycho/tycho_components.h>
 
 #include <cmath>
@@ -85,30 +86,18 @@ class source_under_test {
     tycho_dataset_info i = info();
     const int64_t p = i.scan_shape[0] * i.scan_shape[1];
     out.assign(size_t(2 * p), NAN);
-    int64_t shape[2] = {p, 2};
-    DLTensor t{};
-    t.data = out.data();
-    t.device = {kDLCPU, 0};
-    t.ndim = 2;
-    t.dtype = {kDLFloat, 64, 1};
-    t.shape = shape;
+    tycho::sdk::tensor_view t(out.data(), DLDataType{kDLFloat, 64, 1}, {p, 2});
     EXPECT_GE(vt->struct_size, offsetof(tycho_source_vtable, read_positions) + sizeof(void*));
-    return vt->read_positions ? vt->read_positions(src, &t) : TYCHO_ERR_UNSUPPORTED;
+    return vt->read_positions ? vt->read_positions(src, t.get()) : TYCHO_ERR_UNSUPPORTED;
   }
 
   // read_detector_mask: the status, and the (Qx, Qy) mask (nonzero = bad) on success.
   tycho_status detector_mask(std::vector<uint8_t>& out) {
     tycho_dataset_info i = info();
     out.assign(size_t(i.detector_shape[0] * i.detector_shape[1]), 0xee);
-    int64_t shape[2] = {i.detector_shape[0], i.detector_shape[1]};
-    DLTensor t{};
-    t.data = out.data();
-    t.device = {kDLCPU, 0};
-    t.ndim = 2;
-    t.dtype = {kDLUInt, 8, 1};
-    t.shape = shape;
+    tycho::sdk::tensor_view t(out.data(), DLDataType{kDLUInt, 8, 1}, {i.detector_shape[0], i.detector_shape[1]});
     EXPECT_GE(vt->struct_size, offsetof(tycho_source_vtable, read_detector_mask) + sizeof(void*));
-    return vt->read_detector_mask ? vt->read_detector_mask(src, &t) : TYCHO_ERR_UNSUPPORTED;
+    return vt->read_detector_mask ? vt->read_detector_mask(src, t.get()) : TYCHO_ERR_UNSUPPORTED;
   }
 
   const tycho_source_vtable* vt = nullptr;

@@ -110,14 +110,8 @@ std::vector<uint8_t> read_source_detector_mask(const tycho_source_vtable* vt, ty
       vt->read_detector_mask == nullptr)
     return {};
   std::vector<uint8_t> mask(std::size_t(info.detector_shape[0] * info.detector_shape[1]));
-  int64_t shape[2] = {info.detector_shape[0], info.detector_shape[1]};
-  DLTensor t{};
-  t.data = mask.data();
-  t.device = {kDLCPU, 0};
-  t.ndim = 2;
-  t.dtype = {kDLUInt, 8, 1};
-  t.shape = shape;
-  const tycho_status st = vt->read_detector_mask(src, &t);
+  sdk::tensor_view t(mask.data(), DLDataType{kDLUInt, 8, 1}, {info.detector_shape[0], info.detector_shape[1]});
+  const tycho_status st = vt->read_detector_mask(src, t.get());
   if (st == TYCHO_ERR_UNSUPPORTED) return {};
   check_status(st, "source read_detector_mask");
   for (uint8_t& v : mask) v = v != 0;
@@ -135,14 +129,8 @@ std::vector<double> read_source_positions(const tycho_source_vtable* vt, tycho_s
     return {};
   const int64_t p = info.scan_shape[0] * info.scan_shape[1];
   std::vector<double> positions(std::size_t(2 * p));
-  int64_t shape[2] = {p, 2};
-  DLTensor t{};
-  t.data = positions.data();
-  t.device = {kDLCPU, 0};
-  t.ndim = 2;
-  t.dtype = {kDLFloat, 64, 1};
-  t.shape = shape;
-  const tycho_status st = vt->read_positions(src, &t);
+  sdk::tensor_view t(positions.data(), DLDataType{kDLFloat, 64, 1}, {p, 2});
+  const tycho_status st = vt->read_positions(src, t.get());
   if (st == TYCHO_ERR_UNSUPPORTED) return {};
   check_status(st, "source read_positions");
   for (int64_t k = 0; k < 2 * p; ++k)
