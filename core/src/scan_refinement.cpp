@@ -99,6 +99,8 @@ std::vector<double> exact_rank_sums(const std::vector<double>& terms, std::size_
 scan_refinement::scan_refinement(scan_refinement_options options, std::vector<double> nominal_A, double rms_radius_A,
                                  std::array<double, 2> pixel_A, const scan_map& start)
     : o_(options), n_(std::move(nominal_A)), radius_(rms_radius_A), pixel_(pixel_A), map_(start), C10_(options.C10_A) {
+  if (o_.first_iteration < 1)  // iterations count from 1: converged_at_ = 0 means "not yet"
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "scan map refinement: its first iteration is ", o_.first_iteration, ", not >= 1");
   if (!(radius_ > 0) || !std::isfinite(radius_))
     fail(TYCHO_ERR_INVALID_ARGUMENT, "scan map refinement: the scan spans no area (rms radius ", radius_, " Å)");
   p_ = map_.decompose();
@@ -171,7 +173,7 @@ void scan_refinement::apply(const vec& du, double* positions) {
 }
 
 bool scan_refinement::due(int64_t iteration) const {
-  return o_.enabled && !converged_ && iteration >= o_.first_iteration &&
+  return o_.enabled && !converged() && iteration >= o_.first_iteration &&
          (iteration - o_.first_iteration) % std::max<int64_t>(o_.every, 1) == 0;
 }
 
@@ -184,7 +186,6 @@ scan_refinement_move scan_refinement::step(int64_t iteration, const double* grad
     if (!std::isfinite(v)) fail(TYCHO_ERR_BAD_DATA, "scan map refinement: the slope of the loss is not finite");
   const double gn = norm(g);
   if (!(gn > 0)) {
-    converged_ = true;
     converged_at_ = iteration;
     report_ = cat("iteration ", iteration, ": no slope along the free parameters: the map is kept");
     return move;
@@ -247,15 +248,12 @@ scan_refinement_move scan_refinement::step(int64_t iteration, const double* grad
   have_previous_ = true;
   ++steps_;
   small_steps_ = norm(du) < o_.tolerance_A ? small_steps_ + 1 : 0;
-  if (small_steps_ >= 2) {
-    converged_ = true;
-    converged_at_ = iteration;
-  }
+  if (small_steps_ >= 2) converged_at_ = iteration;
   const auto q = p_;
   report_ = cat("iteration ", iteration, ": scan map rotation ", q.rotation_rad * 180 / 3.14159265358979323846,
                 "°, step scales ", q.scale0, ", ", q.scale1, ", shear ", q.shear,
                 refines_C10() ? cat(", probe C10 ", C10_, " Å") : std::string(), " (moved ", norm(du), " Å at the rms radius",
-                converged_ ? "; converged" : "", ")");
+                converged() ? "; converged" : "", ")");
   return move;
 }
 
@@ -268,7 +266,7 @@ std::vector<double> scan_refinement::state() const {
   v.insert(v.end(), previous_step_.begin(), previous_step_.end());
   for (const vec& row : inverse_hessian_) v.insert(v.end(), row.begin(), row.end());
   v.insert(v.end(), {have_previous_ ? 1.0 : 0.0, have_curvature_ ? 1.0 : 0.0, double(steps_), double(small_steps_),
-                     converged_ ? 1.0 : 0.0, double(converged_at_)});
+                     converged() ? 1.0 : 0.0, double(converged_at_)});
   return v;
 }
 
@@ -301,7 +299,7 @@ void scan_refinement::restore(const std::vector<double>& v, const std::string& o
   have_curvature_ = v[k++] != 0;
   steps_ = int64_t(v[k++]);
   small_steps_ = int64_t(v[k++]);
-  converged_ = v[k++] != 0;
+  ++k;  // the converged flag: converged_at > 0 (checked above)
   converged_at_ = int64_t(v[k++]);
 }
 

@@ -100,7 +100,7 @@ class scan_refinement {
   const scan_map& map() const { return map_; }
   scan_map::parameters parameters() const { return map_.decompose(); }
   double C10_A() const { return C10_; }
-  bool converged() const { return converged_; }
+  bool converged() const { return converged_at_ > 0; }
   // The iteration whose step ended the refinement (0: it has not converged).
   int64_t converged_at() const { return converged_at_; }
   int64_t steps_taken() const { return steps_; }
@@ -134,8 +134,7 @@ class scan_refinement {
   std::array<vec, 5> inverse_hessian_{};
   bool have_curvature_ = false;
   int64_t steps_ = 0, small_steps_ = 0;
-  bool converged_ = false;
-  int64_t converged_at_ = 0;
+  int64_t converged_at_ = 0;  // the iteration it converged at (≥ 1: steps start there); 0: not yet
   std::string report_;
 };
 
