@@ -86,6 +86,14 @@ TEST_F(Resume, ResumeEqualsContinuousSgdProbe) {
   resume_equals_continuous();
 }
 
+// A scan the scan map turns (by the config here; the parallax's estimate does the same) lays its
+// object out over the turned positions, a larger object than the raster's: the result must still
+// be read back (it was refused as "(H, W) from the manifest's scan") and resume bit for bit.
+TEST_F(Resume, ResumeEqualsContinuousOnATurnedScan) {
+  extra_sets_ = {"--set", "preprocess.scan_rotation_deg=7"};
+  resume_equals_continuous();
+}
+
 // Without --iterations, --from runs what is left of the total; with nothing left it refuses.
 TEST_F(Resume, RunsTheRestOfTheTotal) {
   const std::string a = tmp_ / "a.zip", b = tmp_ / "b.zip";

@@ -70,7 +70,14 @@ class member_rules {
       }
       g.padding_px = r.object_padding_px;
       try {
-        const object_layout layout = layout_object(g);  // as the run laid it out
+        // As the run laid it out: a raster the scan map turned (scan_rotation_deg, the parallax's
+        // estimate) over its mapped positions, as resolve_run_geometry does.
+        std::vector<double> mapped;
+        if (!r.map.is_identity()) {
+          mapped = raster_positions_A(r.scan_shape[0], r.scan_shape[1], g.step_A[0], g.step_A[1]);
+          r.map.apply_in_place(mapped);
+        }
+        const object_layout layout = mapped.empty() ? layout_object(g) : layout_object(g, mapped);
         h = exactly(layout.shape[0]);
         w = exactly(layout.shape[1]);
       } catch (const error& e) {
@@ -79,7 +86,8 @@ class member_rules {
       }
       hw = cat("(H, W) = (", h[0], ", ", w[0], ") from the manifest's scan (", r.scan_shape[0], " x ", r.scan_shape[1],
                " positions, step ", r.scan_step_A[0], " Å, pixel ", r.object_pixel_A[0], " Å, window ", n0, " x ", n1,
-               ", padding ", r.object_padding_px, " px)");
+               ", padding ", r.object_padding_px, " px",
+               r.map.is_identity() ? std::string() : std::string(", under its preprocess.scan_map"), ")");
     }
     rules_["object"] = {{k_c64, k_c128}, {{1, k_most_slices}, h, w},
                         cat("(slices, H, W) complex64 or complex128 with slices from 1 to ", k_most_slices, " and ",
@@ -188,6 +196,9 @@ void read_manifest(result_file& r) {
     r.scan_step_A[std::size_t(a)] = step[std::size_t(a)];
     r.scan_origin_A[std::size_t(a)] = origin[std::size_t(a)];
   }
+  // The scan map the run laid its object out under (a turned raster's object is larger).
+  if (const nlohmann::json* pre = m.find("preprocess"); pre != nullptr && pre->is_object())
+    r.map = scan_map_of_report(pre->dump(), cat("'", r.path, "': member 'manifest.json'"));
   // Compact batches (issue 30): the tiles whose steps object_tile_steps holds.
   if (m.find("batching.tile_px")) r.tile_px = m.integer("batching.tile_px", 0, k_most_object_px);
   r.raster = std::isfinite(step[0]) && std::isfinite(step[1]);

@@ -18,6 +18,8 @@
 // TYCHO_ERR_NOT_FOUND for a missing file).
 #pragma once
 
+#include <tycho/core/scan_map.hpp>
+
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -48,6 +50,7 @@ struct result_file {
   int64_t object_padding_px = 0;
   int64_t tile_px = 0;  // batching.tile_px: compact batches' tiles (object_tile_steps), 0 for none
   bool raster = true;  // a raster step is recorded: the object's shape follows from the calibration
+  scan_map map;        // preprocess.scan_map.linear: the map the run laid its object out under (identity: none)
   std::optional<saved_optimizer> object_optimizer, probe_optimizer;  // when optimizer_state holds them
 
   int64_t patterns() const { return scan_shape[0] * scan_shape[1]; }
