@@ -280,6 +280,48 @@ TEST(Constraints, PositionsDriftKeepsADriftAndRemovesAScale) {
   EXPECT_LT(err, 0.25 * before) << "scale error before " << before << " px, after " << err << " px";
 }
 
+// The same drift on a raster the scan map turned (37°, as a parallax's rotation turns the nominal
+// positions): the drift family is the turned grid's, so the drift is kept exactly and the wrong
+// fast axis still moves the positions; a list in no grid's order is refused naming the rule.
+TEST(Constraints, PositionsDriftOfATurnedRasterAndAShuffledList) {
+  raster r;
+  const auto res = r.residual();
+  const double t = 37.0 * 3.14159265358979323846 / 180, c = std::cos(t), s = std::sin(t);
+  for (int k = 0; k < 12; ++k) {
+    const double a = r.nominal[std::size_t(2 * k)] - 67.5, b = r.nominal[std::size_t(2 * k + 1)] - 74.0;
+    r.nominal[std::size_t(2 * k)] = 67.5 + c * a - s * b;
+    r.nominal[std::size_t(2 * k + 1)] = 74.0 + s * a + c * b;
+  }
+  const double v[2] = {-0.021, 0.034};  // px per acquired pattern
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 3; ++j) {
+      const int k = i * 3 + j, acquired = j * 4 + i;
+      for (int b = 0; b < 2; ++b)
+        r.positions[std::size_t(2 * k + b)] = r.nominal[std::size_t(2 * k + b)] + v[b] * acquired + 0.5 + res[std::size_t(2 * k + b)];
+    }
+  const auto drifted = r.positions;
+  auto kept = apply_affine(r, "linear = \"drift\"\nfast_axis = 0\n");
+  for (int k = 0; k < 24; ++k) EXPECT_NEAR(kept[std::size_t(k)], drifted[std::size_t(k)], 1e-10) << k;
+  r.positions = drifted;
+  auto other = apply_affine(r, "linear = \"drift\"\nfast_axis = 1\n");
+  double moved = 0;
+  for (int k = 0; k < 24; ++k) moved = std::max(moved, std::abs(other[std::size_t(k)] - drifted[std::size_t(k)]));
+  EXPECT_GT(moved, 0.05);
+  // Patterns 1 and 2 swapped: the grid's positions, but not in any grid's listed order.
+  std::swap(r.nominal[2], r.nominal[4]);
+  std::swap(r.nominal[3], r.nominal[5]);
+  auto doc = tycho::config_document::parse("linear = \"drift\"\n", "<test>", "");
+  tycho_config cfg{&doc.root(), "[[reconstruct.constraints]] 1 (positions_affine)", ""};
+  tycho_constraint_setup setup = host_setup();
+  setup.config = &cfg;
+  setup.nominal_positions = &r.nominal_t;
+  tycho_constraint* made = nullptr;
+  EXPECT_NE(constraint("positions_affine")->create(&setup, &made), TYCHO_OK);
+  EXPECT_NE(std::string(tycho::last_error()).find("needs a raster scan of at least 2 x 2 positions listed in raster order"),
+            std::string::npos)
+      << tycho::last_error();
+}
+
 // ---- probe centring, total variation, depth, potential (issue 11)
 
 using cdouble = std::complex<double>;

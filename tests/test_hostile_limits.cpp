@@ -163,7 +163,7 @@ TEST(HostileLimitsUnit, LargeCountWarningPrintsTheValueExactly) {
 }
 
 // CXI files: translations that all coincide (every position on one point), and a grid listed out
-// of raster order under linear = "drift", which assumes the storage order is the raster's.
+// of raster order under linear = "drift", which assumes the listed order is a raster's (turned or not).
 class HostileScans : public ::testing::Test {
  protected:
   std::string cxi_with(const std::string& name, const std::vector<double>& translations_m) {
@@ -199,15 +199,20 @@ TEST_F(HostileScans, PositionsThatAllCoincideAreRefused) {
 }
 
 TEST_F(HostileScans, DriftModelNeedsPositionsInRasterOrder) {
-  // The MoS2 raster, frames in reverse order: the same grid of positions, listed last to first.
+  // The MoS2 raster listed as a snake scan (every other row's frames reversed): the same grid of
+  // positions in an order no grid lists them in. (Reversed as a whole, or every row alike, the
+  // list is the raster turned by 180° or mirrored, which the drift model takes.)
   const std::vector<double> raster = tycho::test::mos2_translations_m(false);
   std::vector<double> reversed(raster.size());
   for (int64_t axis = 0; axis < 3; ++axis)
-    for (int64_t k = 0; k < 768; ++k) reversed[std::size_t(axis * 768 + k)] = raster[std::size_t(axis * 768 + 767 - k)];
+    for (int64_t k = 0; k < 768; ++k) {
+      const int64_t row = k / 24, col = row % 2 == 1 ? 23 - k % 24 : k % 24;
+      reversed[std::size_t(axis * 768 + k)] = raster[std::size_t(axis * 768 + row * 24 + col)];
+    }
   const std::string drift = "[reconstruct.positions]\ncorrect = true\n[[reconstruct.constraints]]\n"
                             "name = \"positions_affine\"\nlinear = \"drift\"\n";
   const std::string m = error_line(run(cxi_with("reversed.cxi", reversed), "batch_size = 128\n" + drift));
-  EXPECT_TRUE(contains(m, "linear = \"drift\" needs a raster scan stored in raster order; nominal position 0 lies at "))
+  EXPECT_TRUE(contains(m, "linear = \"drift\" needs a raster scan of at least 2 x 2 positions listed in raster order"))
       << m;
   EXPECT_FALSE(fs::exists(tmp_ / "out.zip"));
 }

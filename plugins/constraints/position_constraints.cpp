@@ -51,50 +51,61 @@ affine_fit fit_affine(const double* nominal, const double* positions, int64_t co
 
 namespace {
 // For a raster of nominal positions: the acquisition index t as a linear function of the
-// position, t = g · n + c, when `fast_axis` is the axis the beam sweeps first: g_fast =
-// 1 / step_fast, g_slow = (positions along the fast axis) / step_slow. Throws when the nominal
-// positions are not a raster (distinct values per axis times each other ≠ their count).
+// position, t = g · n + c. A raster here is what every source stores: pattern j at grid index
+// (i0, i1) = (j / n1, j mod n1), C order, and its nominal position n_j = c + M (i0, i1) for one
+// 2 x 2 matrix M whose columns are the steps along the grid's axes: an axis-aligned raster, or one
+// the scan map turned, scaled or sheared (scan_rotation_deg, the parallax's rotation). The beam
+// sweeps `fast_axis` first, so t = w · (i0, i1) with w = (n1, 1) (fast axis 1) or (1, n0), and
+// g = M⁻ᵀ w. Every n1 that divides the count is tried; the positions must lie on the grid to
+// 1e-6 of their extent. Throws when no grid of at least 2 x 2 takes them in their listed order.
 std::array<double, 2> drift_direction(const std::vector<double>& nominal, int fast_axis) {
-  const std::size_t count = nominal.size() / 2;
+  const int64_t count = int64_t(nominal.size() / 2);
   double lo[2] = {nominal[0], nominal[1]}, hi[2] = {nominal[0], nominal[1]};
-  for (std::size_t j = 0; j < count; ++j)
+  for (int64_t j = 0; j < count; ++j)
     for (int a = 0; a < 2; ++a) {
       lo[a] = std::min(lo[a], nominal[2 * j + a]);
       hi[a] = std::max(hi[a], nominal[2 * j + a]);
     }
-  int64_t along[2];
-  double step[2];
-  for (int a = 0; a < 2; ++a) {
-    std::vector<double> v(count);
-    for (std::size_t j = 0; j < count; ++j) v[j] = nominal[2 * j + a];
-    std::sort(v.begin(), v.end());
-    const double tol = 1e-6 * std::max(hi[a] - lo[a], 1.0);
-    along[a] = 1;
-    for (std::size_t j = 1; j < count; ++j)
-      if (v[j] - v[j - 1] > tol) ++along[a];
-    step[a] = along[a] > 1 ? (hi[a] - lo[a]) / double(along[a] - 1) : 1.0;
+  const double tol = 1e-6 * std::max({hi[0] - lo[0], hi[1] - lo[1], 1.0});
+  for (int64_t n1 = 2; n1 <= count / 2; ++n1) {
+    if (count % n1 != 0) continue;
+    const int64_t n0 = count / n1;
+    // Least squares of n_j on (1, i0, i1): the grid's indices are centred, so their sums vanish
+    // and the normal equations split (the cross sum of i0 and i1 is 0 on a full grid).
+    const double m0 = 0.5 * double(n0 - 1), m1 = 0.5 * double(n1 - 1);
+    double mean[2] = {0, 0}, s0[2] = {0, 0}, s1[2] = {0, 0}, q0 = 0, q1 = 0;
+    for (int64_t j = 0; j < count; ++j) {
+      const double i0 = double(j / n1) - m0, i1 = double(j % n1) - m1;
+      q0 += i0 * i0;
+      q1 += i1 * i1;
+      for (int a = 0; a < 2; ++a) {
+        mean[a] += nominal[2 * j + a];
+        s0[a] += nominal[2 * j + a] * i0;
+        s1[a] += nominal[2 * j + a] * i1;
+      }
+    }
+    double M[2][2];
+    for (int a = 0; a < 2; ++a) {
+      mean[a] /= double(count);
+      M[a][0] = s0[a] / q0;
+      M[a][1] = s1[a] / q1;
+    }
+    bool on_grid = true;
+    for (int64_t j = 0; j < count && on_grid; ++j) {
+      const double i0 = double(j / n1) - m0, i1 = double(j % n1) - m1;
+      for (int a = 0; a < 2; ++a)
+        on_grid = on_grid && std::abs(nominal[2 * j + a] - (mean[a] + M[a][0] * i0 + M[a][1] * i1)) <= tol;
+    }
+    const double det = M[0][0] * M[1][1] - M[0][1] * M[1][0];
+    if (!on_grid || !(std::abs(det) > 0)) continue;
+    const double w[2] = {fast_axis == 1 ? double(n1) : 1.0, fast_axis == 1 ? 1.0 : double(n0)};
+    // g = M⁻ᵀ w: M⁻ᵀ = [[M11, −M10], [−M01, M00]] / det.
+    return {(M[1][1] * w[0] - M[1][0] * w[1]) / det, (-M[0][1] * w[0] + M[0][0] * w[1]) / det};
   }
-  if (along[0] * along[1] != int64_t(count) || along[0] < 2 || along[1] < 2)
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "constraint 'positions_affine': linear = \"drift\" needs a raster scan of at least ",
-         "2 x 2 positions; the nominal positions take ", along[0], " x ", along[1], " distinct values for ", count,
-         " positions");
-  const int slow = 1 - fast_axis;
-  // And stored in raster order, C order over the grid (pattern j = (j / n1, j mod n1), as every
-  // source stores a raster; fast_axis then says which axis the beam swept first). A list taking
-  // the grid's values in another order (a snake scan, shuffled frames) is not such a raster.
-  for (std::size_t j = 0; j < count; ++j) {
-    const double i0 = std::round((nominal[2 * j] - lo[0]) / step[0]);
-    const double i1 = std::round((nominal[2 * j + 1] - lo[1]) / step[1]);
-    if (i0 * double(along[1]) + i1 != double(j))
-      fail(TYCHO_ERR_INVALID_ARGUMENT, "constraint 'positions_affine': linear = \"drift\" needs a raster scan stored ",
-           "in raster order; nominal position ", j, " lies at (", i0, ", ", i1, ") of the ", along[0], " x ", along[1],
-           " grid, where raster order puts position ", i0 * double(along[1]) + i1, ": the positions are listed in ",
-           "another order");
-  }
-  std::array<double, 2> g{};
-  g[std::size_t(fast_axis)] = 1.0 / step[fast_axis];
-  g[std::size_t(slow)] = double(along[fast_axis]) / step[slow];
-  return g;
+  fail(TYCHO_ERR_INVALID_ARGUMENT, "constraint 'positions_affine': linear = \"drift\" needs a raster scan of at least ",
+       "2 x 2 positions listed in raster order (pattern j at grid index (j / n1, j mod n1), the grid turned or not); ",
+       "no grid takes the ", count, " nominal positions in their listed order (nominal position 0 lies at (",
+       nominal[0], ", ", nominal.size() > 1 ? nominal[1] : 0.0, ") px)");
 }
 }  // namespace
 
