@@ -466,6 +466,9 @@ std::string preprocess_report::to_json() const {
       if (p.done) {
         pj["shift_per_px"] = {{p.A[0][0], p.A[0][1]}, {p.A[1][0], p.A[1][1]}};
         pj["relative_error"] = p.relative_error;
+        pj["aligned"] = p.aligned;
+        if (p.aligned) pj["aligned_rotation_deg"] = p.aligned_rotation * 180 / pi;
+        pj["rotation_sd_deg"] = p.rotation_sd * 180 / pi;
         pj["groups"] = p.groups;
         pj["pairs"] = p.pairs;
         pj["levels"] = p.levels;

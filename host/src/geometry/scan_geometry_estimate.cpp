@@ -226,7 +226,7 @@ scan_geometry_estimate estimate_scan_geometry(const std::vector<double>& com, in
     // degrees but leaves the nearest rotation within a few tenths of one.
     const auto q = from_parallax.decompose();
     const auto& M = from_parallax.L;
-    const double sigma = std::max(e.parallax.relative_error, 1e-4);
+    const double sigma = std::max(e.parallax.rotation_sd, 1e-4);
     double rotation = std::atan2(M[1][0] - M[0][1], M[0][0] + M[1][1]);
     const double nearest = (pi / 2) * std::round(rotation / (pi / 2));
     const bool snapped = std::abs(rotation - nearest) <= 2 * sigma;
@@ -234,7 +234,11 @@ scan_geometry_estimate estimate_scan_geometry(const std::vector<double>& com, in
     e.map = rotation_map(rotation);
     e.notes.push_back(cat("scan geometry from the parallax of the bright field (", e.parallax.groups, " groups, ",
                           e.parallax.pairs, " shifts, standard error ", std::round(e.parallax.relative_error * 1000) / 10,
-                          " %): rotation ", deg(std::atan2(M[1][0] - M[0][1], M[0][0] + M[1][1])),
+                          " %", e.parallax.aligned ? cat("; all groups aligned at once: the pairs' rotation turned by ",
+                                                         deg(-e.parallax.aligned_rotation)) : std::string(
+                                                         cat("; the groups not aligned at once: ", e.parallax.not_aligned_because)),
+                          ", standard error ", deg(e.parallax.rotation_sd), "): rotation ",
+                          deg(std::atan2(M[1][0] - M[0][1], M[0][0] + M[1][1])),
                           snapped ? cat(" (", deg(rotation), " within two standard errors)") : "",
                           ", transpose ", e.transpose ? "true" : "false", "; measured but not applied: step ratio ",
                           q.scale1 / q.scale0, ", shear ", q.shear, ", and a scale that corresponds to C10 = ",
