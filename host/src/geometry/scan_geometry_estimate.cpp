@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <complex>
-#include <limits>
 #include <mutex>
 
 #include "settings/config_read.hpp"
@@ -18,7 +17,6 @@ namespace tycho::host {
 
 namespace {
 constexpr double pi = 3.14159265358979323846;
-const double nan = std::numeric_limits<double>::quiet_NaN();
 
 // Below this relative standard error, with shifts of at least min_parallax_shift scan steps
 // across the bright-field disc, the parallax decides the map (parallax.hpp's relative_error); up
