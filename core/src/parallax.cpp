@@ -246,7 +246,8 @@ class aligned_power {
   }
 
   // The θ in [−range, range] that maximises S: a grid of `step`, then the parabola through the
-  // best point and its neighbours, then a grid of step / 10 over ± step around that, and its
+  // best point and its neighbours, then 7 points of step / 5 around that (S's peak is degrees
+  // wide: the parabola through them is exact to far below the estimate's noise), and their
   // parabola. NaN when the best lies on the range's edge (the maximum is not inside it).
   double best(double range, double step, int part = -1) {
     auto search = [&](double centre, double span, double by, bool edge_fails) {
@@ -262,7 +263,7 @@ class aligned_power {
     };
     const double coarse = search(0.0, range, step, true);
     if (!std::isfinite(coarse)) return coarse;
-    return search(coarse, step, step / 10, false);
+    return search(coarse, 0.6 * step, step / 5, false);
   }
 
  private:
@@ -490,12 +491,12 @@ parallax_result estimate_parallax(const parallax_images& im, double expected_shi
   // The round window needs room: on a block under 8 x 8 positions it holds a dozen, and the pairs'
   // A stands.
   const bool room = std::min(im.block[0], im.block[1]) >= 8;
-  const double theta = room ? power.best(range, 0.25 * pi / 180) : std::nan("");
+  const double theta = room ? power.best(range, 0.5 * pi / 180) : std::nan("");
   if (std::isfinite(theta)) {
     double t[aligned_power::parts], mean_t = 0;
     bool all = true;
     for (int q = 0; q < aligned_power::parts; ++q) {
-      t[q] = power.best(range, 0.25 * pi / 180, q);
+      t[q] = power.best(range, 0.5 * pi / 180, q);
       all = all && std::isfinite(t[q]);
       mean_t += t[q] / aligned_power::parts;
     }
