@@ -71,4 +71,11 @@ std::vector<double> raster_positions_A(int64_t rx, int64_t ry, double step0, dou
   return n;
 }
 
+object_layout layout_mapped_raster(const scan_geometry& g, const scan_map& map) {
+  if (map.is_identity()) return layout_object(g);
+  std::vector<double> mapped = raster_positions_A(g.scan_shape[0], g.scan_shape[1], g.step_A[0], g.step_A[1]);
+  map.apply_in_place(mapped);
+  return layout_object(g, mapped);
+}
+
 }  // namespace tycho

@@ -70,14 +70,8 @@ class member_rules {
       }
       g.padding_px = r.object_padding_px;
       try {
-        // As the run laid it out: a raster the scan map turned (scan_rotation_deg, the parallax's
-        // estimate) over its mapped positions, as resolve_run_geometry does.
-        std::vector<double> mapped;
-        if (!r.map.is_identity()) {
-          mapped = raster_positions_A(r.scan_shape[0], r.scan_shape[1], g.step_A[0], g.step_A[1]);
-          r.map.apply_in_place(mapped);
-        }
-        const object_layout layout = mapped.empty() ? layout_object(g) : layout_object(g, mapped);
+        // As the run laid it out: under the scan map (scan_rotation_deg, the parallax's estimate).
+        const object_layout layout = layout_mapped_raster(g, r.map);
         h = exactly(layout.shape[0]);
         w = exactly(layout.shape[1]);
       } catch (const error& e) {

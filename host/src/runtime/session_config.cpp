@@ -328,9 +328,8 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
                                   const std::string& desc, int64_t n0, int64_t n1,
                                   const std::vector<double>& listed_positions_A, const scan_map& map) {
   // The scan map moves every position: listed ones directly, a raster's as listed ones that keep
-  // the scan step (so the object is laid out over where the probe was).
+  // the scan step (so the object is laid out over where the probe was: layout_mapped_raster).
   std::vector<double> mapped;
-  const bool raster_mapped = listed_positions_A.empty() && !map.is_identity();
   if (!map.is_identity()) {
     mapped = listed_positions_A;
     map.apply_in_place(mapped);
@@ -440,12 +439,8 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
     fail(TYCHO_ERR_OUT_OF_MEMORY, "data '", desc, "': the positions of its ", info.scan_shape[0], " x ",
          info.scan_shape[1], " patterns alone need ", human_bytes(position_bytes), ", more than this machine's ",
          human_bytes(have), " of memory (check the file's shape)");
-  if (raster_mapped) {
-    mapped = raster_positions_A(info.scan_shape[0], info.scan_shape[1], step, step1);
-    map.apply_in_place(mapped);
-  }
   try {
-    r.layout = !positions_A.empty() ? layout_object(r.geometry, positions_A) : layout_object(r.geometry);
+    r.layout = listed ? layout_object(r.geometry, positions_A) : layout_mapped_raster(r.geometry, map);
   } catch (const error& e) {  // the layout names neither the data nor where its positions come from
     fail(e.status, "data '", desc, "'", listed ? " (the positions it lists)" : "", ": ", e.what());
   }

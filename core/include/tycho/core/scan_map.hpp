@@ -24,6 +24,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "tycho/core/geometry.hpp"
+
 namespace tycho {
 
 struct scan_map {
@@ -53,5 +55,11 @@ scan_map rotation_map(double rotation_rad);
 // The nominal positions of an rx x ry raster, n_j = (i·step0, k·step1) for j = i·ry + k ((P, 2) Å,
 // interleaved, scan order).
 std::vector<double> raster_positions_A(int64_t rx, int64_t ry, double step0, double step1);
+
+// The object's layout for a raster (g's scan shape and steps) whose nominal positions `map` moves,
+// as a run lays it out: layout_object(g) for the identity, else layout_object over the mapped
+// positions (a turned raster's object is larger). Throws as layout_object does. One rule for the
+// session and for the reader of its results.
+object_layout layout_mapped_raster(const scan_geometry& g, const scan_map& map);
 
 }  // namespace tycho
