@@ -232,9 +232,11 @@ scan_geometry_estimate estimate_scan_geometry(const std::vector<double>& com, in
     e.map = rotation_map(rotation);
     e.notes.push_back(cat("scan geometry from the parallax of the bright field (", e.parallax.groups, " groups, ",
                           e.parallax.pairs, " shifts, standard error ", std::round(e.parallax.relative_error * 1000) / 10,
-                          " %", e.parallax.aligned ? cat("; all groups aligned at once: the pairs' rotation turned by ",
-                                                         deg(-e.parallax.aligned_rotation)) : std::string(
-                                                         cat("; the groups not aligned at once: ", e.parallax.not_aligned_because)),
+                          " %",
+                          e.parallax.aligned
+                              ? cat("; all groups aligned at once: the pairs' rotation turned by ",
+                                    deg(-e.parallax.aligned_rotation))
+                              : cat("; the groups not aligned at once: ", e.parallax.not_aligned_because),
                           ", standard error ", deg(e.parallax.rotation_sd), "): rotation ",
                           deg(std::atan2(M[1][0] - M[0][1], M[0][0] + M[1][1])),
                           snapped ? cat(" (", deg(rotation), " within two standard errors)") : "",
