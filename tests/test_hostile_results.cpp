@@ -384,6 +384,24 @@ TEST_F(HostileResultFiles, ManifestErrorsNameTheKey) {
               std::string::npos);
 }
 
+// The scan map the reader lays the object out under (preprocess.scan_map.linear): a singular map
+// is refused naming the key; a finite one that stretches the scan absurdly gives an object shape
+// the member does not have, refused with the shape it implies (no allocation of it).
+TEST_F(HostileResultFiles, ScanMapsThatCannotBeTheRunsAreRefused) {
+  const std::string singular = tmp_ / "singular.zip";
+  ASSERT_TRUE(python(k_edit_manifest, {result_, singular, "preprocess.scan_map.linear", "[[0, 0], [0, 0]]"})
+                  .exited_with(0));
+  expect_both_refuse(singular, "'" + singular + "': member 'manifest.json': preprocess.scan_map.linear must be a 2 x "
+                                                "2 array of finite numbers with a positive determinant (the scan's "
+                                                "linear map)");
+  const std::string stretched = tmp_ / "stretched.zip";
+  ASSERT_TRUE(python(k_edit_manifest, {result_, stretched, "preprocess.scan_map.linear", "[[100000, 0], [0, 0.00001]]"})
+                  .exited_with(0));
+  const std::string m = evaluate_error(stretched);
+  EXPECT_NE(m.find("': array 'object' is (1, 220, 197) complex64; expected (slices, H, W)"), std::string::npos) << m;
+  EXPECT_NE(m.find("under its preprocess.scan_map)"), std::string::npos) << m;
+}
+
 // A step count of 2^63 - 1 overflowed Adam's step (UBSan), then the run diverged and blamed the
 // learning rate; a negative mean square (Adam's v) has no square root.
 TEST_F(HostileResultFiles, OptimizerStateOutOfRangeIsRefused) {
