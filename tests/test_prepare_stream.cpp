@@ -65,13 +65,16 @@ std::string prepare_both_ways(const tycho::test::temp_folder& tmp, const std::st
 const std::string k_simulated = "[data]\nsource = \"simulate\"\nscan_shape = [13, 11]\ndetector_shape = [48, 48]\n"
                                 "threads = 2\n";
 
-TEST(PrepareStream, SimulatedCountsAreWrittenAsUint16AsTheInMemoryPathWritesThem) {
+// Counts are stored as uint16, or as uint8 where no count can pass 255 (the source's largest
+// value; half the file and the disk's reads), and read back as the same uint16 counts.
+void expect_counts_stored_as(const std::string& dose, const std::string& want_descr) {
+  SCOPED_TRACE("dose " + dose);
   tycho::test::temp_folder tmp;
-  const std::string prepared =
-      prepare_both_ways(tmp, k_simulated + "dose_e_per_A2 = 2e4\n[preprocess]\n", "'descr': '<u2'");
+  const std::string data = k_simulated + "dose_e_per_A2 = " + dose + "\n[preprocess]\n";
+  const std::string prepared = prepare_both_ways(tmp, data, want_descr);
   // A run from the prepared counts, in memory and read per batch from disk, is the run from the
   // config (whose source delivers the same counts), bit for bit.
-  const std::string config = tmp.write("run.toml", k_simulated + "dose_e_per_A2 = 2e4\n");
+  const std::string config = tmp.write("run.toml", data);
   std::vector<std::vector<double>> losses;
   std::vector<std::string> objects;
   for (const std::string residency : {"", "device", "disk"}) {
@@ -93,6 +96,11 @@ TEST(PrepareStream, SimulatedCountsAreWrittenAsUint16AsTheInMemoryPathWritesThem
   EXPECT_TRUE(objects[0] == objects[2]);
 }
 
+TEST(PrepareStream, SimulatedCountsAreWrittenAsTheInMemoryPathWritesThemUint8WhenTheyFit) {
+  expect_counts_stored_as("2e4", "'descr': '|u1'");    // no pixel over 255 counts
+  expect_counts_stored_as("2.5e5", "'descr': '<u2'");  // some over 255
+}
+
 TEST(PrepareStream, AStageThatCropsRecentresAndNormalisesWritesTheInMemoryFloat32) {
   tycho::test::temp_folder tmp;
   prepare_both_ways(tmp,
@@ -112,7 +120,7 @@ TEST(PrepareStream, TheMoS2CountsOfAnEmdFileWithAFitThatOnlyMeasures) {
                     "[data]\nsource = \"emd\"\npath = \"" + data +
                         "\"\n[optics]\nenergy_eV = 80e3\nsemiangle_mrad = 25.0\nC10_A = -150.0\n"
                         "[preprocess]\ncom_fit = \"plane\"\n",
-                    "'descr': '<u2'");
+                    "'descr': '|u1'");  // no MoS2 count passes 255
   prepare_both_ways(tmp,
                     "[data]\nsource = \"emd\"\npath = \"" + data +
                         "\"\n[optics]\nenergy_eV = 80e3\nsemiangle_mrad = 25.0\nC10_A = -150.0\n"

@@ -156,6 +156,10 @@ bool results_stay_counts(const chunked_source& src, const preprocess_settings& s
   return src.counts() && integer_targets && !s.normalise && largest_result <= 65535.0;
 }
 
+int stored_count_bytes(double largest_source_value, int64_t binning) {
+  return largest_source_value * double(binning) * double(binning) <= 255.0 ? 1 : 2;
+}
+
 chunked_read read_preprocessed_in_chunks(const component_ref& source, const tycho_config* data_table, int64_t part,
                                          int64_t parts, const config_document& doc, const rank_sum& sum_across_ranks,
                                          const gather_texts& gather, bool integer_targets, int64_t chunk_bytes) {

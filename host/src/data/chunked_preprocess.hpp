@@ -104,4 +104,10 @@ chunked_read read_preprocessed_in_chunks(const component_ref& source, const tych
 // pass 65535 (the largest count times binning²).
 bool results_stay_counts(const chunked_source& src, const preprocess_settings& s, bool integer_targets);
 
+// The bytes a prepared file stores per count: 1 (uint8) when no result can pass 255 (the source's
+// largest value, dataset::max_value, times binning²), else 2 (uint16). Half the file, and so half
+// the disk's reads of a run from it (target_residency = "disk"); readers widen them to uint16.
+// Both writers (in memory, streamed) decide by this bound, so they write the same bytes.
+int stored_count_bytes(double largest_source_value, int64_t binning);
+
 }  // namespace tycho::host

@@ -33,7 +33,8 @@ streamed_patterns::streamed_patterns(const component_ref& source, const tycho_co
     counts_out_.resize(m);
     counts_centred_.resize(m);
   }
-  pattern_bytes_.resize(m * (counts_ ? 2 : 4));
+  if (counts_) count_bytes_ = stored_count_bytes(d.max_value, s.binning);
+  pattern_bytes_.resize(m * std::size_t(counts_ ? count_bytes_ : 4));
   at_ = pattern_bytes_.size();  // nothing held yet
   src_.start_pass();
   report_stage("writing", 0, total_patterns_);
@@ -62,7 +63,17 @@ void streamed_patterns::next_pattern() {
       counts_out_[std::size_t(k)] = uint16_t(v);
     }
     fftshift_pattern(counts_out_.data(), counts_centred_.data(), n0, n1);
-    std::memcpy(pattern_bytes_.data(), counts_centred_.data(), pattern_bytes_.size());
+    if (count_bytes_ == 1) {
+      for (int64_t k = 0; k < m; ++k) {
+        const uint16_t c = counts_centred_[std::size_t(k)];
+        if (c > 255)
+          fail(TYCHO_ERR_INTERNAL, "the preprocessing stage made pattern ", d.first + l, " hold ", c,
+               ", above the 255 its source's largest value allowed (", d.max_value, ")");
+        pattern_bytes_[std::size_t(k)] = uint8_t(c);
+      }
+    } else {
+      std::memcpy(pattern_bytes_.data(), counts_centred_.data(), pattern_bytes_.size());
+    }
   } else {
     fftshift_pattern(result, centred_.data(), n0, n1);
     std::memcpy(pattern_bytes_.data(), centred_.data(), pattern_bytes_.size());

@@ -4,7 +4,7 @@
 // the format writes it (tycho_array_producer, ABI 1.3): the host holds a chunk of the source
 // and one pattern, never the scan. The bytes are those the in-memory path writes (the same
 // per-pattern code in the same order), centred, float32 or, when the results stay whole counts
-// below 65536, uint16.
+// below 65536, uint16 (uint8 when none can pass 255: stored_count_bytes).
 #pragma once
 
 #include <tycho/tycho_components.h>
@@ -30,8 +30,11 @@ class streamed_patterns {
   const dataset& header() const { return after_; }
   const tycho_dataset_info& source_info() const { return source_info_; }
   const preprocess_report& report() const { return plan_.report; }
-  bool counts() const { return counts_; }  // produced as uint16 (else float32)
-  DLDataType dtype() const { return counts_ ? DLDataType{kDLUInt, 16, 1} : DLDataType{kDLFloat, 32, 1}; }
+  bool counts() const { return counts_; }  // produced as counts (else float32)
+  // uint8 or uint16 counts (stored_count_bytes), or float32.
+  DLDataType dtype() const {
+    return counts_ ? DLDataType{kDLUInt, uint8_t(8 * count_bytes_), 1} : DLDataType{kDLFloat, 32, 1};
+  }
   const std::string& read_as() const { return src_.read_as(); }
   int64_t passes() const { return src_.passes(); }
   // The producer of the (Rx, Ry, N0, N1) centred patterns, valid while this object lives.
@@ -49,6 +52,7 @@ class streamed_patterns {
   tycho_dataset_info source_info_{};
   stage_plan plan_;
   bool counts_ = false;
+  int count_bytes_ = 2;  // with counts_: 1 (uint8) or 2 (uint16)
   double normalised_to_ = 0;
   int64_t total_patterns_ = 0, produced_ = 0;
   double total_ = 0;

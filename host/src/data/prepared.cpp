@@ -20,6 +20,7 @@
 #include <array>
 #include <type_traits>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <ostream>
@@ -270,7 +271,8 @@ dataset recorded_dataset(const prepared_file& p) {
 // Embedded patterns in a zip: this rank's block checked, summed and averaged in one pass over the
 // member in chunks of ~4 MiB, none kept (dataset::streamed); `member` receives the open member
 // (the session keeps the targets there, or reads them into memory, target_residency). float32
-// patterns, or uint16 counts (what a prepared file stores when they are exact counts).
+// patterns, or counts (what a prepared file stores when they are exact counts: uint16, or uint8
+// when every count fits), read as uint16.
 template <class T>
 void stream_totals(const prepared_file& p, dataset& d, stored_npy_member& member, std::array<int64_t, 2> window) {
   const int64_t n = d.n0 * d.n1, w = window[0] * window[1];
@@ -281,7 +283,10 @@ void stream_totals(const prepared_file& p, dataset& d, stored_npy_member& member
   double total = 0;
   for (int64_t first = 0; first < d.patterns; first += chunk) {
     const int64_t count = std::min(chunk, d.patterns - first);
-    member.read(uint64_t(d.first + first) * uint64_t(n), uint64_t(count * n), stored.data());
+    if constexpr (std::is_same_v<T, float>)
+      member.read(uint64_t(d.first + first) * uint64_t(n), uint64_t(count * n), stored.data());
+    else  // uint16 counts, stored as uint16 or uint8
+      member.read_counts(uint64_t(d.first + first) * uint64_t(n), uint64_t(count * n), stored.data());
     if constexpr (std::is_same_v<T, float>)
       require_valid_patterns(stored.data(), count, d.n0, d.n1, d.first + first, p.path, "patterns");
     for (int64_t l = 0; l < count; ++l) {
@@ -375,23 +380,33 @@ dataset prepared_dataset(const prepared_file& p, const config_document& merged, 
       return d;
     }
     if (p.d->patterns_in_zip) return streamed_prepared_dataset(p, merged, part, parts, preprocess_json, member);
-    // Embedded: this rank's block of the centred (Rx, Ry, N0, N1) float32 patterns, or uint16
-    // counts (kept as counts: the targets' own precision).
+    // Embedded: this rank's block of the centred (Rx, Ry, N0, N1) float32 patterns, or counts
+    // (uint16, or uint8 when every count fits; kept as uint16 counts: the targets' own precision).
     dataset d = recorded_dataset(p);
     const owned_array& a = p.d->record.array("patterns", p.path);
     const bool f32 = a.dtype.code == kDLFloat && a.dtype.bits == 32;
     const bool u16 = a.dtype.code == kDLUInt && a.dtype.bits == 16;
-    if (!(f32 || u16) || a.shape != std::vector<int64_t>{d.info.scan_shape[0], d.info.scan_shape[1], d.n0, d.n1})
-      fail(TYCHO_ERR_BAD_DATA, "'", p.path, "': patterns.npy is not float32 or uint16 of shape (", d.info.scan_shape[0],
-           ", ", d.info.scan_shape[1], ", ", d.n0, ", ", d.n1, ") as its manifest says");
+    const bool u8 = a.dtype.code == kDLUInt && a.dtype.bits == 8;
+    if (!(f32 || u16 || u8) || a.shape != std::vector<int64_t>{d.info.scan_shape[0], d.info.scan_shape[1], d.n0, d.n1})
+      fail(TYCHO_ERR_BAD_DATA, "'", p.path, "': patterns.npy is not float32, uint16 or uint8 of shape (",
+           d.info.scan_shape[0], ", ", d.info.scan_shape[1], ", ", d.n0, ", ", d.n1, ") as its manifest says");
     block_of(d.all_patterns, parts, part, d.first, d.patterns);
     const int64_t n = d.n0 * d.n1;
-    if (u16) {
+    if (u16 || u8) {
       d.info.stored_dtype = {kDLUInt, 16, 1};
       d.counts.resize(std::size_t(d.patterns * n));
-      const uint16_t* all = a.as<uint16_t>();
-      for (int64_t l = 0; l < d.patterns; ++l)
-        ifftshift_pattern(all + (d.first + l) * n, d.counts.data() + l * n, d.n0, d.n1);
+      std::vector<uint16_t> wide(u8 ? std::size_t(n) : 0);
+      for (int64_t l = 0; l < d.patterns; ++l) {
+        const uint16_t* pattern = nullptr;
+        if (u8) {
+          const uint8_t* narrow = a.as<uint8_t>() + (d.first + l) * n;
+          std::copy(narrow, narrow + n, wide.begin());
+          pattern = wide.data();
+        } else {
+          pattern = a.as<uint16_t>() + (d.first + l) * n;
+        }
+        ifftshift_pattern(pattern, d.counts.data() + l * n, d.n0, d.n1);
+      }
     } else {
       d.targets.resize(std::size_t(d.patterns * n));
       const float* all = a.as<float>();
@@ -441,7 +456,7 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
     log_info("preprocess", cat("read ", d->patterns, " patterns in chunks of ", stream->read_as(), " (",
                                stream->passes() - 1, stream->passes() == 2 ? " pass" : " passes",
                                " before the file); ",
-                               settings.save_raw_data ? cat("writing them as ", stream->counts() ? "uint16 counts" : "float32",
+                               settings.save_raw_data ? cat("writing them as ", stream->counts() ? cat(sdk::dtype_name(stream->dtype()), " counts") : std::string("float32"),
                                                             " as they are preprocessed and read again")
                                                       : "preprocessing them again for their totals"));
     if (!settings.save_raw_data) stream->drain();  // the manifest's totals; nothing kept
@@ -470,22 +485,39 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
   const uintmax_t source_bytes = source_file.empty() ? 0 : fs::file_size(source_file);
 
   const int64_t rx = d->info.scan_shape[0], ry = d->info.scan_shape[1];
-  // The patterns at the source's precision when they are whole counts (uint16), else float32.
+  // The patterns at the source's precision when they are whole counts (uint16, or uint8 when no
+  // count can pass 255: stored_count_bytes), else float32.
   const bool counts = streamed ? stream->counts() : !held.counts.empty();
+  const DLDataType stored = streamed ? stream->dtype()
+                            : counts ? DLDataType{kDLUInt, uint8_t(8 * stored_count_bytes(held.max_value, settings.binning)), 1}
+                                     : DLDataType{kDLFloat, 32, 1};
+  const std::string stored_name = counts ? cat(sdk::dtype_name(stored), " counts") : std::string("float32");
   std::vector<owned_array> arrays;
   std::vector<tycho_array_producer> producers;
   if (settings.save_raw_data) {
     owned_array a;
     a.name = "patterns";
-    a.dtype = counts ? DLDataType{kDLUInt, 16, 1} : DLDataType{kDLFloat, 32, 1};
+    a.dtype = stored;
     a.shape = {rx, ry, d->n0, d->n1};
     const int64_t n = d->n0 * d->n1;
     if (streamed) {
       producers.push_back(stream->producer());
     } else if (counts) {
-      a.bytes.resize(std::size_t(held.patterns * n) * sizeof(uint16_t));
-      auto* dst = reinterpret_cast<uint16_t*>(a.bytes.data());
-      for (int64_t l = 0; l < held.patterns; ++l) fftshift_pattern(held.counts.data() + l * n, dst + l * n, held.n0, held.n1);
+      a.bytes.resize(std::size_t(held.patterns * n) * (stored.bits / 8u));
+      std::vector<uint16_t> centred(static_cast<std::size_t>(n));
+      for (int64_t l = 0; l < held.patterns; ++l) {
+        fftshift_pattern(held.counts.data() + l * n, centred.data(), held.n0, held.n1);
+        if (stored.bits == 8) {
+          for (int64_t k = 0; k < n; ++k) {
+            if (centred[std::size_t(k)] > 255)
+              fail(TYCHO_ERR_INTERNAL, "preprocess: pattern ", l, " holds ", centred[std::size_t(k)],
+                   ", above the 255 its source's largest value allowed (", held.max_value, ")");
+            a.bytes[std::size_t(l * n + k)] = uint8_t(centred[std::size_t(k)]);
+          }
+        } else {
+          std::memcpy(a.bytes.data() + std::size_t(l * n) * sizeof(uint16_t), centred.data(), std::size_t(n) * sizeof(uint16_t));
+        }
+      }
     } else {
       a.bytes.resize(std::size_t(held.patterns * n) * sizeof(float));
       auto* dst = reinterpret_cast<float*>(a.bytes.data());
@@ -550,7 +582,7 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
     j["arrays"] = nlohmann::ordered_json::object();
     if (settings.save_raw_data)
       j["arrays"]["patterns"] = cat(
-          "(Rx, Ry, N0, N1) ", counts ? "uint16" : "float32",
+          "(Rx, Ry, N0, N1) ", sdk::dtype_name(stored),
           ": the preprocessed patterns, centred (zero frequency at index N/2), before detector padding",
           counts ? " (whole counts, kept at the source's precision)" : "");
     if (!rep.com.empty())
@@ -574,7 +606,7 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
     }
   }
   log_info("preprocess", cat("prepared ", rx, " x ", ry, " patterns of ", d->n0, " x ", d->n1, " px",
-                             settings.save_raw_data ? cat(" (embedded as ", counts ? "uint16 counts" : "float32",
+                             settings.save_raw_data ? cat(" (embedded as ", stored_name,
                                                           streamed ? ", streamed from the source)" : ")")
                                                     : cat(" (not embedded: the file records '", source_file,
                                                           "', SHA-256 ", checksum, ")")));

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "data/detector_padding.hpp"
@@ -44,11 +45,12 @@ stored_npy_member::stored_npy_member(const std::string& zip_path, const std::str
     }
     const bool f32 = h.dtype && h.dtype->code == kDLFloat && h.dtype->bits == 32 && !h.big_endian;
     const bool u16 = h.dtype && h.dtype->code == kDLUInt && h.dtype->bits == 16 && !h.big_endian;
-    if (!(f32 || u16) || h.fortran_order)
+    const bool u8 = h.dtype && h.dtype->code == kDLUInt && h.dtype->bits == 8;
+    if (!(f32 || u16 || u8) || h.fortran_order)
       fail(TYCHO_ERR_BAD_DATA, where_, " has dtype ",
            h.dtype ? sdk::npy::dtype_text(*h.dtype) : cat("'", sdk::printable(h.descr), "'"),
            h.big_endian ? " (big-endian)" : "", h.fortran_order ? " in Fortran order" : "",
-           "; expected little-endian float32 or uint16 in C order");
+           "; expected little-endian float32, uint16 or uint8 in C order");
     dtype_ = *h.dtype;
     if (h.header_bytes + h.data_bytes > st.size) fail(TYCHO_ERR_BAD_DATA, where_, " is truncated");
     header_bytes_ = h.header_bytes;
@@ -75,6 +77,15 @@ void stored_npy_member::read(uint64_t first, uint64_t count, void* dst) {
     fail(TYCHO_ERR_IO, where_, ": reading ", bytes, " bytes at byte ", offset, " failed: ", zip_file_strerror(file_));
 }
 
+void stored_npy_member::read_counts(uint64_t first, uint64_t count, uint16_t* dst) {
+  if (dtype_.bits == 16) return read(first, count, dst);
+  // uint8 counts widened in place from the back: byte i lands at bytes 2i, 2i + 1, never over a
+  // byte not yet widened.
+  read(first, count, dst);
+  const auto* narrow = reinterpret_cast<const uint8_t*>(dst);
+  for (uint64_t i = count; i-- > 0;) dst[i] = narrow[i];
+}
+
 std::unique_ptr<stored_npy_member> stored_npy_member::reopen() const {
   return std::make_unique<stored_npy_member>(zip_path_, member_);
 }
@@ -83,7 +94,8 @@ target_stream::target_stream(std::unique_ptr<stored_npy_member> member, int64_t 
                              pattern_layout layout, batch_schedule schedule)
     : first_(first), patterns_(patterns), layout_(layout), schedule_(std::move(schedule)) {
   reader_.struct_size = sizeof reader_;
-  reader_.dtype = member->dtype();  // float32, or uint16 counts as stored
+  // float32, or uint16 counts (stored as uint16, or as uint8 and widened per pattern)
+  reader_.dtype = member->counts() ? DLDataType{kDLUInt, 16, 1} : DLDataType{kDLFloat, 32, 1};
   reader_.shape[0] = patterns_;
   reader_.shape[1] = layout_.window0;
   reader_.shape[2] = layout_.window1;
@@ -117,7 +129,10 @@ void target_stream::read_pattern_as(pattern_reader& r, int64_t j, T* out) const 
   const bool padded = layout_.window0 * layout_.window1 != n;
   if (j < 0 || j >= patterns_)
     fail(TYCHO_ERR_INVALID_ARGUMENT, r.member->where(), ": pattern ", j, " asked for, outside [0, ", patterns_, ")");
-  r.member->read(uint64_t(first_ + j) * uint64_t(n), uint64_t(n), r.stored.data());
+  if constexpr (std::is_same_v<T, uint16_t>)
+    r.member->read_counts(uint64_t(first_ + j) * uint64_t(n), uint64_t(n), reinterpret_cast<uint16_t*>(r.stored.data()));
+  else
+    r.member->read(uint64_t(first_ + j) * uint64_t(n), uint64_t(n), r.stored.data());
   patterns_read_.fetch_add(1, std::memory_order_relaxed);
   T* shifted = reinterpret_cast<T*>(r.shifted.data());
   ifftshift_pattern(reinterpret_cast<const T*>(r.stored.data()), padded ? shifted : out, layout_.n0, layout_.n1);

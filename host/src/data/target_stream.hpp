@@ -27,23 +27,25 @@
 
 namespace tycho::host {
 
-// A stored (uncompressed) little-endian C-order float32 or uint16 .npy member of a zip file, read
+// A stored (uncompressed) little-endian C-order float32, uint16 or uint8 .npy member of a zip file, read
 // in place through libzip's seek on stored members: no decompression, no copy of the whole member.
 // Not thread-safe: one thread per handle (target_stream gives each thread its own, reopen()).
 class stored_npy_member {
  public:
   // Throws TYCHO_ERR_BAD_DATA naming the file and member when it is missing, compressed, or not
-  // float32 or uint16 in C order.
+  // float32, uint16 or uint8 in C order.
   stored_npy_member(const std::string& zip_path, const std::string& member);
   ~stored_npy_member();
   stored_npy_member(const stored_npy_member&) = delete;
   stored_npy_member& operator=(const stored_npy_member&) = delete;
 
   const std::vector<int64_t>& shape() const { return shape_; }
-  DLDataType dtype() const { return dtype_; }  // float32 or uint16
+  DLDataType dtype() const { return dtype_; }  // float32, uint16 or uint8 (as stored)
   bool counts() const { return dtype_.code == kDLUInt; }
   // `count` values (of dtype()) from element `first` of the array into dst.
   void read(uint64_t first, uint64_t count, void* dst);
+  // `count` counts (counts() only) from element `first` into dst as uint16: uint8 widened.
+  void read_counts(uint64_t first, uint64_t count, uint16_t* dst);
   const std::string& where() const { return where_; }
   // Another handle on the same member, independent of this one (for a second thread).
   std::unique_ptr<stored_npy_member> reopen() const;
