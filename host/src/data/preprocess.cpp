@@ -397,11 +397,11 @@ void fftshift_values(const T* in, T* out, int64_t n0, int64_t n1) {
     std::copy(src, src + (n1 - h), dst + h);   // out[j] = in[j - h] for j >= h
   }
 }
-template <class T>
-void ifftshift_values(const T* in, T* out, int64_t n0, int64_t n1) {
+template <class In, class T>
+void ifftshift_values(const In* in, T* out, int64_t n0, int64_t n1) {
   const int64_t h = n1 / 2;
   for (int64_t i = 0; i < n0; ++i) {
-    const T* src = in + ((i + n0 / 2) % n0) * n1;
+    const In* src = in + ((i + n0 / 2) % n0) * n1;
     T* dst = out + i * n1;
     std::copy(src + h, src + n1, dst);           // out[j] = in[j + h] for j < n1 − h
     std::copy(src, src + h, dst + (n1 - h));     // out[j] = in[j + h − n1] for j >= n1 − h
@@ -413,6 +413,7 @@ void fftshift_pattern(const float* in, float* out, int64_t n0, int64_t n1) { fft
 void ifftshift_pattern(const float* in, float* out, int64_t n0, int64_t n1) { ifftshift_values(in, out, n0, n1); }
 void fftshift_pattern(const uint16_t* in, uint16_t* out, int64_t n0, int64_t n1) { fftshift_values(in, out, n0, n1); }
 void ifftshift_pattern(const uint16_t* in, uint16_t* out, int64_t n0, int64_t n1) { ifftshift_values(in, out, n0, n1); }
+void ifftshift_pattern(const uint8_t* in, uint16_t* out, int64_t n0, int64_t n1) { ifftshift_values(in, out, n0, n1); }
 
 // ---------------------------------------------------------------- the report
 

@@ -32,7 +32,9 @@ stored_npy_member::stored_npy_member(const std::string& zip_path, const std::str
            "); reading it per batch needs it stored: prepare the data again with this tycho (tycho preprocess)");
     if ((st.valid & ZIP_STAT_ENCRYPTION_METHOD) && st.encryption_method != ZIP_EM_NONE)
       fail(TYCHO_ERR_BAD_DATA, where_, " is encrypted");
-    file_ = zip_fopen_index(zip_, st.index, 0);
+    // The stored bytes as they are (ZIP_FL_COMPRESSED: for a stored member, its data), so that
+    // libzip computes no CRC over reads that seek and read parts, which could never complete it.
+    file_ = zip_fopen_index(zip_, st.index, ZIP_FL_COMPRESSED);
     if (file_ == nullptr) fail(TYCHO_ERR_IO, where_, " cannot be opened: ", zip_strerror(zip_));
     auto read = [&](void* dst, std::size_t n) {
       if (zip_fread(file_, dst, n) != zip_int64_t(n)) fail(TYCHO_ERR_BAD_DATA, where_, " is truncated");
@@ -101,10 +103,7 @@ target_stream::target_stream(std::unique_ptr<stored_npy_member> member, int64_t 
   reader_.shape[2] = layout_.window1;
   reader_.read = &target_stream::read_callback;
   reader_.context = this;
-  for (pattern_reader* r : {&own_, &worker_reader_}) {
-    r->stored.resize(std::size_t(layout_.n0 * layout_.n1) * value_bytes());
-    r->shifted.resize(r->stored.size());
-  }
+  for (pattern_reader* r : {&own_, &worker_reader_}) r->shifted.resize(std::size_t(layout_.n0 * layout_.n1) * value_bytes());
   if (schedule_) worker_reader_.member = member->reopen();
   own_.member = std::move(member);
   if (schedule_) worker_ = std::thread([this] { worker_loop(); });
@@ -123,47 +122,77 @@ target_stream::~target_stream() {
   if (worker_.joinable()) worker_.join();
 }
 
-template <class T>
-void target_stream::read_pattern_as(pattern_reader& r, int64_t j, T* out) const {
-  const int64_t n = layout_.n0 * layout_.n1;
-  const bool padded = layout_.window0 * layout_.window1 != n;
-  if (j < 0 || j >= patterns_)
-    fail(TYCHO_ERR_INVALID_ARGUMENT, r.member->where(), ": pattern ", j, " asked for, outside [0, ", patterns_, ")");
-  if constexpr (std::is_same_v<T, uint16_t>)
-    r.member->read_counts(uint64_t(first_ + j) * uint64_t(n), uint64_t(n), reinterpret_cast<uint16_t*>(r.stored.data()));
-  else
-    r.member->read(uint64_t(first_ + j) * uint64_t(n), uint64_t(n), r.stored.data());
-  patterns_read_.fetch_add(1, std::memory_order_relaxed);
-  T* shifted = reinterpret_cast<T*>(r.shifted.data());
-  ifftshift_pattern(reinterpret_cast<const T*>(r.stored.data()), padded ? shifted : out, layout_.n0, layout_.n1);
-  if (padded) pad_fft_order_pattern(shifted, layout_.n0, layout_.n1, out, layout_.window0, layout_.window1);
+template <class Stored, class T>
+void target_stream::convert_pattern(pattern_reader& r, const Stored* stored, T* out) const {
+  if (layout_.window0 * layout_.window1 == layout_.n0 * layout_.n1) {
+    ifftshift_pattern(stored, out, layout_.n0, layout_.n1);
+  } else {
+    T* shifted = reinterpret_cast<T*>(r.shifted.data());
+    ifftshift_pattern(stored, shifted, layout_.n0, layout_.n1);
+    pad_fft_order_pattern(shifted, layout_.n0, layout_.n1, out, layout_.window0, layout_.window1);
+  }
 }
 
-void target_stream::read_pattern(pattern_reader& r, int64_t j, void* out) const {
-  if (reader_.dtype.code == kDLUInt)
-    read_pattern_as(r, j, static_cast<uint16_t*>(out));
-  else
-    read_pattern_as(r, j, static_cast<float*>(out));
+void target_stream::read_run(pattern_reader& r, int64_t j, int64_t count, unsigned char* out) const {
+  const int64_t n = layout_.n0 * layout_.n1, m = layout_.window0 * layout_.window1;
+  if (j < 0 || count < 0 || count > patterns_ - j)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, r.member->where(), ": patterns [", j, ", ", j + count, ") asked for, outside [0, ",
+         patterns_, ")");
+  const std::size_t stored_bytes = r.member->dtype().bits / 8u;
+  r.stored.resize(std::size_t(count * n) * stored_bytes);
+  r.member->read(uint64_t(first_ + j) * uint64_t(n), uint64_t(count * n), r.stored.data());
+  patterns_read_.fetch_add(count, std::memory_order_relaxed);
+  for (int64_t l = 0; l < count; ++l) {
+    const unsigned char* p = r.stored.data() + std::size_t(l * n) * stored_bytes;
+    unsigned char* o = out + std::size_t(l * m) * value_bytes();
+    if (reader_.dtype.code == kDLFloat)
+      convert_pattern(r, reinterpret_cast<const float*>(p), reinterpret_cast<float*>(o));
+    else if (stored_bytes == 1)
+      convert_pattern(r, reinterpret_cast<const uint8_t*>(p), reinterpret_cast<uint16_t*>(o));
+    else
+      convert_pattern(r, reinterpret_cast<const uint16_t*>(p), reinterpret_cast<uint16_t*>(o));
+  }
+}
+
+int64_t target_stream::run_end(const int64_t* indices, int64_t i, int64_t count) {
+  int64_t e = i + 1;
+  while (e < count && e - i < k_run_patterns && indices[e] == indices[e - 1] + 1) ++e;
+  return e;
+}
+
+void target_stream::read_listed(pattern_reader& r, const int64_t* indices, int64_t count, unsigned char* out) const {
+  const int64_t m = layout_.window0 * layout_.window1;
+  for (int64_t i = 0; i < count;) {
+    const int64_t e = run_end(indices, i, count);
+    read_run(r, indices[i], e - i, out + std::size_t(i * m) * value_bytes());
+    i = e;
+  }
 }
 
 std::exception_ptr target_stream::read_claimed(pattern_reader& r) {
   const int64_t m = layout_.window0 * layout_.window1, count = int64_t(ahead_indices_.size());
   std::exception_ptr error;
-  for (int64_t i = claim_.fetch_add(1); i < count; i = claim_.fetch_add(1)) {
-    if (error) continue;  // claim the rest so that the other reader stops too
-    try {
-      read_pattern(r, ahead_indices_[std::size_t(i)], ahead_.data() + std::size_t(i * m) * value_bytes());
-    } catch (...) {
-      error = std::current_exception();
+  // Runs of consecutive patterns (a compact batch's rows), each claimed whole and read in one request.
+  for (int64_t i = claim_.load(); i < count;) {
+    const int64_t e = run_end(ahead_indices_.data(), i, count);
+    if (!claim_.compare_exchange_weak(i, e)) continue;  // i now holds the other reader's claim
+    if (!error) {  // after an error, claim the rest so that the other reader stops too
+      try {
+        read_run(r, ahead_indices_[std::size_t(i)], e - i, ahead_.data() + std::size_t(i * m) * value_bytes());
+      } catch (...) {
+        error = std::current_exception();
+      }
     }
+    i = e;
   }
   return error;
 }
 
 void target_stream::read_range(int64_t first, int64_t count, void* dst) {
   const int64_t m = layout_.window0 * layout_.window1;
-  for (int64_t i = 0; i < count; ++i)
-    read_pattern(own_, first + i, static_cast<unsigned char*>(dst) + std::size_t(i * m) * value_bytes());
+  for (int64_t i = 0; i < count; i += k_run_patterns)
+    read_run(own_, first + i, std::min(k_run_patterns, count - i),
+             static_cast<unsigned char*>(dst) + std::size_t(i * m) * value_bytes());
 }
 
 const void* target_stream::read(const int64_t* indices, int64_t count) {
@@ -191,8 +220,7 @@ const void* target_stream::read(const int64_t* indices, int64_t count) {
     ++hits_;
   } else {
     current_.resize(std::size_t(std::max<int64_t>(count, 1) * m) * value_bytes());
-    for (int64_t i = 0; i < count; ++i)
-      read_pattern(own_, indices[i], current_.data() + std::size_t(i * m) * value_bytes());
+    read_listed(own_, indices, count, current_.data());
     ++misses_;
   }
   ++next_;

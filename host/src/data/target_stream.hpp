@@ -1,6 +1,7 @@
 // Targets read per mini-batch ([reconstruct] target_residency = "disk", docs/streaming.md): a
 // prepared file's embedded patterns (the zip member patterns.npy, stored uncompressed) are read
-// in place, pattern by pattern, for each batch the engine asks for through its
+// in place, a run of consecutive patterns per request (a compact batch's rows; libzip's raw reads
+// of the stored member, no CRC), for each batch the engine asks for through its
 // tycho_target_reader (ABI 1.3), while a worker thread reads the next batch ahead into a second
 // buffer. The host holds two batches, never the scan; the engine reads them in place.
 //
@@ -33,7 +34,8 @@ namespace tycho::host {
 class stored_npy_member {
  public:
   // Throws TYCHO_ERR_BAD_DATA naming the file and member when it is missing, compressed, or not
-  // float32, uint16 or uint8 in C order.
+  // float32, uint16 or uint8 in C order. The bytes are read raw: libzip computes no CRC over
+  // them (it could never complete one over reads that seek; none was ever checked).
   stored_npy_member(const std::string& zip_path, const std::string& member);
   ~stored_npy_member();
   stored_npy_member(const stored_npy_member&) = delete;
@@ -99,15 +101,24 @@ class target_stream {
   int64_t batches_finished_by_engine() const { return shared_; }  // read-ahead the asking thread joined
 
  private:
-  // One thread's way to the file: its handle and one pattern's scratch.
+  // One thread's way to the file: its handle and scratch.
   struct pattern_reader {
     std::unique_ptr<stored_npy_member> member;
-    std::vector<unsigned char> stored, shifted;  // one pattern as stored, and in FFT order
+    std::vector<unsigned char> stored;   // a run of patterns as stored
+    std::vector<unsigned char> shifted;  // one pattern in FFT order, before the padding
   };
-  // Local pattern j into `out` (window0 x window1 values of dtype()), through `r`.
-  void read_pattern(pattern_reader& r, int64_t j, void* out) const;
-  template <class T>
-  void read_pattern_as(pattern_reader& r, int64_t j, T* out) const;
+  // Consecutive local patterns are read in one request, at most this many (a compact batch's
+  // rows: one request per row instead of one per pattern).
+  static constexpr int64_t k_run_patterns = 64;
+  // Local patterns [j, j + count) into `out` (count x window0 x window1 values of dtype()), one request.
+  void read_run(pattern_reader& r, int64_t j, int64_t count, unsigned char* out) const;
+  // The listed local patterns into `out`, in that order, a run of consecutive ones per request.
+  void read_listed(pattern_reader& r, const int64_t* indices, int64_t count, unsigned char* out) const;
+  // The end of the run of consecutive indices that starts at i (at most k_run_patterns long).
+  static int64_t run_end(const int64_t* indices, int64_t i, int64_t count);
+  // One stored pattern (centred) as a target: FFT order, padded to the window, widened.
+  template <class Stored, class T>
+  void convert_pattern(pattern_reader& r, const Stored* stored, T* out) const;
   std::size_t value_bytes() const { return reader_.dtype.bits / 8; }
   // Claims patterns of the read-ahead batch (claim_) and reads them until none is left;
   // returns the first error, if any.

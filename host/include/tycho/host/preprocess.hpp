@@ -232,5 +232,6 @@ void fftshift_pattern(const float* in, float* out, int64_t n0, int64_t n1);   //
 void ifftshift_pattern(const float* in, float* out, int64_t n0, int64_t n1);  // centred → FFT order
 void fftshift_pattern(const uint16_t* in, uint16_t* out, int64_t n0, int64_t n1);   // the same on counts
 void ifftshift_pattern(const uint16_t* in, uint16_t* out, int64_t n0, int64_t n1);
+void ifftshift_pattern(const uint8_t* in, uint16_t* out, int64_t n0, int64_t n1);  // uint8 counts widened
 
 }  // namespace tycho::host
