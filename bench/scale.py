@@ -10,7 +10,8 @@ scans reconstruct straight from the simulate source with their targets in memory
 given with --disk are prepared once (`tycho preprocess --save-raw-data`, streamed into the file)
 and reconstructed with target_residency = "disk". One size (--ranks-size) runs again on 2 ranks
 under mpirun (1 thread each): its loss history beside the 1-rank run's, and each rank's count of
-patterns read from disk. Appends one JSON line per run to bench/results.jsonl.
+patterns read from disk; then once more on 1 and on 2 ranks with deterministic sums, whose loss
+history, object and probe must be the same bits. Appends one JSON line per run to bench/results.jsonl.
 
 Usage: bench/scale.py [--sizes 32x24,128,256,512,1024] [--disk 512,1024] [--iterations N]
        [--last-iterations 2] [--ranks-size 512] [--keep]
@@ -189,6 +190,24 @@ def main():
             rows.append(row2)
             print(f"{'':>11} 2 ranks: {row2['us_per_position_iteration']:.1f} µs/pos·it, loss histories within "
                   f"{diff:.2e} of 1 rank's; {'; '.join(reads)}", flush=True)
+            # Float sums round by how the ranks cut a batch (the unguarded amplitude loss lets Adam
+            # amplify it); the deterministic sums give one rank's bits on any number of ranks.
+            same = {}
+            for ranks in (1, 2):
+                out = work / f"r{scan[0]}-det{ranks}.zip"
+                argv3 = (["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"] if ranks == 2 else []) + argv + [
+                    "--set", "reconstruct.deterministic=true", "--set", f"reconstruct.threads={3 - ranks}",
+                    "-o", str(out), "--overwrite"]
+                st, *_ = run(argv3, log=work / f"reconstruct{scan[0]}-det{ranks}.log")
+                if st != 0:
+                    sys.exit(f"deterministic {ranks} rank(s) {scan} failed: see {work}/reconstruct{scan[0]}-det{ranks}.log")
+                z = zipfile.ZipFile(out)
+                same[ranks] = (history(out)[0]["loss"], z.read("object.npy"), z.read("probe.npy"))
+            identical = same[1] == same[2]
+            rows.append(dict(scan_shape=list(scan), positions=positions, iterations=iterations, residency=row["residency"],
+                             ranks=2, deterministic=True, loss=same[2][0], same_bits_as_1_rank=identical))
+            print(f"{'':>11} deterministic sums: 2 ranks (1 thread each) {'the same bits as' if identical else 'DIFFER from'} "
+                  f"1 rank (2 threads): loss history, object and probe", flush=True)
         # The big files go as soon as they are used (the logs stay with --keep).
         for big in work.glob(f"[pr]{scan[0]}*.zip"):
             big.unlink()
