@@ -114,7 +114,24 @@ std::vector<std::string> registry::default_search_dirs() {
   return dirs;
 }
 
+namespace {
+// OpenMP threads that spin while they wait (libgomp's default, 300,000 spins before they sleep)
+// hold a core the rest of the run needs: the host's reader of the next batch (target_residency =
+// "disk"; it runs at idle priority so as not to slow the engine) and the engine's own serial
+// steps. On the 2-core build machine a run from disk cost +25 % wall per iteration for it, and the
+// same run in memory 6 % more CPU (bench/RESULTS.md, issue 30). Unless the user chose how their
+// threads wait, they sleep (OMP_WAIT_POLICY = passive, the standard variable every runtime reads).
+// Set before the first plugin, and with it the OpenMP runtime, is loaded; a runtime already
+// loaded (a Python process that imported one) keeps its own setting.
+void prefer_sleeping_openmp_threads() {
+  for (const char* chosen : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"})
+    if (std::getenv(chosen) != nullptr) return;
+  setenv("OMP_WAIT_POLICY", "passive", 0);
+}
+}  // namespace
+
 void registry::load_directories(const std::vector<std::string>& dirs) {
+  prefer_sleeping_openmp_threads();
   for (const auto& dir : dirs) {
     std::error_code ec;
     searched_.push_back(dir);
