@@ -194,6 +194,9 @@ TEST_F(StoppingRuleRuns, EveryRankStopsAtTheSameIteration) {
 // The scan map's refinement is a stage that runs until it converges: the rule waits for it, then
 // judges the windows ending from its last step on; without the wait the same history would have
 // ended the run before the map had settled.
+// The map's refinement is a stage that runs until it converges (at iteration c): the rule judges
+// from c. With correct = "after_scan_map" each position's own steps start at c + 1, and the rule
+// gives them a window of their own: it judges from c + W.
 TEST_F(StoppingRuleRuns, TheRuleWaitsForTheScanMapsRefinement) {
   const std::string a = tmp_ / "map.zip";
   auto r = reconstruct({"--set", "reconstruct.positions.refine_scan_map=true", "-o", a});
@@ -211,6 +214,33 @@ TEST_F(StoppingRuleRuns, TheRuleWaitsForTheScanMapsRefinement) {
   EXPECT_EQ(s.at("waits_for"), "the scan map's refinement, converged at iteration " + std::to_string(c));
   EXPECT_NE(r.err.find("the scan map's refinement converged at iteration " + std::to_string(c)), std::string::npos)
       << r.err;
+
+  // "after_scan_map": the same run up to c (the per-position steps have not started), then each
+  // position moves on its own, and the rule waits W more iterations.
+  const std::string b = tmp_ / "positions.zip";
+  auto rb = reconstruct({"--set", "reconstruct.positions.refine_scan_map=true", "--set",
+                         "reconstruct.positions.correct=\"after_scan_map\"", "-o", b});
+  ASSERT_TRUE(rb.exited_with(0)) << rb.describe();
+  const auto mb = manifest(b);
+  const auto& sb = mb.at("history").at("stopping");
+  const int64_t w = sb.at("window");
+  ASSERT_EQ(int64_t(mb.at("scan_map_refined").at("state").get<std::vector<double>>().at(49)), c);
+  EXPECT_EQ(sb.at("earliest"), c + w);
+  EXPECT_EQ(sb.at("waits_for"), "the scan map's refinement, converged at iteration " + std::to_string(c) +
+                                    ", then each position corrected from iteration " + std::to_string(c + 1));
+  EXPECT_NE(rb.err.find("each position is corrected from iteration " + std::to_string(c + 1)), std::string::npos)
+      << rb.err;
+  const auto la = losses(a), lb = losses(b);
+  ASSERT_GE(lb.size(), std::size_t(c + w));
+  for (int64_t i = 0; i < c; ++i) ASSERT_EQ(la.at(std::size_t(i)), lb.at(std::size_t(i))) << "iteration " << i + 1;
+  // Moved one by one: the saved positions are no longer the map's raster (the default's).
+  const auto record_a = load_result(a), record_b = load_result(b);
+  const auto& pa = record_a.array("positions_px", a);
+  const auto& pb = record_b.array("positions_px", b);
+  ASSERT_EQ(pa.count(), pb.count());
+  double largest = 0;
+  for (int64_t k = 0; k < pa.count(); ++k) largest = std::max(largest, std::abs(pa.as<double>()[k] - pb.as<double>()[k]));
+  EXPECT_GT(largest, 1e-3) << "px";
   // The verdict the saved history gives with the manifest's settings: the same iteration.
   EXPECT_EQ(verdict(a).plateau, n);
   // Judged from the map's own schedule alone (its first step at 10, two steps in a window of 5:
@@ -236,6 +266,9 @@ TEST_F(StoppingRuleRuns, NewKeysRefuseBadValuesByName) {
       {"reconstruct.max_iterations=0",
        "tycho: error: [reconstruct] max_iterations must be from 1 to 1000000000, got 0"},
       {"reconstruct.stop_window=2", "tycho: error: [reconstruct] stop_window must be from 3 to 1000 iterations, got 2"},
+      {"reconstruct.positions.correct=\"sometimes\"",
+       "tycho: error: [reconstruct.positions] correct must be true, false or \"after_scan_map\" (each position "
+       "corrected once the scan map's refinement has converged)"},
       {"reconstruct.stop_window=1001",
        "tycho: error: [reconstruct] stop_window must be from 3 to 1000 iterations, got 1001"},
       {"reconstruct.schedule_iterations=0",

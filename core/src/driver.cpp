@@ -141,7 +141,9 @@ double driver::run_iteration() {
   for (const auto& opt : optimizers_) object_steps |= opt.parameter == TYCHO_TENSOR_OBJECT && epoch >= opt.first_iteration;
   // Positions move after this iteration by their own steps, or by the scan map's (every few
   // iterations): only then does the engine compute their gradient.
-  const bool per_position = options_.positions.enabled && epoch >= options_.positions.first_iteration;
+  const bool per_position = options_.positions.enabled && epoch >= options_.positions.first_iteration &&
+                            (!options_.positions.after_scan_map ||
+                             (scan_enabled_ && scan_.converged() && epoch > scan_.converged_at()));
   const bool map_step = scan_enabled_ && scan_.due(epoch);
   want_position_gradient(per_position || map_step);
   // The scan map's step refines C10 too: it needs this iteration's probe gradient, summed.

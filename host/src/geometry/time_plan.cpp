@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "runtime/batching_choice.hpp"
+#include "settings/position_settings.hpp"
 #include "settings/config_read.hpp"
 #include "settings/settings_read.hpp"
 
@@ -155,7 +156,8 @@ time_estimate estimate_iteration_time(const config_document& doc, const registry
   setup.device = {kDLCPU, 0};
   setup.slice_propagator = slices > 1 ? &propagator_t : nullptr;
   setup.slice_thickness_A = slices > 1 ? 1.0 : 0.0;
-  setup.position_gradient = *setting_value<bool>(doc.table_at("reconstruct.positions"), "reconstruct.positions", "correct") ? 1 : 0;
+  setup.position_gradient =
+      read_position_correction(doc.table_at("reconstruct.positions")) != position_correction_mode::off ? 1 : 0;
   // The driver below finishes the batches of an engine with deterministic sums, as a run's does
   // (an engine set up without it finishes them itself, and the driver's finish_batch would then
   // find no sums left to finish); the calibration's positions are its whole scan.

@@ -442,13 +442,23 @@ void session::state::create_engine(state& s, start& st) {
     if (world > 1 && s.par->sharding() != shard::mode::patterns)
       log_info("session", "the scan map is not refined: [parallel] sharding = \"replicated\" splits each position's "
                           "gradient over the ranks ([reconstruct.positions] refine_scan_map)");
-    else if (!switchable && !settings.driver.positions.enabled)
+    else if (!switchable && !(settings.driver.positions.enabled && !settings.driver.positions.after_scan_map))
       log_info("session", cat("the scan map is not refined: the ", st.engine_name, " engine cannot compute the ",
                               "positions' gradient on some iterations only; [reconstruct.positions] correct = true ",
                               "refines it with position correction"));
     else
       s.refine_scan_map = true;
   }
+  // correct = "after_scan_map" corrects each position once the map's refinement has converged:
+  // without the map, not at all.
+  if (settings.driver.positions.enabled && settings.driver.positions.after_scan_map && !s.refine_scan_map) {
+    st.settings.driver.positions.enabled = false;
+    if (s.par->is_root())
+      log_info("positions", "not corrected one by one: [reconstruct.positions] correct = \"after_scan_map\" starts once the scan "
+                            "map's refinement has converged, and this run does not refine the map (correct = true "
+                            "corrects them from first_iteration)");
+  }
+  s.positions_follow_map = settings.driver.positions.enabled && settings.driver.positions.after_scan_map;
   setup.position_gradient = settings.driver.positions.enabled || s.refine_scan_map ? 1 : 0;
   setup.host_finishes_batches = 1;  // the driver sums an engine's fixed-point sums and finishes its batches
   int64_t scan_shape[2] = {s.data.all_patterns, 2};

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <memory>
 
+#include "settings/position_settings.hpp"
 #include "settings/config_read.hpp"
 #include "runtime/constraint_list.hpp"
 #include "runtime/initial_probe.hpp"
@@ -122,7 +123,9 @@ reconstruct_settings session_detail::read_reconstruct_settings(const config_docu
     const char* table = "reconstruct.positions";
     const toml::table& pos_t = doc.table_at(table);
     position_correction& pc = r.driver.positions;
-    pc.enabled = *setting_value<bool>(pos_t, table, "correct");
+    const position_correction_mode correction = read_position_correction(pos_t);
+    pc.enabled = correction != position_correction_mode::off;
+    pc.after_scan_map = correction == position_correction_mode::after_scan_map;
     pc.first_iteration = *setting_value<int64_t>(pos_t, table, "first_iteration");
     if (pc.first_iteration < 1)
       fail(TYCHO_ERR_INVALID_ARGUMENT, "[", table, "] first_iteration must be >= 1, got ", pc.first_iteration);

@@ -103,12 +103,23 @@ void session::state::sync_rule_with_scan_map() {
   const scan_refinement* r = refine_scan_map && drv ? drv->scan_refinement_state() : nullptr;
   if (r == nullptr) return;
   rule_settings.held = !r->converged();
-  if (r->converged() && r->converged_at() > rule_settings.earliest) {
-    rule_settings.earliest = r->converged_at();
-    rule_waits_for = cat("the scan map's refinement, converged at iteration ", r->converged_at());
+  // correct = "after_scan_map": the positions' own steps start the iteration after the map
+  // converged, a stage with a window of its own.
+  const bool positions_follow = positions_follow_map;
+  const int64_t from = r->converged() ? r->converged_at() + (positions_follow ? rule_settings.window : 0) : 0;
+  if (r->converged() && from > rule_settings.earliest) {
+    rule_settings.earliest = from;
+    rule_waits_for = positions_follow ? cat("the scan map's refinement, converged at iteration ", r->converged_at(),
+                                            ", then each position corrected from iteration ", r->converged_at() + 1)
+                                      : cat("the scan map's refinement, converged at iteration ", r->converged_at());
     if (par->is_root())
-      log_info("stopping", cat("the scan map's refinement converged at iteration ", r->converged_at(),
-                               ": the rule judges the loss from there"));
+      log_info("stopping", positions_follow
+                               ? cat("the scan map's refinement converged at iteration ", r->converged_at(),
+                                     ": each position is corrected from iteration ", r->converged_at() + 1,
+                                     " ([reconstruct.positions] correct = \"after_scan_map\"), and the rule judges the loss from iteration ",
+                                     from, " (", rule_settings.window, " iterations of it)")
+                               : cat("the scan map's refinement converged at iteration ", r->converged_at(),
+                                     ": the rule judges the loss from there"));
   }
 }
 

@@ -148,7 +148,7 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
     m["reconstruct.probe"].push_back(decl("initial_dataset", S, none, "",
                                           "the probe's dataset in an HDF5 initial (default: /entry_1/instrument_1/source_1/illumination, else .../source_1/probe)"));
     m["reconstruct.positions"] = {
-        decl("correct", B, "false", "", "position correction: move each probe position by its gradient once per iteration"),
+        decl("correct", M, "false", "", "position correction: move each probe position by its gradient once per iteration; true: from first_iteration; \"after_scan_map\": from the iteration after the scan map's refinement has converged (none where the map is not refined); false: never"),
         at_least(decl("first_iteration", I, "1", "", "the positions stay fixed before this iteration"), 1),
         at_least(decl("learning_rate", N, "1", "", "fraction of the Gauss–Newton step (the probe's curvature sets the scale)"), 0, true),
         at_least(decl("max_step_A", N, "0.1", "Å", "largest move of a position per iteration and axis"), 0, true),
@@ -157,7 +157,7 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         at_most(at_least(decl("final_learning_rate_fraction", N, "0.1", "", "the schedule's factor at the last iteration"),
                          0, true),
                 1),
-        decl("refine_scan_map", B, "true", "", "true: refine the scan's linear map (rotation unless scan_rotation_deg is given, the ratio of the steps, shear; the isotropic scale with refine_scan_scale) and the probe's C10 ([optics] refine_C10) as a few global parameters, every scan_map_every iterations from scan_map_first_iteration; with correct = true the positions' own steps keep the rest"),
+        decl("refine_scan_map", B, "true", "", "true: refine the scan's linear map (rotation unless scan_rotation_deg is given, the ratio of the steps, shear; the isotropic scale with refine_scan_scale) and the probe's C10 ([optics] refine_C10) as a few global parameters, every scan_map_every iterations from scan_map_first_iteration; with correct = true, or \"after_scan_map\" once the map has converged, the positions' own steps keep the rest"),
         decl("refine_scan_scale", B, "false", "", "refine the scan's isotropic scale too (biased towards expansion by the free object's fit of the noise on thin, weak specimens; see docs)"),
         at_least(decl("scan_map_first_iteration", I, "10", "", "the scan map's first step"), 1),
         at_least(decl("scan_map_every", I, "5", "iterations", "iterations between the scan map's steps"), 1),

@@ -78,6 +78,9 @@ class rank_collectives {
 struct position_correction {
   bool enabled = false;
   int64_t first_iteration = 1;
+  // Also wait for the scan map's refinement (set_scan_refinement) to converge: the positions move
+  // from the iteration after its last step ([reconstruct.positions] correct = "after_scan_map").
+  bool after_scan_map = false;
   learning_rate_schedule schedule;  // its factor scales step.rate
   position_step_options step;
 };
