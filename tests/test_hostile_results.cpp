@@ -174,6 +174,17 @@ for info in zin.infolist():
 if how == 'extra':
     zout.writestr(args[0], b'abcd')
 zout.close()
+if how == 'flip':  # one byte of a stored member changed, its CRC-32 in the zip left as it was
+    at = zipfile.ZipFile(dst).getinfo(args[0]).header_offset
+    f = open(dst, 'r+b')
+    f.seek(at)
+    local = f.read(30)
+    at += 30 + struct.unpack('<H', local[26:28])[0] + struct.unpack('<H', local[28:30])[0] + int(args[1])
+    f.seek(at)
+    b = f.read(1)
+    f.seek(at)
+    f.write(bytes([(b[0] + 1) % 256]))
+    f.close()
 )";
 
 command_result python(const char* script, const std::vector<std::string>& args) {
@@ -458,6 +469,12 @@ TEST_F(HostileResultFiles, CorruptPreparedFilesAreCalledCorrupt) {
   EXPECT_EQ(from_error(twice, false),
             "tycho: error: --from '" + twice + "': member 'patterns.npy' appears twice; expected each member once (readers "
             "disagree which one is meant): the file is corrupt or crafted");
+  // A byte of the patterns changed (a damaged disk, a bad copy): its counts still parse, so only
+  // the CRC-32 the zip records for the member tells, checked as the run's first pass reads it.
+  const std::string flipped = crafted("flipped.zip", {"flip", "patterns.npy", "5000"}, prepared);
+  EXPECT_EQ(from_error(flipped, false),
+            "tycho: error: '" + flipped + "': member 'patterns.npy' does not match the CRC-32 the zip records for it "
+            "(CRC error): the file is damaged; prepare the data again (tycho preprocess)");
 }
 
 // The X-ray fields of a prepared manifest (issue 29): the listed positions (data.positions_A) and

@@ -315,6 +315,9 @@ dataset streamed_prepared_dataset(const prepared_file& p, const config_document&
                                   std::string& preprocess_json, std::unique_ptr<stored_npy_member>& member) {
   const nlohmann::json& m = p.d->manifest.json();
   dataset d = recorded_dataset(p);
+  // The start-up pass reads the member in order (the whole of it on one rank: its CRC checked at
+  // the end); the run's per-batch reads get a raw handle.
+  auto checked = std::make_unique<stored_npy_member>(p.path, "patterns.npy", true);
   member = std::make_unique<stored_npy_member>(p.path, "patterns.npy");
   if (member->shape() != std::vector<int64_t>{d.info.scan_shape[0], d.info.scan_shape[1], d.n0, d.n1})
     fail(TYCHO_ERR_BAD_DATA, "'", p.path, "': patterns.npy is not of shape (", d.info.scan_shape[0], ", ",
@@ -326,9 +329,10 @@ dataset streamed_prepared_dataset(const prepared_file& p, const config_document&
   // The window the engine gets (detector padding), for the mean pattern in its layout.
   const auto window = padded_window(read_detector_padding(merged.table_at("preprocess"), merged.origin()), d.n0, d.n1);
   if (member->counts())
-    stream_totals<uint16_t>(p, d, *member, window);
+    stream_totals<uint16_t>(p, d, *checked, window);
   else
-    stream_totals<float>(p, d, *member, window);
+    stream_totals<float>(p, d, *checked, window);
+  checked->check_crc_at_end();
   preprocess_json = m.contains("preprocess") && !m["preprocess"].is_null() ? m["preprocess"].dump() : "";
   return d;
 }

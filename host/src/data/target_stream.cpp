@@ -18,8 +18,8 @@
 
 namespace tycho::host {
 
-stored_npy_member::stored_npy_member(const std::string& zip_path, const std::string& member)
-    : zip_path_(zip_path), member_(member), where_(cat("'", zip_path, "': member '", member, "'")) {
+stored_npy_member::stored_npy_member(const std::string& zip_path, const std::string& member, bool check_crc)
+    : zip_path_(zip_path), member_(member), where_(cat("'", zip_path, "': member '", member, "'")), checked_(check_crc) {
   int err = 0;
   zip_ = zip_open(zip_path.c_str(), ZIP_RDONLY, &err);
   if (zip_ == nullptr) fail(TYCHO_ERR_IO, "'", zip_path, "' cannot be opened as a zip file (libzip error ", err, ")");
@@ -32,12 +32,15 @@ stored_npy_member::stored_npy_member(const std::string& zip_path, const std::str
            "); reading it per batch needs it stored: prepare the data again with this tycho (tycho preprocess)");
     if ((st.valid & ZIP_STAT_ENCRYPTION_METHOD) && st.encryption_method != ZIP_EM_NONE)
       fail(TYCHO_ERR_BAD_DATA, where_, " is encrypted");
-    // The stored bytes as they are (ZIP_FL_COMPRESSED: for a stored member, its data), so that
-    // libzip computes no CRC over reads that seek and read parts, which could never complete it.
-    file_ = zip_fopen_index(zip_, st.index, ZIP_FL_COMPRESSED);
+    // Unchecked: the stored bytes as they are (ZIP_FL_COMPRESSED: for a stored member, its data),
+    // so that libzip computes no CRC over reads that seek and read parts, which could never
+    // complete it. Checked: libzip's CRC over reads in order from the start (check_crc_at_end).
+    file_ = zip_fopen_index(zip_, st.index, checked_ ? 0 : ZIP_FL_COMPRESSED);
     if (file_ == nullptr) fail(TYCHO_ERR_IO, where_, " cannot be opened: ", zip_strerror(zip_));
+    size_ = st.size;
     auto read = [&](void* dst, std::size_t n) {
       if (zip_fread(file_, dst, n) != zip_int64_t(n)) fail(TYCHO_ERR_BAD_DATA, where_, " is truncated");
+      position_ += n;
     };
     sdk::npy::header h;
     try {
@@ -72,11 +75,24 @@ stored_npy_member::~stored_npy_member() {
 void stored_npy_member::read(uint64_t first, uint64_t count, void* dst) {
   const uint64_t value = dtype_.bits / 8u;
   const uint64_t offset = header_bytes_ + first * value;
-  if (zip_fseek(file_, zip_int64_t(offset), SEEK_SET) != 0)
-    fail(TYCHO_ERR_IO, where_, ": cannot seek to byte ", offset, ": ", zip_file_strerror(file_));
+  if (offset != position_) {  // a read that continues the last one needs no seek (and keeps a CRC going)
+    in_order_ = false;
+    if (zip_fseek(file_, zip_int64_t(offset), SEEK_SET) != 0)
+      fail(TYCHO_ERR_IO, where_, ": cannot seek to byte ", offset, ": ", zip_file_strerror(file_));
+  }
   const uint64_t bytes = count * value;
   if (zip_fread(file_, dst, bytes) != zip_int64_t(bytes))
     fail(TYCHO_ERR_IO, where_, ": reading ", bytes, " bytes at byte ", offset, " failed: ", zip_file_strerror(file_));
+  position_ = offset + bytes;
+}
+
+void stored_npy_member::check_crc_at_end() {
+  if (!checked_ || in_order_ == false || position_ != size_) return;
+  // libzip compares the CRC-32 it computed over the reads with the zip's when a read finds the end.
+  unsigned char past_end = 0;
+  if (zip_fread(file_, &past_end, 1) < 0)
+    fail(TYCHO_ERR_BAD_DATA, where_, " does not match the CRC-32 the zip records for it (",
+         zip_file_strerror(file_), "): the file is damaged; prepare the data again (tycho preprocess)");
 }
 
 void stored_npy_member::read_counts(uint64_t first, uint64_t count, uint16_t* dst) {

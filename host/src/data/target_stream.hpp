@@ -34,9 +34,9 @@ namespace tycho::host {
 class stored_npy_member {
  public:
   // Throws TYCHO_ERR_BAD_DATA naming the file and member when it is missing, compressed, or not
-  // float32, uint16 or uint8 in C order. The bytes are read raw: libzip computes no CRC over
-  // them (it could never complete one over reads that seek; none was ever checked).
-  stored_npy_member(const std::string& zip_path, const std::string& member);
+  // float32, uint16 or uint8 in C order. Unless `check_crc`, the bytes are read raw: libzip
+  // computes no CRC over them (reads that seek could never complete one).
+  stored_npy_member(const std::string& zip_path, const std::string& member, bool check_crc = false);
   ~stored_npy_member();
   stored_npy_member(const stored_npy_member&) = delete;
   stored_npy_member& operator=(const stored_npy_member&) = delete;
@@ -49,6 +49,10 @@ class stored_npy_member {
   // `count` counts (counts() only) from element `first` into dst as uint16: uint8 widened.
   void read_counts(uint64_t first, uint64_t count, uint16_t* dst);
   const std::string& where() const { return where_; }
+  // A checked handle (check_crc) read in order from its start to its end: throws
+  // TYCHO_ERR_BAD_DATA naming the file and member when the bytes do not match the CRC-32 the zip
+  // records (a damaged file); read otherwise (a seek, not to the end), it checks nothing.
+  void check_crc_at_end();
   // Another handle on the same member, independent of this one (for a second thread).
   std::unique_ptr<stored_npy_member> reopen() const;
 
@@ -57,6 +61,8 @@ class stored_npy_member {
   zip_t* zip_ = nullptr;
   zip_file_t* file_ = nullptr;
   uint64_t header_bytes_ = 0;
+  uint64_t size_ = 0, position_ = 0;  // the member's bytes, and where the next read starts
+  bool checked_ = false, in_order_ = true;
   std::vector<int64_t> shape_;
   DLDataType dtype_{kDLFloat, 32, 1};
   std::string where_;
