@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -158,6 +159,20 @@ bool results_stay_counts(const chunked_source& src, const preprocess_settings& s
 
 int stored_count_bytes(double largest_source_value, int64_t binning) {
   return largest_source_value * double(binning) * double(binning) <= 255.0 ? 1 : 2;
+}
+
+void store_counts(const uint16_t* counts, int64_t n, int bytes, unsigned char* out, int64_t pattern,
+                  double largest_source_value) {
+  if (bytes == 2) {
+    std::memcpy(out, counts, std::size_t(n) * sizeof(uint16_t));
+    return;
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    if (counts[k] > 255)
+      fail(TYCHO_ERR_INTERNAL, "preprocess: pattern ", pattern, " holds ", counts[k],
+           ", above the 255 its source's largest value (", largest_source_value, ") allowed");
+    out[k] = uint8_t(counts[k]);
+  }
 }
 
 chunked_read read_preprocessed_in_chunks(const component_ref& source, const tycho_config* data_table, int64_t part,

@@ -109,5 +109,10 @@ bool results_stay_counts(const chunked_source& src, const preprocess_settings& s
 // the disk's reads of a run from it (target_residency = "disk"); readers widen them to uint16.
 // Both writers (in memory, streamed) decide by this bound, so they write the same bytes.
 int stored_count_bytes(double largest_source_value, int64_t binning);
+// `n` counts into `out` as `bytes`-wide little-endian values (stored_count_bytes): uint16 as they
+// are, uint8 narrowed, failing (TYCHO_ERR_INTERNAL, naming `pattern` and the bound) on a count the
+// bound from `largest_source_value` said could not be there.
+void store_counts(const uint16_t* counts, int64_t n, int bytes, unsigned char* out, int64_t pattern,
+                  double largest_source_value);
 
 }  // namespace tycho::host

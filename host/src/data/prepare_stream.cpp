@@ -63,17 +63,7 @@ void streamed_patterns::next_pattern() {
       counts_out_[std::size_t(k)] = uint16_t(v);
     }
     fftshift_pattern(counts_out_.data(), counts_centred_.data(), n0, n1);
-    if (count_bytes_ == 1) {
-      for (int64_t k = 0; k < m; ++k) {
-        const uint16_t c = counts_centred_[std::size_t(k)];
-        if (c > 255)
-          fail(TYCHO_ERR_INTERNAL, "the preprocessing stage made pattern ", d.first + l, " hold ", c,
-               ", above the 255 its source's largest value allowed (", d.max_value, ")");
-        pattern_bytes_[std::size_t(k)] = uint8_t(c);
-      }
-    } else {
-      std::memcpy(pattern_bytes_.data(), counts_centred_.data(), pattern_bytes_.size());
-    }
+    store_counts(counts_centred_.data(), m, count_bytes_, pattern_bytes_.data(), d.first + l, d.max_value);
   } else {
     fftshift_pattern(result, centred_.data(), n0, n1);
     std::memcpy(pattern_bytes_.data(), centred_.data(), pattern_bytes_.size());

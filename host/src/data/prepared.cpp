@@ -20,7 +20,6 @@
 #include <array>
 #include <type_traits>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <ostream>
@@ -272,25 +271,23 @@ dataset recorded_dataset(const prepared_file& p) {
 // member in chunks of ~4 MiB, none kept (dataset::streamed); `member` receives the open member
 // (the session keeps the targets there, or reads them into memory, target_residency). float32
 // patterns, or counts (what a prepared file stores when they are exact counts: uint16, or uint8
-// when every count fits), read as uint16.
-template <class T>
+// when every count fits), read as uint16 (`Stored`: the member's dtype; T: float, or uint16 counts).
+template <class Stored, class T>
 void stream_totals(const prepared_file& p, dataset& d, stored_npy_member& member, std::array<int64_t, 2> window) {
   const int64_t n = d.n0 * d.n1, w = window[0] * window[1];
-  const int64_t chunk = std::max<int64_t>(1, (int64_t(4) << 20) / (n * int64_t(sizeof(T))));  // ~4 MiB
-  std::vector<T> stored(static_cast<std::size_t>(std::min(chunk, std::max<int64_t>(d.patterns, 1)) * n));
+  const int64_t chunk = std::max<int64_t>(1, (int64_t(4) << 20) / (n * int64_t(sizeof(Stored))));  // ~4 MiB
+  std::vector<Stored> stored(static_cast<std::size_t>(std::min(chunk, std::max<int64_t>(d.patterns, 1)) * n));
   std::vector<T> shifted(static_cast<std::size_t>(n)), padded(static_cast<std::size_t>(w));
   d.streamed_mean.assign(std::size_t(w), 0.0);
   double total = 0;
   for (int64_t first = 0; first < d.patterns; first += chunk) {
     const int64_t count = std::min(chunk, d.patterns - first);
-    if constexpr (std::is_same_v<T, float>)
-      member.read(uint64_t(d.first + first) * uint64_t(n), uint64_t(count * n), stored.data());
-    else  // uint16 counts, stored as uint16 or uint8
-      member.read_counts(uint64_t(d.first + first) * uint64_t(n), uint64_t(count * n), stored.data());
+    member.read(uint64_t(d.first + first) * uint64_t(n), uint64_t(count * n), stored.data());
     if constexpr (std::is_same_v<T, float>)
       require_valid_patterns(stored.data(), count, d.n0, d.n1, d.first + first, p.path, "patterns");
     for (int64_t l = 0; l < count; ++l) {
-      // As prepared_dataset's in-memory path, recompute_totals and mean_pattern, value for value.
+      // As prepared_dataset's in-memory path, recompute_totals and mean_pattern, value for value
+      // (uint8 counts widened by the shift).
       ifftshift_pattern(stored.data() + l * n, shifted.data(), d.n0, d.n1);
       total += pattern_total(shifted.data(), d.n0, d.n1, d.info.patterns_centred != 0);
       const T* out = shifted.data();
@@ -328,10 +325,12 @@ dataset streamed_prepared_dataset(const prepared_file& p, const config_document&
   if (d.streamed_counts) d.info.stored_dtype = {kDLUInt, 16, 1};
   // The window the engine gets (detector padding), for the mean pattern in its layout.
   const auto window = padded_window(read_detector_padding(merged.table_at("preprocess"), merged.origin()), d.n0, d.n1);
-  if (member->counts())
-    stream_totals<uint16_t>(p, d, *checked, window);
+  if (!member->counts())
+    stream_totals<float, float>(p, d, *checked, window);
+  else if (member->dtype().bits == 8)
+    stream_totals<uint8_t, uint16_t>(p, d, *checked, window);
   else
-    stream_totals<float>(p, d, *checked, window);
+    stream_totals<uint16_t, uint16_t>(p, d, *checked, window);
   checked->check_crc_at_end();
   preprocess_json = m.contains("preprocess") && !m["preprocess"].is_null() ? m["preprocess"].dump() : "";
   return d;
@@ -399,17 +398,12 @@ dataset prepared_dataset(const prepared_file& p, const config_document& merged, 
     if (u16 || u8) {
       d.info.stored_dtype = {kDLUInt, 16, 1};
       d.counts.resize(std::size_t(d.patterns * n));
-      std::vector<uint16_t> wide(u8 ? std::size_t(n) : 0);
-      for (int64_t l = 0; l < d.patterns; ++l) {
-        const uint16_t* pattern = nullptr;
-        if (u8) {
-          const uint8_t* narrow = a.as<uint8_t>() + (d.first + l) * n;
-          std::copy(narrow, narrow + n, wide.begin());
-          pattern = wide.data();
-        } else {
-          pattern = a.as<uint16_t>() + (d.first + l) * n;
-        }
-        ifftshift_pattern(pattern, d.counts.data() + l * n, d.n0, d.n1);
+      for (int64_t l = 0; l < d.patterns; ++l) {  // uint8 counts widened by the shift
+        uint16_t* out = d.counts.data() + l * n;
+        if (u8)
+          ifftshift_pattern(a.as<uint8_t>() + (d.first + l) * n, out, d.n0, d.n1);
+        else
+          ifftshift_pattern(a.as<uint16_t>() + (d.first + l) * n, out, d.n0, d.n1);
       }
     } else {
       d.targets.resize(std::size_t(d.patterns * n));
@@ -507,20 +501,12 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
     if (streamed) {
       producers.push_back(stream->producer());
     } else if (counts) {
-      a.bytes.resize(std::size_t(held.patterns * n) * (stored.bits / 8u));
+      const int bytes = stored.bits / 8;
+      a.bytes.resize(std::size_t(held.patterns * n * bytes));
       std::vector<uint16_t> centred(static_cast<std::size_t>(n));
       for (int64_t l = 0; l < held.patterns; ++l) {
         fftshift_pattern(held.counts.data() + l * n, centred.data(), held.n0, held.n1);
-        if (stored.bits == 8) {
-          for (int64_t k = 0; k < n; ++k) {
-            if (centred[std::size_t(k)] > 255)
-              fail(TYCHO_ERR_INTERNAL, "preprocess: pattern ", l, " holds ", centred[std::size_t(k)],
-                   ", above the 255 its source's largest value allowed (", held.max_value, ")");
-            a.bytes[std::size_t(l * n + k)] = uint8_t(centred[std::size_t(k)]);
-          }
-        } else {
-          std::memcpy(a.bytes.data() + std::size_t(l * n) * sizeof(uint16_t), centred.data(), std::size_t(n) * sizeof(uint16_t));
-        }
+        store_counts(centred.data(), n, bytes, a.bytes.data() + std::size_t(l * n * bytes), held.first + l, held.max_value);
       }
     } else {
       a.bytes.resize(std::size_t(held.patterns * n) * sizeof(float));

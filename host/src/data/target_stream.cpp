@@ -87,21 +87,12 @@ void stored_npy_member::read(uint64_t first, uint64_t count, void* dst) {
 }
 
 void stored_npy_member::check_crc_at_end() {
-  if (!checked_ || in_order_ == false || position_ != size_) return;
+  if (!checked_ || !in_order_ || position_ != size_) return;
   // libzip compares the CRC-32 it computed over the reads with the zip's when a read finds the end.
   unsigned char past_end = 0;
   if (zip_fread(file_, &past_end, 1) < 0)
     fail(TYCHO_ERR_BAD_DATA, where_, " does not match the CRC-32 the zip records for it (",
          zip_file_strerror(file_), "): the file is damaged; prepare the data again (tycho preprocess)");
-}
-
-void stored_npy_member::read_counts(uint64_t first, uint64_t count, uint16_t* dst) {
-  if (dtype_.bits == 16) return read(first, count, dst);
-  // uint8 counts widened in place from the back: byte i lands at bytes 2i, 2i + 1, never over a
-  // byte not yet widened.
-  read(first, count, dst);
-  const auto* narrow = reinterpret_cast<const uint8_t*>(dst);
-  for (uint64_t i = count; i-- > 0;) dst[i] = narrow[i];
 }
 
 std::unique_ptr<stored_npy_member> stored_npy_member::reopen() const {

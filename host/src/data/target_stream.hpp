@@ -46,8 +46,6 @@ class stored_npy_member {
   bool counts() const { return dtype_.code == kDLUInt; }
   // `count` values (of dtype()) from element `first` of the array into dst.
   void read(uint64_t first, uint64_t count, void* dst);
-  // `count` counts (counts() only) from element `first` into dst as uint16: uint8 widened.
-  void read_counts(uint64_t first, uint64_t count, uint16_t* dst);
   const std::string& where() const { return where_; }
   // A checked handle (check_crc) read in order from its start to its end: throws
   // TYCHO_ERR_BAD_DATA naming the file and member when the bytes do not match the CRC-32 the zip
