@@ -97,6 +97,26 @@ TEST(StoppingRule, APlateauWithNoiseStopsSoonAfterItBegins) {
   EXPECT_EQ(first_stop(h, settings()), st.plateau);
 }
 
+// A loss that rises by more than its noise ends the run too, but not as "converged": a diverging
+// run (a 3-mode probe turned by the orthogonalisation at every step, 2026-12-05) was reported as
+// converged with a predicted fall of −0.23.
+TEST(StoppingRule, ARisingLossIsNotCalledConverged) {
+  // The first window judged (a stage scheduled late: earliest 50) is all rise, as in that run.
+  std::vector<double> h;
+  for (int i = 0; i < 60; ++i) h.push_back(i < 30 ? 1.0 / (1 + i) : 0.03 + 0.01 * (i - 30));
+  stopping_settings s = settings();
+  s.counting_noise = 1e-4;
+  s.earliest = 50;
+  const stopping_state st = stopping_state_of(h, s);
+  ASSERT_TRUE(st.stop);
+  EXPECT_EQ(st.reason, "rising");
+  EXPECT_LT(st.last.predicted_fall, -st.last.noise);
+  // A flat loss at its noise is still "converged".
+  const stopping_state flat = stopping_state_of(std::vector<double>(60, 0.5), s);
+  ASSERT_TRUE(flat.stop);
+  EXPECT_EQ(flat.reason, "converged");
+}
+
 TEST(StoppingRule, TheCountingNoiseStopsASlowFallBelowIt) {
   // A fall of 1e-4 per 20 iterations with no scatter: significant against the scatter alone,
   // not against a counting noise of 1e-3.

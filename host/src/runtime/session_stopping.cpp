@@ -170,6 +170,12 @@ std::string session::stopping_summary() const {
     return cat("stopped after ", its, ": converged (the fall a line through the last ", s.rule_settings.window,
                " losses predicts for the next ", s.rule_settings.window, ", ", t.predicted_fall,
                ", is below the loss's noise, ", t.noise, ")");
+  if (s.end_reason == "rising")
+    return cat("stopped after ", its, ": the loss rose (a line through the last ", s.rule_settings.window,
+               " losses rises by ", -t.predicted_fall, " over the next ", s.rule_settings.window,
+               ", more than its noise, ", t.noise, "): the run is unstable, its steps too large for these data or "
+               "a stage pulling against the others; the result holds the last iteration, not the best: "
+               "lower the learning rates or set a fixed count");
   if (s.end_reason == "max_iterations")
     return cat("stopped after ", its, ": [reconstruct] max_iterations = ", s.rule_settings.max_iterations,
                " reached while the loss was still falling by more than its noise (a fall of ", t.predicted_fall,

@@ -43,7 +43,10 @@ stopping_state stopping_state_of(std::span<const double> history, const stopping
     if (st.last.flat()) {
       st.plateau = k;
       st.stop = true;
-      st.reason = "converged";
+      // A loss that rose by more than its noise has not converged: the run is unstable (steps
+      // too large for the data, or a stage that pulls against the others). It still ends here,
+      // since more iterations would not bring it back, but says so.
+      st.reason = st.last.rising() ? "rising" : "converged";
       return st;
     }
   }

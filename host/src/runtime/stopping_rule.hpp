@@ -9,7 +9,8 @@
 //   noise σ_k = max(σ_c, σ_r), σ_c the spread of an iteration's loss from the counts alone
 //   (counting_noise, runtime/loss_noise.hpp), σ_r the losses' scatter about the line (W − 2
 //   degrees of freedom);
-//   the run ends at the first k with F_k < σ_k ("converged"), or at max_iterations.
+//   the run ends at the first k with F_k < σ_k ("converged", or "rising" where F_k < −σ_k: the
+//   loss rose by more than its noise), or at max_iterations.
 // `earliest` keeps a stage the run has scheduled for later from being judged before it has had
 // a window of its own (the session sets it: the last stage's start + W − 1); `held` keeps a stage
 // that is still moving from being cut short (the scan map's refinement until it has converged: the
@@ -37,6 +38,7 @@ struct loss_trend {
   double noise = 0;           // max(σ_c, σ_r)
   bool evaluated = false;
   bool flat() const { return evaluated && !(predicted_fall >= noise); }
+  bool rising() const { return evaluated && predicted_fall < -noise; }  // rose by more than its noise
 };
 loss_trend fit_loss_trend(std::span<const double> history, int64_t k, int64_t window, double counting_noise);
 
@@ -44,7 +46,7 @@ loss_trend fit_loss_trend(std::span<const double> history, int64_t k, int64_t wi
 struct stopping_state {
   int64_t plateau = 0;  // the iteration at which the loss stopped falling; 0: not yet
   bool stop = false;    // the run ends after these iterations: at the plateau, or at the cap
-  std::string reason;   // with stop: "converged" or "max_iterations"
+  std::string reason;   // with stop: "converged", "rising" or "max_iterations"
   loss_trend last;      // the trend at the plateau, else at the last iteration judged
 };
 stopping_state stopping_state_of(std::span<const double> history, const stopping_settings& settings);
