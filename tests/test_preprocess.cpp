@@ -388,6 +388,30 @@ TEST(PreprocessMoS2, RotationEstimateIsZero) {
   EXPECT_TRUE(tycho::test::load_result(tmp / "p.zip").array("com", "p.zip").shape == (std::vector<int64_t>{32, 24, 2}));
 }
 
+// With no defocus stated ([optics] C10_A = 0 overrides the file's), the parallax is measured all
+// the same: its scale at the nominal step gives C10's magnitude, underfocus is assumed (the sign
+// the parallax cannot tell from a scan turned 180°), and the log says so. The same rotation and
+// the same C10 as with the defocus stated (−150 Å, the truth's too; the parallax measures −136.5).
+TEST(PreprocessMoS2, TheParallaxMeasuresTheDefocusNobodyStated) {
+  tycho::test::temp_folder tmp;
+  auto stated = run_command({tycho::test::tycho_exe(), "preprocess", example_config(), "-o", tmp / "a.zip"});
+  ASSERT_TRUE(stated.exited_with(0)) << stated.describe();
+  auto none = run_command({tycho::test::tycho_exe(), "preprocess", example_config(), "-o", tmp / "b.zip", "--set",
+                           "optics.C10_A=0"});
+  ASSERT_TRUE(none.exited_with(0)) << none.describe();
+  const auto a = manifest_of(tmp / "a.zip").at("preprocess").at("scan_map");
+  const auto b = manifest_of(tmp / "b.zip").at("preprocess").at("scan_map");
+  ASSERT_EQ(b.at("source"), "parallax") << b.dump();
+  EXPECT_NE(none.err.find("none stated: underfocus assumed"), std::string::npos) << none.err;
+  EXPECT_EQ(a.at("rotation_deg").get<double>(), b.at("rotation_deg").get<double>());
+  EXPECT_EQ(a.at("transpose").get<bool>(), b.at("transpose").get<bool>());
+  const double C10_a = a.at("parallax").at("C10_estimate_A").get<double>();
+  const double C10_b = b.at("parallax").at("C10_estimate_A").get<double>();
+  EXPECT_LT(C10_b, -120);  // within 20 % of the truth's −150 Å
+  EXPECT_GT(C10_b, -180);
+  EXPECT_NEAR(C10_b, C10_a, 1e-6 * std::abs(C10_a));  // the same shifts, read with the same step
+}
+
 TEST(PreprocessMoS2, BinningRefusedNamingTheAllowedFactor) {
   // binning = 2 halves the 16.7 Å window to 8.3 Å: 5.6 % of the defocused probe lies within 5 % of
   // its edge (1 % allowed; 0.28 % unbinned).

@@ -229,7 +229,9 @@ void session::state::resolve_geometry(state& s, start& st) {
     const double measured = C10_estimate_of_report(s.preprocess_json);
     if (std::isfinite(measured)) {
       log_info("session", cat("starting from C10 = ", measured, " Å, the defocus the bright field's parallax measured",
-                              " (stated ", s.optics.C10_A, " Å; [optics] refine_C10 = false keeps the stated one)"));
+                              s.optics.C10_A != 0
+                                  ? cat(" (stated ", s.optics.C10_A, " Å; [optics] refine_C10 = false keeps the stated one)")
+                                  : std::string(" (none stated in [optics] C10_A or the file)")));
       s.optics.C10_A = measured;
     }
   }

@@ -352,7 +352,8 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
   } else {
     r.optics.C10_A = 0.0;
     log_warning("session", cat("'", desc, "' does not record the defocus and [optics] gives neither C10_A ",
-                               "nor defocus_A: starting from an in-focus probe (C10 = 0)"));
+                               "nor defocus_A: C10 = 0 (in focus) unless the bright field's parallax measures it ",
+                               "(scan_rotation_deg = \"auto\"; underfocus assumed)"));
   }
   check_beam_energy(r.optics.energy_eV, optics_t.contains("energy_eV") ? "[optics] energy_eV" : cat("the beam energy recorded in '", desc, "'"));
   if (!(r.optics.semiangle_mrad > 0)) fail(TYCHO_ERR_INVALID_ARGUMENT, "[optics] semiangle_mrad must be > 0");
