@@ -1,0 +1,105 @@
+#include "tycho/core/phase_twin.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace tycho {
+
+namespace {
+using cd = std::complex<double>;
+
+// Separable Gaussian low-pass of a complex image (taps to 3σ, edges clamped).
+std::vector<cd> gaussian_lowpass(const std::vector<cd>& in, int64_t h, int64_t w, double sigma) {
+  const int64_t r = std::max<int64_t>(1, int64_t(std::ceil(3 * sigma)));
+  std::vector<double> g(std::size_t(2 * r + 1));
+  double total = 0;
+  for (int64_t k = -r; k <= r; ++k) total += g[std::size_t(k + r)] = std::exp(-0.5 * double(k * k) / (sigma * sigma));
+  for (double& v : g) v /= total;
+  std::vector<cd> tmp(in.size()), out(in.size());
+  for (int64_t i = 0; i < h; ++i)
+    for (int64_t j = 0; j < w; ++j) {
+      cd s = 0;
+      for (int64_t k = -r; k <= r; ++k) s += g[std::size_t(k + r)] * in[std::size_t(i * w + std::clamp<int64_t>(j + k, 0, w - 1))];
+      tmp[std::size_t(i * w + j)] = s;
+    }
+  for (int64_t i = 0; i < h; ++i)
+    for (int64_t j = 0; j < w; ++j) {
+      cd s = 0;
+      for (int64_t k = -r; k <= r; ++k) s += g[std::size_t(k + r)] * tmp[std::size_t(std::clamp<int64_t>(i + k, 0, h - 1) * w + j)];
+      out[std::size_t(i * w + j)] = s;
+    }
+  return out;
+}
+}  // namespace
+
+template <class T>
+phase_skewness local_phase_skewness(const std::complex<T>* object, int64_t slices, int64_t h, int64_t w,
+                                    const int64_t box[4], double sigma_px) {
+  phase_skewness out;
+  if (object == nullptr || slices < 1 || h < 1 || w < 1 || !(sigma_px > 0) || !std::isfinite(sigma_px)) return out;
+  const int64_t r0 = std::clamp<int64_t>(box[0], 0, h), r1 = std::clamp<int64_t>(box[1], 0, h);
+  const int64_t c0 = std::clamp<int64_t>(box[2], 0, w), c1 = std::clamp<int64_t>(box[3], 0, w);
+  const int64_t bh = r1 - r0, bw = c1 - c0;
+  if (bh < 8 || bw < 8) return out;
+  // The projected object over the box with a margin of 3σ, so the low-pass sees beyond the box.
+  const int64_t m = int64_t(std::ceil(3 * sigma_px));
+  const int64_t e0 = std::max<int64_t>(0, r0 - m), e1 = std::min(h, r1 + m);
+  const int64_t f0 = std::max<int64_t>(0, c0 - m), f1 = std::min(w, c1 + m);
+  const int64_t eh = e1 - e0, ew = f1 - f0;
+  std::vector<cd> o(std::size_t(eh * ew), cd(1));
+  for (int64_t s = 0; s < slices; ++s)
+    for (int64_t i = 0; i < eh; ++i)
+      for (int64_t j = 0; j < ew; ++j)
+        o[std::size_t(i * ew + j)] *= cd(object[std::size_t((s * h + e0 + i) * w + f0 + j)]);
+  const std::vector<cd> low = gaussian_lowpass(o, eh, ew, sigma_px);
+  std::vector<double> phi(std::size_t(bh * bw));
+  double mean = 0;
+  for (int64_t i = 0; i < bh; ++i)
+    for (int64_t j = 0; j < bw; ++j) {
+      const std::size_t e = std::size_t((r0 - e0 + i) * ew + (c0 - f0 + j));
+      const double v = std::arg(o[e] * std::conj(low[e]));
+      phi[std::size_t(i * bw + j)] = std::isfinite(v) ? v : 0.0;
+      mean += phi[std::size_t(i * bw + j)];
+    }
+  const double n = double(bh * bw);
+  mean /= n;
+  double m2 = 0, m3 = 0;
+  for (double& v : phi) {
+    v -= mean;
+    m2 += v * v;
+    m3 += v * v * v;
+  }
+  m2 /= n;
+  m3 /= n;
+  if (!(m2 > 0)) return out;
+  // n_eff from the autocorrelation over lags up to 2σ (both signs of one axis, by symmetry).
+  const int64_t L = std::min<int64_t>({int64_t(std::ceil(2 * sigma_px)), bh - 1, bw - 1});
+  double sum_rho2 = 0;
+  for (int64_t di = 0; di <= L; ++di)
+    for (int64_t dj = -L; dj <= L; ++dj) {
+      if (di == 0 && dj < 0) continue;
+      double c = 0;
+      int64_t count = 0;
+      for (int64_t i = 0; i + di < bh; ++i)
+        for (int64_t j = std::max<int64_t>(0, -dj); j < bw && j + dj < bw; ++j) {
+          c += phi[std::size_t(i * bw + j)] * phi[std::size_t((i + di) * bw + j + dj)];
+          ++count;
+        }
+      const double rho = count > 0 ? c / double(count) / m2 : 0.0;
+      sum_rho2 += (di == 0 && dj == 0 ? 1.0 : 2.0) * rho * rho * rho;
+    }
+  out.pixels = bh * bw;
+  out.effective_pixels = std::clamp(n / std::max(sum_rho2, 1.0), 1.0, n);
+  out.skewness = m3 / std::pow(m2, 1.5);
+  out.standard_error = std::sqrt(6.0 / out.effective_pixels);
+  out.done = out.pixels >= 64 && std::isfinite(out.skewness);
+  return out;
+}
+
+template phase_skewness local_phase_skewness<float>(const std::complex<float>*, int64_t, int64_t, int64_t,
+                                                    const int64_t[4], double);
+template phase_skewness local_phase_skewness<double>(const std::complex<double>*, int64_t, int64_t, int64_t,
+                                                     const int64_t[4], double);
+
+}  // namespace tycho
