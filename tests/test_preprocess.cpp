@@ -412,6 +412,25 @@ TEST(PreprocessMoS2, TheParallaxMeasuresTheDefocusNobodyStated) {
   EXPECT_NEAR(C10_b, C10_a, 1e-6 * std::abs(C10_a));  // the same shifts, read with the same step
 }
 
+// A C10 stated with the wrong sign: the parallax then turns the scan 180° and the run finds the
+// specimen's twin, which explains the data exactly as well; the object's phase then peaks
+// negative, and the manifest's phase_check and a warning say so (tycho/core/phase_twin.hpp).
+// Measured: −150 Å skewness +1.99 ± 0.24, +150 Å −1.98 ± 0.24 after 30 iterations.
+TEST(PreprocessMoS2, AWrongSignOfC10IsCalledTheTwin) {
+  tycho::test::temp_folder tmp;
+  for (const char* c10 : {"-150", "150"}) {
+    const std::string out = tmp / (std::string("r") + c10 + ".zip");
+    auto r = run_command({tycho::test::tycho_exe(), "reconstruct", example_config(), "--iterations", "30", "--set",
+                          "output.previews=false", "--set", std::string("optics.C10_A=") + c10, "-o", out});
+    ASSERT_TRUE(r.exited_with(0)) << r.describe();
+    const auto check = manifest_of(out).at("phase_check");
+    const bool wrong = std::string(c10) == "150";
+    EXPECT_EQ(check.at("verdict"), wrong ? "twin" : "specimen") << check.dump();
+    EXPECT_GT(std::abs(check.at("skewness").get<double>()), 5 * check.at("standard_error").get<double>());
+    EXPECT_EQ(r.err.find("specimen's twin") != std::string::npos, wrong) << r.err;
+  }
+}
+
 TEST(PreprocessMoS2, BinningRefusedNamingTheAllowedFactor) {
   // binning = 2 halves the 16.7 Å window to 8.3 Å: 5.6 % of the defocused probe lies within 5 % of
   // its edge (1 % allowed; 0.28 % unbinned).

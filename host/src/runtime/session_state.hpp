@@ -286,6 +286,9 @@ struct session::state {
   std::string stopping_json() const;
   static scan_refinement make_scan_refinement(state& s, const scan_refinement_options& o);
   static std::string probe_fit_json(const state& s);
+  // The twin test of the object's local phase (tycho/core/phase_twin.hpp) over the scanned field,
+  // for electrons: "" when not made; else the manifest's "phase_check".
+  static std::string phase_check_json(const state& s);
   static void describe_run(state& s, start& st);
 
   // A host copy of an engine tensor, wherever the engine keeps it.

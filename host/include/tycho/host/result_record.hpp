@@ -65,6 +65,8 @@ struct result_manifest {
   std::string scan_map_json;
   // The defocus the reconstructed probe shows (tycho/core/probe_fit.hpp), "probe_fit"; empty: none.
   std::string probe_fit_json;
+  // The twin test of the object's phase (tycho/core/phase_twin.hpp), "phase_check"; empty: none.
+  std::string phase_check_json;
   // Compact batches stepping the object in tiles: the batching ("random" or "compact", the
   // manifest's "batching") and the tiles' side (px) when the result holds object_tile_steps (0: not).
   std::string batching = "random";
