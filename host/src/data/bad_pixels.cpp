@@ -309,7 +309,7 @@ detection detect_dead_and_hot(const dataset& d, const std::vector<double>& sum, 
   out.scale_mean = sd_hot;
   out.scale_dead = sd_dead;
   out.scale_max = sd_spike;
-  auto z = [](double v, double med, double sd) { return sd > 0 && std::isfinite(sd) ? (v - med) / sd : 0.0; };
+  auto z = [](double x, double med, double sd) { return sd > 0 && std::isfinite(sd) ? (x - med) / sd : 0.0; };
   // Far from the neighbours in size too: at least bad_pixel_least_ratio times the reference (or
   // at most its inverse), on the square-root scale its square root. Without it noise-free data,
   // whose spread is their structure alone, would flag a pixel 0.4 % above its neighbours.
