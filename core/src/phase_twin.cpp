@@ -7,29 +7,36 @@
 namespace tycho {
 
 namespace {
-using cd = std::complex<double>;
+using cf = std::complex<float>;
 
-// Separable Gaussian low-pass of a complex image (taps to 3σ, edges clamped).
-std::vector<cd> gaussian_lowpass(const std::vector<cd>& in, int64_t h, int64_t w, double sigma) {
+// Separable Gaussian low-pass of a complex image in place (taps to 3σ, edges clamped), with one
+// line of scratch: the test runs after the iterations, beside the engine's buffers, so it holds
+// the box's projected object once in complex64 (8 bytes a pixel) and its phase in float32.
+void gaussian_lowpass_in_place(std::vector<cf>& a, int64_t h, int64_t w, double sigma) {
   const int64_t r = std::max<int64_t>(1, int64_t(std::ceil(3 * sigma)));
   std::vector<double> g(std::size_t(2 * r + 1));
   double total = 0;
   for (int64_t k = -r; k <= r; ++k) total += g[std::size_t(k + r)] = std::exp(-0.5 * double(k * k) / (sigma * sigma));
   for (double& v : g) v /= total;
-  std::vector<cd> tmp(in.size()), out(in.size());
-  for (int64_t i = 0; i < h; ++i)
+  std::vector<cf> line(std::size_t(std::max(h, w)));
+  for (int64_t i = 0; i < h; ++i) {
+    for (int64_t j = 0; j < w; ++j) line[std::size_t(j)] = a[std::size_t(i * w + j)];
     for (int64_t j = 0; j < w; ++j) {
-      cd s = 0;
-      for (int64_t k = -r; k <= r; ++k) s += g[std::size_t(k + r)] * in[std::size_t(i * w + std::clamp<int64_t>(j + k, 0, w - 1))];
-      tmp[std::size_t(i * w + j)] = s;
+      std::complex<double> s = 0;
+      for (int64_t k = -r; k <= r; ++k)
+        s += g[std::size_t(k + r)] * std::complex<double>(line[std::size_t(std::clamp<int64_t>(j + k, 0, w - 1))]);
+      a[std::size_t(i * w + j)] = cf(s);
     }
-  for (int64_t i = 0; i < h; ++i)
-    for (int64_t j = 0; j < w; ++j) {
-      cd s = 0;
-      for (int64_t k = -r; k <= r; ++k) s += g[std::size_t(k + r)] * tmp[std::size_t(std::clamp<int64_t>(i + k, 0, h - 1) * w + j)];
-      out[std::size_t(i * w + j)] = s;
+  }
+  for (int64_t j = 0; j < w; ++j) {
+    for (int64_t i = 0; i < h; ++i) line[std::size_t(i)] = a[std::size_t(i * w + j)];
+    for (int64_t i = 0; i < h; ++i) {
+      std::complex<double> s = 0;
+      for (int64_t k = -r; k <= r; ++k)
+        s += g[std::size_t(k + r)] * std::complex<double>(line[std::size_t(std::clamp<int64_t>(i + k, 0, h - 1))]);
+      a[std::size_t(i * w + j)] = cf(s);
     }
-  return out;
+  }
 }
 }  // namespace
 
@@ -47,26 +54,32 @@ phase_skewness local_phase_skewness(const std::complex<T>* object, int64_t slice
   const int64_t e0 = std::max<int64_t>(0, r0 - m), e1 = std::min(h, r1 + m);
   const int64_t f0 = std::max<int64_t>(0, c0 - m), f1 = std::min(w, c1 + m);
   const int64_t eh = e1 - e0, ew = f1 - f0;
-  std::vector<cd> o(std::size_t(eh * ew), cd(1));
-  for (int64_t s = 0; s < slices; ++s)
-    for (int64_t i = 0; i < eh; ++i)
-      for (int64_t j = 0; j < ew; ++j)
-        o[std::size_t(i * ew + j)] *= cd(object[std::size_t((s * h + e0 + i) * w + f0 + j)]);
-  const std::vector<cd> low = gaussian_lowpass(o, eh, ew, sigma_px);
-  std::vector<double> phi(std::size_t(bh * bw));
+  std::vector<cf> o(std::size_t(eh * ew));
+  for (int64_t i = 0; i < eh; ++i)
+    for (int64_t j = 0; j < ew; ++j) {
+      std::complex<double> p = 1;
+      for (int64_t s = 0; s < slices; ++s) p *= std::complex<double>(object[std::size_t((s * h + e0 + i) * w + f0 + j)]);
+      o[std::size_t(i * ew + j)] = cf(p);
+    }
+  // φ = arg(O · conj(G ⊛ O)) = arg O − arg(G ⊛ O): the phase first, then the low-pass in place.
+  std::vector<float> phi(std::size_t(bh * bw));
+  for (int64_t i = 0; i < bh; ++i)
+    for (int64_t j = 0; j < bw; ++j) phi[std::size_t(i * bw + j)] = std::arg(o[std::size_t((r0 - e0 + i) * ew + (c0 - f0 + j))]);
+  gaussian_lowpass_in_place(o, eh, ew, sigma_px);
   double mean = 0;
   for (int64_t i = 0; i < bh; ++i)
     for (int64_t j = 0; j < bw; ++j) {
-      const std::size_t e = std::size_t((r0 - e0 + i) * ew + (c0 - f0 + j));
-      const double v = std::arg(o[e] * std::conj(low[e]));
-      phi[std::size_t(i * bw + j)] = std::isfinite(v) ? v : 0.0;
+      const double low = std::arg(o[std::size_t((r0 - e0 + i) * ew + (c0 - f0 + j))]);
+      const double v = std::remainder(double(phi[std::size_t(i * bw + j)]) - low, 2 * 3.14159265358979323846);
+      phi[std::size_t(i * bw + j)] = std::isfinite(v) ? float(v) : 0.0f;
       mean += phi[std::size_t(i * bw + j)];
     }
   const double n = double(bh * bw);
   mean /= n;
   double m2 = 0, m3 = 0;
-  for (double& v : phi) {
-    v -= mean;
+  for (float& f : phi) {
+    f = float(double(f) - mean);
+    const double v = f;
     m2 += v * v;
     m3 += v * v * v;
   }
@@ -83,7 +96,7 @@ phase_skewness local_phase_skewness(const std::complex<T>* object, int64_t slice
       int64_t count = 0;
       for (int64_t i = 0; i + di < bh; ++i)
         for (int64_t j = std::max<int64_t>(0, -dj); j < bw && j + dj < bw; ++j) {
-          c += phi[std::size_t(i * bw + j)] * phi[std::size_t((i + di) * bw + j + dj)];
+          c += double(phi[std::size_t(i * bw + j)]) * double(phi[std::size_t((i + di) * bw + j + dj)]);
           ++count;
         }
       const double rho = count > 0 ? c / double(count) / m2 : 0.0;

@@ -48,8 +48,29 @@ std::string session::state::probe_fit_json(const state& s) {
 // it decides (a one-sided 0.13 % chance under a symmetric phase); within, "undecided".
 std::string session::state::phase_check_json(const state& s) {
   if (s.optics.kind != sdk::radiation::electron || s.all_positions_px.size() < 2) return "";
-  const owned_array object = s.stopped ? s.kept.object : s.read_engine_tensor("object", TYCHO_TENSOR_OBJECT);
-  if (object.shape.size() != 3) return "";
+  // The engine's own host memory where it has it (a copy of the object would raise the run's
+  // peak memory, which `tycho plan` predicts); a device's object is copied.
+  owned_array copy;
+  const void* data = nullptr;
+  int64_t shape[3] = {0, 0, 0};
+  DLDataType dtype{};
+  if (s.stopped) {
+    data = s.kept.object.bytes.data();
+    dtype = s.kept.object.dtype;
+    if (s.kept.object.shape.size() != 3) return "";
+    for (int a = 0; a < 3; ++a) shape[a] = s.kept.object.shape[std::size_t(a)];
+  } else {
+    const DLTensor view = s.engine_tensor(TYCHO_TENSOR_OBJECT);
+    if (view.ndim != 3) return "";
+    for (int a = 0; a < 3; ++a) shape[a] = view.shape[a];
+    dtype = view.dtype;
+    if (view.device.device_type == kDLCPU && view.strides == nullptr) {
+      data = static_cast<const char*>(view.data) + view.byte_offset;
+    } else {
+      copy = s.read_engine_tensor("object", TYCHO_TENSOR_OBJECT);
+      data = copy.bytes.data();
+    }
+  }
   double lo[2] = {INFINITY, INFINITY}, hi[2] = {-INFINITY, -INFINITY};
   for (std::size_t k = 0; k + 1 < s.all_positions_px.size(); k += 2)
     for (int a = 0; a < 2; ++a) {
@@ -61,11 +82,11 @@ std::string session::state::phase_check_json(const state& s) {
                           int64_t(std::floor(hi[1])) + 1};
   const double sigma_px = 2.0 / std::sqrt(s.geometry.pixel_A[0] * s.geometry.pixel_A[1]);
   const phase_skewness r =
-      object.dtype.bits == 128
-          ? local_phase_skewness(object.as<std::complex<double>>(), object.shape[0], object.shape[1], object.shape[2],
-                                 box, sigma_px)
-          : local_phase_skewness(object.as<std::complex<float>>(), object.shape[0], object.shape[1], object.shape[2],
-                                 box, sigma_px);
+      dtype.bits == 128
+          ? local_phase_skewness(static_cast<const std::complex<double>*>(data), shape[0], shape[1], shape[2], box,
+                                 sigma_px)
+          : local_phase_skewness(static_cast<const std::complex<float>*>(data), shape[0], shape[1], shape[2], box,
+                                 sigma_px);
   if (!r.done) return "";
   nlohmann::ordered_json j;
   j["skewness"] = r.skewness;
