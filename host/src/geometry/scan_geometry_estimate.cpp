@@ -222,6 +222,9 @@ scan_geometry_estimate estimate_scan_geometry(const std::vector<double>& com, in
         parallax_usable = true;
         e.transpose = transpose;
       }
+      // With none stated, the sign came with the parallax's map: an estimate the geometry does not
+      // use (too uncertain, too small, or against a given transpose) starts nothing.
+      if (!C10_stated && !parallax_usable) e.C10_estimate_A = std::nan("");
     }
   }
 
