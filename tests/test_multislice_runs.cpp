@@ -49,12 +49,40 @@ TEST_F(MultisliceRuns, BadValuesAreRefusedNamingTheKey) {
       {"reconstruct.positions.max_step_A=0", "max_step_A"},
       {"reconstruct.positions.first_iteration=0", "first_iteration"},
       {"reconstruct.positions.correkt=true", "correkt"},
+      {"reconstruct.object.depth_regulariser=\"gaussian\"", "depth_regulariser"},
   };
   for (const auto& [set, key] : cases) {
     auto r = reconstruct({set, "reconstruct.iterations=1"}, "bad.zip");
     EXPECT_TRUE(r.exited && r.exit_code != 0) << set << "\n" << r.describe();
     EXPECT_NE(r.err.find(key), std::string::npos) << set << ": the message does not name '" << key << "'\n" << r.err;
   }
+}
+
+// Several slices get the depth regulariser object_missing_cone by default (the manifest's
+// provenance lists it), unless depth_regulariser = "none" or the list has a depth regulariser of
+// its own; one slice never. The default and the constraint listed by hand give the same bits.
+TEST_F(MultisliceRuns, SeveralSlicesAreRegularisedInDepthByDefault) {
+  auto lists_cone = [&](const std::string& zip) {
+    const std::string manifest = tycho::test::load_result(tmp_.path() / zip).manifest_json;
+    return manifest.find("\"object_missing_cone\"") != std::string::npos;
+  };
+  const std::string two = "reconstruct.slices=2", dz = "reconstruct.slice_thickness_A=5", its = "reconstruct.iterations=2";
+  ASSERT_TRUE(reconstruct({two, dz, its}, "default.zip").exited_with(0));
+  EXPECT_TRUE(lists_cone("default.zip"));
+  ASSERT_TRUE(reconstruct({two, dz, its, "reconstruct.object.depth_regulariser=\"none\""}, "none.zip").exited_with(0));
+  EXPECT_FALSE(lists_cone("none.zip"));
+  ASSERT_TRUE(reconstruct({two, dz, its, "reconstruct.object.depth_regulariser=\"none\"",
+                           "reconstruct.constraints=[{name=\"object_missing_cone\"}]"},
+                          "listed.zip")
+                  .exited_with(0));
+  EXPECT_TRUE(lists_cone("listed.zip"));
+  const auto a = tycho::test::load_result(tmp_.path() / "default.zip").array("object", "default.zip");
+  const auto b = tycho::test::load_result(tmp_.path() / "listed.zip").array("object", "listed.zip");
+  EXPECT_EQ(a.bytes, b.bytes);
+  const auto c = tycho::test::load_result(tmp_.path() / "none.zip").array("object", "none.zip");
+  EXPECT_NE(a.bytes, c.bytes);
+  ASSERT_TRUE(reconstruct({its}, "one.zip").exited_with(0));
+  EXPECT_FALSE(lists_cone("one.zip"));
 }
 
 // Correction off (the default) or not yet started: positions come back bit for bit as recorded;

@@ -98,6 +98,10 @@ void constraint_list::read(const config_document& doc, const registry& reg, cons
               1);
   if (sh.orthogonalize_modes && sh.probe_modes > 1)
     shorthand(defaults::mode_constraint, "[reconstruct.probe] orthogonalize_modes", {}, sh.probe_first_iteration);
+  // Several slices: depth detail the data cannot carry is damped by default (on the matrix's 50 Å
+  // SrTiO3 scan 0.18 without, 0.98 with; bench/RESULTS.md), unless the list has its own.
+  if (sh.depth_regulariser && !lists_constraint(doc, defaults::depth_constraint) && !lists_constraint(doc, "object_depth"))
+    shorthand(defaults::depth_constraint, "[reconstruct.object] depth_regulariser = \"missing_cone\"", {}, 1);
   const auto entries = list_entries(doc);
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const auto& [name, t] = entries[i];

@@ -34,6 +34,7 @@ struct constraint_shorthands {
   bool orthogonalize_modes = true;    // [reconstruct.probe] orthogonalize_modes
   int64_t probe_modes = 1;
   int64_t probe_first_iteration = 1;  // the orthonormalisation follows the probe's steps
+  bool depth_regulariser = false;     // slices > 1 and [reconstruct.object] depth_regulariser = "missing_cone"
 };
 
 // The keys the runtime reads in every entry besides the component's own.

@@ -171,6 +171,14 @@ reconstruct_settings session_detail::read_reconstruct_settings(const config_docu
     r.constraints.pure_phase = kind == "phase";
     r.constraints.potential = kind == "potential";
   }
+  {
+    const std::string depth =
+        *setting_value<std::string>(doc.table_at("reconstruct.object"), "reconstruct.object", "depth_regulariser");
+    if (depth != "missing_cone" && depth != "none")
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct.object] depth_regulariser = \"", depth,
+           "\": must be \"missing_cone\" or \"none\"");
+    r.constraints.depth_regulariser = r.slices > 1 && depth == "missing_cone";
+  }
   r.object = read_parameter_settings(doc, "object", r.iterations);
   r.probe = read_parameter_settings(doc, "probe", r.iterations);
   r.constraints.probe_first_iteration = r.probe.first_iteration;

@@ -18,6 +18,7 @@ inline constexpr const char* amplitude_constraint = "object_amplitude";  // [rec
 inline constexpr const char* phase_constraint = "object_phase";          // [reconstruct.object] kind = "phase"
 inline constexpr const char* potential_constraint = "object_potential";  // [reconstruct.object] kind = "potential"
 inline constexpr const char* mode_constraint = "probe_orthogonal_modes"; // [reconstruct.probe] orthogonalize_modes
+inline constexpr const char* depth_constraint = "object_missing_cone";   // [reconstruct.object] depth_regulariser
 // [parallel] rendezvous = "mpi": the ranks of a GPU run meet through a host reducer under mpirun.
 inline constexpr const char* rendezvous_host_reducer = "mpi";
 

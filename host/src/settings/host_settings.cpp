@@ -137,6 +137,11 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
              "complex transmission, a pure phase (|O| = 1 after each step), or a real non-negative potential "
              "(|O| = 1 and phase >= 0: the constraint object_potential)"),
         {"complex", "phase", "potential"}));
+    m["reconstruct.object"].push_back(one_of(
+        decl("depth_regulariser", S, "\"missing_cone\"", "",
+             "with several slices: the constraint object_missing_cone (the depth detail the data cannot carry "
+             "damped), unless the constraints list a depth regulariser; \"none\": off"),
+        {"missing_cone", "none"}));
     m["reconstruct.probe"] = parameter_keys();
     m["reconstruct.probe"].push_back(at_most(
         at_least(decl("mode_power", N, "0.1", "", "share of the power the initial modes beyond the first carry together"), 0),
