@@ -42,30 +42,41 @@ void gaussian_lowpass_in_place(std::vector<cf>& a, int64_t h, int64_t w, double 
 
 template <class T>
 phase_skewness local_phase_skewness(const std::complex<T>* object, int64_t slices, int64_t h, int64_t w,
-                                    const int64_t box[4], double sigma_px) {
+                                    const int64_t box_px[4], double sigma_px, int64_t bin) {
   phase_skewness out;
-  if (object == nullptr || slices < 1 || h < 1 || w < 1 || !(sigma_px > 0) || !std::isfinite(sigma_px)) return out;
-  const int64_t r0 = std::clamp<int64_t>(box[0], 0, h), r1 = std::clamp<int64_t>(box[1], 0, h);
-  const int64_t c0 = std::clamp<int64_t>(box[2], 0, w), c1 = std::clamp<int64_t>(box[3], 0, w);
+  if (object == nullptr || slices < 1 || h < 1 || w < 1 || bin < 1 || !(sigma_px > 0) || !std::isfinite(sigma_px))
+    return out;
+  // In binned pixels from here on: the object's (h / bin) × (w / bin) grid, the box and σ with it.
+  const int64_t H = h / bin, W = w / bin;
+  const double sigma = sigma_px / double(bin);
+  if (H < 1 || W < 1) return out;
+  const int64_t r0 = std::clamp<int64_t>(box_px[0] / bin, 0, H), r1 = std::clamp<int64_t>(box_px[1] / bin, 0, H);
+  const int64_t c0 = std::clamp<int64_t>(box_px[2] / bin, 0, W), c1 = std::clamp<int64_t>(box_px[3] / bin, 0, W);
   const int64_t bh = r1 - r0, bw = c1 - c0;
   if (bh < 8 || bw < 8) return out;
   // The projected object over the box with a margin of 3σ, so the low-pass sees beyond the box.
-  const int64_t m = int64_t(std::ceil(3 * sigma_px));
-  const int64_t e0 = std::max<int64_t>(0, r0 - m), e1 = std::min(h, r1 + m);
-  const int64_t f0 = std::max<int64_t>(0, c0 - m), f1 = std::min(w, c1 + m);
+  const int64_t m = int64_t(std::ceil(3 * sigma));
+  const int64_t e0 = std::max<int64_t>(0, r0 - m), e1 = std::min(H, r1 + m);
+  const int64_t f0 = std::max<int64_t>(0, c0 - m), f1 = std::min(W, c1 + m);
   const int64_t eh = e1 - e0, ew = f1 - f0;
   std::vector<cf> o(std::size_t(eh * ew));
   for (int64_t i = 0; i < eh; ++i)
     for (int64_t j = 0; j < ew; ++j) {
-      std::complex<double> p = 1;
-      for (int64_t s = 0; s < slices; ++s) p *= std::complex<double>(object[std::size_t((s * h + e0 + i) * w + f0 + j)]);
-      o[std::size_t(i * ew + j)] = cf(p);
+      std::complex<double> mean_of_bin = 0;
+      for (int64_t u = 0; u < bin; ++u)
+        for (int64_t v = 0; v < bin; ++v) {
+          std::complex<double> p = 1;
+          const int64_t y = (e0 + i) * bin + u, x = (f0 + j) * bin + v;
+          for (int64_t s = 0; s < slices; ++s) p *= std::complex<double>(object[std::size_t((s * h + y) * w + x)]);
+          mean_of_bin += p;
+        }
+      o[std::size_t(i * ew + j)] = cf(mean_of_bin / double(bin * bin));
     }
   // φ = arg(O · conj(G ⊛ O)) = arg O − arg(G ⊛ O): the phase first, then the low-pass in place.
   std::vector<float> phi(std::size_t(bh * bw));
   for (int64_t i = 0; i < bh; ++i)
     for (int64_t j = 0; j < bw; ++j) phi[std::size_t(i * bw + j)] = std::arg(o[std::size_t((r0 - e0 + i) * ew + (c0 - f0 + j))]);
-  gaussian_lowpass_in_place(o, eh, ew, sigma_px);
+  gaussian_lowpass_in_place(o, eh, ew, sigma);
   double mean = 0;
   for (int64_t i = 0; i < bh; ++i)
     for (int64_t j = 0; j < bw; ++j) {
@@ -87,7 +98,7 @@ phase_skewness local_phase_skewness(const std::complex<T>* object, int64_t slice
   m3 /= n;
   if (!(m2 > 0)) return out;
   // n_eff from the autocorrelation over lags up to 2σ (both signs of one axis, by symmetry).
-  const int64_t L = std::min<int64_t>({int64_t(std::ceil(2 * sigma_px)), bh - 1, bw - 1});
+  const int64_t L = std::min<int64_t>({int64_t(std::ceil(2 * sigma)), bh - 1, bw - 1});
   double sum_rho2 = 0;
   for (int64_t di = 0; di <= L; ++di)
     for (int64_t dj = -L; dj <= L; ++dj) {
@@ -111,8 +122,8 @@ phase_skewness local_phase_skewness(const std::complex<T>* object, int64_t slice
 }
 
 template phase_skewness local_phase_skewness<float>(const std::complex<float>*, int64_t, int64_t, int64_t,
-                                                    const int64_t[4], double);
+                                                    const int64_t[4], double, int64_t);
 template phase_skewness local_phase_skewness<double>(const std::complex<double>*, int64_t, int64_t, int64_t,
-                                                     const int64_t[4], double);
+                                                     const int64_t[4], double, int64_t);
 
 }  // namespace tycho

@@ -43,7 +43,7 @@ std::string session::state::probe_fit_json(const state& s) {
 }
 
 // The object's local phase (σ = 2 Å, the scale `tycho evaluate` scores at) over the box of the
-// probe's centres: skewed positive on a specimen seen by electrons, negative on its twin (a C10 of
+// probe's centres (its central 256 × 256 px at most): skewed positive on a specimen seen by electrons, negative on its twin (a C10 of
 // the wrong sign, or an overfocused probe with none stated). Beyond 3 standard errors either way
 // it decides (a one-sided 0.13 % chance under a symmetric phase); within, "undecided".
 std::string session::state::phase_check_json(const state& s) {
@@ -78,15 +78,26 @@ std::string session::state::phase_check_json(const state& s) {
       hi[a] = std::max(hi[a], s.all_positions_px[k + std::size_t(a)]);
     }
   if (!std::isfinite(lo[0]) || !std::isfinite(lo[1]) || !std::isfinite(hi[0]) || !std::isfinite(hi[1])) return "";
-  const int64_t box[4] = {int64_t(std::ceil(lo[0])), int64_t(std::floor(hi[0])) + 1, int64_t(std::ceil(lo[1])),
-                          int64_t(std::floor(hi[1])) + 1};
-  const double sigma_px = 2.0 / std::sqrt(s.geometry.pixel_A[0] * s.geometry.pixel_A[1]);
+  // At most the central 256 × 256 px of the field: the statistic needs a few hundred independent
+  // pixels, and the test's cost (O(N σ²)) and memory stay those of a small scan on a 1024² one,
+  // which saves (and checkpoints) call it for.
+  int64_t box[4];
+  for (int a = 0; a < 2; ++a) {
+    const double half = std::min(0.5 * (hi[a] - lo[a]), 128.0), centre = 0.5 * (lo[a] + hi[a]);
+    box[2 * a] = int64_t(std::ceil(centre - half));
+    box[2 * a + 1] = int64_t(std::floor(centre + half)) + 1;
+  }
+  const double pixel_A = std::sqrt(s.geometry.pixel_A[0] * s.geometry.pixel_A[1]);
+  const double sigma_px = 2.0 / pixel_A;
+  // Binned to pixels of at most 0.35 Å (atoms stay several pixels wide): the MoS2 example's
+  // 0.17 Å pixels in pairs.
+  const int64_t bin = std::max<int64_t>(1, int64_t(std::floor(0.35 / pixel_A)));
   const phase_skewness r =
       dtype.bits == 128
           ? local_phase_skewness(static_cast<const std::complex<double>*>(data), shape[0], shape[1], shape[2], box,
-                                 sigma_px)
+                                 sigma_px, bin)
           : local_phase_skewness(static_cast<const std::complex<float>*>(data), shape[0], shape[1], shape[2], box,
-                                 sigma_px);
+                                 sigma_px, bin);
   if (!r.done) return "";
   nlohmann::ordered_json j;
   j["skewness"] = r.skewness;
