@@ -17,7 +17,7 @@
 // (a lattice's alternating correlations partly cancel; Σ ρ² counted a 6-px lattice as 27 pixels).
 // Measured (bench/RESULTS.md, "Which one is the twin"): the specimens of 7 matrix scans at
 // +0.3 to +2.7 (4 beyond 3 standard errors, 3 within), an overfocused MoSe2 scan's twin at
-// −2.58 (14 standard errors), the MoS2 example's at −1.98 (8).
+// −2.58 (14 standard errors), the MoS2 example's at −1.77 (7; binned to 0.35 Å pixels).
 #pragma once
 
 #include <complex>
