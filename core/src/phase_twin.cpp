@@ -1,44 +1,12 @@
 #include "tycho/core/phase_twin.hpp"
 
+#include "tycho/core/accuracy.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 namespace tycho {
-
-namespace {
-using cf = std::complex<float>;
-
-// Separable Gaussian low-pass of a complex image in place (taps to 3σ, edges clamped), with one
-// line of scratch: the test runs after the iterations, beside the engine's buffers, so it holds
-// the box's projected object once in complex64 (8 bytes a pixel) and its phase in float32.
-void gaussian_lowpass_in_place(std::vector<cf>& a, int64_t h, int64_t w, double sigma) {
-  const int64_t r = std::max<int64_t>(1, int64_t(std::ceil(3 * sigma)));
-  std::vector<double> g(std::size_t(2 * r + 1));
-  double total = 0;
-  for (int64_t k = -r; k <= r; ++k) total += g[std::size_t(k + r)] = std::exp(-0.5 * double(k * k) / (sigma * sigma));
-  for (double& v : g) v /= total;
-  std::vector<cf> line(std::size_t(std::max(h, w)));
-  for (int64_t i = 0; i < h; ++i) {
-    for (int64_t j = 0; j < w; ++j) line[std::size_t(j)] = a[std::size_t(i * w + j)];
-    for (int64_t j = 0; j < w; ++j) {
-      std::complex<double> s = 0;
-      for (int64_t k = -r; k <= r; ++k)
-        s += g[std::size_t(k + r)] * std::complex<double>(line[std::size_t(std::clamp<int64_t>(j + k, 0, w - 1))]);
-      a[std::size_t(i * w + j)] = cf(s);
-    }
-  }
-  for (int64_t j = 0; j < w; ++j) {
-    for (int64_t i = 0; i < h; ++i) line[std::size_t(i)] = a[std::size_t(i * w + j)];
-    for (int64_t i = 0; i < h; ++i) {
-      std::complex<double> s = 0;
-      for (int64_t k = -r; k <= r; ++k)
-        s += g[std::size_t(k + r)] * std::complex<double>(line[std::size_t(std::clamp<int64_t>(i + k, 0, h - 1))]);
-      a[std::size_t(i * w + j)] = cf(s);
-    }
-  }
-}
-}  // namespace
 
 template <class T>
 phase_skewness local_phase_skewness(const std::complex<T>* object, int64_t slices, int64_t h, int64_t w,
@@ -54,12 +22,13 @@ phase_skewness local_phase_skewness(const std::complex<T>* object, int64_t slice
   const int64_t c0 = std::clamp<int64_t>(box_px[2] / bin, 0, W), c1 = std::clamp<int64_t>(box_px[3] / bin, 0, W);
   const int64_t bh = r1 - r0, bw = c1 - c0;
   if (bh < 8 || bw < 8) return out;
-  // The projected object over the box with a margin of 3σ, so the low-pass sees beyond the box.
-  const int64_t m = int64_t(std::ceil(3 * sigma));
+  // The projected object over the box with a margin of the Gaussian's reach (4σ, the kernel's
+  // radius), so the low-pass sees beyond the box where the object goes on.
+  const int64_t m = int64_t(4.0 * sigma + 0.5);
   const int64_t e0 = std::max<int64_t>(0, r0 - m), e1 = std::min(H, r1 + m);
   const int64_t f0 = std::max<int64_t>(0, c0 - m), f1 = std::min(W, c1 + m);
   const int64_t eh = e1 - e0, ew = f1 - f0;
-  std::vector<cf> o(std::size_t(eh * ew));
+  std::vector<std::complex<double>> o(std::size_t(eh * ew));
   for (int64_t i = 0; i < eh; ++i)
     for (int64_t j = 0; j < ew; ++j) {
       std::complex<double> mean_of_bin = 0;
@@ -70,27 +39,23 @@ phase_skewness local_phase_skewness(const std::complex<T>* object, int64_t slice
           for (int64_t s = 0; s < slices; ++s) p *= std::complex<double>(object[std::size_t((s * h + y) * w + x)]);
           mean_of_bin += p;
         }
-      o[std::size_t(i * ew + j)] = cf(mean_of_bin / double(bin * bin));
+      o[std::size_t(i * ew + j)] = mean_of_bin / double(bin * bin);
     }
-  // φ = arg(O · conj(G ⊛ O)) = arg O − arg(G ⊛ O): the phase first, then the low-pass in place.
-  std::vector<float> phi(std::size_t(bh * bw));
-  for (int64_t i = 0; i < bh; ++i)
-    for (int64_t j = 0; j < bw; ++j) phi[std::size_t(i * bw + j)] = std::arg(o[std::size_t((r0 - e0 + i) * ew + (c0 - f0 + j))]);
-  gaussian_lowpass_in_place(o, eh, ew, sigma);
+  // The local phase `tycho evaluate` scores (accuracy.hpp), over the box.
+  const std::vector<double> local = local_phase(o.data(), eh, ew, sigma, filter_boundary::reflect);
+  std::vector<double> phi(std::size_t(bh * bw));
   double mean = 0;
   for (int64_t i = 0; i < bh; ++i)
     for (int64_t j = 0; j < bw; ++j) {
-      const double low = std::arg(o[std::size_t((r0 - e0 + i) * ew + (c0 - f0 + j))]);
-      const double v = std::remainder(double(phi[std::size_t(i * bw + j)]) - low, 2 * 3.14159265358979323846);
-      phi[std::size_t(i * bw + j)] = std::isfinite(v) ? float(v) : 0.0f;
+      const double v = local[std::size_t((r0 - e0 + i) * ew + (c0 - f0 + j))];
+      phi[std::size_t(i * bw + j)] = std::isfinite(v) ? v : 0.0;
       mean += phi[std::size_t(i * bw + j)];
     }
   const double n = double(bh * bw);
   mean /= n;
   double m2 = 0, m3 = 0;
-  for (float& f : phi) {
-    f = float(double(f) - mean);
-    const double v = f;
+  for (double& v : phi) {
+    v -= mean;
     m2 += v * v;
     m3 += v * v * v;
   }
@@ -107,7 +72,7 @@ phase_skewness local_phase_skewness(const std::complex<T>* object, int64_t slice
       int64_t count = 0;
       for (int64_t i = 0; i + di < bh; ++i)
         for (int64_t j = std::max<int64_t>(0, -dj); j < bw && j + dj < bw; ++j) {
-          c += double(phi[std::size_t(i * bw + j)]) * double(phi[std::size_t((i + di) * bw + j + dj)]);
+          c += phi[std::size_t(i * bw + j)] * phi[std::size_t((i + di) * bw + j + dj)];
           ++count;
         }
       const double rho = count > 0 ? c / double(count) / m2 : 0.0;

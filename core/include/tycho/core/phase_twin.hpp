@@ -9,7 +9,7 @@
 //
 // The test: the local phase φ = arg(O · conj(G_σ ⊛ O)) over a box (the scanned field), O the
 // projected object (the slices' product), G_σ a Gaussian low-pass (removes the slow background
-// and any phase ramp or wrap); its skewness g = m3 / m2^{3/2}, and g's standard error under a
+// and any phase ramp or wrap): `local_phase` of accuracy.hpp, what `tycho evaluate` scores; its skewness g = m3 / m2^{3/2}, and g's standard error under a
 // symmetric (Gaussian) φ, √(6 / n_eff): for n independent samples √(6 / n) (Kendall & Stuart, The
 // Advanced Theory of Statistics, vol. 1, 1977, §12.17); for a correlated image m3 is the mean of
 // the third Hermite polynomial, whose covariance between two pixels is 6 ρ³ (Isserlis' theorem),
@@ -17,7 +17,7 @@
 // (a lattice's alternating correlations partly cancel; Σ ρ² counted a 6-px lattice as 27 pixels).
 // Measured (bench/RESULTS.md, "Which one is the twin"): the specimens of 7 matrix scans at
 // +0.3 to +2.7 (4 beyond 3 standard errors, 3 within), an overfocused MoSe2 scan's twin at
-// −2.58 (14 standard errors), the MoS2 example's at −1.77 (7; binned to 0.35 Å pixels).
+// −2.38 (13 standard errors), the MoS2 example's at −1.77 (7; both binned to 0.35 Å pixels).
 #pragma once
 
 #include <complex>
