@@ -305,6 +305,15 @@ double power(const cd* p, int64_t n) {
   return s;
 }
 
+// `modes` modes of n pixels, each value complex normal (seeded): neither orthogonal nor ordered.
+std::vector<cd> random_modes(int64_t modes, int64_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> g(0.0, 1.0);
+  std::vector<cd> p(std::size_t(modes * n));
+  for (auto& z : p) z = {g(rng), g(rng)};
+  return p;
+}
+
 TEST(Multislice, InitialModesAreOrthogonalWithTheirShare) {
   layered_problem base(1, 1);
   const int64_t n0 = base.n0, n1 = base.n1, n = n0 * n1, modes = 5;
@@ -326,10 +335,7 @@ TEST(Multislice, InitialModesAreOrthogonalWithTheirShare) {
 // intensity) is unchanged; the new modes are orthogonal, in decreasing power.
 TEST(Multislice, OrthogonalisationKeepsTheMixedState) {
   const int64_t n = 40, modes = 4;
-  std::mt19937 rng(3);
-  std::normal_distribution<double> g(0.0, 1.0);
-  std::vector<cd> p(std::size_t(modes * n));
-  for (auto& z : p) z = {g(rng), g(rng)};
+  const std::vector<cd> p = random_modes(modes, n, 3);
   std::vector<cd> q = p;
   tycho::orthogonalize_probe_modes(q.data(), modes, n);
   auto density = [&](const std::vector<cd>& x, int64_t i, int64_t j) {
@@ -359,10 +365,7 @@ TEST(Multislice, OrthogonalisationKeepsTheMixedState) {
 // the phase of an off-diagonal entry, and a 3-mode run with Adam diverged.
 TEST(Multislice, OrthogonalisationLeavesOrthonormalModesWhereTheyAre) {
   const int64_t n = 48, modes = 3;
-  std::mt19937 rng(11);
-  std::normal_distribution<double> g(0.0, 1.0);
-  std::vector<cd> p(std::size_t(modes * n));
-  for (auto& z : p) z = {g(rng), g(rng)};
+  std::vector<cd> p = random_modes(modes, n, 11);
   tycho::orthogonalize_probe_modes(p.data(), modes, n);  // orthonormal, in decreasing power
   std::vector<cd> q = p;
   tycho::orthogonalize_probe_modes(q.data(), modes, n);
