@@ -2,7 +2,6 @@
 
 #include "runtime/session_state.hpp"
 
-#include <tycho/core/phase_twin.hpp>
 #include <tycho/core/probe_fit.hpp>
 
 #include <nlohmann/json.hpp>
@@ -43,11 +42,11 @@ std::string session::state::probe_fit_json(const state& s) {
 }
 
 // The object's local phase (σ = 2 Å, the scale `tycho evaluate` scores at) over the box of the
-// probe's centres (its central 256 × 256 px at most): skewed positive on a specimen seen by electrons, negative on its twin (a C10 of
-// the wrong sign, or an overfocused probe with none stated). Beyond 3 standard errors either way
-// it decides (a one-sided 0.13 % chance under a symmetric phase); within, "undecided".
-std::string session::state::phase_check_json(const state& s) {
-  if (s.optics.kind != sdk::radiation::electron || s.all_positions_px.size() < 2) return "";
+// probe's centres (its central 256 × 256 px at most): skewed positive on a specimen seen by
+// electrons, negative on its twin (a C10 of the wrong sign, or an overfocused probe with none
+// stated).
+phase_skewness session::state::phase_check(const state& s) {
+  if (s.optics.kind != sdk::radiation::electron || s.all_positions_px.size() < 2) return {};
   // The engine's own host memory where it has it (a copy of the object would raise the run's
   // peak memory, which `tycho plan` predicts); a device's object is copied.
   owned_array copy;
@@ -57,11 +56,11 @@ std::string session::state::phase_check_json(const state& s) {
   if (s.stopped) {
     data = s.kept.object.bytes.data();
     dtype = s.kept.object.dtype;
-    if (s.kept.object.shape.size() != 3) return "";
+    if (s.kept.object.shape.size() != 3) return {};
     for (int a = 0; a < 3; ++a) shape[a] = s.kept.object.shape[std::size_t(a)];
   } else {
     const DLTensor view = s.engine_tensor(TYCHO_TENSOR_OBJECT);
-    if (view.ndim != 3) return "";
+    if (view.ndim != 3) return {};
     for (int a = 0; a < 3; ++a) shape[a] = view.shape[a];
     dtype = view.dtype;
     if (view.device.device_type == kDLCPU && view.strides == nullptr) {
@@ -77,7 +76,7 @@ std::string session::state::phase_check_json(const state& s) {
       lo[a] = std::min(lo[a], s.all_positions_px[k + std::size_t(a)]);
       hi[a] = std::max(hi[a], s.all_positions_px[k + std::size_t(a)]);
     }
-  if (!std::isfinite(lo[0]) || !std::isfinite(lo[1]) || !std::isfinite(hi[0]) || !std::isfinite(hi[1])) return "";
+  if (!std::isfinite(lo[0]) || !std::isfinite(lo[1]) || !std::isfinite(hi[0]) || !std::isfinite(hi[1])) return {};
   // At most the central 256 × 256 px of the field: the statistic needs a few hundred independent
   // pixels, and the test's cost (O(N σ²)) and memory stay those of a small scan on a 1024² one,
   // which saves (and checkpoints) call it for.
@@ -92,20 +91,27 @@ std::string session::state::phase_check_json(const state& s) {
   // Binned to pixels of at most 0.35 Å (atoms stay several pixels wide): the MoS2 example's
   // 0.17 Å pixels in pairs.
   const int64_t bin = std::max<int64_t>(1, int64_t(std::floor(0.35 / pixel_A)));
-  const phase_skewness r =
-      dtype.bits == 128
-          ? local_phase_skewness(static_cast<const std::complex<double>*>(data), shape[0], shape[1], shape[2], box,
-                                 sigma_px, bin)
-          : local_phase_skewness(static_cast<const std::complex<float>*>(data), shape[0], shape[1], shape[2], box,
-                                 sigma_px, bin);
+  return dtype.bits == 128
+             ? local_phase_skewness(static_cast<const std::complex<double>*>(data), shape[0], shape[1], shape[2], box,
+                                    sigma_px, bin)
+             : local_phase_skewness(static_cast<const std::complex<float>*>(data), shape[0], shape[1], shape[2], box,
+                                    sigma_px, bin);
+}
+
+// Beyond 3 standard errors either way the test decides (a one-sided 0.13 % chance under a
+// symmetric phase); within, "undecided".
+const char* session::state::phase_verdict(const phase_skewness& r) {
+  return r.skewness > 3 * r.standard_error ? "specimen" : r.skewness < -3 * r.standard_error ? "twin" : "undecided";
+}
+
+std::string session::state::phase_check_json(const state& s) {
+  const phase_skewness r = phase_check(s);
   if (!r.done) return "";
   nlohmann::ordered_json j;
   j["skewness"] = r.skewness;
   j["standard_error"] = r.standard_error;
   j["effective_pixels"] = r.effective_pixels;
-  j["verdict"] = r.skewness > 3 * r.standard_error    ? "specimen"
-                 : r.skewness < -3 * r.standard_error ? "twin"
-                                                      : "undecided";
+  j["verdict"] = phase_verdict(r);
   return j.dump();
 }
 

@@ -148,17 +148,14 @@ bool session::run_iterations(int64_t n, const progress_callback& progress, bool 
   if (s.par->is_root()) log_info("stopping", stopping_summary());
   // The specimen or its twin: a thin specimen cannot tell them apart in the loss (phase_twin.hpp).
   if (s.par->is_root())
-    if (const std::string pc = state::phase_check_json(s); !pc.empty()) {
-      const auto j = nlohmann::json::parse(pc);
-      if (j.at("verdict") == "twin")
-        log_warning("result", cat("the object's phase is skewed negative (", j.at("skewness").get<double>(), ", ",
-                                  -j.at("skewness").get<double>() / j.at("standard_error").get<double>(),
-                                  " standard errors): the atoms show as phase minima, which is the specimen's twin "
-                                  "(point-reflected and conjugated, the scan turned 180°), most likely from a C10 "
-                                  "of the wrong sign: this run started from C10 = ",
-                                  s.optics.C10_A, " Å; state [optics] C10_A = ", -s.optics.C10_A,
-                                  " and run again (py4DSTEM's and abTEM's defocus is −C10)"));
-    }
+    if (const phase_skewness r = state::phase_check(s); r.done && std::string(state::phase_verdict(r)) == "twin")
+      log_warning("result", cat("the object's phase is skewed negative (", r.skewness, ", ",
+                                -r.skewness / r.standard_error,
+                                " standard errors): the atoms show as phase minima, which is the specimen's twin "
+                                "(point-reflected and conjugated, the scan turned 180°), most likely from a C10 "
+                                "of the wrong sign: this run started from C10 = ",
+                                s.optics.C10_A, " Å; state [optics] C10_A = ", -s.optics.C10_A,
+                                " and run again (py4DSTEM's and abTEM's defocus is −C10)"));
   check_replicas();
   if (s.par->world_size() > 1) {
     const auto st = s.par->gradient_reduce_stats();

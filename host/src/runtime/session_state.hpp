@@ -9,6 +9,7 @@
 #include <tycho/core/driver.hpp>
 #include <tycho/core/error.hpp>
 #include <tycho/core/geometry.hpp>
+#include <tycho/core/phase_twin.hpp>
 #include <tycho/host/optics.hpp>
 #include <tycho/sdk.hpp>
 #include <tycho/sdk/optimizer.hpp>
@@ -287,7 +288,10 @@ struct session::state {
   static scan_refinement make_scan_refinement(state& s, const scan_refinement_options& o);
   static std::string probe_fit_json(const state& s);
   // The twin test of the object's local phase (tycho/core/phase_twin.hpp) over the scanned field,
-  // for electrons: "" when not made; else the manifest's "phase_check".
+  // for electrons: not done when not made; its verdict ("specimen", "twin", "undecided"); the
+  // manifest's "phase_check" ("" when not done).
+  static phase_skewness phase_check(const state& s);
+  static const char* phase_verdict(const phase_skewness& r);
   static std::string phase_check_json(const state& s);
   static void describe_run(state& s, start& st);
 
