@@ -5,6 +5,8 @@
 // documented; every documented row must be emitted by at least one of the results (no stale
 // rows); every row marked required must be in both.
 #include <gtest/gtest.h>
+
+#include <tycho/sdk/npy.hpp>
 #include <zip.h>
 
 #include <tycho/host/parallel.hpp>
@@ -12,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <fstream>
 #include <mutex>
 #include <regex>
@@ -220,9 +223,17 @@ TEST(FileFormatDoc, EveryMemberAndKeyIsDocumented) {
   ASSERT_TRUE(r.exited_with(0)) << r.describe();
   // Two ranks as threads: the `parallel` keys, and the preprocessing stage's `preprocess` object;
   // the stopping rule's keys; compact batches: the object stepped in tiles (object_tile_steps.npy,
-  // batching.tile_px > 0).
+  // batching.tile_px > 0); the probe's aperture from a vacuum pattern (initial_probe): a disc of
+  // 12 px on the 96 x 96 detector.
   {
+    std::vector<float> disc(96 * 96, 0.f);
+    for (int i = 0; i < 96; ++i)
+      for (int j = 0; j < 96; ++j) disc[std::size_t(i * 96 + j)] = std::hypot(i - 48, j - 48) <= 12 ? 1.f : 0.f;
+    const int64_t shape[2] = {96, 96};
+    tmp.write("vacuum.npy", tycho::sdk::npy::write_header({kDLFloat, 32, 1}, shape, 2) +
+                                std::string(reinterpret_cast<const char*>(disc.data()), disc.size() * sizeof(float)));
     auto cfg = mos2_config();
+    cfg.set_from_text("reconstruct.probe.vacuum_pattern=\"" + tmp / "vacuum.npy" + "\"");
     cfg.set_from_text("preprocess.normalise=true");
     cfg.set_from_text("reconstruct.batching=\"compact\"");
     // By the stopping rule, 3 iterations at most: history.stopping's keys of "auto", its trend.

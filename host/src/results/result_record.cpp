@@ -99,6 +99,7 @@ std::string to_json(const result_manifest& m) {
   if (!m.scan_map_json.empty()) j["scan_map_refined"] = nlohmann::ordered_json::parse(m.scan_map_json);
   if (!m.probe_fit_json.empty()) j["probe_fit"] = nlohmann::ordered_json::parse(m.probe_fit_json);
   if (!m.phase_check_json.empty()) j["phase_check"] = nlohmann::ordered_json::parse(m.phase_check_json);
+  if (!m.initial_probe_json.empty()) j["initial_probe"] = nlohmann::ordered_json::parse(m.initial_probe_json);
   j["provenance"] = nlohmann::ordered_json::parse(provenance_json(m.components));
   return j.dump(2);
 }

@@ -27,6 +27,7 @@
 #include "runtime/batching_choice.hpp"
 #include "runtime/constraint_list.hpp"
 #include "runtime/initial_probe.hpp"
+#include "runtime/vacuum_pattern.hpp"
 #include "runtime/positions_from.hpp"
 #include "results/result_file.hpp"
 #include "tycho/host/dataset.hpp"
@@ -294,7 +295,26 @@ void session::state::resolve_geometry(state& s, start& st) {
   }
   // ---- initial probe, normalised so Σ|P|² = 1: the model intensity is in units of the mean
   // measured total (targets are scaled by 1 / mean total below), whatever the dose.
-  st.probe = make_probe(s.optics, s.sampling, 1.0);
+  // [reconstruct.probe] vacuum_pattern: the measured aperture in place of the model's disc.
+  const double dk_window[2] = {s.sampling.dk_invA[0], s.sampling.dk_invA[1]};
+  const auto vacuum = read_vacuum_amplitude(
+      s.config.table_at("reconstruct.probe"), s.config.base_dir(),
+      vacuum_steps_of_report(s.preprocess_json, s.padding.detector, s.padding.window, s.padding.mask), s.wavelength_A,
+      dk_window);
+  st.probe = make_probe(s.optics, s.sampling, 1.0, vacuum ? &vacuum->amplitude : nullptr);
+  if (vacuum) {
+    s.initial_probe_json = vacuum->to_json(s.optics.semiangle_mrad);
+    log_info("session", cat("initial probe: the aperture from the vacuum pattern '", vacuum->file, "' (", vacuum->frames,
+                            vacuum->frames == 1 ? " frame" : " frames", "; its bright field a disc of ",
+                            vacuum->bright_field_semiangle_mrad, " mrad, the stated semiangle ",
+                            s.optics.semiangle_mrad, " mrad; centre of mass (", vacuum->centre_px[0], ", ",
+                            vacuum->centre_px[1], ") px",
+                            vacuum->moved_px != std::array<int64_t, 2>{0, 0}
+                                ? cat(", moved by (", vacuum->moved_px[0], ", ", vacuum->moved_px[1], ") px as the patterns were recentred")
+                                : std::string(),
+                            "), the phase from C10 = ",
+                            s.optics.C10_A, " Å"));
+  }
   double edge = probe_edge_fraction(st.probe, s.data.n0, s.data.n1, 0.05);
   if (edge > 0.1)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "the probe does not fit the window: ", edge * 100,

@@ -22,6 +22,7 @@
 #include "settings/config_read.hpp"
 #include "runtime/constraint_list.hpp"
 #include "runtime/initial_probe.hpp"
+#include "runtime/vacuum_pattern.hpp"
 #include "runtime/positions_from.hpp"
 #include "data/detector_padding.hpp"
 #include "geometry/beam_optics.hpp"
@@ -235,6 +236,8 @@ void check_setting_ranges(const config_document& doc) {
   check_beam_settings(doc.table_at("optics"), doc.table_at("data"));
   // [reconstruct.probe] initial: a file that exists (it is read once the window is known).
   initial_probe_path(doc.table_at("reconstruct.probe"), doc.base_dir());
+  // [reconstruct.probe] vacuum_pattern: the same, and not together with initial.
+  vacuum_pattern_path(doc.table_at("reconstruct.probe"), doc.base_dir());
 }
 
 }  // namespace

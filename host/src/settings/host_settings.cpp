@@ -152,6 +152,10 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
                                           "the starting probe: \"model\" (the [optics] model), or an .npy or HDF5 file (a CXI file's illumination), relative to the config's folder"));
     m["reconstruct.probe"].push_back(decl("initial_dataset", S, none, "",
                                           "the probe's dataset in an HDF5 initial (default: /entry_1/instrument_1/source_1/illumination, else .../source_1/probe)"));
+    m["reconstruct.probe"].push_back(decl("vacuum_pattern", S, none, "",
+                                          "a vacuum pattern (.npy, or an HDF5 file with vacuum_pattern_dataset) recorded with no specimen, on the data's detector: its square root replaces the model's aperture, the phase still from [optics] (frames summed)"));
+    m["reconstruct.probe"].push_back(decl("vacuum_pattern_dataset", S, none, "",
+                                          "the frames' dataset in an HDF5 vacuum_pattern, shape (..., N0, N1)"));
     m["reconstruct.positions"] = {
         decl("correct", M, "false", "", "position correction: move each probe position by its gradient once per iteration; true: from first_iteration; \"after_scan_map\": from the iteration after the scan map's refinement has converged (none where the map is not refined); false: never"),
         at_least(decl("first_iteration", I, "1", "", "the positions stay fixed before this iteration"), 1),

@@ -67,6 +67,7 @@ struct result_manifest {
   std::string probe_fit_json;
   // The twin test of the object's phase (tycho/core/phase_twin.hpp), "phase_check"; empty: none.
   std::string phase_check_json;
+  std::string initial_probe_json;  // [reconstruct.probe] vacuum_pattern: what was read and found
   // Compact batches stepping the object in tiles: the batching ("random" or "compact", the
   // manifest's "batching") and the tiles' side (px) when the result holds object_tile_steps (0: not).
   std::string batching = "random";

@@ -149,15 +149,23 @@ inline std::vector<std::complex<double>> dft2(const std::vector<std::complex<dou
 //             (less the central stop's disc) with a one-pixel soft edge against ringing;
 //   pinhole:  F⁻¹[F[D] exp(−i π λ C10 |k|²)], D the centred disc of the pinhole's diameter (a
 //             one-pixel soft edge): the pinhole's plane wave propagated by C10 (Fresnel).
+//   measured: the aperture's formula with A(k) given as `amplitude` (optional): (n0, n1) in FFT
+//             natural order (zero frequency at index 0), finite and ≥ 0, e.g. the square root
+//             of a vacuum pattern; it replaces the model's disc (the pinhole's too). Throws
+//             std::invalid_argument when it does not hold n0 · n1 values.
 inline std::vector<std::complex<float>> make_probe(const probe_optics& optics,
                                                    const window_sampling& w,
-                                                   double total_intensity) {
+                                                   double total_intensity,
+                                                   const std::vector<double>* amplitude = nullptr) {
   const int64_t n0 = w.n[0], n1 = w.n[1];
   const double lambda = wavelength_A(optics);
   const double k_cut = optics.semiangle_mrad * 1e-3 / lambda;  // aperture radius, Å⁻¹
   const double k_stop = std::clamp(optics.central_stop, 0.0, 1.0) * k_cut;
   const double edge = std::max(w.dk_invA[0], w.dk_invA[1]);    // soft edge width, Å⁻¹
-  const bool pinhole = optics.model == probe_model::pinhole;
+  const bool pinhole = optics.model == probe_model::pinhole && amplitude == nullptr;
+  if (amplitude != nullptr && amplitude->size() != std::size_t(n0 * n1))
+    throw std::invalid_argument("make_probe: an amplitude of " + std::to_string(amplitude->size()) +
+                                " values for a " + std::to_string(n0) + " x " + std::to_string(n1) + " window");
   std::vector<std::complex<double>> spectrum(std::size_t(n0 * n1));
   if (pinhole) {
     // The disc in real space, centred at index 0 (the window's corner: fftshift comes last).
@@ -180,6 +188,8 @@ inline std::vector<std::complex<float>> make_probe(const probe_optics& optics,
       auto& v = spectrum[std::size_t(i * n1 + j)];
       if (pinhole) {
         v *= std::polar(1.0, -chi);
+      } else if (amplitude != nullptr) {
+        v = (*amplitude)[std::size_t(i * n1 + j)] * std::polar(1.0, -chi);
       } else {
         const double k = std::sqrt(k2);
         double a = std::clamp((k_cut - k) / edge + 0.5, 0.0, 1.0);
