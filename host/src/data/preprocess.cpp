@@ -233,8 +233,9 @@ com_fit_result solve_com_fit(const com_fit_sums& sums, com_fit_kind kind) {
 // curl = ∂c1/∂i − ∂c0/∂k, averaged in absolute value over the grid, for θ on a 1° grid over
 // (−90°, 90°] and both transposes; we then refine the best angle on a 0.01° grid ± 1°. θ and
 // θ + 180° give the same curl (the field changes sign), so the estimate stays in (−90°, 90°].
-double com_curl(const std::vector<double>& com, int64_t rx, int64_t ry, double deg, bool transpose) {
-  if (rx < 3 || ry < 3) return 0.0;
+// Calls f(curl) with the signed curl at each interior position of the scan grid.
+template <class F>
+void each_curl(const std::vector<double>& com, int64_t rx, int64_t ry, double deg, bool transpose, F&& f) {
   const double t = deg * pi / 180.0, c = std::cos(t), s = std::sin(t);
   auto v = [&](int64_t i, int64_t k, int axis) {
     double a = com[std::size_t(2 * (i * ry + k))], b = com[std::size_t(2 * (i * ry + k) + 1)];
@@ -242,14 +243,38 @@ double com_curl(const std::vector<double>& com, int64_t rx, int64_t ry, double d
     if (transpose) std::swap(a, b);
     return axis == 0 ? c * a - s * b : s * a + c * b;
   };
-  double total = 0;
   for (int64_t i = 1; i + 1 < rx; ++i)
     for (int64_t k = 1; k + 1 < ry; ++k) {
       const double d1_di = 0.5 * (v(i + 1, k, 1) - v(i - 1, k, 1));
       const double d0_dk = 0.5 * (v(i, k + 1, 0) - v(i, k - 1, 0));
-      total += std::abs(d1_di - d0_dk);
+      f(d1_di - d0_dk);
     }
+}
+
+double com_curl(const std::vector<double>& com, int64_t rx, int64_t ry, double deg, bool transpose) {
+  if (rx < 3 || ry < 3) return 0.0;
+  double total = 0;
+  each_curl(com, rx, ry, deg, transpose, [&](double c) { total += std::abs(c); });
   return total / double((rx - 2) * (ry - 2));
+}
+
+// The estimate's standard error (degrees), as a least-squares fit of θ would have it: near the
+// estimate θ̂ the curl at position i is r_i + L_i δθ, where r_i is what no rotation removes (the
+// noise, and the central differences' error on a field that varies within a scan step) and
+// L_i = ∂curl_i/∂θ, the curl of the field turned a further 90° (d/dθ of R(θ) c is R(θ + 90°) c).
+// Taking the r_i as independent, sd(θ̂) = rms(r) / (rms(L) √n) over the n interior positions.
+// Neighbouring r_i share their differences, so this is a lower bound on the scatter; it is what
+// makes the curl comparable with the parallax's rotation error (scan_geometry_estimate.cpp).
+double com_curl_standard_error(const std::vector<double>& com, int64_t rx, int64_t ry, double deg, bool transpose) {
+  double rr = 0, ll = 0;
+  int64_t n = 0;
+  each_curl(com, rx, ry, deg, transpose, [&](double c) {
+    rr += c * c;
+    ++n;
+  });
+  each_curl(com, rx, ry, deg + 90, transpose, [&](double c) { ll += c * c; });
+  if (n == 0 || !(ll > 0)) return std::numeric_limits<double>::infinity();
+  return std::sqrt(rr / ll / double(n)) * 180 / pi;  // rms(r) / (rms(L) √n) = √(Σr² / ΣL² / n)
 }
 
 rotation_estimate estimate_scan_rotation(const std::vector<double>& com, int64_t rx, int64_t ry, int transpose) {
@@ -288,6 +313,7 @@ rotation_estimate estimate_scan_rotation(const std::vector<double>& com, int64_t
   }
   best.curl_other = transpose >= 0 ? nan : best_other;
   best.curl_at_zero = com_curl(com, rx, ry, 0.0, best.transpose);
+  best.sd_deg = com_curl_standard_error(com, rx, ry, best.deg, best.transpose);
   return best;
 }
 
@@ -447,7 +473,9 @@ std::string preprocess_report::to_json() const {
                                std::isfinite(rotation.curl_other) ? nlohmann::ordered_json(rotation.curl_other)
                                                                   : nlohmann::ordered_json(nullptr)},
                               {"mean_abs_curl_at_0_deg", rotation.curl_at_zero},
-                              {"mean_abs_curl_max", rotation.curl_max}};
+                              {"mean_abs_curl_max", rotation.curl_max},
+                              {"standard_error_deg", std::isfinite(rotation.sd_deg) ? nlohmann::ordered_json(rotation.sd_deg)
+                                                                                    : nlohmann::ordered_json(nullptr)}};
   }
   if (geometry.done) {
     const scan_geometry_estimate& g = geometry;

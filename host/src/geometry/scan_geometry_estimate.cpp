@@ -33,7 +33,8 @@ constexpr double min_parallax_shift = 1.0 / 3.0;
 // How far the COM curl's rotation may lie from the parallax's before the log warns (degrees).
 constexpr double rotation_disagreement_deg = 5.0;
 // The COM curl's scatter on noisy data (1.26° on the MoS2 counts, 0.24° noise-free): a rotation
-// within two of these of a quarter turn is taken as the quarter turn.
+// within two of these, or two of its own standard errors where larger, of a quarter turn is
+// taken as the quarter turn.
 constexpr double com_rotation_sigma_deg = 1.0;
 
 double wavelength_of(double energy_eV) {
@@ -205,12 +206,19 @@ scan_geometry_estimate estimate_scan_geometry(const std::vector<double>& com, in
       const double radius_px = o.semiangle_mrad * 1e-3 / o.wavelength_A / std::max(o.dk_invA[0], o.dk_invA[1]);
       const double shortest = std::min(std::hypot(p.A[0][0], p.A[1][0]), std::hypot(p.A[0][1], p.A[1][1]));
       const double shift_across = shortest * radius_px;
+      // Between the two limits the parallax gives way to the curl only where the curl's rotation
+      // is the more precise (their standard errors, degrees).
       const bool curl_reliable = curl.done && curl.contrast() >= rotation_contrast_warn;
-      if (p.relative_error > parallax_error_limit || (p.relative_error > parallax_error_max && curl_reliable)) {
+      const double parallax_sd_deg = p.rotation_sd * 180 / pi;
+      const bool curl_better = curl_reliable && curl.sd_deg < parallax_sd_deg;
+      if (p.relative_error > parallax_error_limit || (p.relative_error > parallax_error_max && curl_better)) {
         e.notes.push_back(cat("parallax of the bright field too uncertain (standard error ",
                               std::round(p.relative_error * 1000) / 10, " % > ",
-                              (curl_reliable ? parallax_error_max : parallax_error_limit) * 100, " %",
-                              curl_reliable ? ", and the centre-of-mass curl is reliable)" : ")"));
+                              (curl_better ? parallax_error_max : parallax_error_limit) * 100, " %",
+                              curl_better ? cat(", and the centre-of-mass curl's rotation is the more precise: ±",
+                                                std::round(curl.sd_deg * 100) / 100, "° against ±",
+                                                std::round(parallax_sd_deg * 100) / 100, "°)")
+                                          : std::string(")")));
       } else if (shift_across < min_parallax_shift) {
         e.notes.push_back(cat("parallax of the bright field too small to measure (", shift_across,
                               " scan steps across the disc; the probe is near focus)"));
@@ -278,11 +286,15 @@ scan_geometry_estimate estimate_scan_geometry(const std::vector<double>& com, in
     double theta = curl.deg;
     if (e.dpc_skewness < 0) theta += 180;
     const double nearest = 90.0 * std::round(theta / 90.0);
-    if (std::abs(theta - nearest) <= 2 * com_rotation_sigma_deg) theta = nearest;
+    const double sigma = std::max(com_rotation_sigma_deg, curl.sd_deg);
+    if (std::abs(theta - nearest) <= 2 * sigma) theta = nearest;
     e.map = rotation_map(-theta * pi / 180);
     e.notes.push_back(cat("scan rotation from the centre-of-mass curl: ", deg(-theta * pi / 180), " (curl estimate ",
-                          curl.deg, "°, integrated COM skewness ", e.dpc_skewness, " decides between it and +180°",
-                          theta == nearest ? "; within 2° of a quarter turn: the quarter turn" : "", "), transpose ",
+                          curl.deg, "° ± ", std::round(curl.sd_deg * 100) / 100, "°, integrated COM skewness ",
+                          e.dpc_skewness, " decides between it and +180°",
+                          theta == nearest ? cat("; within ", std::round(2 * sigma * 100) / 100, "° of a quarter turn: the quarter turn")
+                                           : std::string(),
+                          "), transpose ",
                           e.transpose ? "true" : "false"));
   } else {
     e.source = "nominal";

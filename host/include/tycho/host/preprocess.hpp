@@ -41,6 +41,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -148,6 +149,9 @@ struct rotation_estimate {
   double curl_other = 0;  // the best mean |curl| with the other transpose (when both were tried)
   double curl_at_zero = 0;  // mean |curl| at θ = 0 with the estimate's transpose
   double curl_max = 0;      // the largest mean |curl| on the 1° grid (both transposes when tried)
+  // The estimate's standard error, degrees (com_curl_standard_error); infinite when the field
+  // has no curl to turn.
+  double sd_deg = std::numeric_limits<double>::infinity();
   // How much the curl varies over the angles: (max − min) / max. Noise flattens it (below
   // rotation_contrast_warn the stage warns that the estimate is uncertain).
   double contrast() const { return curl_max > 0 ? (curl_max - curl) / curl_max : 0.0; }
@@ -157,6 +161,9 @@ struct rotation_estimate {
 rotation_estimate estimate_scan_rotation(const std::vector<double>& com, int64_t rx, int64_t ry, int transpose);
 // Mean |curl| of the COM field rotated by θ (degrees), transposed first when asked.
 double com_curl(const std::vector<double>& com, int64_t rx, int64_t ry, double deg, bool transpose);
+// The standard error (degrees) of a curl estimate at θ: √(Σ r² / Σ L² / n) over the n interior
+// positions, r the curls at θ and L those at θ + 90° (preprocess.cpp says why).
+double com_curl_standard_error(const std::vector<double>& com, int64_t rx, int64_t ry, double deg, bool transpose);
 
 // The scan's geometry the stage decided (step 5 and the given keys): the linear map of the
 // nominal raster into the (transposed) detector's frame, and how it was found.
