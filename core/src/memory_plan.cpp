@@ -187,6 +187,16 @@ std::vector<memory_term> memory_terms(const memory_problem& p) {
                  cat("(", p.object_optimizer_arrays, "·", O, " + ", p.probe_optimizer_arrays, "·", KM, ") · ", c,
                      " B")});
   }
+  if (p.model != memory_model::cuda) {
+    // The session's copy of the state after the last iteration whose values were all finite,
+    // on the host (host/src/runtime/session_state.hpp, kept_state): what a run stopped by a NaN
+    // or a signal saves. One copy: each iteration is checked in place and copied into it.
+    const uint64_t arrays = add(add(obj, probe), add(mul(u(p.object_optimizer_arrays), obj),
+                                                     mul(u(p.probe_optimizer_arrays), probe)));
+    t.push_back({"kept state", mul(arrays, c),
+                 cat("(", 1 + p.object_optimizer_arrays, "·", O, " + ", 1 + p.probe_optimizer_arrays, "·", KM, ") · ", c,
+                     " B (the last finite iteration's object, probe, optimizer state)")});
+  }
   if (p.model == memory_model::cpu) {
     // Per thread (cpu_engine.cpp, thread_scratch): 4 FFT buffers, with one slice the shift
     // groups' three per mode (A, B and the position gradient's A': 3K, counted whether or not the

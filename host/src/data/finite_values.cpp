@@ -29,18 +29,27 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-non_finite_count count_non_finite(const owned_array& a) {
+namespace {
+non_finite_count count_in(const void* data, DLDataType dtype, int64_t n) {
   non_finite_count c;
-  const int64_t n = a.count();
-  const bool complex = a.dtype.code == kDLComplex;
-  if (a.dtype.code != kDLFloat && !complex) return c;
+  const bool complex = dtype.code == kDLComplex;
+  if (dtype.code != kDLFloat && !complex) return c;
   const int64_t per = complex ? 2 : 1;
-  const int bits = complex ? a.dtype.bits / 2 : a.dtype.bits;
+  const int bits = complex ? dtype.bits / 2 : dtype.bits;
   if (bits == 32)
-    scan(a.as<float>(), n * per, per, c);
+    scan(static_cast<const float*>(data), n * per, per, c);
   else if (bits == 64)
-    scan(a.as<double>(), n * per, per, c);
+    scan(static_cast<const double*>(data), n * per, per, c);
   return c;
+}
+}  // namespace
+
+non_finite_count count_non_finite(const owned_array& a) { return count_in(a.bytes.data(), a.dtype, a.count()); }
+
+non_finite_count count_non_finite(const DLTensor& t) {
+  int64_t n = 1;
+  for (int d = 0; d < t.ndim; ++d) n *= t.shape[d];
+  return count_in(static_cast<const char*>(t.data) + t.byte_offset, t.dtype, n);
 }
 
 void require_finite(const owned_array& a, const std::string& file, const std::string& why) {

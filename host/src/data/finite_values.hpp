@@ -20,6 +20,8 @@ struct non_finite_count {
   double first_value = 0;
 };
 non_finite_count count_non_finite(const owned_array& a);
+// The same for a host tensor (C order, compact: a view the caller may read).
+non_finite_count count_non_finite(const DLTensor& t);
 
 // Throws TYCHO_ERR_BAD_DATA naming `file`, the array and the first bad element when `a` holds a
 // NaN or an infinity; `why` says where the file came from (e.g. "resumed with --from").

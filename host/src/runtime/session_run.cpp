@@ -1,10 +1,14 @@
-// The session's iterations: run() and run_by_rule(), the stop check, and the replicas' check.
+// The session's iterations: run() and run_by_rule(), the kept state after each finite
+// iteration, the stop check, and the replicas' check.
 
 #include "runtime/session_state.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <functional>
+#include <numeric>
 
 #include <time.h>
 
@@ -36,6 +40,72 @@ std::string learning_rates_text(const config_document& doc) {
   return text;
 }
 }  // namespace
+
+std::string session::state::keep_if_finite() {
+  // 1. Check, without copying what the host can read in place.
+  struct engine_array {
+    const char* name;
+    tycho_tensor_id id;
+    owned_array* kept;
+    owned_array fresh;  // a copy only for a tensor off the host (a GPU engine's)
+  };
+  engine_array arrays[2] = {{"object", TYCHO_TENSOR_OBJECT, &kept.object, {}},
+                            {"probe", TYCHO_TENSOR_PROBE, &kept.probe, {}}};
+  for (engine_array& a : arrays) {
+    const DLTensor view = engine_tensor(a.id);
+    if (view.device.device_type == kDLCPU && view.data != nullptr) {
+      if (count_non_finite(view).count) return a.name;
+    } else {
+      a.fresh = read_engine_tensor(a.name, a.id);
+      if (count_non_finite(a.fresh).count) return a.name;
+    }
+  }
+  std::string bad;
+  for_each_optimizer_array([&](const std::string& name, const DLTensor& view) {
+    if (count_non_finite(view).count) bad = name;
+    return !bad.empty();
+  });
+  if (!bad.empty()) return bad;
+  // 2. Finite: into the kept arrays' buffers (reallocated only when a shape changed).
+  for (engine_array& a : arrays) {
+    if (!a.fresh.bytes.empty()) {
+      *a.kept = std::move(a.fresh);
+      continue;
+    }
+    const DLTensor view = engine_tensor(a.id);
+    owned_array& k = *a.kept;
+    const bool same = k.dtype.code == view.dtype.code && k.dtype.bits == view.dtype.bits &&
+                      k.dtype.lanes == view.dtype.lanes && k.shape == std::vector<int64_t>(view.shape, view.shape + view.ndim);
+    if (!same) {
+      k = read_engine_tensor(a.name, a.id);
+      continue;
+    }
+    check_status(engine_ref->as<tycho_engine_vtable>()->read_tensor(engine, a.id, k.bytes.data(), k.bytes.size()),
+                 "engine read_tensor");
+  }
+  std::size_t i = 0;
+  bool same = true;
+  for_each_optimizer_array([&](const std::string& name, const DLTensor& view) {
+    owned_array* k = i < kept.optimizer_arrays.size() ? &kept.optimizer_arrays[i] : nullptr;
+    const std::size_t bytes = std::size_t(view.ndim ? std::accumulate(view.shape, view.shape + view.ndim, int64_t(1),
+                                                                      std::multiplies<int64_t>())
+                                                    : 1) *
+                              ((view.dtype.bits * view.dtype.lanes + 7u) / 8u);
+    if (k == nullptr || k->name != name || k->bytes.size() != bytes) {
+      same = false;
+      return true;
+    }
+    std::memcpy(k->bytes.data(), static_cast<const char*>(view.data) + view.byte_offset, bytes);
+    ++i;
+    return false;
+  });
+  if (!same || i != kept.optimizer_arrays.size()) kept.optimizer_arrays = optimizer_arrays();
+  if (drv->object_in_tiles()) kept.tile_steps = drv->tiles()->steps();
+  kept.object_steps = optimizer_steps(object_opt_ref, object_opt);
+  kept.probe_steps = optimizer_steps(probe_opt_ref, probe_opt);
+  kept.iterations = drv->iterations_done();
+  return "";
+}
 
 void session::set_stop_check(std::function<bool()> stop) {
   s_->stop_check = std::move(stop);
@@ -119,8 +189,7 @@ bool session::run_iterations(int64_t n, const progress_callback& progress, bool 
            learning_rates_text(s.config), "); or [optics] values far from the data's (C10 = ", s.optics.C10_A,
            " Å, semiangle ", s.optics.semiangle_mrad, " mrad)");
     }
-    state::kept_state now = s.capture();
-    if (const std::string bad = state::non_finite_array(now); !bad.empty()) {
+    if (const std::string bad = s.keep_if_finite(); !bad.empty()) {
       s.end_reason = "non_finite";
       s.stop_at_kept(cat("iteration ", iteration, " left non-finite values in the ", bad));
       fail(TYCHO_ERR_BAD_DATA, "iteration ", iteration, " left non-finite values in the ", bad,
@@ -128,7 +197,6 @@ bool session::run_iterations(int64_t n, const progress_callback& progress, bool 
            s.kept.iterations, " (the last with finite values). Likely cause: a learning rate too large for this "
            "data (", learning_rates_text(s.config), ")");
     }
-    s.kept = std::move(now);
     s.loss_history.push_back(loss);
     s.seconds_history.push_back(secs);
     s.cpu_seconds_history.push_back(cpu_secs);

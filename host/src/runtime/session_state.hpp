@@ -255,6 +255,13 @@ struct session::state {
     k.iterations = drv->iterations_done();
     return k;
   }
+  // After an iteration: when every array of the state is finite the kept state becomes it and ""
+  // is returned; otherwise the kept state stays as it was and the name of the first array holding
+  // a NaN or an infinity is returned (session_run.cpp). The arrays are checked where they lie (a
+  // host-resident engine tensor, the optimizers' arrays) and copied into the kept arrays' own
+  // buffers, so a run holds one copy of its state beside the engine's, not two at each iteration
+  // (tycho plan counts the one: "kept state").
+  std::string keep_if_finite();
   // The first array of `k` holding a NaN or an infinity, "" if none.
   static std::string non_finite_array(const kept_state& k) {
     if (count_non_finite(k.object).count) return "object";

@@ -1,5 +1,5 @@
 // The memory planner (DESIGN.md, "Scale"): the bytes each device needs for every term of a run
-// (targets, object, probe, gradients, optimizer state, transients, FFT workspace), computed
+// (targets, object, probe, gradients, optimizer state, kept state, transients, FFT workspace), computed
 // before anything is allocated from the shapes alone, compared with the device's memory; when
 // the run does not fit, the largest term and the remedies, in order, with the numbers that
 // would fit: more devices, host-resident targets, detector binning, a smaller batch.
@@ -16,6 +16,8 @@
 //   positions        P·2·8                                  P·2·8
 //   gradients        (O + K·M)·C                            (O + K·M)·C
 //   optimizer state  (a_o·O + a_p·K·M)·C (a: arrays per parameter: Adam 2, SGD 1)
+//   kept state       ((1+a_o)·O + (1+a_p)·K·M)·C            — (on the host: the `host` model)
+//                    the session's copy of the last finite iteration (host/src/runtime/session_state.hpp)
 //   transients       T threads × ((4 + g + w) FFT           b × (M·(K·(S+1)·C + 3·C/2) + (N0+N1)·C
 //                    buffers M·C (g = 3K shift-group        + 16): per pattern K shifted probes,
 //                    buffers with one slice, else 0;        K·S waves (exit wave, far field and
