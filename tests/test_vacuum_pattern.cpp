@@ -11,6 +11,7 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <complex>
 #include <iostream>
@@ -218,9 +219,44 @@ TEST_F(VacuumPattern, BadFilesAndKeysAreRefusedNamingThem) {
   }
   m = refused("vacuum_pattern = 'huge.h5'\nvacuum_pattern_dataset = '/frames'", s);
   EXPECT_NE(m.find("more than the 1048576"), std::string::npos) << m;
-  // A header that promises more frames than the file holds: refused before anything is read.
+  // A header that promises more frames than the file holds: refused before anything is read,
+  // naming the key as every refusal does.
   tmp_.write("short.npy", tycho::sdk::npy::write_header({kDLFloat, 32, 1}, std::vector<int64_t>{1000000, 8, 6}.data(), 3));
-  EXPECT_NE(refused("vacuum_pattern = 'short.npy'", s).find("only 0 follow the header"), std::string::npos);
+  m = refused("vacuum_pattern = 'short.npy'", s);
+  EXPECT_NE(m.find("only 0 follow the header"), std::string::npos) << m;
+  EXPECT_EQ(m.rfind("[reconstruct.probe] vacuum_pattern: ", 0), 0u) << m;
+}
+
+// Any finite sum is used, however large: it is scaled to [0, 1] before the float32 steps (a
+// float64 pattern of 1e300, or float32 frames whose sum passes float32's range, gave NaN).
+TEST_F(VacuumPattern, HugeFiniteValuesAreScaledNotOverflowed) {
+  const int64_t n0 = 32, n1 = 32;
+  const std::vector<double> one = vacuum_of(model_probe(n0, n1, 0.06, 15, -50), n0, n1, 1.0);
+  std::vector<double> huge(one);
+  for (double& v : huge) v *= 1e300;
+  write("one.npy", {kDLFloat, 64, 1}, {n0, n1}, one);
+  write("huge.npy", {kDLFloat, 64, 1}, {n0, n1}, huge);
+  std::vector<float> twice;
+  for (int f = 0; f < 2; ++f)
+    for (double v : one) twice.push_back(float(v / *std::max_element(one.begin(), one.end()) * 3e38));
+  write("twice.npy", {kDLFloat, 32, 1}, {2, n0, n1}, twice);
+  const auto a = load("vacuum_pattern = 'one.npy'", plain(n0, n1));
+  for (const char* name : {"huge.npy", "twice.npy"}) {
+    const auto b = load(std::string("vacuum_pattern = '") + name + "'", plain(n0, n1));
+    ASSERT_TRUE(a && b) << name;
+    for (std::size_t k = 0; k < a->amplitude.size(); ++k) ASSERT_NEAR(b->amplitude[k], a->amplitude[k], 1e-6) << name << " " << k;
+  }
+}
+
+TEST(VacuumPatternWarning, ABrightFieldFarFromTheStatedSemiangleIsWarnedOf) {
+  tycho::host::vacuum_amplitude v;
+  v.file = "v.npy";
+  v.bright_field_semiangle_mrad = 20.0;
+  EXPECT_EQ(v.semiangle_warning(24.0), "");  // within 25 %: a semiangle stated 20 % off says nothing
+  EXPECT_EQ(v.semiangle_warning(16.5), "");
+  const std::string w = v.semiangle_warning(30.0);
+  EXPECT_NE(w.find("'v.npy' has a bright field of 20 mrad against the stated semiangle of 30 mrad"), std::string::npos) << w;
+  EXPECT_NE(v.semiangle_warning(10.0), "");
 }
 
 // A 16 x 16 scan simulated with a 20 mrad aperture, reconstructed for 40 iterations with the

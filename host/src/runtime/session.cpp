@@ -295,27 +295,30 @@ void session::state::resolve_geometry(state& s, start& st) {
   }
   // ---- initial probe, normalised so Σ|P|² = 1: the model intensity is in units of the mean
   // measured total (targets are scaled by 1 / mean total below), whatever the dose.
-  // [reconstruct.probe] vacuum_pattern: the measured aperture in place of the model's disc.
+  // [reconstruct.probe] vacuum_pattern: the measured aperture in place of the model's disc. A
+  // resumed run continues from its result's probe: neither the vacuum pattern nor a probe file
+  // is read then.
   const double dk_window[2] = {s.sampling.dk_invA[0], s.sampling.dk_invA[1]};
-  const auto vacuum = read_vacuum_amplitude(
-      s.config.table_at("reconstruct.probe"), s.config.base_dir(),
-      vacuum_steps_of_report(s.preprocess_json, s.padding.detector, s.padding.window, s.padding.mask), s.wavelength_A,
-      dk_window);
+  const auto vacuum =
+      st.resume ? std::nullopt
+                : read_vacuum_amplitude(
+                      s.config.table_at("reconstruct.probe"), s.config.base_dir(),
+                      vacuum_steps_of_report(s.preprocess_json, s.padding.detector, s.padding.window, s.padding.mask),
+                      s.wavelength_A, dk_window);
   st.probe = make_probe(s.optics, s.sampling, 1.0, vacuum ? &vacuum->amplitude : nullptr);
   if (vacuum) {
     s.initial_probe_json = vacuum->to_json(s.optics.semiangle_mrad);
-    log_info("session", cat("initial probe: the aperture from the vacuum pattern '", vacuum->file, "' (", vacuum->frames,
-                            vacuum->frames == 1 ? " frame" : " frames", "; its bright field a disc of ",
-                            vacuum->bright_field_semiangle_mrad, " mrad, the stated semiangle ",
-                            s.optics.semiangle_mrad, " mrad; centre of mass (", vacuum->centre_px[0], ", ",
-                            vacuum->centre_px[1], ") px",
-                            vacuum->moved_px != std::array<int64_t, 2>{0, 0}
-                                ? cat(", moved by (", vacuum->moved_px[0], ", ", vacuum->moved_px[1], ") px as the patterns were recentred")
-                                : std::string(),
-                            "), the phase from C10 = ",
-                            s.optics.C10_A, " Å"));
+    log_info("session", vacuum->describe(s.optics.semiangle_mrad, s.optics.C10_A));
+    if (const std::string w = vacuum->semiangle_warning(s.optics.semiangle_mrad); !w.empty()) log_warning("session", w);
   }
   double edge = probe_edge_fraction(st.probe, s.data.n0, s.data.n1, 0.05);
+  if (edge > 0.1 && vacuum)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "the probe does not fit the window: ", edge * 100,
+         " % of its intensity lies within 5 % of the window's edge (window ", s.data.n0 * s.geometry.pixel_A[0],
+         " Å wide, C10 = ", s.optics.C10_A, " Å) with the aperture of [reconstruct.probe] vacuum_pattern '",
+         vacuum->file, "', whose bright field is a disc of ", vacuum->bright_field_semiangle_mrad,
+         " mrad (the stated semiangle ", s.optics.semiangle_mrad,
+         " mrad): a narrow bright field makes a wide probe; check that the file is a vacuum pattern of this detector");
   if (edge > 0.1)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "the probe does not fit the window: ", edge * 100,
          " % of its intensity lies within 5 % of the window's edge (window ", s.data.n0 * s.geometry.pixel_A[0],
@@ -326,8 +329,9 @@ void session::state::resolve_geometry(state& s, start& st) {
                          s.sampling.dk_invA[0] /
                              double(read_preprocess_settings(s.config.table_at("preprocess"), s.config.origin()).binning)));
   // [reconstruct.probe] initial: a probe from a file (an .npy, a CXI file's illumination) instead.
-  if (auto from_file = initial_probe_from_file(s.config.table_at("reconstruct.probe"), s.config.base_dir(), s.data.n0,
-                                               s.data.n1))
+  if (auto from_file = st.resume ? std::nullopt
+                                  : initial_probe_from_file(s.config.table_at("reconstruct.probe"), s.config.base_dir(),
+                                                            s.data.n0, s.data.n1))
     st.probe = std::move(*from_file);
 }
 

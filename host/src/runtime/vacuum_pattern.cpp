@@ -263,14 +263,20 @@ std::optional<vacuum_amplitude> read_vacuum_amplitude(const toml::table& probe_t
       sum = sum_hdf5(path, given, *dataset, steps.detector, out.frames);
     }
   } catch (const sdk::error& e) {
-    throw tycho::error(e.status, e.what());  // the SDK readers' type: the runtime's, same status
+    // The SDK readers' type (the .npy header, the HDF5 file): the runtime's, same status, the key named.
+    throw tycho::error(e.status, cat("[reconstruct.probe] vacuum_pattern: ", e.what()));
   }
+  double largest = 0;
   for (double& v : sum) {
     if (!std::isfinite(v))
       fail(TYCHO_ERR_BAD_DATA, "[reconstruct.probe] vacuum_pattern: '", out.file,
            "' holds a non-finite value (or its frames' sum overflows)");
     v = std::max(v, 0.0);
+    largest = std::max(largest, v);
   }
+  // To [0, 1] before the float32 steps, so that any finite sum stays finite there.
+  if (largest > 0)
+    for (double& v : sum) v /= largest;
   std::vector<float> fft = to_fft_order(sum, steps.detector[0], steps.detector[1]);
 
   // The data's steps: crop, binning and transpose (pattern_steps, as the stage ran them), padding.
@@ -327,6 +333,25 @@ std::optional<vacuum_amplitude> read_vacuum_amplitude(const toml::table& probe_t
   out.amplitude.resize(window.size());
   for (std::size_t k = 0; k < window.size(); ++k) out.amplitude[k] = std::sqrt(double(window[k]) / sum_moved);
   return out;
+}
+
+std::string vacuum_amplitude::describe(double stated_semiangle_mrad, double C10_A) const {
+  return cat("initial probe: the aperture from the vacuum pattern '", file, "' (", frames, frames == 1 ? " frame" : " frames",
+             "; its bright field a disc of ", bright_field_semiangle_mrad, " mrad, the stated semiangle ",
+             stated_semiangle_mrad, " mrad; centre of mass (", centre_px[0], ", ", centre_px[1], ") px",
+             moved_px != std::array<int64_t, 2>{0, 0}
+                 ? cat(", moved by (", moved_px[0], ", ", moved_px[1], ") px as the patterns were recentred")
+                 : std::string(),
+             "), the phase from C10 = ", C10_A, " Å");
+}
+
+std::string vacuum_amplitude::semiangle_warning(double stated_semiangle_mrad) const {
+  const double ratio = bright_field_semiangle_mrad / stated_semiangle_mrad;
+  if (ratio >= 0.75 && ratio <= 1.25) return "";
+  return cat("the vacuum pattern '", file, "' has a bright field of ", bright_field_semiangle_mrad,
+             " mrad against the stated semiangle of ", stated_semiangle_mrad,
+             " mrad: check that it is a vacuum pattern of this detector with no hot pixel the data do not mask ",
+             "(its centre of mass is (", centre_px[0], ", ", centre_px[1], ") px from the zero frequency); it is used as it is");
 }
 
 std::string vacuum_amplitude::to_json(double stated_semiangle_mrad) const {

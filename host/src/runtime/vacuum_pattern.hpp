@@ -54,6 +54,12 @@ struct vacuum_amplitude {
   double bright_field_px = 0;             // pixels above half the brightest (the disc's area)
   double bright_field_semiangle_mrad = 0; // the radius of a disc of that area, × λ
   std::string to_json(double stated_semiangle_mrad) const;
+  // The log line: the file, frames, bright field against the stated semiangle, centre, move, C10.
+  std::string describe(double stated_semiangle_mrad, double C10_A) const;
+  // "" or a warning when the bright field's semiangle is not within 25 % of the stated one (a
+  // hot pixel the data do not mask, another detector's frame, a misstated aperture): the
+  // pattern is used all the same.
+  std::string semiangle_warning(double stated_semiangle_mrad) const;
 };
 
 // nullopt when [reconstruct.probe] vacuum_pattern is absent. Otherwise the file's pattern: an
