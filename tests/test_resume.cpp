@@ -72,6 +72,9 @@ class Resume : public ::testing::Test {
     EXPECT_EQ(ma.at("scan_map_refined").at("steps"), 1);  // iteration 10
     EXPECT_GT(mc.at("scan_map_refined").at("steps").get<int>(), 1);  // and later ones (15, 20)
     EXPECT_EQ(mb.at("scan_map_refined"), mc.at("scan_map_refined"));
+    // The C10 the run started from (the parallax's here, not the stated −150 Å) is the resumed
+    // run's too.
+    EXPECT_EQ(mb.at("calibration"), mc.at("calibration"));
   }
 
   std::vector<std::string> extra_sets_;

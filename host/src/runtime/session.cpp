@@ -235,6 +235,16 @@ void session::state::resolve_geometry(state& s, start& st) {
                                   : std::string(" (none stated in [optics] C10_A or the file)")));
       s.optics.C10_A = measured;
     }
+  } else if (st.resume) {
+    // The C10 the resumed run started from (stated, or the parallax's), as its result records it:
+    // the manifest's calibration, the probe fit's search and the twin's advice keep it. A value
+    // beyond 10⁶ Å (0.1 mm, a defocus no probe window holds) is not a run's: the stated one stays.
+    const auto m = nlohmann::json::parse(st.resume->record.manifest_json, nullptr, false);
+    if (m.is_object() && m.contains("calibration") && m["calibration"].is_object() &&
+        m["calibration"].contains("C10_A") && m["calibration"]["C10_A"].is_number()) {
+      const double c = m["calibration"]["C10_A"].get<double>();
+      if (std::abs(c) <= 1e6) s.optics.C10_A = c;
+    }
   }
   // [data] positions_from: a fresh run starts at a result's saved positions instead of the
   // source's (a resumed run continues from its own file's positions, so the key is left aside).
