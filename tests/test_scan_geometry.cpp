@@ -270,20 +270,7 @@ TEST(ScanGeometryMoS2, AtLowDoseAllGroupsAlignedHoldTheRotation) {
 // Pearson 0.971 against 0.921, docs/scan-geometry.md).
 TEST(ScanGeometrySimulated, ACurlEstimateWithinItsErrorOfAQuarterTurnIsTheQuarterTurn) {
   tycho::test::temp_folder tmp;
-  const int64_t rows = 160, cols = 160;
-  const double pixel = 1.0 / (64 * 0.06);
-  tycho::test::write_npy(tmp / "phase.npy", tycho::test::atom_lattice(rows, cols, pixel, pixel), rows, cols, false);
-  const std::string cfg = tmp.write("scan.toml", R"([data]
-source = "simulate"
-scan_shape = [16, 16]
-detector_shape = [64, 64]
-detector_pixel_invA = 0.06
-semiangle_mrad = 20.0
-C10_A = -100.0
-object_phase_npy = "phase.npy"
-dose_e_per_A2 = 1e5
-threads = 2
-)");
+  const std::string cfg = tmp.write("scan.toml", tycho::test::lattice_scan_16x16(tmp.path().string()));
   const auto r = tycho::test::run_command({tycho::test::tycho_exe(), "preprocess", cfg, "-q", "-o", tmp / "p.zip"});
   ASSERT_TRUE(r.exited_with(0)) << r.describe();
   const auto pre = nlohmann::json::parse(tycho::test::load_result(tmp / "p.zip").manifest_json).at("preprocess");

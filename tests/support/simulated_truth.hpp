@@ -116,4 +116,28 @@ inline nlohmann::json evaluate(const std::string& result, const std::string& tru
   }
 }
 
+// A small lattice scan for end-to-end tests: 16 x 16 positions of 0.5 Å over the atom lattice,
+// 64² detector of 0.06 Å⁻¹, 80 keV, 20 mrad, C10 −100 Å, 1e5 e/Å². Writes the map as
+// `phase.npy` and its truth as `truth.npz` into `folder` (the object grid's default padding,
+// 16 px) and returns the [data] table that simulates it.
+inline std::string lattice_scan_16x16(const std::string& folder) {
+  const int64_t n = 64, pad = 16, rows = 160, cols = 160;
+  const double pixel = 1.0 / (64 * 0.06);
+  const std::vector<double> phase = atom_lattice(rows, cols, pixel, pixel);
+  write_npy(folder + "/phase.npy", phase, rows, cols, false);
+  const double origin = double(pad + n / 2) * pixel;
+  write_truth(folder + "/truth.npz", phase, rows, cols, pixel, origin, origin);
+  return R"([data]
+source = "simulate"
+scan_shape = [16, 16]
+detector_shape = [64, 64]
+detector_pixel_invA = 0.06
+semiangle_mrad = 20.0
+C10_A = -100.0
+object_phase_npy = "phase.npy"
+dose_e_per_A2 = 1e5
+threads = 2
+)";
+}
+
 }  // namespace tycho::test

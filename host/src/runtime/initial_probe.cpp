@@ -12,8 +12,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
+#include "runtime/npy_file.hpp"
 #include "settings/config_read.hpp"
 
 namespace tycho::host {
@@ -37,15 +37,9 @@ void check_shape(const std::vector<int64_t>& shape, int64_t n0, int64_t n1, cons
 }
 
 std::vector<cd> read_npy_probe(const std::string& path, int64_t n0, int64_t n1) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(TYCHO_ERR_NOT_FOUND, "[reconstruct.probe] initial: cannot open '", path, "'");
-  const uint64_t total = fs::file_size(path);
-  auto read = [&](void* dst, std::size_t bytes) {
-    if (!in.read(static_cast<char*>(dst), std::streamsize(bytes)))
-      fail(TYCHO_ERR_BAD_DATA, "'", path, "' is truncated");
-  };
-  const std::string where = "'" + path + "'";
-  const sdk::npy::header h = sdk::npy::read_header(read, total, where);
+  npy_file file(path, "[reconstruct.probe] initial");
+  const std::string& where = file.where();
+  const sdk::npy::header& h = file.header();
   const bool known = h.dtype && ((h.dtype->code == kDLComplex && (h.dtype->bits == 64 || h.dtype->bits == 128)) ||
                                  (h.dtype->code == kDLFloat && (h.dtype->bits == 32 || h.dtype->bits == 64)));
   if (!known || h.big_endian || h.fortran_order)
@@ -54,7 +48,7 @@ std::vector<cd> read_npy_probe(const std::string& path, int64_t n0, int64_t n1) 
   check_shape(h.shape, n0, n1, where);
   const std::size_t n = std::size_t(n0 * n1), element = h.dtype->bits / 8;
   std::vector<unsigned char> bytes(n * element);  // the first mode only
-  read(bytes.data(), bytes.size());
+  file.read(bytes.data(), bytes.size());
   std::vector<cd> p(n);
   for (std::size_t k = 0; k < n; ++k) {
     const unsigned char* b = bytes.data() + k * element;
@@ -141,11 +135,6 @@ std::vector<cd> read_hdf5_probe(const std::string& path, const std::string& give
   return p;
 }
 
-bool is_npy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char magic[6] = {};
-  return in.read(magic, 6) && std::memcmp(magic, "\x93NUMPY", 6) == 0;
-}
 
 }  // namespace
 

@@ -12,11 +12,11 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 
 #include "data/detector_padding.hpp"
 #include "data/pattern_steps.hpp"
+#include "runtime/npy_file.hpp"
 #include "settings/config_read.hpp"
 
 namespace tycho::host {
@@ -30,11 +30,6 @@ const char* const k_table = "reconstruct.probe";
 // shape without storing it; a larger count would only make the read run for hours.
 constexpr int64_t k_most_frames = int64_t(1) << 20;
 
-bool is_npy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char magic[6] = {};
-  return in.read(magic, 6) && std::memcmp(magic, "\x93NUMPY", 6) == 0;
-}
 
 // The frames of a (..., N0, N1) shape whose last two axes are the detector's; throws otherwise.
 int64_t frame_count(const std::vector<int64_t>& shape, std::array<int64_t, 2> detector, const std::string& where) {
@@ -98,15 +93,9 @@ const char* const k_dtypes = "float32, float64, uint8, uint16, uint32, int8, int
 
 // Σ over the frames of an .npy, one frame in memory at a time.
 std::vector<double> sum_npy(const std::string& path, std::array<int64_t, 2> detector, int64_t& frames) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(TYCHO_ERR_NOT_FOUND, "[reconstruct.probe] vacuum_pattern: cannot open '", path, "'");
-  const uint64_t total = fs::file_size(path);
-  auto read = [&](void* dst, std::size_t bytes) {
-    if (!in.read(static_cast<char*>(dst), std::streamsize(bytes)))
-      fail(TYCHO_ERR_BAD_DATA, "[reconstruct.probe] vacuum_pattern: '", path, "' is truncated");
-  };
-  const std::string where = "'" + path + "'";
-  const sdk::npy::header h = sdk::npy::read_header(read, total, where);
+  npy_file file(path, "[reconstruct.probe] vacuum_pattern");
+  const std::string& where = file.where();
+  const sdk::npy::header& h = file.header();
   if (!h.dtype || !readable(*h.dtype) || h.big_endian || h.fortran_order)
     fail(TYCHO_ERR_BAD_DATA, "[reconstruct.probe] vacuum_pattern: ", where, " holds '", h.descr, "'",
          h.fortran_order ? " in Fortran order" : "", ", expected a little-endian C-order array of ", k_dtypes);
@@ -115,7 +104,7 @@ std::vector<double> sum_npy(const std::string& path, std::array<int64_t, 2> dete
   std::vector<unsigned char> bytes(m * (h.dtype->bits / 8));
   std::vector<double> frame(m), sum(m, 0.0);
   for (int64_t f = 0; f < frames; ++f) {
-    read(bytes.data(), bytes.size());
+    file.read(bytes.data(), bytes.size());
     to_doubles(bytes.data(), *h.dtype, m, frame.data());
     for (std::size_t k = 0; k < m; ++k) sum[k] += frame[k];
   }
