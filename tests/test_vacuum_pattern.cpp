@@ -248,6 +248,31 @@ TEST_F(VacuumPattern, HugeFiniteValuesAreScaledNotOverflowed) {
   }
 }
 
+// The preprocessing report a prepared file carries is read from the file: a report whose steps
+// cannot be applied is refused naming it, never used to shape a read (binning 0 divided by zero).
+TEST(VacuumPatternSteps, AReportThatCannotBeAppliedIsRefused) {
+  const auto steps = [](const std::string& json) {
+    return tycho::host::vacuum_steps_of_report(json, {96, 96}, {96, 96}, {});
+  };
+  const auto ok = steps(R"({"detector_shape_in": [128, 96], "crop_detector": [96, 96], "binning": 2,
+                             "scan_transpose": true, "recentre": false})");
+  EXPECT_EQ(ok.detector, (std::array<int64_t, 2>{128, 96}));
+  EXPECT_EQ(ok.crop, (std::array<int64_t, 2>{96, 96}));
+  EXPECT_EQ(ok.binning, 2);
+  EXPECT_TRUE(ok.transpose);
+  for (const char* bad : {R"({"binning": 0})", R"({"binning": 200})", R"({"binning": 1.5})",
+                          R"({"crop_detector": [100, 96]})", R"({"crop_detector": [96]})",
+                          R"({"detector_shape_in": [0, 96]})", R"({"detector_shape_in": [99999999, 96]})",
+                          R"([1, 2])", R"(not json)"}) {
+    try {
+      steps(bad);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const tycho::error& e) {
+      EXPECT_NE(std::string(e.what()).find("the preprocessing report"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(VacuumPatternWarning, ABrightFieldFarFromTheStatedSemiangleIsWarnedOf) {
   tycho::host::vacuum_amplitude v;
   v.file = "v.npy";

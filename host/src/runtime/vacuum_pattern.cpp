@@ -194,13 +194,37 @@ vacuum_pattern_steps vacuum_steps_of_report(const std::string& preprocess_json, 
   s.window = window;
   s.mask = std::move(mask);
   if (preprocess_json.empty()) return s;
-  const auto j = nlohmann::json::parse(preprocess_json);
-  if (j.contains("detector_shape_in")) s.detector = j.at("detector_shape_in").get<std::array<int64_t, 2>>();
-  if (j.contains("crop_detector") && !j.at("crop_detector").is_null())
-    s.crop = j.at("crop_detector").get<std::array<int64_t, 2>>();
-  s.binning = j.value("binning", int64_t(1));
-  s.transpose = j.value("scan_transpose", false);
-  s.recentre = j.value("recentre", false);
+  // A prepared file's report is read from the file: every value checked before it shapes a read.
+  const auto j = nlohmann::json::parse(preprocess_json, nullptr, false);
+  auto bad = [](const std::string& what) {
+    fail(TYCHO_ERR_BAD_DATA, "[reconstruct.probe] vacuum_pattern: the preprocessing report (the manifest's ",
+         "\"preprocess\") ", what, ": the data's steps cannot be applied to the vacuum pattern");
+  };
+  if (!j.is_object()) bad("is not a JSON object");
+  auto pair = [&](const char* key, std::array<int64_t, 2>& out, int64_t low, int64_t high) {
+    if (!j.contains(key) || j.at(key).is_null()) return;
+    const auto& v = j.at(key);
+    if (!v.is_array() || v.size() != 2 || !v[0].is_number_integer() || !v[1].is_number_integer())
+      bad(cat("holds ", key, " = ", v.dump(), ", not two integers"));
+    for (int a = 0; a < 2; ++a) {
+      const int64_t x = v[std::size_t(a)].get<int64_t>();
+      if (x < low || x > high) bad(cat("holds ", key, " = ", v.dump(), ", outside [", low, ", ", high, "]"));
+      out[std::size_t(a)] = x;
+    }
+  };
+  pair("detector_shape_in", s.detector, 1, k_most_window_px);
+  pair("crop_detector", s.crop, 1, k_most_window_px);
+  if (j.contains("binning")) {
+    if (!j.at("binning").is_number_integer()) bad("holds a binning that is not an integer");
+    s.binning = j.at("binning").get<int64_t>();
+  }
+  for (int a = 0; a < 2; ++a) {
+    const int64_t cropped = s.crop[std::size_t(a)] > 0 ? s.crop[std::size_t(a)] : s.detector[std::size_t(a)];
+    if (cropped > s.detector[std::size_t(a)]) bad(cat("crops axis ", a, " to ", cropped, " of ", s.detector[std::size_t(a)], " px"));
+    if (s.binning < 1 || s.binning > cropped) bad(cat("holds binning ", s.binning, " for ", cropped, " px"));
+  }
+  s.transpose = j.contains("scan_transpose") && j.at("scan_transpose").is_boolean() && j.at("scan_transpose").get<bool>();
+  s.recentre = j.contains("recentre") && j.at("recentre").is_boolean() && j.at("recentre").get<bool>();
   return s;
 }
 
