@@ -252,7 +252,7 @@ TEST_F(VacuumPattern, HugeFiniteValuesAreScaledNotOverflowed) {
 // cannot be applied is refused naming it, never used to shape a read (binning 0 divided by zero).
 TEST(VacuumPatternSteps, AReportThatCannotBeAppliedIsRefused) {
   const auto steps = [](const std::string& json) {
-    return tycho::host::vacuum_steps_of_report(json, {96, 96}, {96, 96}, {});
+    return tycho::host::vacuum_steps_of_report(json, "the preprocessing report", {96, 96}, {96, 96}, {});
   };
   const auto ok = steps(R"({"detector_shape_in": [128, 96], "crop_detector": [96, 96], "binning": 2,
                              "scan_transpose": true, "recentre": false})");

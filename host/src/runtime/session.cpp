@@ -239,12 +239,8 @@ void session::state::resolve_geometry(state& s, start& st) {
     // The C10 the resumed run started from (stated, or the parallax's), as its result records it:
     // the manifest's calibration, the probe fit's search and the twin's advice keep it. A value
     // beyond 10⁶ Å (0.1 mm, a defocus no probe window holds) is not a run's: the stated one stays.
-    const auto m = nlohmann::json::parse(st.resume->record.manifest_json, nullptr, false);
-    if (m.is_object() && m.contains("calibration") && m["calibration"].is_object() &&
-        m["calibration"].contains("C10_A") && m["calibration"]["C10_A"].is_number()) {
-      const double c = m["calibration"]["C10_A"].get<double>();
-      if (std::abs(c) <= 1e6) s.optics.C10_A = c;
-    }
+    if (const nlohmann::json* c = st.resume->file.manifest.find("calibration.C10_A"); c && c->is_number())
+      if (std::abs(c->get<double>()) <= 1e6) s.optics.C10_A = c->get<double>();
   }
   // [data] positions_from: a fresh run starts at a result's saved positions instead of the
   // source's (a resumed run continues from its own file's positions, so the key is left aside).
@@ -313,7 +309,9 @@ void session::state::resolve_geometry(state& s, start& st) {
       st.resume ? std::nullopt
                 : read_vacuum_amplitude(
                       s.config.table_at("reconstruct.probe"), s.config.base_dir(),
-                      vacuum_steps_of_report(s.preprocess_json, s.padding.detector, s.padding.window, s.padding.mask),
+                      vacuum_steps_of_report(s.preprocess_json,
+                                             st.prepared ? st.prepared->path : std::string("the preprocessing report"),
+                                             s.padding.detector, s.padding.window, s.padding.mask),
                       s.wavelength_A, dk_window);
   st.probe = make_probe(s.optics, s.sampling, 1.0, vacuum ? &vacuum->amplitude : nullptr);
   if (vacuum) {
@@ -322,22 +320,22 @@ void session::state::resolve_geometry(state& s, start& st) {
     if (const std::string w = vacuum->semiangle_warning(s.optics.semiangle_mrad); !w.empty()) log_warning("session", w);
   }
   double edge = probe_edge_fraction(st.probe, s.data.n0, s.data.n1, 0.05);
-  if (edge > 0.1 && vacuum)
-    fail(TYCHO_ERR_INVALID_ARGUMENT, "the probe does not fit the window: ", edge * 100,
-         " % of its intensity lies within 5 % of the window's edge (window ", s.data.n0 * s.geometry.pixel_A[0],
-         " Å wide, C10 = ", s.optics.C10_A, " Å) with the aperture of [reconstruct.probe] vacuum_pattern '",
-         vacuum->file, "', whose bright field is a disc of ", vacuum->bright_field_semiangle_mrad,
-         " mrad (the stated semiangle ", s.optics.semiangle_mrad,
-         " mrad): a narrow bright field makes a wide probe; check that the file is a vacuum pattern of this detector");
   if (edge > 0.1)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "the probe does not fit the window: ", edge * 100,
          " % of its intensity lies within 5 % of the window's edge (window ", s.data.n0 * s.geometry.pixel_A[0],
-         " Å wide, C10 = ", s.optics.C10_A, " Å, semiangle ", s.optics.semiangle_mrad,
-         " mrad); reduce the defocus or use a larger detector window. Used: ",
-         beam_provenance(s.config.table_at("optics"), s.config.table_at("data"), info, s.data.description,
-                         s.config.origin(), s.optics, s.wavelength_A,
-                         s.sampling.dk_invA[0] /
-                             double(read_preprocess_settings(s.config.table_at("preprocess"), s.config.origin()).binning)));
+         " Å wide, C10 = ", s.optics.C10_A, " Å",
+         vacuum ? cat(") with the aperture of [reconstruct.probe] vacuum_pattern '", vacuum->file,
+                      "', whose bright field is a disc of ", vacuum->bright_field_semiangle_mrad,
+                      " mrad (the stated semiangle ", s.optics.semiangle_mrad,
+                      " mrad): a narrow bright field makes a wide probe; check that the file is a vacuum pattern of "
+                      "this detector")
+               : cat(", semiangle ", s.optics.semiangle_mrad,
+                     " mrad); reduce the defocus or use a larger detector window. Used: ",
+                     beam_provenance(s.config.table_at("optics"), s.config.table_at("data"), info, s.data.description,
+                                     s.config.origin(), s.optics, s.wavelength_A,
+                                     s.sampling.dk_invA[0] / double(read_preprocess_settings(s.config.table_at("preprocess"),
+                                                                                            s.config.origin())
+                                                                        .binning))));
   // [reconstruct.probe] initial: a probe from a file (an .npy, a CXI file's illumination) instead.
   if (auto from_file = st.resume ? std::nullopt
                                   : initial_probe_from_file(s.config.table_at("reconstruct.probe"), s.config.base_dir(),

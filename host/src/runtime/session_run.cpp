@@ -7,8 +7,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <functional>
-#include <numeric>
 
 #include <time.h>
 
@@ -38,6 +36,14 @@ std::string learning_rates_text(const config_document& doc) {
                 lr ? cat(*lr) : std::string("(the optimizer's default)"));
   }
   return text;
+}
+}  // namespace
+
+namespace {
+// Whether a kept array can take `view`'s values in place: the same dtype and shape.
+bool holds_like(const owned_array& k, const DLTensor& view) {
+  return k.dtype.code == view.dtype.code && k.dtype.bits == view.dtype.bits && k.dtype.lanes == view.dtype.lanes &&
+         k.shape == std::vector<int64_t>(view.shape, view.shape + view.ndim);
 }
 }  // namespace
 
@@ -72,11 +78,8 @@ std::string session::state::keep_if_finite() {
       *a.kept = std::move(a.fresh);
       continue;
     }
-    const DLTensor view = engine_tensor(a.id);
     owned_array& k = *a.kept;
-    const bool same = k.dtype.code == view.dtype.code && k.dtype.bits == view.dtype.bits &&
-                      k.dtype.lanes == view.dtype.lanes && k.shape == std::vector<int64_t>(view.shape, view.shape + view.ndim);
-    if (!same) {
+    if (!holds_like(k, engine_tensor(a.id))) {
       k = read_engine_tensor(a.name, a.id);
       continue;
     }
@@ -87,15 +90,11 @@ std::string session::state::keep_if_finite() {
   bool same = true;
   for_each_optimizer_array([&](const std::string& name, const DLTensor& view) {
     owned_array* k = i < kept.optimizer_arrays.size() ? &kept.optimizer_arrays[i] : nullptr;
-    const std::size_t bytes = std::size_t(view.ndim ? std::accumulate(view.shape, view.shape + view.ndim, int64_t(1),
-                                                                      std::multiplies<int64_t>())
-                                                    : 1) *
-                              ((view.dtype.bits * view.dtype.lanes + 7u) / 8u);
-    if (k == nullptr || k->name != name || k->bytes.size() != bytes) {
+    if (k == nullptr || k->name != name || !holds_like(*k, view)) {
       same = false;
       return true;
     }
-    std::memcpy(k->bytes.data(), static_cast<const char*>(view.data) + view.byte_offset, bytes);
+    std::memcpy(k->bytes.data(), static_cast<const char*>(view.data) + view.byte_offset, k->bytes.size());
     ++i;
     return false;
   });

@@ -16,6 +16,7 @@
 
 #include "data/detector_padding.hpp"
 #include "data/pattern_steps.hpp"
+#include "results/manifest_reader.hpp"
 #include "runtime/npy_file.hpp"
 #include "settings/config_read.hpp"
 
@@ -54,37 +55,6 @@ int64_t frame_count(const std::vector<int64_t>& shape, std::array<int64_t, 2> de
   return frames;
 }
 
-// Converts `count` stored values of `dtype` at `bytes` (little-endian) to doubles.
-void to_doubles(const unsigned char* bytes, DLDataType dtype, std::size_t count, double* out) {
-  const std::size_t w = dtype.bits / 8;
-  for (std::size_t k = 0; k < count; ++k) {
-    const unsigned char* b = bytes + k * w;
-    double v = 0;
-    if (dtype.code == kDLFloat && dtype.bits == 32) {
-      float f;
-      std::memcpy(&f, b, 4);
-      v = f;
-    } else if (dtype.code == kDLFloat) {
-      std::memcpy(&v, b, 8);
-    } else if (dtype.code == kDLUInt) {
-      uint32_t u = 0;
-      std::memcpy(&u, b, w);
-      v = u;
-    } else if (w == 1) {
-      v = double(int8_t(b[0]));
-    } else if (w == 2) {
-      int16_t i;
-      std::memcpy(&i, b, 2);
-      v = i;
-    } else {
-      int32_t i;
-      std::memcpy(&i, b, 4);
-      v = i;
-    }
-    out[k] = v;
-  }
-}
-
 bool readable(DLDataType d) {
   return (d.code == kDLFloat && (d.bits == 32 || d.bits == 64)) ||
          ((d.code == kDLUInt || d.code == kDLInt) && (d.bits == 8 || d.bits == 16 || d.bits == 32));
@@ -105,7 +75,7 @@ std::vector<double> sum_npy(const std::string& path, std::array<int64_t, 2> dete
   std::vector<double> frame(m), sum(m, 0.0);
   for (int64_t f = 0; f < frames; ++f) {
     file.read(bytes.data(), bytes.size());
-    to_doubles(bytes.data(), *h.dtype, m, frame.data());
+    sdk::npy::convert_values(*h.dtype, bytes.data(), frame.data(), m);
     for (std::size_t k = 0; k < m; ++k) sum[k] += frame[k];
   }
   return sum;
@@ -187,44 +157,38 @@ void fill_masked(std::vector<float>& p, const std::vector<uint8_t>& mask, const 
 
 }  // namespace
 
-vacuum_pattern_steps vacuum_steps_of_report(const std::string& preprocess_json, std::array<int64_t, 2> detector,
-                                            std::array<int64_t, 2> window, std::vector<uint8_t> mask) {
+vacuum_pattern_steps vacuum_steps_of_report(const std::string& preprocess_json, const std::string& report_source,
+                                            std::array<int64_t, 2> detector, std::array<int64_t, 2> window,
+                                            std::vector<uint8_t> mask) {
   vacuum_pattern_steps s;
   s.detector = detector;
   s.window = window;
   s.mask = std::move(mask);
   if (preprocess_json.empty()) return s;
-  // A prepared file's report is read from the file: every value checked before it shapes a read.
-  const auto j = nlohmann::json::parse(preprocess_json, nullptr, false);
-  auto bad = [](const std::string& what) {
-    fail(TYCHO_ERR_BAD_DATA, "[reconstruct.probe] vacuum_pattern: the preprocessing report (the manifest's ",
-         "\"preprocess\") ", what, ": the data's steps cannot be applied to the vacuum pattern");
-  };
-  if (!j.is_object()) bad("is not a JSON object");
-  auto pair = [&](const char* key, std::array<int64_t, 2>& out, int64_t low, int64_t high) {
-    if (!j.contains(key) || j.at(key).is_null()) return;
-    const auto& v = j.at(key);
-    if (!v.is_array() || v.size() != 2 || !v[0].is_number_integer() || !v[1].is_number_integer())
-      bad(cat("holds ", key, " = ", v.dump(), ", not two integers"));
-    for (int a = 0; a < 2; ++a) {
-      const int64_t x = v[std::size_t(a)].get<int64_t>();
-      if (x < low || x > high) bad(cat("holds ", key, " = ", v.dump(), ", outside [", low, ", ", high, "]"));
-      out[std::size_t(a)] = x;
-    }
-  };
-  pair("detector_shape_in", s.detector, 1, k_most_window_px);
-  pair("crop_detector", s.crop, 1, k_most_window_px);
-  if (j.contains("binning")) {
-    if (!j.at("binning").is_number_integer()) bad("holds a binning that is not an integer");
-    s.binning = j.at("binning").get<int64_t>();
+  // A prepared file's report is read from the file: every value checked before it shapes a read,
+  // by the manifest's own checked reader (keys named as the manifest has them, "preprocess.*").
+  const manifest_reader m("{\"preprocess\": " + preprocess_json + "}", report_source);
+  const char* const why = "a preprocessing report whose steps the vacuum pattern can follow";
+  if (!m.json().at("preprocess").is_object()) m.refuse("preprocess", &m.json().at("preprocess"), cat(why, ": an object"));
+  if (m.find("preprocess.detector_shape_in")) {
+    const auto d = m.integers("preprocess.detector_shape_in", 2, 1, k_most_window_px);
+    s.detector = {d[0], d[1]};
   }
-  for (int a = 0; a < 2; ++a) {
-    const int64_t cropped = s.crop[std::size_t(a)] > 0 ? s.crop[std::size_t(a)] : s.detector[std::size_t(a)];
-    if (cropped > s.detector[std::size_t(a)]) bad(cat("crops axis ", a, " to ", cropped, " of ", s.detector[std::size_t(a)], " px"));
-    if (s.binning < 1 || s.binning > cropped) bad(cat("holds binning ", s.binning, " for ", cropped, " px"));
+  if (const nlohmann::json* c = m.find("preprocess.crop_detector"); c != nullptr && !c->is_null()) {
+    const auto crop = m.integers("preprocess.crop_detector", 2, 1, k_most_window_px);
+    for (int a = 0; a < 2; ++a)
+      if (crop[std::size_t(a)] > s.detector[std::size_t(a)])
+        m.refuse("preprocess.crop_detector", c, cat(why, ": a crop within the detector (", s.detector[0], ", ",
+                                                     s.detector[1], ")"));
+    s.crop = {crop[0], crop[1]};
   }
-  s.transpose = j.contains("scan_transpose") && j.at("scan_transpose").is_boolean() && j.at("scan_transpose").get<bool>();
-  s.recentre = j.contains("recentre") && j.at("recentre").is_boolean() && j.at("recentre").get<bool>();
+  if (m.find("preprocess.binning")) {
+    int64_t smallest = std::min(s.detector[0], s.detector[1]);
+    if (s.crop[0] > 0) smallest = std::min(s.crop[0], s.crop[1]);
+    s.binning = m.integer("preprocess.binning", 1, smallest);
+  }
+  if (m.find("preprocess.scan_transpose")) s.transpose = m.boolean("preprocess.scan_transpose");
+  if (m.find("preprocess.recentre")) s.recentre = m.boolean("preprocess.recentre");
   return s;
 }
 

@@ -35,9 +35,12 @@ struct vacuum_pattern_steps {
 };
 
 // The steps as the preprocessing stage's report (its manifest JSON, "" when it did nothing)
-// records them, for a detector delivered as `detector` and a run whose window is `window`.
-vacuum_pattern_steps vacuum_steps_of_report(const std::string& preprocess_json, std::array<int64_t, 2> detector,
-                                            std::array<int64_t, 2> window, std::vector<uint8_t> mask);
+// records them, for a detector delivered as `detector` and a run whose window is `window`. A
+// prepared file's report is untrusted: its values are checked (results/manifest_reader.hpp) and a
+// report whose steps cannot be applied is refused, naming `report_source` (the file) and the key.
+vacuum_pattern_steps vacuum_steps_of_report(const std::string& preprocess_json, const std::string& report_source,
+                                            std::array<int64_t, 2> detector, std::array<int64_t, 2> window,
+                                            std::vector<uint8_t> mask);
 
 // The settings alone, before any data is read: nullopt when vacuum_pattern is absent; otherwise
 // the resolved path of a file that exists (vacuum_pattern_dataset only for an HDF5 file, and

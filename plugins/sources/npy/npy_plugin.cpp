@@ -285,39 +285,6 @@ void fill_info(npy_data& s, bool centred) {
   i.description = s.description.c_str();
 }
 
-template <class T>
-void convert(const unsigned char* src, float* dst, std::size_t n) {
-  for (std::size_t k = 0; k < n; ++k) {
-    T v;
-    std::memcpy(&v, src + k * sizeof(T), sizeof(T));
-    dst[k] = static_cast<float>(v);
-  }
-}
-
-void to_float(DLDataType t, const unsigned char* src, float* dst, std::size_t n) {
-  if (t.code == kDLFloat && t.bits == 32) {
-    std::memcpy(dst, src, n * 4);
-  } else if (t.code == kDLFloat && t.bits == 64) {
-    convert<double>(src, dst, n);
-  } else if (t.code == kDLFloat && t.bits == 16) {
-    for (std::size_t k = 0; k < n; ++k) {
-      uint16_t h;
-      std::memcpy(&h, src + 2 * k, 2);
-      dst[k] = npy::half_to_float(h);
-    }
-  } else if (t.code == kDLUInt && t.bits == 8) {
-    convert<uint8_t>(src, dst, n);
-  } else if (t.code == kDLUInt && t.bits == 16) {
-    convert<uint16_t>(src, dst, n);
-  } else if (t.code == kDLUInt && t.bits == 32) {
-    convert<uint32_t>(src, dst, n);
-  } else if (t.code == kDLInt && t.bits == 16) {
-    convert<int16_t>(src, dst, n);
-  } else {
-    convert<int32_t>(src, dst, n);
-  }
-}
-
 // Copies `bytes` bytes at `offset` (from the start of the array data) into `dst`.
 void read_bytes(npy_data& s, uint64_t offset, std::size_t bytes, unsigned char* dst) {
   if (!s.inflated.empty()) {
@@ -388,7 +355,7 @@ class npy_source {
       } else {
         staging.resize(bytes);
         read_bytes(s, offset, bytes, staging.data());
-        to_float(s.dtype, staging.data(), d, std::size_t(n * pattern));
+        npy::convert_values(s.dtype, staging.data(), d, std::size_t(n * pattern));
       }
       pos += int64_t(n);
     }

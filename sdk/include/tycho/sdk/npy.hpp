@@ -27,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace tycho::sdk::npy {
@@ -282,6 +283,47 @@ inline float half_to_float(uint16_t h) {
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
+}
+
+// `n` little-endian values of a plain numeric dtype (float16/32/64, (u)int8/16/32) at `src`
+// (unaligned) to float or double: what a reader of stored detector data widens them to. Other
+// dtypes are the caller's to refuse before the call (they convert as int32 here).
+template <class Out>
+inline void convert_values(DLDataType t, const unsigned char* src, Out* dst, std::size_t n) {
+  auto each = [&](auto stored) {
+    using T = decltype(stored);
+    for (std::size_t k = 0; k < n; ++k) {
+      T v;
+      std::memcpy(&v, src + k * sizeof(T), sizeof(T));
+      dst[k] = static_cast<Out>(v);
+    }
+  };
+  if (t.code == kDLFloat && t.bits == 32) {
+    if constexpr (std::is_same_v<Out, float>)
+      std::memcpy(dst, src, n * 4);
+    else
+      each(float());
+  } else if (t.code == kDLFloat && t.bits == 64) {
+    each(double());
+  } else if (t.code == kDLFloat && t.bits == 16) {
+    for (std::size_t k = 0; k < n; ++k) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * k, 2);
+      dst[k] = static_cast<Out>(half_to_float(h));
+    }
+  } else if (t.code == kDLUInt && t.bits == 8) {
+    each(uint8_t());
+  } else if (t.code == kDLUInt && t.bits == 16) {
+    each(uint16_t());
+  } else if (t.code == kDLUInt && t.bits == 32) {
+    each(uint32_t());
+  } else if (t.code == kDLInt && t.bits == 8) {
+    each(int8_t());
+  } else if (t.code == kDLInt && t.bits == 16) {
+    each(int16_t());
+  } else {
+    each(int32_t());
+  }
 }
 
 // ---------------------------------------------------------------- the codec of stored arrays
