@@ -214,12 +214,14 @@ TEST(FileFormatDoc, EveryMemberAndKeyIsDocumented) {
   tycho::test::temp_folder tmp;
 
   // One rank through the `tycho` command: Adam's state, the mask, no `parallel`; two slices, so
-  // calibration.slice_thickness_A is written too; the scan map refined once (scan_map_refined).
+  // calibration.slice_thickness_A is written too; the scan map refined once (scan_map_refined),
+  // C10 with it (refine_C10 = true: "auto" holds it with several slices).
   auto r = tycho::test::run_command({tycho::test::tycho_exe(), "reconstruct",
                                      tycho::test::source_dir() + "/examples/mos2.toml", "--iterations", "1", "-q",
                                      "--set", "output.previews=false", "--set", "reconstruct.slices=2", "--set",
                                      "reconstruct.slice_thickness_A=1.0", "--set", "reconstruct.positions.refine_scan_map=true",
-                                     "--set", "reconstruct.positions.scan_map_first_iteration=1", "-o", tmp / "one.zip"});
+                                     "--set", "reconstruct.positions.scan_map_first_iteration=1",
+                                     "--set", "optics.refine_C10=true", "-o", tmp / "one.zip"});
   ASSERT_TRUE(r.exited_with(0)) << r.describe();
   // Two ranks as threads: the `parallel` keys, and the preprocessing stage's `preprocess` object;
   // the stopping rule's keys; compact batches: the object stepped in tiles (object_tile_steps.npy,

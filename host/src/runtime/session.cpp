@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "settings/config_read.hpp"
+#include "settings/optics_settings.hpp"
 #include "runtime/batching_choice.hpp"
 #include "runtime/constraint_list.hpp"
 #include "runtime/initial_probe.hpp"
@@ -226,7 +227,8 @@ void session::state::resolve_geometry(state& s, start& st) {
   }
   // The defocus the bright field's parallax measured (the preprocessing's report), unless the
   // stated one is to be kept.
-  if (*setting_value<bool>(s.config.table_at("optics"), "optics", "refine_C10") && !st.resume) {
+  const C10_refinement C10_mode = read_C10_refinement(s.config.table_at("optics"));
+  if (starts_from_measured_C10(C10_mode) && !st.resume) {
     const double measured = C10_estimate_of_report(s.preprocess_json);
     if (std::isfinite(measured)) {
       log_info("session", cat("starting from C10 = ", measured, " Å, the defocus the bright field's parallax measured",
@@ -483,6 +485,11 @@ void session::state::create_engine(state& s, start& st) {
     else
       s.refine_scan_map = true;
   }
+  if (s.refine_scan_map && settings.slices > 1 && s.par->is_root() &&
+      read_C10_refinement(s.config.table_at("optics")) == C10_refinement::auto_)
+    log_info("session", cat("the scan map's refinement holds C10 at ", s.optics.C10_A, " Å: with ", settings.slices,
+                            " slices the object's depth trades off against the probe's defocus ([optics] refine_C10 ",
+                            "= true refines it)"));
   // correct = "after_scan_map" corrects each position once the map's refinement has converged:
   // without the map, not at all.
   if (settings.driver.positions.enabled && settings.driver.positions.after_scan_map && !s.refine_scan_map) {

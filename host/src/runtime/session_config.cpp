@@ -19,6 +19,7 @@
 #include <memory>
 
 #include "settings/position_settings.hpp"
+#include "settings/optics_settings.hpp"
 #include "settings/config_read.hpp"
 #include "runtime/constraint_list.hpp"
 #include "runtime/initial_probe.hpp"
@@ -155,7 +156,7 @@ reconstruct_settings session_detail::read_reconstruct_settings(const config_docu
     // A rotation the user gives is kept; the rest is refined.
     const toml::table& pre_t = doc.table_at("preprocess");
     so.free[0] = !(pre_t["scan_rotation_deg"].is_integer() || pre_t["scan_rotation_deg"].is_floating_point());
-    so.free[4] = *setting_value<bool>(doc.table_at("optics"), "optics", "refine_C10");
+    so.free[4] = map_refines_C10(read_C10_refinement(doc.table_at("optics")), r.slices);
     so.free[1] = *setting_value<bool>(pos_t, table, "refine_scan_scale");
   }
   r.driver.batch_size = *setting_value<int64_t>(rec_t, "reconstruct", "batch_size");

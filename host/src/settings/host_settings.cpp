@@ -77,7 +77,7 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         at_least(decl("semiangle_mrad", N, none, "mrad", "probe-forming aperture semiangle (default: from the file)"), 0, true),
         decl("C10_A", N, none, "Å", "defocus aberration C10, < 0 underfocus (default: from the file, else 0)"),
         decl("defocus_A", N, none, "Å", "abTEM's defocus, stored as C10 = −defocus_A"),
-        decl("refine_C10", B, "true", "", "with scan_rotation_deg = \"auto\": start from the C10 the bright field's parallax measures (when it is precise), and with the scan map's refinement refine it during the run; false: keep the stated C10"),
+        decl("refine_C10", M, "\"auto\"", "", "with scan_rotation_deg = \"auto\": \"auto\" starts from the C10 the bright field's parallax measures (when it is precise) and, with one slice, refines it with the scan map (several slices: held, a thick specimen's slices trade off against the defocus); true: refined with any number of slices; false: keep the stated C10"),
         one_of(decl("radiation", S, none, "", "what the beam is, which sets the wavelength of energy_eV (default: what the file says, else \"electron\")"),
                {"electron", "xray"}),
         one_of(decl("probe_model", S, "\"aperture\"", "", "the initial probe: a disc or annulus in the back focal plane (condenser aperture, zone plate), or a pinhole in real space"),
