@@ -85,16 +85,29 @@ nlohmann::ordered_json number_or_null(double v) {
   return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
 }
 
-// The file [data] path names, absolute ("" when the source reads no file); `doc`'s [data] path
-// becomes that absolute path, so the recorded config finds the file from anywhere.
-std::string absolutise_data_path(config_document& doc) {
-  toml::table* data_t = doc.root()["data"].as_table();
-  if (!data_t) return "";
-  auto node = (*data_t)["path"];
+// `doc`'s [table] key, when it is a string, made an absolute path (resolved against the config's
+// folder, as a run resolves it); returns it, or "" where the key is absent or not a string.
+std::string absolutise_path_key(config_document& doc, const char* table, const char* key) {
+  toml::table* t = doc.root().at_path(table).as_table();
+  if (!t) return "";
+  auto node = (*t)[key];
   if (!node.is_string()) return "";
   const std::string p = fs::absolute(resolve_path(doc.base_dir(), *node.value<std::string>())).lexically_normal().string();
-  data_t->insert_or_assign("path", p);
+  t->insert_or_assign(key, p);
   return p;
+}
+
+// The file [data] path names, absolute ("" when the source reads no file); `doc`'s [data] path
+// becomes that absolute path, so the recorded config finds the file from anywhere.
+std::string absolutise_data_path(config_document& doc) { return absolutise_path_key(doc, "data", "path"); }
+
+// The other files a recorded config names, made absolute as [data] path is: a run from the
+// prepared file alone resolves relative paths against the prepared file's folder, where the
+// config that named them meant its own.
+void absolutise_named_files(config_document& doc) {
+  absolutise_path_key(doc, "data", "positions_from");
+  absolutise_path_key(doc, "reconstruct.probe", "initial");
+  absolutise_path_key(doc, "reconstruct.probe", "vacuum_pattern");
 }
 
 // The table as TOML text, for comparisons; `save_raw_data` left out (it does not change the data).
@@ -224,9 +237,10 @@ config_document prepared_config(const prepared_file& p) {
 
 void merge_prepared_config(config_document& doc, const prepared_file& p) {
   const config_document prepared = prepared_config(p);
-  // CONFIG's own [data] path, absolute, for the comparison with the recorded (absolute) one.
+  // CONFIG's own [data] paths, absolute, for the comparison with the recorded (absolute) ones.
   config_document mine = doc.clone();
   absolutise_data_path(mine);
+  absolutise_named_files(mine);
   for (const char* name : k_tables_from_file) {
     const toml::table* theirs = prepared.root()[name].as_table();
     const std::string own_text = table_text(mine.root()[name].as_table());
@@ -425,6 +439,7 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
          "file): start it without mpirun, srun or torchrun");
   if (save_raw_data) doc.set_from_text("preprocess.save_raw_data=true");
   const std::string source_file = absolutise_data_path(doc);
+  absolutise_named_files(doc);
 
   // The whole config is checked as a run checks it (keys, components, calibrations, the window),
   // before any pattern is read.
