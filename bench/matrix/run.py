@@ -150,8 +150,13 @@ def run_one(e, kind, args, work):
             if key in refined:
                 row["refined_" + key] = refined[key]
         if refined.get("linear"):
-            L, T = np.array(refined["linear"], float), truth_geometry(truth)["linear"]
+            tg = truth_geometry(truth)
+            L, T = np.array(refined["linear"], float), tg["linear"]
             row["refined_map_vs_truth"] = float(np.abs(L - T).max())
+            # The refined map against the truth's, each as R(θ) [[s0, 0], [h, s1]]: the rotation
+            # error and the isotropic scale's (√det L against √det T, relative).
+            row["refined_rotation_error_deg"] = angle_diff(refined["rotation_deg"], tg["rotation_deg"])
+            row["refined_scale_error"] = math.sqrt(abs(np.linalg.det(L)) / abs(np.linalg.det(T))) - 1
         if "C10_A" in (manifest.get("probe_fit") or {}):
             row["C10_fitted_A"] = manifest["probe_fit"]["C10_A"]
             row["C10_true_A"] = e["C10_A"]
@@ -198,17 +203,21 @@ def print_table(rows):
     by_entry = {}
     for r in rows:
         by_entry.setdefault(r["entry"], {})[r["run"]] = r
-    head = f"{'entry':28} {'run':8} {'pearson':>8} {'pos rms Å':>9} {'affine Å':>8} {'rot err°':>8} {'s':>6}"
+    head = (f"{'entry':28} {'run':8} {'pearson':>8} {'pos rms Å':>9} {'affine Å':>8} {'rot err°':>8} "
+            f"{'map rot°':>8} {'scale %':>7} {'s':>6}")
     print(head)
     for eid, runs in by_entry.items():
         for kind, r in runs.items():
             if "error" in r:
                 print(f"{eid:28} {kind:8} error: {r['error'][-80:]!r}")
                 continue
-            rot = r.get("rotation_error_deg")
-            print(f"{eid:28} {kind:8} {r['pearson']:8.4f} {r.get('positions_rms_A', float('nan')):9.3f} "
-                  f"{r.get('positions_affine_max_A', float('nan')):8.3f} "
-                  f"{(rot if rot is not None else float('nan')):8.2f} {r['seconds']:6.0f}")
+            def num(key, scale=1.0):
+                v = r.get(key)
+                return v * scale if v is not None else float("nan")
+            # rot err°: the preprocessing's estimate; map rot° and scale %: the refined map's errors.
+            print(f"{eid:28} {kind:8} {r['pearson']:8.4f} {num('positions_rms_A'):9.3f} "
+                  f"{num('positions_affine_max_A'):8.3f} {num('rotation_error_deg'):8.2f} "
+                  f"{num('refined_rotation_error_deg'):8.2f} {num('refined_scale_error', 100):7.2f} {r['seconds']:6.0f}")
 
 
 if __name__ == "__main__":
