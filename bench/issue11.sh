@@ -53,7 +53,7 @@ PY
 
 run si110-10-slices si110.toml si110/si110_ground_truth.npz
 run si110-1-slice si110.toml si110/si110_ground_truth.npz --set reconstruct.slices=1
-run bilayer-4-slices bilayer.toml bilayer/bilayer_ground_truth.npz
+run bilayer-10-slices bilayer.toml bilayer/bilayer_ground_truth.npz
 # The coherent MoS2 counts file (nominal positions, one mode) with each loss: the figure the
 # jitter and partial files are compared with, loss for loss.
 coherent=(--set 'data.path="../../shared/data/mos2/mos2_80kV_32x24_counts.h5"')
