@@ -132,6 +132,12 @@ TEST_F(Resume, NotAResultRefused) {
   auto missing = reconstruct({"--from", tmp_ / "missing.zip", "-o", tmp_ / "b.zip"});
   EXPECT_TRUE(missing.exited_with(2)) << missing.describe();
   EXPECT_NE(missing.err.find("no such file"), std::string::npos) << missing.err;
+
+  // Without a CONFIG the --from file must be a prepared file; a missing one is said to be missing.
+  auto alone = tycho::test::run_command(
+      {tycho::test::tycho_exe(), "reconstruct", "--from", tmp_ / "missing.zip", "-o", tmp_ / "c.zip"});
+  EXPECT_TRUE(alone.exited_with(2)) << alone.describe();
+  EXPECT_NE(alone.err.find("--from '" + (tmp_ / "missing.zip") + "': no such file"), std::string::npos) << alone.err;
 }
 
 }  // namespace

@@ -203,11 +203,17 @@ int cmd_reconstruct(const std::string& config_path, int64_t iterations, int64_t 
   // the prepared file's own config is the run's.
   std::optional<th::prepared_file> prepared;
   if (!from_arg.empty()) prepared = th::try_load_prepared(reg, from_arg);
-  if (config_path.empty() && !prepared)
+  if (config_path.empty() && !prepared) {
+    std::error_code ec;
+    if (!from_arg.empty() && !std::filesystem::exists(from_arg, ec))
+      throw tycho::error(TYCHO_ERR_INVALID_ARGUMENT,
+                         fmt::format("--from '{}': no such file (a prepared file from tycho preprocess, or a result "
+                                     "to continue with its run's CONFIG)", from_arg));
     throw tycho::error(TYCHO_ERR_INVALID_ARGUMENT,
                        from_arg.empty() ? "give a CONFIG file (or --from a prepared file from tycho preprocess)"
                                         : fmt::format("'{}' is not a prepared file (tycho preprocess): to continue "
                                                       "the run it holds, give that run's CONFIG file too", from_arg));
+  }
   auto doc = config_path.empty() ? th::prepared_config(*prepared) : tycho::config_document::load_file(config_path);
   std::optional<tycho::config_document> prepared_doc;
   if (prepared && !config_path.empty()) prepared_doc = th::prepared_config(*prepared);

@@ -24,11 +24,6 @@ constexpr double pi = 3.14159265358979323846;
 // the map then closes) when the centre-of-mass curl is noise-dominated.
 constexpr double parallax_error_max = 0.05;
 constexpr double parallax_error_limit = 0.15;
-// Below this relative standard error the parallax's scale gives the initial C10 (at the nominal
-// step): measured 0.3 % from the truth on hBN, 3 % on Si [110] and SrTiO3 [001] after the depth's
-// correction, 8 % low on MoSe2 (at 0.9 % standard error; a lattice's overlapping discs shorten
-// the shifts); at 5 % standard error (WS2, 2,500 electrons per pattern) 20 % low.
-constexpr double parallax_C10_error_max = 0.02;
 constexpr double min_parallax_shift = 1.0 / 3.0;
 // How far the COM curl's rotation may lie from the parallax's before the log warns (degrees).
 constexpr double rotation_disagreement_deg = 5.0;

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "settings/config_read.hpp"
+#include "geometry/scan_geometry_estimate.hpp"
 #include "settings/optics_settings.hpp"
 #include "runtime/batching_choice.hpp"
 #include "runtime/constraint_list.hpp"
@@ -229,13 +230,28 @@ void session::state::resolve_geometry(state& s, start& st) {
   // stated one is to be kept.
   const C10_refinement C10_mode = read_C10_refinement(s.config.table_at("optics"));
   if (starts_from_measured_C10(C10_mode) && !st.resume) {
-    const double measured = C10_estimate_of_report(s.preprocess_json);
+    const parallax_C10_report parallax = parallax_C10_of_report(s.preprocess_json);
+    const double measured = parallax.estimate_A;
     if (std::isfinite(measured)) {
-      log_info("session", cat("starting from C10 = ", measured, " Å, the defocus the bright field's parallax measured",
-                              s.optics.C10_A != 0
-                                  ? cat(" (stated ", s.optics.C10_A, " Å; [optics] refine_C10 = false keeps the stated one)")
-                                  : std::string(" (none stated in [optics] C10_A or the file)")));
+      // The parallax measures the defocus at the specimen's middle; the run's C10 is the
+      // entrance surface's (docs/scan-geometry.md): say both where they differ.
+      const bool moved = std::isfinite(parallax.at_nominal_step_A) && parallax.at_nominal_step_A != measured;
+      log_info("session",
+               cat("starting from C10 = ", measured, " Å, the defocus the bright field's parallax measured",
+                   moved ? cat(" (", parallax.at_nominal_step_A, " Å at the specimen's middle, moved to its entrance ",
+                               "surface by half the slices' depth)")
+                         : std::string(),
+                   s.optics.C10_A != 0
+                       ? cat(" (stated ", s.optics.C10_A, " Å; [optics] refine_C10 = false keeps the stated one)")
+                       : std::string(" (none stated in [optics] C10_A or the file)")));
       s.optics.C10_A = measured;
+    } else if (s.optics.C10_A != 0 && std::isfinite(parallax.at_nominal_step_A) &&
+               parallax.relative_error > parallax_C10_error_max) {
+      log_info("session", cat("keeping the stated C10 = ", s.optics.C10_A, " Å: the bright field's parallax measured ",
+                              parallax.at_nominal_step_A, " Å at the nominal step with a standard error of ",
+                              std::round(parallax.relative_error * 1000) / 10,
+                              " %, more than the ", parallax_C10_error_max * 100,
+                              " % it needs to replace a stated C10"));
     }
   } else if (st.resume) {
     // The C10 the resumed run started from (stated, or the parallax's), as its result records it:

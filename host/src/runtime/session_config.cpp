@@ -329,14 +329,27 @@ scan_map scan_map_of_report(const std::string& preprocess_json, const std::strin
   return m;
 }
 
-double C10_estimate_of_report(const std::string& preprocess_json) {
-  if (preprocess_json.empty()) return std::nan("");
+parallax_C10_report parallax_C10_of_report(const std::string& preprocess_json) {
+  parallax_C10_report r{std::nan(""), std::nan(""), std::nan("")};
+  if (preprocess_json.empty()) return r;
   const nlohmann::json j = nlohmann::json::parse(preprocess_json, nullptr, false);
-  if (!j.is_object() || !j.contains("scan_map") || !j["scan_map"].is_object()) return std::nan("");
+  if (!j.is_object() || !j.contains("scan_map") || !j["scan_map"].is_object()) return r;
   const auto& p = j["scan_map"].value("parallax", nlohmann::json());
-  if (!p.is_object() || !p.contains("C10_estimate_A") || !p["C10_estimate_A"].is_number()) return std::nan("");
-  const double v = p["C10_estimate_A"].get<double>();
-  return std::isfinite(v) && std::abs(v) < 1e7 ? v : std::nan("");
+  if (!p.is_object()) return r;
+  // A number within `limit` in magnitude, else NaN (a crafted report's huge values start nothing).
+  auto number = [&](const char* key, double limit) {
+    if (!p.contains(key) || !p[key].is_number()) return std::nan("");
+    const double v = p[key].get<double>();
+    return std::isfinite(v) && std::abs(v) < limit ? v : std::nan("");
+  };
+  r.estimate_A = number("C10_estimate_A", 1e7);
+  r.at_nominal_step_A = number("C10_at_nominal_step_A", 1e7);
+  r.relative_error = number("relative_error", 1e3);
+  return r;
+}
+
+double C10_estimate_of_report(const std::string& preprocess_json) {
+  return parallax_C10_of_report(preprocess_json).estimate_A;
 }
 
 run_geometry resolve_run_geometry(const config_document& doc, const tycho_dataset_info& info,

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <tycho/core/error.hpp>
+#include <tycho/sdk/error.hpp>
 
 #include <toml++/toml.h>
 
@@ -11,6 +12,18 @@
 #include <type_traits>
 
 namespace tycho::host {
+
+// A config value as an error message quotes it ("got ..."): a string quoted (printable, cut at
+// 200 bytes), a number or boolean as written, otherwise its kind ("a table", "an array").
+inline std::string config_value_text(const toml::node& node) {
+  if (const auto* s = node.as_string()) return cat("\"", sdk::printable(s->get()), "\"");
+  if (const auto* i = node.as_integer()) return std::to_string(i->get());
+  if (const auto* f = node.as_floating_point()) return cat(f->get());
+  if (const auto* b = node.as_boolean()) return b->get() ? "true" : "false";
+  if (node.is_table()) return "a table";
+  if (node.is_array()) return "an array";
+  return "a value of another type";
+}
 
 template <class T>
 std::optional<T> read_key(const toml::table& t, const char* key, const std::string& where) {

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "settings/config_read.hpp"
+
 namespace tycho::host {
 
 position_correction_mode read_position_correction(const toml::table& positions) {
@@ -13,7 +15,7 @@ position_correction_mode read_position_correction(const toml::table& positions) 
   if (node->is_string() && *node->value<std::string>() == "after_scan_map")
     return position_correction_mode::after_scan_map;
   fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct.positions] correct must be true, false or \"after_scan_map\" (each ",
-       "position corrected once the scan map's refinement has converged)");
+       "position corrected once the scan map's refinement has converged), got ", config_value_text(*node));
 }
 
 }  // namespace tycho::host

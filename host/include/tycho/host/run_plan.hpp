@@ -42,7 +42,15 @@ run_geometry resolve_run_geometry(const config_document& doc, const tycho_datase
 // The scan map a preprocessing report (its JSON, "" when none) recorded ("scan_map": "linear"),
 // identity when it holds none. Throws naming `where` when the map is malformed or not invertible.
 scan_map scan_map_of_report(const std::string& preprocess_json, const std::string& where);
-// The entrance's C10 the report's parallax measured ("scan_map.parallax.C10_estimate_A"), NaN when none.
+// What the report's parallax measured of C10 ("scan_map.parallax"), each NaN when not recorded:
+// the entrance's C10 a run may start from (C10_estimate_A: recorded when precise enough, or when
+// none was stated), the C10 at the nominal step at the specimen's middle (C10_at_nominal_step_A),
+// and the parallax's relative standard error.
+struct parallax_C10_report {
+  double estimate_A, at_nominal_step_A, relative_error;
+};
+parallax_C10_report parallax_C10_of_report(const std::string& preprocess_json);
+// parallax_C10_of_report(...).estimate_A.
 double C10_estimate_of_report(const std::string& preprocess_json);
 
 // The memory problem of a run: the engine named in [reconstruct] reports its own terms (the
