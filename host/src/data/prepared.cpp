@@ -97,17 +97,16 @@ std::string absolutise_path_key(config_document& doc, const char* table, const c
   return p;
 }
 
-// The file [data] path names, absolute ("" when the source reads no file); `doc`'s [data] path
-// becomes that absolute path, so the recorded config finds the file from anywhere.
-std::string absolutise_data_path(config_document& doc) { return absolutise_path_key(doc, "data", "path"); }
-
-// The other files a recorded config names, made absolute as [data] path is: a run from the
-// prepared file alone resolves relative paths against the prepared file's folder, where the
-// config that named them meant its own.
-void absolutise_named_files(config_document& doc) {
+// The files `doc` names, made absolute, so that the recorded config finds them from anywhere (a
+// run from the prepared file alone resolves relative paths against the prepared file's folder,
+// where the config that named them meant its own): [data] path and positions_from,
+// [reconstruct.probe] initial and vacuum_pattern. Returns the [data] path's file ("" when the
+// source reads no file).
+std::string absolutise_file_paths(config_document& doc) {
   absolutise_path_key(doc, "data", "positions_from");
   absolutise_path_key(doc, "reconstruct.probe", "initial");
   absolutise_path_key(doc, "reconstruct.probe", "vacuum_pattern");
+  return absolutise_path_key(doc, "data", "path");
 }
 
 // The table as TOML text, for comparisons; `save_raw_data` left out (it does not change the data).
@@ -239,8 +238,7 @@ void merge_prepared_config(config_document& doc, const prepared_file& p) {
   const config_document prepared = prepared_config(p);
   // CONFIG's own [data] paths, absolute, for the comparison with the recorded (absolute) ones.
   config_document mine = doc.clone();
-  absolutise_data_path(mine);
-  absolutise_named_files(mine);
+  absolutise_file_paths(mine);
   for (const char* name : k_tables_from_file) {
     const toml::table* theirs = prepared.root()[name].as_table();
     const std::string own_text = table_text(mine.root()[name].as_table());
@@ -438,8 +436,7 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
     fail(TYCHO_ERR_INVALID_ARGUMENT, "tycho preprocess runs as one process (it reads every pattern and writes one ",
          "file): start it without mpirun, srun or torchrun");
   if (save_raw_data) doc.set_from_text("preprocess.save_raw_data=true");
-  const std::string source_file = absolutise_data_path(doc);
-  absolutise_named_files(doc);
+  const std::string source_file = absolutise_file_paths(doc);
 
   // The whole config is checked as a run checks it (keys, components, calibrations, the window),
   // before any pattern is read.

@@ -135,7 +135,6 @@ std::vector<cd> read_hdf5_probe(const std::string& path, const std::string& give
   return p;
 }
 
-
 }  // namespace
 
 std::optional<std::string> initial_probe_path(const toml::table& probe_t, const std::string& base_dir) {

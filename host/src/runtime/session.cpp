@@ -25,7 +25,6 @@
 
 #include "settings/config_read.hpp"
 #include "geometry/scan_geometry_estimate.hpp"
-#include "settings/optics_settings.hpp"
 #include "runtime/batching_choice.hpp"
 #include "runtime/constraint_list.hpp"
 #include "runtime/initial_probe.hpp"
@@ -228,8 +227,7 @@ void session::state::resolve_geometry(state& s, start& st) {
   }
   // The defocus the bright field's parallax measured (the preprocessing's report), unless the
   // stated one is to be kept.
-  const C10_refinement C10_mode = read_C10_refinement(s.config.table_at("optics"));
-  if (starts_from_measured_C10(C10_mode) && !st.resume) {
+  if (starts_from_measured_C10(st.settings.C10_mode) && !st.resume) {
     const parallax_C10_report parallax = parallax_C10_of_report(s.preprocess_json);
     const double measured = parallax.estimate_A;
     if (std::isfinite(measured)) {
@@ -501,8 +499,7 @@ void session::state::create_engine(state& s, start& st) {
     else
       s.refine_scan_map = true;
   }
-  if (s.refine_scan_map && settings.slices > 1 && s.par->is_root() &&
-      read_C10_refinement(s.config.table_at("optics")) == C10_refinement::auto_)
+  if (s.refine_scan_map && settings.slices > 1 && s.par->is_root() && settings.C10_mode == C10_refinement::auto_)
     log_info("session", cat("the scan map's refinement holds C10 at ", s.optics.C10_A, " Å: with ", settings.slices,
                             " slices the object's depth trades off against the probe's defocus ([optics] refine_C10 ",
                             "= true refines it)"));

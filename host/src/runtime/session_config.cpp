@@ -156,7 +156,8 @@ reconstruct_settings session_detail::read_reconstruct_settings(const config_docu
     // A rotation the user gives is kept; the rest is refined.
     const toml::table& pre_t = doc.table_at("preprocess");
     so.free[0] = !(pre_t["scan_rotation_deg"].is_integer() || pre_t["scan_rotation_deg"].is_floating_point());
-    so.free[4] = map_refines_C10(read_C10_refinement(doc.table_at("optics")), r.slices);
+    r.C10_mode = read_C10_refinement(doc.table_at("optics"));
+    so.free[4] = map_refines_C10(r.C10_mode, r.slices);
     so.free[1] = *setting_value<bool>(pos_t, table, "refine_scan_scale");
   }
   r.driver.batch_size = *setting_value<int64_t>(rec_t, "reconstruct", "batch_size");
@@ -346,10 +347,6 @@ parallax_C10_report parallax_C10_of_report(const std::string& preprocess_json) {
   r.at_nominal_step_A = number("C10_at_nominal_step_A", 1e7);
   r.relative_error = number("relative_error", 1e3);
   return r;
-}
-
-double C10_estimate_of_report(const std::string& preprocess_json) {
-  return parallax_C10_of_report(preprocess_json).estimate_A;
 }
 
 run_geometry resolve_run_geometry(const config_document& doc, const tycho_dataset_info& info,

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "settings/config_read.hpp"
+#include "settings/optics_settings.hpp"
 #include "runtime/batching_choice.hpp"
 #include "runtime/constraint_list.hpp"
 #include "runtime/stopping_rule.hpp"
@@ -61,6 +62,7 @@ struct reconstruct_settings {
   double mode_power = 0.1;       // [reconstruct.probe] mode_power
   double max_position_step_A = 0.1;  // [reconstruct.positions] max_step_A (the driver's is in px)
   scan_refinement_options scan;      // [reconstruct.positions] refine_scan_map and its keys
+  C10_refinement C10_mode = C10_refinement::auto_;  // [optics] refine_C10 (the start and scan.free[4])
   driver_options driver;
   constraint_shorthands constraints;  // the runtime's keys that stand for built-in constraints
   parameter_settings object, probe;

@@ -31,7 +31,6 @@ const char* const k_table = "reconstruct.probe";
 // shape without storing it; a larger count would only make the read run for hours.
 constexpr int64_t k_most_frames = int64_t(1) << 20;
 
-
 // The frames of a (..., N0, N1) shape whose last two axes are the detector's; throws otherwise.
 int64_t frame_count(const std::vector<int64_t>& shape, std::array<int64_t, 2> detector, const std::string& where) {
   const std::size_t r = shape.size();

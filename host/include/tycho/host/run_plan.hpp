@@ -50,8 +50,6 @@ struct parallax_C10_report {
   double estimate_A, at_nominal_step_A, relative_error;
 };
 parallax_C10_report parallax_C10_of_report(const std::string& preprocess_json);
-// parallax_C10_of_report(...).estimate_A.
-double C10_estimate_of_report(const std::string& preprocess_json);
 
 // The memory problem of a run: the engine named in [reconstruct] reports its own terms (the
 // reported model: tycho_engine_vtable::plan_memory; a plan-only engine will do), the
