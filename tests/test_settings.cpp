@@ -177,6 +177,9 @@ void expect_documented(const std::map<std::string, doc_row>& rows, const std::ve
     EXPECT_TRUE(type_matches(it->second.type, d.type))
         << where << " " << d.key << ": declared " << tycho::host::setting_type_name(d.type) << ", documented '"
         << it->second.type << "'";
+    // A mixed key's forms (what `tycho plugins --keys` prints) are the reference's type column.
+    if (!d.forms.empty())
+      EXPECT_EQ(without_backticks(it->second.type), d.forms) << where << " " << d.key << ": declared forms";
     if (d.default_text)
       EXPECT_EQ(without_backticks(it->second.default_text).rfind(*d.default_text, 0), 0u)
           << where << " " << d.key << ": declared default " << *d.default_text << ", documented '"
@@ -312,3 +315,18 @@ TEST(Settings, EachKindsKeysAreTypedAndPrinted) {
 }
 
 }  // namespace
+
+// `tycho plugins --keys TABLE` prints a runtime key of several types by its forms, never "mixed".
+TEST(Settings, EveryRuntimeKeyOfSeveralTypesNamesItsForms) {
+  std::size_t mixed = 0;
+  for (const auto& table : tycho::host::host_setting_tables())
+    for (const auto& d : tycho::host::host_settings(table))
+      if (d.type == TYCHO_SETTING_MIXED) {
+        ++mixed;
+        EXPECT_FALSE(d.forms.empty()) << "[" << table << "] " << d.key << " declares no forms";
+      }
+  EXPECT_GE(mixed, 7u);
+  const std::string listing = tycho::host::settings_text(tycho::host::host_settings("optics"));
+  EXPECT_NE(listing.find("refine_C10             boolean or \"auto\"; default \"auto\""), std::string::npos) << listing;
+  EXPECT_EQ(listing.find("mixed"), std::string::npos) << listing;
+}

@@ -34,6 +34,11 @@ setting_decl at_most(setting_decl d, double v, bool exclusive = false) {
   d.max = v;
   return d;
 }
+// A mixed key's forms, as the reference's type column writes them (without its backticks).
+setting_decl taking(setting_decl d, const char* forms) {
+  d.forms = forms;
+  return d;
+}
 setting_decl one_of(setting_decl d, std::vector<std::string> values) {
   d.allowed = std::move(values);
   return d;
@@ -77,7 +82,7 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         at_least(decl("semiangle_mrad", N, none, "mrad", "probe-forming aperture semiangle (default: from the file)"), 0, true),
         decl("C10_A", N, none, "Å", "defocus aberration C10, < 0 underfocus (default: from the file, else 0)"),
         decl("defocus_A", N, none, "Å", "abTEM's defocus, stored as C10 = −defocus_A"),
-        decl("refine_C10", M, "\"auto\"", "", "with scan_rotation_deg = \"auto\": \"auto\" starts from the C10 the bright field's parallax measures (when it is precise) and, with one slice, refines it with the scan map (several slices: held, a thick specimen's slices trade off against the defocus); true: refined with any number of slices; false: keep the stated C10"),
+        taking(decl("refine_C10", M, "\"auto\"", "", "with scan_rotation_deg = \"auto\": \"auto\" starts from the C10 the bright field's parallax measures (when it is precise) and, with one slice, refines it with the scan map (several slices: held, a thick specimen's slices trade off against the defocus); true: refined with any number of slices; false: keep the stated C10"), "boolean or \"auto\""),
         one_of(decl("radiation", S, none, "", "what the beam is, which sets the wavelength of energy_eV (default: what the file says, else \"electron\")"),
                {"electron", "xray"}),
         one_of(decl("probe_model", S, "\"aperture\"", "", "the initial probe: a disc or annulus in the back focal plane (condenser aperture, zone plate), or a pinhole in real space"),
@@ -92,15 +97,15 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         decl("scan_origin_A", NL, "[0, 0]", "Å", "where the first scan position lies, [x, y]"),
         decl("pad_detector", B, "false", "", "pad each detector axis to the next fast FFT size, masked"),
         decl("pad_detector_to", IL, none, "px", "pad the detector to this window [N0', N1'], masked; each from the detector's size to 65536"),
-        decl("saturation_value", M, none, "", "a number > 0 or false: values at or above it are masked as saturated (default: the integer dtype's maximum)"),
+        taking(decl("saturation_value", M, none, "", "a number > 0 or false: values at or above it are masked as saturated (default: the integer dtype's maximum)"), "number > 0, or false"),
         at_most(at_least(decl("max_masked_fraction", N, "0.5", "", "the largest fraction of detector pixels that may be masked"), 0), 1),
         decl("detect_bad_pixels", B, "true", "", "search the data for dead and hot detector pixels (against their neighbours, over the scan) and mask them"),
-        decl("bad_pixels", M, none, "", "detector pixels to mask, [[row, column], ...] in the data's own (stored) frame"),
+        taking(decl("bad_pixels", M, none, "", "detector pixels to mask, [[row, column], ...] in the data's own (stored) frame"), "array of [row, column] pairs of integers ≥ 0"),
         decl("integer_targets", B, none, "", "keep integer counts as uint16 targets (default: true for counts the source delivers as such; float32 data of whole counts packed only for an engine on a GPU)"),
         one_of(decl("com_fit", S, "\"none\"", "", "fit the patterns' centre of mass over the scan"), {"none", "constant", "plane"}),
         decl("recentre", B, "false", "", "shift every pattern by its fitted centre of mass; needs com_fit"),
-        decl("scan_rotation_deg", M, "\"auto\"", "degrees", "rotation of the scan against the detector (py4DSTEM's convention; applied to the positions): a number, or \"auto\": estimated from the data (the bright field's parallax, else the centre-of-mass curl, else 0 with a warning)"),
-        decl("scan_transpose", M, "\"auto\"", "", "a bool or \"auto\": the detector axes are swapped against the scan axes"),
+        taking(decl("scan_rotation_deg", M, "\"auto\"", "degrees", "rotation of the scan against the detector (py4DSTEM's convention; applied to the positions): a number, or \"auto\": estimated from the data (the bright field's parallax, else the centre-of-mass curl, else 0 with a warning)"), "number, degrees, or \"auto\""),
+        taking(decl("scan_transpose", M, "\"auto\"", "", "a bool or \"auto\": the detector axes are swapped against the scan axes"), "boolean, or \"auto\""),
         at_least(decl("binning", I, "1", "", "sum b x b detector pixels"), 1),
         decl("crop_detector", IL, none, "px", "keep the centred [N0, N1] pixels of each pattern"),
         decl("normalise", B, "false", "", "scale every pattern to the scan's mean total intensity"),
@@ -108,7 +113,7 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
     };
     m["reconstruct"] = {
         decl("engine", S, quoted(defaults::engine), "", "the engine component"),
-        decl("iterations", M, "\"auto\"", "", "iterations (epochs over all patterns): a whole number from 0 to 1e9 for a fixed count, or \"auto\": until the loss stops falling by more than its noise (the stopping rule), at most max_iterations"),
+        taking(decl("iterations", M, "\"auto\"", "", "iterations (epochs over all patterns): a whole number from 0 to 1e9 for a fixed count, or \"auto\": until the loss stops falling by more than its noise (the stopping rule), at most max_iterations"), "integer or \"auto\""),
         at_most(at_least(decl("max_iterations", I, "1000", "", "with iterations = \"auto\": the most iterations the run takes"), 1), 1e9),
         at_most(at_least(decl("stop_window", I, "20", "iterations", "with iterations = \"auto\": the iterations W the loss's trend is fitted over and predicted ahead"), 3), 1000),
         at_most(at_least(decl("schedule_iterations", I, none, "", "the iterations a decaying learning-rate schedule (cosine, exponential) spans; default: iterations when it is a number, else 100"), 1), 1e9),
@@ -157,7 +162,7 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
     m["reconstruct.probe"].push_back(decl("vacuum_pattern_dataset", S, none, "",
                                           "the frames' dataset in an HDF5 vacuum_pattern, shape (..., N0, N1)"));
     m["reconstruct.positions"] = {
-        decl("correct", M, "false", "", "position correction: move each probe position by its gradient once per iteration; true: from first_iteration; \"after_scan_map\": from the iteration after the scan map's refinement has converged (none where the map is not refined); false: never"),
+        taking(decl("correct", M, "false", "", "position correction: move each probe position by its gradient once per iteration; true: from first_iteration; \"after_scan_map\": from the iteration after the scan map's refinement has converged (none where the map is not refined); false: never"), "boolean or \"after_scan_map\""),
         at_least(decl("first_iteration", I, "1", "", "the positions stay fixed before this iteration"), 1),
         at_least(decl("learning_rate", N, "1", "", "fraction of the Gauss–Newton step (the probe's curvature sets the scale)"), 0, true),
         at_least(decl("max_step_A", N, "0.1", "Å", "largest move of a position per iteration and axis"), 0, true),

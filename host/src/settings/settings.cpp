@@ -204,8 +204,9 @@ std::string settings_text(const std::vector<setting_decl>& decls) {
   for (const auto& d : decls) w = std::max(w, d.key.size());
   std::string out;
   for (const auto& d : decls) {
-    std::string line = cat("  ", d.key, std::string(w - d.key.size() + 2, ' '), setting_type_name(d.type));
-    if (!d.unit.empty()) line += cat(", ", d.unit);
+    std::string line = cat("  ", d.key, std::string(w - d.key.size() + 2, ' '),
+                           d.forms.empty() ? std::string(setting_type_name(d.type)) : d.forms);
+    if (!d.unit.empty() && d.forms.empty()) line += cat(", ", d.unit);  // forms name the unit themselves
     line += cat("; default ", d.default_text ? *d.default_text : std::string("none"));
     if (!d.allowed.empty()) line += cat("; one of ", allowed_text(d.allowed));
     if (d.bounds != 0) line += cat("; ", range_text(d));

@@ -22,6 +22,9 @@ struct setting_decl {
   std::vector<std::string> allowed;         // a string's allowed values; empty: any
   std::string unit;
   std::string doc;
+  // A mixed key's forms as docs/config-reference.md's type column writes them (`boolean or
+  // "auto"`), for listings; empty: the type's name (a component's mixed key says them in its doc).
+  std::string forms;
 };
 
 // Copies a component's NULL-key-terminated array (stepping by its struct_size); throws
