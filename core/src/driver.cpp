@@ -145,6 +145,8 @@ double driver::run_iteration() {
                             (!options_.positions.after_scan_map ||
                              (scan_enabled_ && scan_.converged() && epoch > scan_.converged_at()));
   const bool map_step = scan_enabled_ && scan_.due(epoch);
+  const bool probe_waits = options_.probe_waits_for_scan_map && scan_enabled_ && scan_.options().enabled &&
+                           !(scan_.converged() && epoch > scan_.converged_at());
   want_position_gradient(per_position || map_step);
   // The scan map's step refines C10 too: it needs this iteration's probe gradient, summed.
   const bool gather_probe_gradient = map_step && scan_.refines_C10();
@@ -181,6 +183,7 @@ double driver::run_iteration() {
           collectives_->sum_in_place(grad, stream);
       }
       if (gather_probe_gradient && opt.parameter == TYCHO_TENSOR_PROBE) add_probe_gradient(grad);
+      if (opt.parameter == TYCHO_TENSOR_PROBE && probe_waits) continue;  // its gradient serves the map's C10
       tycho_step_info info{sizeof(tycho_step_info), 1.0 / double(count), opt.schedule.factor(epoch), epoch,
                            in_tiles ? int64_t(boxes_.size() / 4) : 0, in_tiles ? boxes_.data() : nullptr,
                            in_tiles ? box_steps_.data() : nullptr};

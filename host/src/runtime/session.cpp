@@ -499,10 +499,19 @@ void session::state::create_engine(state& s, start& st) {
     else
       s.refine_scan_map = true;
   }
-  if (s.refine_scan_map && settings.slices > 1 && s.par->is_root() && settings.C10_mode == C10_refinement::auto_)
+  if (s.refine_scan_map && settings.slices > 1 && s.par->is_root() && settings.C10_mode == C10_refinement::auto_ &&
+      !settings.scan.free[4])
     log_info("session", cat("the scan map's refinement holds C10 at ", s.optics.C10_A, " Å: with ", settings.slices,
-                            " slices the object's depth trades off against the probe's defocus ([optics] refine_C10 ",
-                            "= true refines it)"));
+                            " slices and the scan's scale held, the object's depth trades off against the probe's ",
+                            "defocus ([optics] refine_C10 = true refines it)"));
+  if (s.refine_scan_map && settings.driver.probe_waits_for_scan_map && s.par->is_root())
+    log_info("session", cat("the scan map's refinement moves the scan's scale",
+                            settings.scan.free[4] ? " and the probe's C10" : "",
+                            settings.slices > 1 ? cat(" (", settings.slices, " slices)") : std::string(),
+                            "; the probe is refined from the iteration after the map converges: a freed scale is as "
+                            "good as the defocus it is paired with, and a probe refined from the start drifts to one "
+                            "that pairs with a scan 0.5-2 % small ([reconstruct.positions] refine_scan_scale = false "
+                            "holds the scale)"));
   // correct = "after_scan_map" corrects each position once the map's refinement has converged:
   // without the map, not at all.
   if (settings.driver.positions.enabled && settings.driver.positions.after_scan_map && !s.refine_scan_map) {
@@ -513,6 +522,7 @@ void session::state::create_engine(state& s, start& st) {
                             "corrects them from first_iteration)");
   }
   s.positions_follow_map = settings.driver.positions.enabled && settings.driver.positions.after_scan_map;
+  s.probe_follows_map = s.refine_scan_map && settings.driver.probe_waits_for_scan_map;
   setup.position_gradient = settings.driver.positions.enabled || s.refine_scan_map ? 1 : 0;
   setup.host_finishes_batches = 1;  // the driver sums an engine's fixed-point sums and finishes its batches
   int64_t scan_shape[2] = {s.data.all_patterns, 2};

@@ -20,6 +20,7 @@
 
 #include "settings/position_settings.hpp"
 #include "settings/optics_settings.hpp"
+#include "settings/scan_map_settings.hpp"
 #include "settings/config_read.hpp"
 #include "runtime/constraint_list.hpp"
 #include "runtime/initial_probe.hpp"
@@ -157,8 +158,11 @@ reconstruct_settings session_detail::read_reconstruct_settings(const config_docu
     const toml::table& pre_t = doc.table_at("preprocess");
     so.free[0] = !(pre_t["scan_rotation_deg"].is_integer() || pre_t["scan_rotation_deg"].is_floating_point());
     r.C10_mode = read_C10_refinement(doc.table_at("optics"));
-    so.free[4] = map_refines_C10(r.C10_mode, r.slices);
-    so.free[1] = *setting_value<bool>(pos_t, table, "refine_scan_scale");
+    so.free[1] = read_scan_scale_refinement(pos_t, r.slices);
+    so.free[4] = map_refines_C10(r.C10_mode, r.slices, so.free[1]);
+    // A freed scale is as good as the defocus it is paired with: the probe, refined alongside,
+    // drifts to one that pairs with a scan 0.5-2 % small, so it waits (core/driver.hpp).
+    r.driver.probe_waits_for_scan_map = so.enabled && so.free[1];
   }
   r.driver.batch_size = *setting_value<int64_t>(rec_t, "reconstruct", "batch_size");
   if (r.driver.batch_size <= 0)

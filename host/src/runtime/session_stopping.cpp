@@ -104,22 +104,31 @@ void session::state::sync_rule_with_scan_map() {
   if (r == nullptr) return;
   rule_settings.held = !r->converged();
   // correct = "after_scan_map": the positions' own steps start the iteration after the map
-  // converged, a stage with a window of its own.
-  const bool positions_follow = positions_follow_map;
-  const int64_t from = r->converged() ? r->converged_at() + (positions_follow ? rule_settings.window : 0) : 0;
+  // converged, and with the scale refined the probe's: a stage with a window of its own.
+  const bool positions_follow = positions_follow_map, probe_follows = probe_follows_map;
+  const bool follows = positions_follow || probe_follows;
+  const int64_t from = r->converged() ? r->converged_at() + (follows ? rule_settings.window : 0) : 0;
   if (r->converged() && from > rule_settings.earliest) {
     rule_settings.earliest = from;
-    rule_waits_for = positions_follow ? cat("the scan map's refinement, converged at iteration ", r->converged_at(),
-                                            ", then each position corrected from iteration ", r->converged_at() + 1)
-                                      : cat("the scan map's refinement, converged at iteration ", r->converged_at());
+    const std::string next = cat(positions_follow && probe_follows ? "each position corrected and the probe refined"
+                                 : positions_follow                ? "each position corrected"
+                                                                   : "the probe refined",
+                                 " from iteration ", r->converged_at() + 1);
+    rule_waits_for = follows ? cat("the scan map's refinement, converged at iteration ", r->converged_at(), ", then ", next)
+                             : cat("the scan map's refinement, converged at iteration ", r->converged_at());
     if (par->is_root())
-      log_info("stopping", positions_follow
-                               ? cat("the scan map's refinement converged at iteration ", r->converged_at(),
-                                     ": each position is corrected from iteration ", r->converged_at() + 1,
-                                     " ([reconstruct.positions] correct = \"after_scan_map\"), and the rule judges the loss from iteration ",
-                                     from, " (", rule_settings.window, " iterations of it)")
-                               : cat("the scan map's refinement converged at iteration ", r->converged_at(),
-                                     ": the rule judges the loss from there"));
+      log_info("stopping",
+               follows ? cat("the scan map's refinement converged at iteration ", r->converged_at(), ": ",
+                             positions_follow && probe_follows ? "each position is corrected and the probe refined"
+                             : positions_follow                ? "each position is corrected"
+                                                               : "the probe is refined",
+                             " from iteration ", r->converged_at() + 1,
+                             positions_follow ? " ([reconstruct.positions] correct = \"after_scan_map\")" : "",
+                             probe_follows ? " (the scan's scale is refined: the probe waits for the map)" : "",
+                             ", and the rule judges the loss from iteration ", from, " (", rule_settings.window,
+                             " iterations of it)")
+                       : cat("the scan map's refinement converged at iteration ", r->converged_at(),
+                             ": the rule judges the loss from there"));
   }
 }
 

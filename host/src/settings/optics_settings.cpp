@@ -14,7 +14,7 @@ C10_refinement read_C10_refinement(const toml::table& optics) {
   if (node->is_boolean()) return *node->value<bool>() ? C10_refinement::on : C10_refinement::off;
   if (node->is_string() && *node->value<std::string>() == "auto") return C10_refinement::auto_;
   fail(TYCHO_ERR_INVALID_ARGUMENT, "[optics] refine_C10 must be true, false or \"auto\" (start from the parallax's C10; ",
-       "refine it with the scan map with one slice, hold it with several), got ", config_value_text(*node));
+       "refine it with the scan map with one slice, and with several where the map refines the scale), got ", config_value_text(*node));
 }
 
 }  // namespace tycho::host

@@ -99,6 +99,11 @@ struct driver_options {
   // that a resumed run has the blocks of the run it continues (empty: positions_px).
   std::vector<double> positions_px, block_positions_px;
   position_correction positions;
+  // The probe's optimizer also waits for the scan map's refinement (set_scan_refinement) to
+  // converge: it steps from the iteration after the map's last step. With the map's isotropic
+  // scale free, a probe refined from the start settles with a scan 0.5–2 % small (the shared
+  // si110, an exact raster: 1.0 % against 0.25 % with the probe held; docs/scan-geometry.md).
+  bool probe_waits_for_scan_map = false;
   // Applied in this order (the runtime's own, from [reconstruct.object] amplitude_max and kind and
   // [reconstruct.probe] orthogonalize_modes, first; then [[reconstruct.constraints]]).
   std::vector<constraint_binding> constraints;
