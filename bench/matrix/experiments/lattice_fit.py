@@ -7,7 +7,7 @@ import sys, itertools, numpy as np
 from scipy.optimize import minimize, least_squares
 import os
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lattice_lunes import load, wavelength
+from lattice_lunes import load, wavelength, fit_lune_g
 
 def combos(order=2):
     return [(h, k) for h in range(-order, order + 1) for k in range(-order, order + 1)
@@ -85,23 +85,7 @@ def run(entry, verbose=False):
     kv = np.stack([KK0[sel], KK1[sel]], 1).astype(float)
     def lune_g(q):
         ph = np.exp(-2j * np.pi * (r @ q))
-        Gk = (ph * w) @ I
-        W = np.abs(Gk) ** 2
-        def sd(c, rr):
-            dist = np.hypot(kv[:, 0] - c[0], kv[:, 1] - c[1]); return np.clip(rr - dist + 0.5, 0, 1)
-        A0 = sd((0, 0), R)
-        def corr(g):
-            m = A0 * np.maximum(sd(g, R), sd(-g, R)); mm = m - m.mean(); ww = W - W.mean()
-            return np.sum(mm * ww) / np.sqrt(np.sum(mm ** 2) * np.sum(ww ** 2) + 1e-30)
-        best = (-2, None); rng = int(2 * R)
-        for a in range(-rng, rng + 1):
-            for b in range(0, rng + 1):
-                if b == 0 and a <= 0: continue
-                n = np.hypot(a, b)
-                if n < 1.5 or n > 2 * R - 1: continue
-                c = corr(np.array([a, b], float))
-                if c > best[0]: best = (c, np.array([a, b], float))
-        return minimize(lambda g: -corr(g), best[1], method='Nelder-Mead', options=dict(xatol=1e-4, fatol=1e-10)).x
+        return fit_lune_g(np.abs((ph * w) @ I) ** 2, kv, R)[0]
     found = [lune_g(qa), lune_g(qb)]
     print('  lune g', found, [np.linalg.norm(g) for g in found])
     # mean pattern: discs at every h a* + k b* (|h|,|k| <= 2), a*, b* free within 1 px of the lunes'

@@ -19,6 +19,30 @@ def wavelength(E):
     m = 510998.95; hc = 12398.419843
     return hc / np.sqrt(E * (2 * m + E))
 
+def fit_lune_g(W, kv, R):
+    """The detector vector g (px) whose double-overlap lunes, disc(0) ∩ (disc(g) ∪ disc(−g)) of
+    radius R, correlate best with W (|G(k, Q)|² over the pixels kv): a grid search over the half
+    plane, then Nelder–Mead. Returns (g, correlation)."""
+    def soft_disk(c, r):
+        dist = np.hypot(kv[:, 0] - c[0], kv[:, 1] - c[1])
+        return np.clip(r - dist + 0.5, 0, 1)
+    A0 = soft_disk((0, 0), R)
+    def corr(g):
+        m = A0 * np.maximum(soft_disk(g, R), soft_disk(-g, R))
+        mm = m - m.mean(); ww = W - W.mean()
+        return np.sum(mm * ww) / np.sqrt(np.sum(mm ** 2) * np.sum(ww ** 2) + 1e-30)
+    best = (-2, None)
+    rng = int(2 * R)
+    for a in range(-rng, rng + 1):
+        for b in range(0, rng + 1):
+            if b == 0 and a <= 0: continue
+            n = np.hypot(a, b)
+            if n < 1.5 or n > 2 * R - 1: continue
+            c = corr(np.array([a, b], float))
+            if c > best[0]: best = (c, np.array([a, b], float))
+    r2 = minimize(lambda g: -corr(g), best[1], method='Nelder-Mead', options=dict(xatol=1e-4, fatol=1e-10))
+    return r2.x, -r2.fun
+
 def run(entry, npeaks=6, verbose=True):
     d, step, dk, E, alpha, t = load(entry)
     Rx, Ry, K0, K1 = d.shape
@@ -62,33 +86,10 @@ def run(entry, npeaks=6, verbose=True):
         qf = res.x
         Gk = G_at(qf)
         W = np.abs(Gk) ** 2
-        # noise floor: expected |G|² of Poisson noise = Σ w² counts ≈ Σ w² mean
-        W = W - np.median(W[(kv ** 2).sum(1) < (0.3 * R) ** 2]) * 0  # keep raw
-        def soft_disk(c, r):
-            dist = np.hypot(kv[:, 0] - c[0], kv[:, 1] - c[1])
-            return np.clip(r - dist + 0.5, 0, 1)
-        A0 = soft_disk((0, 0), R)
-        def mask(g):
-            return A0 * np.maximum(soft_disk(g, R), soft_disk(-g, R))
-        def corr(g):
-            m = mask(g)
-            mm = m - m.mean(); ww = W - W.mean()
-            return np.sum(mm * ww) / np.sqrt(np.sum(mm ** 2) * np.sum(ww ** 2) + 1e-30)
-        # coarse grid search over g (detector px), half plane
-        best = (-2, None)
-        rng = int(2 * R)
-        for a in range(-rng, rng + 1):
-            for b in range(0, rng + 1):
-                if b == 0 and a <= 0: continue
-                n = np.hypot(a, b)
-                if n < 1.5 or n > 2 * R - 1: continue
-                c = corr(np.array([a, b], float))
-                if c > best[0]: best = (c, np.array([a, b], float))
-        r2 = minimize(lambda g: -corr(g), best[1], method='Nelder-Mead', options=dict(xatol=1e-4, fatol=1e-10))
-        g = r2.x
+        g, c = fit_lune_g(W, kv, R)
         Qn = qf / np.array([Rx * step, Ry * step])  # cycles per nominal Å
-        out.append((Qn, g * dk, -r2.fun, res.fun))
-        if verbose: print(f'  peak q={qf} bins, g={g} px, corr {-r2.fun:.3f}')
+        out.append((Qn, g * dk, c, res.fun))
+        if verbose: print(f'  peak q={qf} bins, g={g} px, corr {c:.3f}')
     # fit L^T: Qn = L^T g  (signs of g free)
     Qs = np.array([o[0] for o in out]); gs = np.array([o[1] for o in out])
     import itertools
