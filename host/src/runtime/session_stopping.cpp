@@ -110,18 +110,18 @@ void session::state::sync_rule_with_scan_map() {
   const int64_t from = r->converged() ? r->converged_at() + (follows ? rule_settings.window : 0) : 0;
   if (r->converged() && from > rule_settings.earliest) {
     rule_settings.earliest = from;
-    const std::string next = cat(positions_follow && probe_follows ? "each position corrected and the probe refined"
-                                 : positions_follow                ? "each position corrected"
-                                                                   : "the probe refined",
-                                 " from iteration ", r->converged_at() + 1);
-    rule_waits_for = follows ? cat("the scan map's refinement, converged at iteration ", r->converged_at(), ", then ", next)
+    // What follows the map, in the rule's summary ("") and the log ("is "): one stage or both.
+    auto stage = [&](const char* is) {
+      return positions_follow && probe_follows ? cat("each position ", is, "corrected and the probe refined")
+             : positions_follow                ? cat("each position ", is, "corrected")
+                                               : cat("the probe ", is, "refined");
+    };
+    rule_waits_for = follows ? cat("the scan map's refinement, converged at iteration ", r->converged_at(), ", then ",
+                                   stage(""), " from iteration ", r->converged_at() + 1)
                              : cat("the scan map's refinement, converged at iteration ", r->converged_at());
     if (par->is_root())
       log_info("stopping",
-               follows ? cat("the scan map's refinement converged at iteration ", r->converged_at(), ": ",
-                             positions_follow && probe_follows ? "each position is corrected and the probe refined"
-                             : positions_follow                ? "each position is corrected"
-                                                               : "the probe is refined",
+               follows ? cat("the scan map's refinement converged at iteration ", r->converged_at(), ": ", stage("is "),
                              " from iteration ", r->converged_at() + 1,
                              positions_follow ? " ([reconstruct.positions] correct = \"after_scan_map\")" : "",
                              probe_follows ? " (the scan's scale is refined: the probe waits for the map)" : "",
