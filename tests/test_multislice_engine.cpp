@@ -273,6 +273,102 @@ TEST(MultisliceEngine, ZeroThicknessSlicesEqualTheirProduct) {
   EXPECT_NEAR(la, lb, 1e-12 * lb);
 }
 
+// The problem's model intensity of pattern j with its probe centred at (c0, c1), written out
+// from CONVENTIONS.md with plain DFTs (an implementation of its own): the shifted probe
+// F⁻¹[F[P]·exp(−2πi k·δ/N)], each slice's product and the propagator between slices, the far
+// field's |·|² summed over the modes, with the unitary transform's scale.
+std::vector<double> reference_intensity(const layered_problem& p, int64_t j, double c0, double c1) {
+  const int64_t n0 = p.n0, n1 = p.n1, m = n0 * n1;
+  const double t0 = c0 - double(n0 / 2), t1 = c1 - double(n1 / 2);
+  const int64_t i0 = int64_t(std::floor(t0)), j0 = int64_t(std::floor(t1));
+  const double d0 = t0 - double(i0), d1 = t1 - double(j0);
+  auto f = [](int64_t k, int64_t n) { return double(k < (n + 1) / 2 ? k : k - n); };
+  auto dft = [&](const std::vector<cd>& x, double sign) {  // unnormalised, exp(sign 2πi k·x/N)
+    std::vector<cd> y(std::size_t(m), cd(0));
+    for (int64_t a = 0; a < n0; ++a)
+      for (int64_t b = 0; b < n1; ++b)
+        for (int64_t u = 0; u < n0; ++u)
+          for (int64_t v = 0; v < n1; ++v)
+            y[std::size_t(a * n1 + b)] += x[std::size_t(u * n1 + v)] *
+                                          std::polar(1.0, sign * 2 * M_PI * (double(a * u) / n0 + double(b * v) / n1));
+    return y;
+  };
+  (void)j;
+  std::vector<double> I(std::size_t(m), 0.0);
+  for (int64_t k = 0; k < p.modes; ++k) {
+    std::vector<cd> P(p.probe.begin() + k * m, p.probe.begin() + (k + 1) * m);
+    std::vector<cd> S = dft(P, -1);
+    for (int64_t a = 0; a < n0; ++a)
+      for (int64_t b = 0; b < n1; ++b)
+        S[std::size_t(a * n1 + b)] *= std::polar(1.0 / double(m), -2 * M_PI * (f(a, n0) * d0 / n0 + f(b, n1) * d1 / n1));
+    std::vector<cd> psi = dft(S, +1);
+    for (int64_t sl = 0; sl < p.slices; ++sl) {
+      for (int64_t a = 0; a < n0; ++a)
+        for (int64_t b = 0; b < n1; ++b)
+          psi[std::size_t(a * n1 + b)] *= p.object[std::size_t((sl * p.h + i0 + a) * p.w + j0 + b)];
+      psi = dft(psi, -1);
+      if (sl + 1 < p.slices) {
+        for (int64_t q = 0; q < m; ++q) psi[std::size_t(q)] *= p.propagator[std::size_t(q)] / double(m);
+        psi = dft(psi, +1);
+      }
+    }
+    for (int64_t q = 0; q < m; ++q) I[std::size_t(q)] += std::norm(psi[std::size_t(q)]) / double(m);
+  }
+  return I;
+}
+
+// position_information (ABI 1.4): the Fisher information of each probe centre under Poisson
+// counts, J_ab = Σ_k ∂_a λ ∂_b λ / λ with λ = c · I / target_scale, against central differences
+// (ε = 1e-5 px) of a model written out independently (above), with one and several slices and
+// modes; float32 to 1e-3. Indices outside the patterns and a count scale that is not a finite
+// number > 0 are refused.
+TEST(MultisliceEngine, PositionInformationIsThePoissonFisherInformationOfTheModel) {
+  for (auto [slices, modes] : {std::pair<int64_t, int64_t>{1, 1}, {3, 1}, {2, 2}}) {
+    layered_problem p(slices, modes);
+    const double target_scale = 1.0 / (5.0 * double(p.n0 * p.n1));  // engine_under_test's setup
+    const double counts = 40.0;  // counts per target unit
+    const std::vector<int64_t> idx = {0, 5, 11};
+    for (const char* precision : {"float64", "float32"}) {
+      engine_under_test e(p, precision);
+      ASSERT_TRUE(e.ok()) << tycho::last_error();
+      std::vector<double> J;
+      ASSERT_EQ(e.information(idx, counts, J), TYCHO_OK) << tycho::last_error();
+      for (std::size_t i = 0; i < idx.size(); ++i) {
+        const int64_t j = idx[i];
+        const double c0 = p.positions[std::size_t(2 * j)], c1 = p.positions[std::size_t(2 * j + 1)];
+        const double eps = 1e-5;
+        const auto I = reference_intensity(p, j, c0, c1);
+        const auto a0 = reference_intensity(p, j, c0 + eps, c1), b0 = reference_intensity(p, j, c0 - eps, c1);
+        const auto a1 = reference_intensity(p, j, c0, c1 + eps), b1 = reference_intensity(p, j, c0, c1 - eps);
+        double ref[3] = {0, 0, 0};
+        for (std::size_t q = 0; q < I.size(); ++q) {
+          const double s = counts / target_scale;
+          const double g0 = s * (a0[q] - b0[q]) / (2 * eps), g1 = s * (a1[q] - b1[q]) / (2 * eps), lambda = s * I[q];
+          ref[0] += g0 * g0 / lambda;
+          ref[1] += g0 * g1 / lambda;
+          ref[2] += g1 * g1 / lambda;
+        }
+        const double tol = std::string(precision) == "float64" ? 1e-6 : 1e-3;
+        const double scale = std::max(ref[0], ref[2]);
+        EXPECT_GT(ref[0], 0);
+        EXPECT_GT(ref[2], 0);
+        for (int c = 0; c < 3; ++c)
+          EXPECT_NEAR(J[3 * i + std::size_t(c)], ref[c], tol * scale)
+              << "S " << slices << " M " << modes << " " << precision << " pattern " << j << " entry " << c;
+      }
+    }
+  }
+  layered_problem p(1, 1);
+  engine_under_test e(p, "float64");
+  std::vector<double> J;
+  EXPECT_EQ(e.information({p.patterns}, 1.0, J), TYCHO_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tycho::last_error()).find("outside"), std::string::npos) << tycho::last_error();
+  for (double bad : {0.0, -1.0, std::nan(""), HUGE_VAL}) {
+    EXPECT_EQ(e.information({0}, bad, J), TYCHO_ERR_INVALID_ARGUMENT) << bad;
+    EXPECT_NE(std::string(tycho::last_error()).find("counts_per_target_unit"), std::string::npos) << tycho::last_error();
+  }
+}
+
 TEST(MultisliceEngine, PositionGradientOnlyWhenAskedFor) {
   layered_problem p(1, 1);
   engine_under_test e(p, "float32", false);

@@ -132,7 +132,8 @@ static_assert(offsetof(tycho_engine_vtable, plan_memory) == 64);  // 1.1
 static_assert(offsetof(tycho_engine_vtable, finish_batch) == 72);  // appended in 1.3
 static_assert(offsetof(tycho_engine_vtable, set_gradient_region) == 80);  // appended in 1.3
 static_assert(offsetof(tycho_engine_vtable, set_position_gradient) == 88);  // appended in 1.3
-static_assert(sizeof(tycho_engine_vtable) == 96);
+static_assert(offsetof(tycho_engine_vtable, position_information) == 96);  // appended in 1.4
+static_assert(sizeof(tycho_engine_vtable) == 104);
 
 static_assert(offsetof(tycho_optimizer_vtable, create) == 8);
 static_assert(offsetof(tycho_optimizer_vtable, step) == 16);
@@ -215,7 +216,7 @@ TEST(PluginAbi, LayoutIsStable) {
   EXPECT_EQ(int(TYCHO_ERR_ABI_MISMATCH), 5);
   EXPECT_EQ(int(TYCHO_ERR_NOT_FOUND), 2);
   EXPECT_EQ(std::string(TYCHO_PLUGIN_ENTRY_SYMBOL), "tycho_plugin_entry");
-  EXPECT_EQ(TYCHO_ABI_VERSION, (1u << 16) | 3u);
+  EXPECT_EQ(TYCHO_ABI_VERSION, (1u << 16) | 4u);
   // ABI 1.2 appended to the engine setup after loss_ref, and one tensor id.
   EXPECT_GT(offsetof(tycho_engine_setup, slice_propagator), offsetof(tycho_engine_setup, loss_ref));
   EXPECT_GT(offsetof(tycho_engine_setup, position_gradient), offsetof(tycho_engine_setup, slice_thickness_A));

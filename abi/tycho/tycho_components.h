@@ -408,6 +408,21 @@ typedef struct tycho_engine_vtable {
    * shifts); on = 1 restores it. Takes effect from the next compute_batch; not thread-safe
    * against it. NULL: the gradient is computed whenever the setup asked for it. */
   tycho_status (*set_position_gradient)(tycho_engine* eng, int32_t on);
+  /* ---- appended in ABI 1.4: how precisely the data can place each probe position (the
+   * Cramér–Rao bound the host weighs position corrections against). For the `count` patterns
+   * `indices` (as compute_batch takes them), at the current object, probe and positions: the
+   * Fisher information of pattern j's probe centre c (object pixels, both axes) under Poisson
+   * counting of its model intensity,
+   *   J_ab = Σ_k (∂λ_k/∂c_a)(∂λ_k/∂c_b) / λ_k,   λ_k = counts_per_target_unit · I_k / target_scale,
+   * over the unmasked detector pixels k with I_k > 0, I_k the model intensity (Σ over the probe's
+   * modes of the far field through every slice; setup->target_scale converts it to the targets'
+   * units, counts_per_target_unit (> 0, finite; 1 for targets in counts) to counts). Any unbiased
+   * estimate of c has a covariance of at least J⁻¹ (px²). Writes J_00, J_01, J_11 of each pattern,
+   * in the order of `indices`, to `information` ((count, 3) float64, host memory). Blocking; not
+   * thread-safe against compute_batch. Needs no targets. NULL: the engine cannot (the host then
+   * decides without it and says so). */
+  tycho_status (*position_information)(tycho_engine* eng, const int64_t* indices, int64_t count,
+                                       double counts_per_target_unit, double* information);
 } tycho_engine_vtable;
 
 /* Bits of finish_batch's flags (ABI 1.3). */

@@ -62,6 +62,12 @@ class engine_under_test {
   tycho_status set_region(const std::vector<int64_t>& boxes) {
     return evt_->set_gradient_region(eng_, boxes.data(), int64_t(boxes.size() / 4));
   }
+  // position_information (ABI 1.4) of the patterns `idx`: (J_00, J_01, J_11) per pattern.
+  tycho_status information(const std::vector<int64_t>& idx, double counts_per_target_unit, std::vector<double>& out) {
+    out.assign(3 * idx.size(), 0.0);
+    if (evt_->position_information == nullptr) return TYCHO_ERR_UNSUPPORTED;
+    return evt_->position_information(eng_, idx.data(), int64_t(idx.size()), counts_per_target_unit, out.data());
+  }
   // compute_batch's status (for refusals; last_error() has the message).
   tycho_status try_batch(const std::vector<int64_t>& idx) {
     double loss = 0;

@@ -838,6 +838,102 @@ void probe_spectra(const fft_plan_2d<Real>& fft, const std::vector<std::complex<
 }  // namespace
 
 template <class Real>
+void cpu_engine<Real>::position_information(const int64_t* indices, int64_t count, double counts_per_target_unit,
+                                            double* out) {
+  const int64_t m = n0_ * n1_;
+  auto probe_spectrum = make_fft_buffer<Real>(modes_ * m), input = make_fft_buffer<Real>(m);
+  fft_buffer<Real> mode_output = modes_ > 1 ? make_fft_buffer<Real>(m) : fft_buffer<Real>();
+  probe_spectra(*fft_, probe_, modes_, m, probe_spectrum.get(), input.get(), mode_output.get());
+  const double counts = counts_per_target_unit / target_scale_;  // counts per unit of model intensity
+  const double inv_m = 1.0 / double(m);
+  // −2π f_a / N_a: the derivative of the shift ramp exp(−2πi f·δ/N) by δ_a, over i.
+  std::vector<double> k0(static_cast<std::size_t>(n0_)), k1(static_cast<std::size_t>(n1_));
+  for (int64_t a = 0; a < n0_; ++a) k0[std::size_t(a)] = -2.0 * M_PI * double(frequency(a, n0_)) / double(n0_);
+  for (int64_t b = 0; b < n1_; ++b) k1[std::size_t(b)] = -2.0 * M_PI * double(frequency(b, n1_)) / double(n1_);
+  std::vector<tycho_status> status(static_cast<std::size_t>(threads_), TYCHO_OK);
+  std::vector<std::string> why(static_cast<std::size_t>(threads_));
+#pragma omp parallel num_threads(threads_)
+  {
+    const int t = omp_get_thread_num();
+    // wave, ∂_0 wave, ∂_1 wave; the transforms' input and output.
+    fft_buffer<Real> wave[3] = {make_fft_buffer<Real>(m), make_fft_buffer<Real>(m), make_fft_buffer<Real>(m)};
+    fft_buffer<Real> in = make_fft_buffer<Real>(m), work = make_fft_buffer<Real>(m);
+    std::vector<complex> r0, r1;
+    std::vector<double> I(static_cast<std::size_t>(m)), d0(static_cast<std::size_t>(m)), d1(static_cast<std::size_t>(m));
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < count; ++i) {
+      if (status[std::size_t(t)] != TYCHO_OK) continue;
+      try {
+        const int64_t j = indices[i];
+        const double t0 = positions_[std::size_t(2 * j)] - double(n0_ / 2);
+        const double t1 = positions_[std::size_t(2 * j + 1)] - double(n1_ / 2);
+        if (!(t0 >= 0 && t1 >= 0 && t0 + double(n0_) <= double(h_) && t1 + double(n1_) <= double(w_)))
+          fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: the window of position ", j, " has left the object (", h_,
+               " x ", w_, " px)");
+        const int64_t i0 = int64_t(std::floor(t0)), j0 = int64_t(std::floor(t1));
+        fill_ramp(r0, n0_, t0 - double(i0), -1.0);  // exact offsets: no group's grid here
+        fill_ramp(r1, n1_, t1 - double(j0), -1.0);
+        std::fill(I.begin(), I.end(), 0.0);
+        std::fill(d0.begin(), d0.end(), 0.0);
+        std::fill(d1.begin(), d1.end(), 0.0);
+        for (int64_t k = 0; k < modes_; ++k) {
+          const complex* ps = probe_spectrum.get() + k * m;
+          for (int v = 0; v < 3; ++v) {
+            for (int64_t a = 0; a < n0_; ++a)
+              for (int64_t b = 0; b < n1_; ++b) {
+                const std::size_t q = std::size_t(a * n1_ + b);
+                complex z = ps[q] * r0[std::size_t(a)] * r1[std::size_t(b)];
+                if (v == 1) z *= complex(0, Real(k0[std::size_t(a)]));
+                if (v == 2) z *= complex(0, Real(k1[std::size_t(b)]));
+                in[q] = z;
+              }
+            fft_->backward(in.get(), wave[v].get());
+          }
+          for (int64_t sl = 0; sl < slices_; ++sl) {
+            const complex* obj = object_.data() + sl * h_ * w_ + i0 * w_ + j0;
+            for (int v = 0; v < 3; ++v) {
+              kernels_->multiply_patch(wave[v].get(), obj, w_, in.get(), n0_, n1_);
+              if (sl + 1 < slices_) {
+                fft_->forward(in.get(), work.get());
+                kernels_->multiply(work.get(), propagator_.data(), in.get(), m);
+                fft_->backward(in.get(), wave[v].get());
+              } else {
+                fft_->forward(in.get(), wave[v].get());  // the far field and its derivatives
+              }
+            }
+          }
+          for (int64_t q = 0; q < m; ++q) {
+            const std::complex<double> psi(wave[0][q]), p0(wave[1][q]), p1(wave[2][q]);
+            I[std::size_t(q)] += std::norm(psi) * inv_m;
+            d0[std::size_t(q)] += 2.0 * std::real(std::conj(psi) * p0) * inv_m;
+            d1[std::size_t(q)] += 2.0 * std::real(std::conj(psi) * p1) * inv_m;
+          }
+        }
+        double J00 = 0, J01 = 0, J11 = 0;
+        for (int64_t q = 0; q < m; ++q) {
+          const double v = I[std::size_t(q)];
+          if (!(v > 0) || (mask_ != nullptr && mask_[q] == 0)) continue;
+          J00 += d0[std::size_t(q)] * d0[std::size_t(q)] / v;
+          J01 += d0[std::size_t(q)] * d1[std::size_t(q)] / v;
+          J11 += d1[std::size_t(q)] * d1[std::size_t(q)] / v;
+        }
+        out[3 * i] = counts * J00;
+        out[3 * i + 1] = counts * J01;
+        out[3 * i + 2] = counts * J11;
+      } catch (const error& e) {
+        status[std::size_t(t)] = e.status;
+        why[std::size_t(t)] = e.what();
+      } catch (const std::exception& e) {
+        status[std::size_t(t)] = TYCHO_ERR_INTERNAL;
+        why[std::size_t(t)] = e.what();
+      }
+    }
+  }
+  for (std::size_t t = 0; t < status.size(); ++t)
+    if (status[t] != TYCHO_OK) throw error(status[t], why[t]);
+}
+
+template <class Real>
 double cpu_engine<Real>::compute_float(const batch_item* items, int64_t count) {
   const int64_t m = n0_ * n1_;
   // Several modes: each mode's transform into an aligned buffer of its own (mode k's part of

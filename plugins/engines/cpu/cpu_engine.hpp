@@ -127,6 +127,10 @@ class engine_base {
   // and `loss` has the batch's Σ L (over every rank) added.
   virtual DLTensor* fixed_point_sums() = 0;
   virtual bool finish_batch(bool ends_iteration, double& loss) = 0;
+  // The Fisher information of each pattern's probe centre (tycho_engine_vtable::
+  // position_information): (count, 3) J_00, J_01, J_11 into out; arguments checked by the adapter.
+  virtual void position_information(const int64_t* indices, int64_t count, double counts_per_target_unit,
+                                    double* out) = 0;
 };
 
 // The engine for `options.double_precision`, from a setup that has passed the SDK engine
@@ -150,6 +154,12 @@ class cpu_engine final : public engine_base {
   void set_gradient_region(const int64_t* boxes, int64_t n) override { region_.assign(boxes, boxes + 4 * n); }
   DLTensor* fixed_point_sums() override;
   bool finish_batch(bool ends_iteration, double& loss) override;
+  // Per pattern the shifted probe and its two derivatives by the centre, F⁻¹[F[P]·r·(−2πi f_a/N_a)],
+  // through the slices alongside the wave (the object does not depend on the centre), then
+  // J_ab = (c / target_scale) Σ_k ∂_a I_k ∂_b I_k / I_k with ∂_a I = 2 Re Σ_modes conj(Ψ) ∂_a Ψ / (N0 N1).
+  // Nine 2-D transforms per pattern, mode and slice: a pass the host makes once, not per iteration.
+  void position_information(const int64_t* indices, int64_t count, double counts_per_target_unit,
+                            double* out) override;
 
  private:
   struct thread_scratch;

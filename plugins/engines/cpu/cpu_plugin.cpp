@@ -28,6 +28,9 @@ class cpu_component {
   void set_gradient_region(const int64_t* boxes, int64_t n) { engine_->set_gradient_region(boxes, n); }
   DLTensor* fixed_point_sums() { return engine_->fixed_point_sums(); }
   bool finish_batch(bool ends_iteration, double& loss) { return engine_->finish_batch(ends_iteration, loss); }
+  void position_information(const int64_t* indices, int64_t count, double counts_per_target_unit, double* out) {
+    engine_->position_information(indices, count, counts_per_target_unit, out);
+  }
 
   // The cpu model of tycho/core/memory_plan.hpp: what cpu_engine.cpp allocates, per thread.
   static void plan_memory(const config_view& cfg, const tycho_memory_problem& problem, tycho_memory_report* out) {

@@ -23,6 +23,11 @@
 //     // The object gradient is read only inside these boxes from the next batch on (n = 0: all
 //     // of it); tycho_engine_vtable::set_gradient_region. Boxes checked (below), to be copied.
 //     void set_gradient_region(const int64_t* boxes, int64_t n);
+//     // ABI 1.4: the Fisher information (J_00, J_01, J_11) of each pattern's probe centre under
+//     // Poisson counting (tycho_engine_vtable::position_information; indices and the count
+//     // scale checked, below), into out ((count, 3)).
+//     void position_information(const int64_t* indices, int64_t count, double counts_per_target_unit,
+//                               double* out);
 //   };
 //   engine_capabilities caps{"mine", TYCHO_DEVICE_BIT(kDLCPU)};
 //   component(TYCHO_COMPONENT_ENGINE, "mine", "1.0.0", "...", caps.devices, keys,
@@ -254,6 +259,9 @@ TYCHO_SDK_DETECT(engine_has_set_position_gradient, std::declval<T&>().set_positi
 TYCHO_SDK_DETECT(engine_has_fixed_point, std::declval<T&>().fixed_point_sums());
 TYCHO_SDK_DETECT(engine_has_gradient_region,
                  std::declval<T&>().set_gradient_region(std::declval<const int64_t*>(), int64_t(0)));
+TYCHO_SDK_DETECT(engine_has_position_information,
+                 std::declval<T&>().position_information(std::declval<const int64_t*>(), int64_t(0), 1.0,
+                                                         std::declval<double*>()));
 TYCHO_SDK_DETECT(engine_has_plan_memory,
                  T::plan_memory(std::declval<const config_view&>(), std::declval<const tycho_memory_problem&>(),
                                 std::declval<tycho_memory_report*>()));
@@ -416,6 +424,24 @@ struct engine_adapter {
     });
   }
 
+  static tycho_status position_information(tycho_engine* eng, const int64_t* indices, int64_t count,
+                                           double counts_per_target_unit, double* information) {
+    return guarded([&] {
+      instance& in = self(eng, "position_information");
+      if (count < 0) fail(TYCHO_ERR_INVALID_ARGUMENT, id().who(), ": position_information() of ", count, " patterns");
+      if (count > 0 && (indices == nullptr || information == nullptr))
+        fail(TYCHO_ERR_INVALID_ARGUMENT, id().who(), ": position_information() without indices or an output");
+      if (!(counts_per_target_unit > 0) || !std::isfinite(counts_per_target_unit))
+        fail(TYCHO_ERR_INVALID_ARGUMENT, id().who(), ": position_information() with counts_per_target_unit ",
+             counts_per_target_unit, ", not a finite number > 0");
+      for (int64_t i = 0; i < count; ++i)
+        if (indices[i] < 0 || indices[i] >= in.patterns)
+          fail(TYCHO_ERR_INVALID_ARGUMENT, id().who(), ": pattern index ", indices[i], " outside [0, ", in.patterns,
+               ")");
+      in.engine.position_information(indices, count, counts_per_target_unit, information);
+    });
+  }
+
   static tycho_engine_vtable make_vtable() {
     auto vt = detail::vtable_head<tycho_engine_vtable>();
     vt.create = &create;
@@ -429,6 +455,7 @@ struct engine_adapter {
     if constexpr (detail::engine_has_set_position_gradient<E>::value) vt.set_position_gradient = &set_position_gradient;
     if constexpr (detail::engine_has_fixed_point<E>::value) vt.finish_batch = &finish_batch;
     if constexpr (detail::engine_has_gradient_region<E>::value) vt.set_gradient_region = &set_gradient_region;
+    if constexpr (detail::engine_has_position_information<E>::value) vt.position_information = &position_information;
     return vt;
   }
   static inline const tycho_engine_vtable vtable = make_vtable();
