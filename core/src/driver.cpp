@@ -4,6 +4,7 @@
 #include <cmath>
 #include <complex>
 #include <cstddef>
+#include <numeric>
 #include <type_traits>
 
 #include "tycho/core/error.hpp"
@@ -346,6 +347,30 @@ void driver::correct_positions(int64_t epoch) {
   sum_host_doubles(totals, stream);
   const double mean[2] = {totals[0] / totals[2], totals[1] / totals[2]};
   move_positions(data_of<double>(pos), steps.data(), pos.shape[0], mean, o);
+}
+
+std::optional<std::array<double, 2>> driver::position_bound_px(double counts_per_target_unit) {
+  const tycho_engine_vtable* vt = engine_.vtable;
+  if (vt->struct_size < offsetof(tycho_engine_vtable, position_information) + sizeof(vt->position_information) ||
+      vt->position_information == nullptr)
+    return std::nullopt;
+  DLTensor pos = engine_tensor(engine_, TYCHO_TENSOR_POSITIONS);
+  const int64_t count = pos.shape[0];
+  std::vector<int64_t> local(static_cast<std::size_t>(count));
+  std::iota(local.begin(), local.end(), int64_t(0));
+  std::vector<double> J(static_cast<std::size_t>(3 * count));
+  check_status(vt->position_information(engine_.instance, local.data(), count, counts_per_target_unit, J.data()),
+               "engine position_information");
+  std::vector<double> sums(3, 0.0);  // Σ J_00, Σ J_11, patterns
+  for (int64_t j = 0; j < count; ++j) {
+    sums[0] += J[std::size_t(3 * j)];
+    sums[1] += J[std::size_t(3 * j + 2)];
+  }
+  sums[2] = double(count);
+  if (share_.world_size > 1) sum_host_doubles(sums, vt->stream ? vt->stream(engine_.instance) : nullptr);
+  std::array<double, 2> bound{};
+  for (std::size_t a = 0; a < 2; ++a) bound[a] = sums[a] > 0 ? std::sqrt(sums[2] / sums[a]) : HUGE_VAL;
+  return bound;
 }
 
 void driver::set_scan_refinement(scan_refinement r) {

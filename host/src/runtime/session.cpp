@@ -625,10 +625,7 @@ scan_refinement session::state::make_scan_refinement(state& s, const scan_refine
   // Counted electrons (the amplitude and Poisson losses agree to second order): each real
   // degree of freedom fits σ² = s / 4 = 1 / (4 T) of the noise (Var √D ≈ ¼ per pixel, scaled by
   // the mean total T), two per object pixel. Other data carry no noise model the penalty could use.
-  const DLDataType stored = s.data.info.stored_dtype;
-  const bool counted =
-      (s.data.counted || stored.code == kDLUInt || stored.code == kDLInt) && s.data.mean_total_intensity > 0;
-  if (counted)
+  if (s.data.has_counts())
     with_probe.noise_per_A2 = 2.0 / (4.0 * s.data.mean_total_intensity) / (s.geometry.pixel_A[0] * s.geometry.pixel_A[1]);
   with_probe.window_A = std::sqrt(double(s.data.n0) * s.geometry.pixel_A[0] * double(s.data.n1) * s.geometry.pixel_A[1]);
   return scan_refinement(with_probe, std::move(mine), std::sqrt(r2), {s.geometry.pixel_A[0], s.geometry.pixel_A[1]},

@@ -223,6 +223,7 @@ bool session::run_iterations(int64_t n, const progress_callback& progress, bool 
                                 "of the wrong sign: this run started from C10 = ",
                                 s.optics.C10_A, " Å; state [optics] C10_A = ", -s.optics.C10_A,
                                 " and run again (py4DSTEM's and abTEM's defocus is −C10)"));
+  report_position_bound();
   check_replicas();
   if (s.par->world_size() > 1) {
     const auto st = s.par->gradient_reduce_stats();
@@ -234,6 +235,35 @@ bool session::run_iterations(int64_t n, const progress_callback& progress, bool 
                               st.seconds / double(st.calls) * 1e3, " ms each; iterations took ", total, " s)"));
   }
   return true;
+}
+
+// Where the positions were refined (the scan map, position correction) and the data are counts:
+// how precisely the data place each position, at the run's end (the engine's Fisher information;
+// the floor that the positions' errors can reach), logged and kept in the manifest.
+void session::report_position_bound() {
+  state& s = *s_;
+  s.positions_precision_json.clear();
+  if (!(s.refine_scan_map || s.drv->corrects_positions()) || !s.data.has_counts()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto bound = s.drv->position_bound_px(1.0);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!bound) {
+    if (s.par->is_root())
+      log_info("positions", "the engine gives no position information (tycho_engine_vtable::position_information): "
+                            "no Cramér-Rao bound for the positions");
+    return;
+  }
+  const double A[2] = {(*bound)[0] * s.geometry.pixel_A[0], (*bound)[1] * s.geometry.pixel_A[1]};
+  nlohmann::ordered_json j;
+  j["cramer_rao_A"] = {std::isfinite(A[0]) ? nlohmann::ordered_json(A[0]) : nlohmann::ordered_json(),
+                       std::isfinite(A[1]) ? nlohmann::ordered_json(A[1]) : nlohmann::ordered_json()};
+  j["iteration"] = s.drv->iterations_done();
+  s.positions_precision_json = j.dump();
+  if (s.par->is_root())
+    log_info("positions", cat("the data place a probe position to ", A[0], " Å and ", A[1], " Å (axes 0, 1; the ",
+                              "Cramér-Rao bound of Poisson counts from the mean Fisher information of the ",
+                              s.data.all_patterns, " patterns at the final object and probe, ", secs,
+                              " s): no position estimate from these data is more precise"));
 }
 
 void session::check_replicas() const {

@@ -183,6 +183,7 @@ struct session::state {
   }
   std::string parallel_json;             // the ranks' reports, for the manifest
   std::string preprocess_json;           // what the preprocessing stage did, for the manifest
+  std::string positions_precision_json;   // the positions' Cramér–Rao bound at the run's end ("" when not measured)
   std::string initial_probe_json;        // where the initial probe came from, when not the model ("" otherwise)
   std::vector<double> measured_mean;     // (N0, N1) FFT order: this rank's mean pattern, for the previews
 

@@ -10,10 +10,12 @@
 #include "tycho/core/scan_refinement.hpp"
 #include "tycho/core/sharding.hpp"
 
+#include <array>
 #include <complex>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -143,6 +145,13 @@ class driver {
   void restore_scan_refinement(const std::vector<double>& state, const std::string& origin) {
     if (scan_enabled_) scan_.restore(state, origin);
   }
+  // How precisely the data place the probe positions, at the current object, probe and positions:
+  // the Cramér–Rao bound per axis from the mean Fisher information of every pattern (every
+  // rank's), σ_a = √(P / Σ_j J_j,aa) in object pixels, J from the engine's
+  // tycho_engine_vtable::position_information (Poisson counts, `counts_per_target_unit` counts per
+  // unit of the targets). nullopt when the engine gives none.
+  std::optional<std::array<double, 2>> position_bound_px(double counts_per_target_unit);
+  bool corrects_positions() const { return options_.positions.enabled; }
   // The refinement's reports since the last call (one line per global step), for the log.
   std::vector<std::string> take_scan_log() { return std::exchange(scan_log_, {}); }
   // With several ranks and position correction: every pattern's position ((P, 2) px), gathered

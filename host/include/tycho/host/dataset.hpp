@@ -82,6 +82,12 @@ struct dataset {
   // such a source says so): the scan map refinement's counting-noise model applies.
   bool counted = false;
   std::vector<double> streamed_mean;
+  // Counted electrons or photons, with a known mean: the data have a noise model (the scan map's
+  // counting-noise penalty, the positions' Cramér–Rao bound).
+  bool has_counts() const {
+    return (counted || info.stored_dtype.code == kDLUInt || info.stored_dtype.code == kDLInt) &&
+           mean_total_intensity > 0;
+  }
 };
 
 // The source's read_positions for `info`'s scan: (P, 2) positions in Å, or empty when the

@@ -107,6 +107,9 @@ class session {
 
  private:
   bool run_iterations(int64_t n, const progress_callback& progress, bool by_rule);
+  // Where the positions were refined and the data are counts: their Cramér–Rao bound at the
+  // run's end, logged and kept for the manifest (run() calls it on every rank).
+  void report_position_bound();
   std::vector<std::string> optimizer_state_names() const;
   owned_array optimizer_state(const std::string& full_name) const;
   struct state;
