@@ -1,10 +1,10 @@
 // The positions' Cramér–Rao bound at a run's end (session::report_position_bound, from the
-// engine's tycho_engine_vtable::position_information): where the positions are refined and the
-// data are counts, the log and the manifest's positions_precision give how precisely the data
-// place a probe position. Poisson information grows with the counts: the MoS2 example's counts
-// times four (a dose four times higher, with its noise a quarter as large relative to the
-// signal) normalise to the same targets, so the run takes the same path, and the bound halves.
-// Data that are not counts (floats) get none.
+// engine's tycho_engine_vtable::position_information): where a position moved and the data are
+// counts, the log and the manifest's positions_precision give how precisely the data place each
+// probe position. Poisson information grows with the counts: the MoS2 example's counts times four
+// normalise to the same targets, so the run takes the same path, and the bound halves. Data that
+// are not counts (floats), and a run in which no position moved yet, get none, and the log says
+// why.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -27,9 +27,10 @@ namespace {
 using tycho::test::run_command;
 
 // The MoS2 example on `data` (an .npy of its patterns), 12 iterations (the scan map steps at 10).
-tycho::test::command_result run_on(const tycho::test::temp_folder& tmp, const std::string& data, const std::string& out) {
+tycho::test::command_result run_on(const tycho::test::temp_folder& tmp, const std::string& data, const std::string& out,
+                                   const std::string& iterations = "12") {
   return run_command({tycho::test::tycho_exe(), "reconstruct", tycho::test::source_dir() + "/examples/mos2.toml",
-                      "--iterations", "12", "--set", "output.previews=false", "--set", "data.source=\"npy\"", "--set",
+                      "--iterations", iterations, "--set", "output.previews=false", "--set", "data.source=\"npy\"", "--set",
                       "data.path=\"" + data + "\"", "--set", "data.scan_step_A=0.5", "--set",
                       "data.detector_pixel_invA=0.06", "-o", out});
 }
@@ -38,7 +39,7 @@ nlohmann::json manifest_of(const std::string& path) {
   return nlohmann::json::parse(tycho::test::load_result(path).manifest_json);
 }
 
-TEST(PositionBound, FourTimesTheCountsHalveTheBoundAndDataWithoutCountsHaveNone) {
+TEST(PositionBound, FourTimesTheCountsHalveTheBoundAndFloatsOrUnmovedPositionsHaveNone) {
   tycho::test::temp_folder tmp;
   std::vector<float> patterns;
   {
@@ -64,10 +65,12 @@ TEST(PositionBound, FourTimesTheCountsHalveTheBoundAndDataWithoutCountsHaveNone)
   auto b = run_on(tmp, tmp / "four.npy", tmp / "four.zip");
   ASSERT_TRUE(a.exited_with(0)) << a.describe();
   ASSERT_TRUE(b.exited_with(0)) << b.describe();
-  EXPECT_NE(a.err.find("positions: the data place a probe position to "), std::string::npos) << a.describe();
+  EXPECT_NE(a.err.find("positions: the data place each probe position to "), std::string::npos) << a.describe();
   const nlohmann::json pa = manifest_of(tmp / "once.zip").at("positions_precision");
   const nlohmann::json pb = manifest_of(tmp / "four.zip").at("positions_precision");
   EXPECT_EQ(pa.at("iteration"), 12);
+  EXPECT_EQ(pa.at("patterns"), 768);
+  EXPECT_EQ(pa.at("patterns_without_information"), 0);
   for (int axis = 0; axis < 2; ++axis) {
     const double x = pa.at("cramer_rao_A").at(axis).get<double>(), y = pb.at("cramer_rao_A").at(axis).get<double>();
     std::cout << "axis " << axis << ": " << x << " Å from the counts, " << y << " Å from four times them\n";
@@ -80,7 +83,18 @@ TEST(PositionBound, FourTimesTheCountsHalveTheBoundAndDataWithoutCountsHaveNone)
   auto c = run_on(tmp, tmp / "floats.npy", tmp / "floats.zip");
   ASSERT_TRUE(c.exited_with(0)) << c.describe();
   EXPECT_FALSE(manifest_of(tmp / "floats.zip").contains("positions_precision"));
-  EXPECT_EQ(c.err.find("the data place a probe position"), std::string::npos) << c.describe();
+  EXPECT_EQ(c.err.find("the data place each probe position"), std::string::npos) << c.describe();
+  EXPECT_NE(c.err.find("no Cramér-Rao bound for the positions: the data are not counts (the source stores them as "
+                       "float32"),
+            std::string::npos)
+      << c.describe();
+  // One iteration: the scan map's first step is at the tenth, so no position has moved.
+  auto d = run_on(tmp, tmp / "once.npy", tmp / "one.zip", "1");
+  ASSERT_TRUE(d.exited_with(0)) << d.describe();
+  EXPECT_FALSE(manifest_of(tmp / "one.zip").contains("positions_precision"));
+  EXPECT_NE(d.err.find("no Cramér-Rao bound for the positions: no position has moved in this run's 1 iterations"),
+            std::string::npos)
+      << d.describe();
 }
 
 }  // namespace

@@ -349,7 +349,7 @@ void driver::correct_positions(int64_t epoch) {
   move_positions(data_of<double>(pos), steps.data(), pos.shape[0], mean, o);
 }
 
-std::optional<std::array<double, 2>> driver::position_bound_px(double counts_per_target_unit) {
+std::optional<driver::position_bound> driver::position_bound_px(double counts_per_target_unit) {
   const tycho_engine_vtable* vt = engine_.vtable;
   if (vt->struct_size < offsetof(tycho_engine_vtable, position_information) + sizeof(vt->position_information) ||
       vt->position_information == nullptr)
@@ -361,16 +361,34 @@ std::optional<std::array<double, 2>> driver::position_bound_px(double counts_per
   std::vector<double> J(static_cast<std::size_t>(3 * count));
   check_status(vt->position_information(engine_.instance, local.data(), count, counts_per_target_unit, J.data()),
                "engine position_information");
-  std::vector<double> sums(3, 0.0);  // Σ J_00, Σ J_11, patterns
+  std::vector<double> sums(4, 0.0);  // Σ (J⁻¹)_00, Σ (J⁻¹)_11, informed, uninformed patterns
   for (int64_t j = 0; j < count; ++j) {
-    sums[0] += J[std::size_t(3 * j)];
-    sums[1] += J[std::size_t(3 * j + 2)];
+    const double* q = J.data() + 3 * j;
+    const double det = q[0] * q[2] - q[1] * q[1];
+    // Singular to the precision J is summed in (or no information at all): left out.
+    if (!(det > 1e-9 * q[0] * q[2]) || !std::isfinite(det)) {
+      sums[3] += 1;
+      continue;
+    }
+    sums[0] += q[2] / det;
+    sums[1] += q[0] / det;
+    sums[2] += 1;
   }
-  sums[2] = double(count);
   if (share_.world_size > 1) sum_host_doubles(sums, vt->stream ? vt->stream(engine_.instance) : nullptr);
-  std::array<double, 2> bound{};
-  for (std::size_t a = 0; a < 2; ++a) bound[a] = sums[a] > 0 ? std::sqrt(sums[2] / sums[a]) : HUGE_VAL;
-  return bound;
+  position_bound b;
+  b.informed = int64_t(sums[2]);
+  b.uninformed = int64_t(sums[3]);
+  for (std::size_t a = 0; a < 2; ++a) b.rms_px[a] = sums[2] > 0 ? std::sqrt(sums[a] / sums[2]) : HUGE_VAL;
+  return b;
+}
+
+bool driver::positions_moved() const {
+  const int64_t done = iterations_done_;
+  const bool map_stepped = scan_enabled_ && scan_.steps_taken() > 0;
+  const position_correction& pc = options_.positions;
+  const bool corrected = pc.enabled && done >= pc.first_iteration &&
+                         (!pc.after_scan_map || (scan_enabled_ && scan_.converged() && done > scan_.converged_at()));
+  return map_stepped || corrected;
 }
 
 void driver::set_scan_refinement(scan_refinement r) {

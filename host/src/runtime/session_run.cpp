@@ -1,5 +1,5 @@
 // The session's iterations: run() and run_by_rule(), the kept state after each finite
-// iteration, the stop check, and the replicas' check.
+// iteration, the stop check, the positions' Cramér–Rao bound at the end, and the replicas' check.
 
 #include "runtime/session_state.hpp"
 
@@ -7,8 +7,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <iomanip>
+#include <sstream>
 
 #include <time.h>
+
+#include <tycho/sdk/npy.hpp>
 
 #include "tycho/host/log.hpp"
 #include "tycho/host/progress.hpp"
@@ -237,33 +241,56 @@ bool session::run_iterations(int64_t n, const progress_callback& progress, bool 
   return true;
 }
 
-// Where the positions were refined (the scan map, position correction) and the data are counts:
-// how precisely the data place each position, at the run's end (the engine's Fisher information;
-// the floor that the positions' errors can reach), logged and kept in the manifest.
+// Where the positions moved (the scan map stepped, or their own correction began) and the data
+// are counts: how precisely the data place each position, at the run's end (the engine's Fisher
+// information; the floor per-position correction can reach), logged and kept in the manifest.
+// Where the positions were to move but no bound can be given, the log says why.
 void session::report_position_bound() {
   state& s = *s_;
   s.positions_precision_json.clear();
-  if (!(s.refine_scan_map || s.drv->corrects_positions()) || !s.data.has_counts()) return;
+  if (!(s.refine_scan_map || s.drv->corrects_positions())) return;  // the positions were never in play
+  auto none = [&](const std::string& why) {
+    if (s.par->is_root()) log_info("positions", cat("no Cramér-Rao bound for the positions: ", why));
+  };
+  if (!s.data.has_counts()) {
+    none(cat("the data are not counts (the source stores them as ", sdk::npy::dtype_text(s.data.info.stored_dtype),
+             "; the bound needs integer counts, or a prepared file made from them)"));
+    return;
+  }
+  if (!s.drv->positions_moved()) {
+    none(cat("no position has moved in this run's ", s.drv->iterations_done(), " iterations"));
+    return;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   const auto bound = s.drv->position_bound_px(1.0);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!bound) {
-    if (s.par->is_root())
-      log_info("positions", "the engine gives no position information (tycho_engine_vtable::position_information): "
-                            "no Cramér-Rao bound for the positions");
+    none("the engine gives no position information (tycho_engine_vtable::position_information)");
     return;
   }
-  const double A[2] = {(*bound)[0] * s.geometry.pixel_A[0], (*bound)[1] * s.geometry.pixel_A[1]};
+  const double A[2] = {bound->rms_px[0] * s.geometry.pixel_A[0], bound->rms_px[1] * s.geometry.pixel_A[1]};
   nlohmann::ordered_json j;
   j["cramer_rao_A"] = {std::isfinite(A[0]) ? nlohmann::ordered_json(A[0]) : nlohmann::ordered_json(),
                        std::isfinite(A[1]) ? nlohmann::ordered_json(A[1]) : nlohmann::ordered_json()};
+  j["patterns"] = bound->informed;
+  j["patterns_without_information"] = bound->uninformed;
   j["iteration"] = s.drv->iterations_done();
   s.positions_precision_json = j.dump();
-  if (s.par->is_root())
-    log_info("positions", cat("the data place a probe position to ", A[0], " Å and ", A[1], " Å (axes 0, 1; the ",
-                              "Cramér-Rao bound of Poisson counts from the mean Fisher information of the ",
-                              s.data.all_patterns, " patterns at the final object and probe, ", secs,
-                              " s): no position estimate from these data is more precise"));
+  if (!s.par->is_root()) return;
+  auto short_number = [](double v) {
+    std::ostringstream o;
+    o << std::setprecision(3) << v;
+    return o.str();
+  };
+  log_info("positions",
+           cat("the data place each probe position to ", short_number(A[0]), " Å and ", short_number(A[1]),
+               " Å rms along the object's rows and columns: the Cramér-Rao bound, the smallest rms error any "
+               "unbiased estimate of each position can have from these counts with the final object and probe (",
+               bound->informed, " patterns",
+               bound->uninformed > 0
+                   ? cat("; ", bound->uninformed, " more hold no position information, a flat object under the probe")
+                   : std::string(),
+               "; computed in ", short_number(secs), " s)"));
 }
 
 void session::check_replicas() const {

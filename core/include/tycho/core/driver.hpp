@@ -146,11 +146,20 @@ class driver {
     if (scan_enabled_) scan_.restore(state, origin);
   }
   // How precisely the data place the probe positions, at the current object, probe and positions:
-  // the Cramér–Rao bound per axis from the mean Fisher information of every pattern (every
-  // rank's), σ_a = √(P / Σ_j J_j,aa) in object pixels, J from the engine's
-  // tycho_engine_vtable::position_information (Poisson counts, `counts_per_target_unit` counts per
-  // unit of the targets). nullopt when the engine gives none.
-  std::optional<std::array<double, 2>> position_bound_px(double counts_per_target_unit);
+  // the Cramér–Rao bound, the rms over the patterns (every rank's) of each position's own,
+  // rms_px[a] = √(mean_j (J_j⁻¹)_aa) in object pixels, J_j pattern j's Fisher information from the
+  // engine's tycho_engine_vtable::position_information (Poisson counts, `counts_per_target_unit`
+  // counts per unit of the targets). Patterns whose J is singular (a flat object under the probe:
+  // no information along some direction) are counted apart and left out of the rms. nullopt when
+  // the engine gives no information.
+  struct position_bound {
+    std::array<double, 2> rms_px{};
+    int64_t informed = 0, uninformed = 0;
+  };
+  std::optional<position_bound> position_bound_px(double counts_per_target_unit);
+  // Whether any position has moved by now (the scan map has stepped, or the positions' own
+  // correction has begun): what the run's end reports a bound for.
+  bool positions_moved() const;
   bool corrects_positions() const { return options_.positions.enabled; }
   // The refinement's reports since the last call (one line per global step), for the log.
   std::vector<std::string> take_scan_log() { return std::exchange(scan_log_, {}); }
