@@ -157,7 +157,7 @@ class cpu_engine final : public engine_base {
   // Per pattern the shifted probe and its two derivatives by the centre, F⁻¹[F[P]·r·(−2πi f_a/N_a)],
   // through the slices alongside the wave (the object does not depend on the centre), then
   // J_ab = (c / target_scale) Σ_k ∂_a I_k ∂_b I_k / I_k with ∂_a I = 2 Re Σ_modes conj(Ψ) ∂_a Ψ / (N0 N1).
-  // Nine 2-D transforms per pattern, mode and slice: a pass the host makes once, not per iteration.
+  // Six 2-D transforms per pattern, mode and slice: a pass the host makes once, not per iteration.
   void position_information(const int64_t* indices, int64_t count, double counts_per_target_unit,
                             double* out) override;
 
