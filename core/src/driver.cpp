@@ -142,9 +142,7 @@ double driver::run_iteration() {
   for (const auto& opt : optimizers_) object_steps |= opt.parameter == TYCHO_TENSOR_OBJECT && epoch >= opt.first_iteration;
   // Positions move after this iteration by their own steps, or by the scan map's (every few
   // iterations): only then does the engine compute their gradient.
-  const bool per_position = options_.positions.enabled && epoch >= options_.positions.first_iteration &&
-                            (!options_.positions.after_scan_map ||
-                             (scan_enabled_ && scan_.converged() && epoch > scan_.converged_at()));
+  const bool per_position = corrects_positions_after(epoch);
   const bool map_step = scan_enabled_ && scan_.due(epoch);
   const bool probe_waits = options_.probe_waits_for_scan_map && scan_enabled_ && scan_.options().enabled &&
                            !(scan_.converged() && epoch > scan_.converged_at());
@@ -382,13 +380,14 @@ std::optional<driver::position_bound> driver::position_bound_px(double counts_pe
   return b;
 }
 
-bool driver::positions_moved() const {
-  const int64_t done = iterations_done_;
-  const bool map_stepped = scan_enabled_ && scan_.steps_taken() > 0;
+bool driver::corrects_positions_after(int64_t epoch) const {
   const position_correction& pc = options_.positions;
-  const bool corrected = pc.enabled && done >= pc.first_iteration &&
-                         (!pc.after_scan_map || (scan_enabled_ && scan_.converged() && done > scan_.converged_at()));
-  return map_stepped || corrected;
+  return pc.enabled && epoch >= pc.first_iteration &&
+         (!pc.after_scan_map || (scan_enabled_ && scan_.converged() && epoch > scan_.converged_at()));
+}
+
+bool driver::positions_moved() const {
+  return (scan_enabled_ && scan_.steps_taken() > 0) || corrects_positions_after(iterations_done_);
 }
 
 void driver::set_scan_refinement(scan_refinement r) {

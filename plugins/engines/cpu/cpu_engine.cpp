@@ -304,7 +304,7 @@ double cpu_engine<Real>::grouped_offset(double delta0) const {
 }
 
 template <class Real>
-typename cpu_engine<Real>::batch_item cpu_engine<Real>::item(int64_t j) const {
+typename cpu_engine<Real>::batch_item cpu_engine<Real>::exact_item(int64_t j) const {
   batch_item it;
   it.pattern = j;
   const double t0 = positions_[2 * j] - double(n0_ / 2);
@@ -318,6 +318,12 @@ typename cpu_engine<Real>::batch_item cpu_engine<Real>::item(int64_t j) const {
   it.j0 = int64_t(std::floor(t1));
   it.delta0 = t0 - double(it.i0);
   it.delta1 = t1 - double(it.j0);
+  return it;
+}
+
+template <class Real>
+typename cpu_engine<Real>::batch_item cpu_engine<Real>::item(int64_t j) const {
+  batch_item it = exact_item(j);
   if (shift_groups_) {
     // Offsets on the grouped path's grid (cpu_engine.hpp), so that positions whose axis-0 offsets
     // differ by less share one group; float32 without a grid: on 2⁻²⁸ px, so that rows repeating an
@@ -864,15 +870,10 @@ void cpu_engine<Real>::position_information(const int64_t* indices, int64_t coun
     for (int64_t i = 0; i < count; ++i) {
       if (status[std::size_t(t)] != TYCHO_OK) continue;
       try {
-        const int64_t j = indices[i];
-        const double t0 = positions_[std::size_t(2 * j)] - double(n0_ / 2);
-        const double t1 = positions_[std::size_t(2 * j + 1)] - double(n1_ / 2);
-        if (!(t0 >= 0 && t1 >= 0 && t0 + double(n0_) <= double(h_) && t1 + double(n1_) <= double(w_)))
-          fail(TYCHO_ERR_INVALID_ARGUMENT, "cpu engine: the window of position ", j, " has left the object (", h_,
-               " x ", w_, " px)");
-        const int64_t i0 = int64_t(std::floor(t0)), j0 = int64_t(std::floor(t1));
-        fill_ramp(r0, n0_, t0 - double(i0), -1.0);  // exact offsets: no group's grid here
-        fill_ramp(r1, n1_, t1 - double(j0), -1.0);
+        const batch_item it = exact_item(indices[i]);  // exact offsets: no group's grid here
+        const int64_t i0 = it.i0, j0 = it.j0;
+        fill_ramp(r0, n0_, it.delta0, -1.0);
+        fill_ramp(r1, n1_, it.delta1, -1.0);
         std::fill(I.begin(), I.end(), 0.0);
         std::fill(d0.begin(), d0.end(), 0.0);
         std::fill(d1.begin(), d1.end(), 0.0);

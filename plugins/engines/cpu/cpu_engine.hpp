@@ -185,6 +185,9 @@ class cpu_engine final : public engine_base {
   void add_probe_share(const complex* spectrum, int64_t k, thread_scratch& s, bool by_row);
   // The grouped path's row-offset classes, when the deterministic sums keep them (cpu_engine.hpp).
   void find_classes(const engine_options& options);
+  // Pattern j's window corner and sub-pixel offset from its centre, exactly; refused where the
+  // window has left the object. item() puts the offsets on the grouped path's grid where it runs.
+  batch_item exact_item(int64_t j) const;
   batch_item item(int64_t j) const;
   // The sub-pixel offset along axis 0 of a window centred at `centre0` (object pixels), as item()
   // takes it (rounded to 2⁻²⁸ px for the float32 grouped path).

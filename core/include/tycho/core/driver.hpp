@@ -179,6 +179,9 @@ class driver {
   // `epoch`; batch −1 after the position step.
   void apply_constraints(uint32_t targets, int64_t epoch, int64_t batch, int64_t batches, void* stream);
   void correct_positions(int64_t epoch);
+  // Whether the positions' own steps run after iteration `epoch` (from first_iteration; with
+  // after_scan_map, once the map has converged).
+  bool corrects_positions_after(int64_t epoch) const;
   // The scan map's global step of iteration `epoch` (when due): positions and probe moved.
   void step_scan_map(int64_t epoch);
   // Turns the engine's position gradient on or off for this iteration's batches, where the

@@ -311,6 +311,14 @@ struct engine_adapter {
     }
   }
 
+  // Every index of a call's patterns in [0, patterns).
+  static void check_indices(const instance& in, const int64_t* indices, int64_t count) {
+    for (int64_t i = 0; i < count; ++i)
+      if (indices[i] < 0 || indices[i] >= in.patterns)
+        fail(TYCHO_ERR_INVALID_ARGUMENT, id().who(), ": pattern index ", indices[i], " outside [0, ", in.patterns,
+             ")");
+  }
+
   static tycho_status create(const tycho_engine_setup* setup, tycho_engine** out) {
     if (out != nullptr) *out = nullptr;
     return guarded([&] {
@@ -324,10 +332,7 @@ struct engine_adapter {
       instance& in = self(eng, "compute_batch");
       if (count < 0) fail(TYCHO_ERR_INVALID_ARGUMENT, id().who(), ": negative batch size ", count);
       if (count > 0 && indices == nullptr) fail(TYCHO_ERR_INVALID_ARGUMENT, id().who(), ": no batch indices");
-      for (int64_t i = 0; i < count; ++i)
-        if (indices[i] < 0 || indices[i] >= in.patterns)
-          fail(TYCHO_ERR_INVALID_ARGUMENT, id().who(), ": pattern index ", indices[i], " outside [0, ", in.patterns,
-               ")");
+      check_indices(in, indices, count);
       if constexpr (detail::engine_has_collect_loss<E>::value) {
         in.engine.compute_batch(indices, count);  // the loss stays with the engine until collect_loss
       } else {
@@ -434,10 +439,7 @@ struct engine_adapter {
       if (!(counts_per_target_unit > 0) || !std::isfinite(counts_per_target_unit))
         fail(TYCHO_ERR_INVALID_ARGUMENT, id().who(), ": position_information() with counts_per_target_unit ",
              counts_per_target_unit, ", not a finite number > 0");
-      for (int64_t i = 0; i < count; ++i)
-        if (indices[i] < 0 || indices[i] >= in.patterns)
-          fail(TYCHO_ERR_INVALID_ARGUMENT, id().who(), ": pattern index ", indices[i], " outside [0, ", in.patterns,
-               ")");
+      check_indices(in, indices, count);
       in.engine.position_information(indices, count, counts_per_target_unit, information);
     });
   }
