@@ -254,7 +254,15 @@ TEST(FileFormatDoc, EveryMemberAndKeyIsDocumented) {
       if (ctx.is_root()) s.save(tmp / "two.zip", TYCHO_SAVE_OVERWRITE);
     });
   }
-  const std::vector<saved> results = {inspect(tmp / "one.zip", "one rank"), inspect(tmp / "two.zip", "two ranks")};
+  // Each position corrected once the map has converged and weighed 20 iterations later
+  // (correct = "auto"): position_correction with its curvature scale and weighing.
+  auto rw = tycho::test::run_command({tycho::test::tycho_exe(), "reconstruct",
+                                      tycho::test::source_dir() + "/examples/mos2.toml", "-q", "--set",
+                                      "output.previews=false", "--set", "reconstruct.iterations=\"auto\"", "--set",
+                                      "reconstruct.schedule_iterations=40", "-o", tmp / "weighed.zip"});
+  ASSERT_TRUE(rw.exited_with(0)) << rw.describe();
+  const std::vector<saved> results = {inspect(tmp / "one.zip", "one rank"), inspect(tmp / "two.zip", "two ranks"),
+                                      inspect(tmp / "weighed.zip", "positions weighed")};
   ASSERT_TRUE(results[0].members.count("optimizer.object.m.npy")) << "the run saved no optimizer state";
   ASSERT_TRUE(results[0].members.count("mask.npy")) << "the run saved no mask";
 

@@ -199,7 +199,8 @@ TEST_F(StoppingRuleRuns, EveryRankStopsAtTheSameIteration) {
 // gives them a window of their own: it judges from c + W.
 TEST_F(StoppingRuleRuns, TheRuleWaitsForTheScanMapsRefinement) {
   const std::string a = tmp_ / "map.zip";
-  auto r = reconstruct({"--set", "reconstruct.positions.refine_scan_map=true", "-o", a});
+  auto r = reconstruct({"--set", "reconstruct.positions.refine_scan_map=true", "--set",
+                        "reconstruct.positions.correct=false", "-o", a});
   ASSERT_TRUE(r.exited_with(0)) << r.describe();
   const auto m = manifest(a);
   const auto& s = m.at("history").at("stopping");
@@ -267,8 +268,9 @@ TEST_F(StoppingRuleRuns, NewKeysRefuseBadValuesByName) {
        "tycho: error: [reconstruct] max_iterations must be from 1 to 1000000000, got 0"},
       {"reconstruct.stop_window=2", "tycho: error: [reconstruct] stop_window must be from 3 to 1000 iterations, got 2"},
       {"reconstruct.positions.correct=\"sometimes\"",
-       "tycho: error: [reconstruct.positions] correct must be true, false or \"after_scan_map\" (each position "
-       "corrected once the scan map's refinement has converged)"},
+       "tycho: error: [reconstruct.positions] correct must be true, false, \"after_scan_map\" (each position "
+       "corrected once the scan map's refinement has converged) or \"auto\" (then kept only where the corrections "
+       "exceed their counting noise), got \"sometimes\""},
       {"reconstruct.stop_window=1001",
        "tycho: error: [reconstruct] stop_window must be from 3 to 1000 iterations, got 1001"},
       {"reconstruct.schedule_iterations=0",

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <complex>
 #include <cstddef>
+#include <iomanip>
 #include <numeric>
+#include <sstream>
 #include <type_traits>
 
 #include "tycho/core/error.hpp"
@@ -155,19 +157,7 @@ double driver::run_iteration() {
     if (b > 0 && stop_ && stop_())
       fail(TYCHO_ERR_CANCELLED, "stopped on request during iteration ", epoch, " (", done, " of ", n_patterns_,
            " patterns done)");
-    int64_t count = 0;
-    const int64_t* global = plan_.batch(epoch, b, count);
-    const int64_t* indices = global;
-    int64_t n = count;
-    if (share_.world_size > 1) {
-      share_.select(global, count, local_indices_);
-      indices = local_indices_.data();
-      n = int64_t(local_indices_.size());
-    }
-    if (tiles_) mark_region(global, count, object_steps);
-    check_status(engine_.vtable->compute_batch(engine_.instance, indices, n, &loss),
-                 "engine compute_batch");
-    if (fixed_point_) finish_fixed_point_batch(indices, n, b + 1 == batches, loss, stream);
+    const int64_t count = compute_batch(epoch, b, batches, object_steps, loss, stream);
     for (const auto& opt : optimizers_) {
       if (epoch < opt.first_iteration) continue;
       DLTensor param{}, grad{};
@@ -191,9 +181,19 @@ double driver::run_iteration() {
     apply_constraints(TYCHO_CONSTRAINT_OBJECT | TYCHO_CONSTRAINT_PROBE, epoch, b, batches, stream);
     done += count;
   }
+  // The iteration's loss, before the positions' step: measuring their curvature passes over the
+  // data again (measure_position_curvature), and an engine that keeps its loss until collected
+  // would count those passes.
+  if (engine_.vtable->collect_loss != nullptr)
+    check_status(engine_.vtable->collect_loss(engine_.instance, &loss), "engine collect_loss");
+  if (collectives_ != nullptr && !fixed_point_) loss = collectives_->sum(loss);  // fixed point: already every rank's
   if (per_position) {
     correct_positions(epoch);
     apply_constraints(TYCHO_CONSTRAINT_POSITIONS, epoch, -1, batches, stream);
+    // correct = "auto": weighed once, position_trial_iterations after the map's convergence.
+    if (options_.positions.weigh_against_noise && weighing_.iteration == 0 &&
+        epoch - scan_.converged_at() == position_trial_iterations)
+      decide_positions(epoch);
     if (share_.world_size > 1) gather_positions(stream);
     refresh_positions();
   } else if (map_step) {
@@ -201,9 +201,6 @@ double driver::run_iteration() {
     if (share_.world_size > 1) gather_positions(stream);
     refresh_positions();
   }
-  if (engine_.vtable->collect_loss != nullptr)
-    check_status(engine_.vtable->collect_loss(engine_.instance, &loss), "engine collect_loss");
-  if (collectives_ != nullptr && !fixed_point_) loss = collectives_->sum(loss);  // fixed point: already every rank's
   ++iterations_done_;
   return loss / double(n_patterns_);
 }
@@ -318,6 +315,11 @@ void driver::correct_positions(int64_t epoch) {
     o.lo[a] = double(probe.shape[1 + a] / 2);
     o.hi[a] = double(obj.shape[1 + a] - probe.shape[1 + a] + probe.shape[1 + a] / 2) - 1e-6;
   }
+  if (curvature_.first == 0) curvature_.first = epoch;
+  const int64_t since = epoch - curvature_.first;  // measured at 0, 1, 4, 16, 64, ... after the first
+  if (since == 0 || ((since & (since - 1)) == 0 && since % 3 == 1))  // 4^k: a power of 2 that is 1 mod 3
+    measure_position_curvature(epoch, h, o.hi);
+  for (int a = 0; a < 2; ++a) h[a] *= curvature_.scale[std::size_t(a)];
   if (scan_enabled_) {
     // The map's global step (when due), then each position's own step without its affine part.
     const scan_refinement::rank_sum sum = [&](std::vector<double>& v) {
@@ -383,12 +385,160 @@ std::optional<driver::position_bound> driver::position_bound_px(double counts_pe
 bool driver::corrects_positions_after(int64_t epoch) const {
   const position_correction& pc = options_.positions;
   return pc.enabled && epoch >= pc.first_iteration &&
-         (!pc.after_scan_map || (scan_enabled_ && scan_.converged() && epoch > scan_.converged_at()));
+         (!pc.after_scan_map || (scan_enabled_ && scan_.converged() && epoch > scan_.converged_at())) &&
+         (weighing_.iteration == 0 || weighing_.kept || epoch <= weighing_.iteration);
 }
 
 bool driver::positions_moved() const {
   return (scan_enabled_ && scan_.steps_taken() > 0) || corrects_positions_after(iterations_done_);
 }
+
+// The loss's curvature by each position, from its gradient at the positions and ε = 0.05 px away
+// along one axis (every position at once: each pattern's loss depends on its own position only),
+// the object and probe held: its median over every rank's patterns against h_a, the
+// object-roughness estimate of position_correction.hpp, scales h_a from then on. h_a counts what
+// places no position (a formed object's phase ramps, fitted noise): on the validation matrix's
+// 2-D entries at the scan map's convergence the amplitude loss's curvature was 0.015–0.2 × h_a,
+// steps 5–65 times too short; on the shared jitter recipe (Poisson loss, from iteration 1)
+// 0.9 × (bench/RESULTS.md, session 11). Three passes of the batches, once; this iteration's
+// gradient is then put back, so the step is the one the run would take with the scale alone.
+void driver::measure_position_curvature(int64_t epoch, const double h[2], const double hi[2]) {
+  const char* what = "position correction";
+  constexpr double eps = 0.05;  // px: well inside the quadratic range (the object's features span pixels)
+  DLTensor pos = host_tensor(engine_, TYCHO_TENSOR_POSITIONS, what);
+  const int64_t n = pos.shape[0];
+  auto gradient = [&] {
+    const DLTensor g = host_tensor(engine_, TYCHO_TENSOR_POSITIONS_GRAD, what);
+    return std::vector<double>(data_of<const double>(g), data_of<const double>(g) + 2 * n);
+  };
+  const std::vector<double> this_iteration = gradient();
+  const std::vector<double> p0(data_of<const double>(pos), data_of<const double>(pos) + 2 * n);
+  gradient_pass(epoch);
+  const std::vector<double> g0 = gradient();
+  // H per axis in every rank's slots (zeros elsewhere), summed: every rank holds them all.
+  const int64_t all = share_.world_size > 1 ? n_patterns_ : n, first = share_.world_size > 1 ? share_.first : 0;
+  std::vector<double> H(static_cast<std::size_t>(2 * all), 0.0);
+  for (int a = 0; a < 2; ++a) {
+    double* r = data_of<double>(host_tensor(engine_, TYCHO_TENSOR_POSITIONS, what));
+    std::vector<double> step(static_cast<std::size_t>(n));
+    for (int64_t j = 0; j < n; ++j) {
+      step[std::size_t(j)] = p0[std::size_t(2 * j + a)] + eps <= hi[a] ? eps : -eps;  // inside the object
+      r[2 * j + a] = p0[std::size_t(2 * j + a)] + step[std::size_t(j)];
+    }
+    gradient_pass(epoch);
+    const std::vector<double> g1 = gradient();
+    std::copy(p0.begin(), p0.end(), r);
+    for (int64_t j = 0; j < n; ++j)
+      H[std::size_t(a * all + first + j)] =
+          (g1[std::size_t(2 * j + a)] - g0[std::size_t(2 * j + a)]) / step[std::size_t(j)];
+  }
+  void* stream = engine_.vtable->stream ? engine_.vtable->stream(engine_.instance) : nullptr;
+  if (share_.world_size > 1) sum_host_doubles(H, stream);
+  {
+    const DLTensor g = host_tensor(engine_, TYCHO_TENSOR_POSITIONS_GRAD, what);
+    std::copy(this_iteration.begin(), this_iteration.end(), data_of<double>(g));
+  }
+  curvature_.iteration = epoch;
+  curvature_.patterns = all;
+  std::ostringstream line;
+  line << std::setprecision(3) << "iteration " << epoch << ": the positions' own steps take the loss's curvature, ";
+  for (int a = 0; a < 2; ++a) {
+    std::vector<double> v(H.begin() + a * all, H.begin() + (a + 1) * all);
+    v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return !std::isfinite(x); }), v.end());
+    double median = 0;
+    if (!v.empty()) {
+      std::nth_element(v.begin(), v.begin() + std::ptrdiff_t(v.size() / 2), v.end());
+      median = v[v.size() / 2];
+    }
+    const double scale = median / h[a];
+    // No curvature measured (a flat object, noise): the scale this axis had stays.
+    if (scale > 0 && std::isfinite(scale)) curvature_.scale[std::size_t(a)] = scale;
+    line << (a ? " and " : "") << curvature_.scale[std::size_t(a)]
+         << (scale > 0 && std::isfinite(scale) ? "" : " (kept: the median measured, " + std::to_string(median) + ", is none)");
+  }
+  line << " times the object-roughness estimate along the rows and columns (measured from the gradient " << eps
+       << " px away, object and probe held; the median of " << all << " patterns)";
+  scan_log_.push_back(line.str());
+}
+
+int64_t driver::compute_batch(int64_t epoch, int64_t b, int64_t batches, bool object_steps, double& loss, void* stream) {
+  int64_t count = 0;
+  const int64_t* global = plan_.batch(epoch, b, count);
+  const int64_t* indices = global;
+  int64_t n = count;
+  if (share_.world_size > 1) {
+    share_.select(global, count, local_indices_);
+    indices = local_indices_.data();
+    n = int64_t(local_indices_.size());
+  }
+  if (tiles_) mark_region(global, count, object_steps);
+  check_status(engine_.vtable->compute_batch(engine_.instance, indices, n, &loss), "engine compute_batch");
+  if (fixed_point_) finish_fixed_point_batch(indices, n, b + 1 == batches, loss, stream);
+  return count;
+}
+
+void driver::gradient_pass(int64_t epoch) {
+  double loss = 0;  // discarded: the pass only wants the positions' gradient
+  void* stream = engine_.vtable->stream ? engine_.vtable->stream(engine_.instance) : nullptr;
+  const int64_t batches = plan_.batches();
+  for (int64_t b = 0; b < batches; ++b) compute_batch(epoch, b, batches, false, loss, stream);
+  if (engine_.vtable->collect_loss != nullptr)
+    check_status(engine_.vtable->collect_loss(engine_.instance, &loss), "engine collect_loss");
+}
+
+// Each position's correction beyond the scan map, Δ_j, is what its own steps added: the positions'
+// residual from their least-squares affine map of the nominal ones (the map's positions are an
+// affine map of them, and the steps keep no affine part). Weighed by each pattern's Fisher
+// information J_j (the engine's, Poisson counts), Σ Δᵀ J Δ / 2P is 1 for counting noise alone;
+// above 2 the displacements found outweigh the noise and stay, else the positions return to the
+// map's and their own steps end.
+void driver::decide_positions(int64_t epoch) {
+  const char* what = "position correction";
+  DLTensor pos = host_tensor(engine_, TYCHO_TENSOR_POSITIONS, what);
+  const int64_t count = pos.shape[0];
+  double* r = data_of<double>(pos);
+  void* stream = engine_.vtable->stream ? engine_.vtable->stream(engine_.instance) : nullptr;
+  const bool several = share_.world_size > 1;
+  std::vector<double> delta(r, r + 2 * count);
+  scan_.remove_affine_part(delta.data(), [&](std::vector<double>& v) {
+    if (several) sum_host_doubles(v, stream);
+  });
+  weighing_.iteration = epoch;
+  const tycho_engine_vtable* vt = engine_.vtable;
+  const bool informs = vt->struct_size >= offsetof(tycho_engine_vtable, position_information) +
+                                              sizeof(vt->position_information) &&
+                       vt->position_information != nullptr;
+  const double counts = options_.positions.counts_per_target_unit;
+  if (!informs || !(counts > 0)) {
+    weighing_.kept = true;
+    weighing_.statistic = std::nan("");
+    scan_log_.push_back(cat("iteration ", epoch, ": the positions' own corrections are kept unweighed: ",
+                            !informs ? "the engine gives no position information (tycho_engine_vtable::"
+                                       "position_information)"
+                                     : "the data are not counts, so their noise is unknown"));
+    return;
+  }
+  std::vector<int64_t> local(static_cast<std::size_t>(count));
+  std::iota(local.begin(), local.end(), int64_t(0));
+  std::vector<double> J(static_cast<std::size_t>(3 * count));
+  check_status(vt->position_information(engine_.instance, local.data(), count, counts, J.data()),
+               "engine position_information");
+  std::vector<double> sums(3, 0.0);  // Σ Δᵀ J Δ, Σ tr J, patterns
+  for (int64_t j = 0; j < count; ++j) {
+    const double* q = J.data() + 3 * j;
+    const double d0 = delta[std::size_t(2 * j)], d1 = delta[std::size_t(2 * j + 1)];
+    sums[0] += q[0] * d0 * d0 + 2 * q[1] * d0 * d1 + q[2] * d1 * d1;
+    sums[1] += q[0] + q[2];
+  }
+  sums[2] = double(count);
+  if (several) sum_host_doubles(sums, stream);
+  weighing_.statistic = sums[0] / (2 * sums[2]);
+  weighing_.noise_px = sums[1] > 0 ? std::sqrt(2 * sums[2] / sums[1]) : HUGE_VAL;
+  weighing_.kept = weighing_.statistic > 2;
+  if (!weighing_.kept)
+    for (int64_t k = 0; k < 2 * count; ++k) r[k] -= delta[std::size_t(k)];
+}
+
 
 void driver::set_scan_refinement(scan_refinement r) {
   if (share_.world_size > 1 && share_.kind != shard::mode::patterns)

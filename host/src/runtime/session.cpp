@@ -517,11 +517,13 @@ void session::state::create_engine(state& s, start& st) {
   if (settings.driver.positions.enabled && settings.driver.positions.after_scan_map && !s.refine_scan_map) {
     st.settings.driver.positions.enabled = false;
     if (s.par->is_root())
-      log_info("positions", "not corrected one by one: [reconstruct.positions] correct = \"after_scan_map\" starts once the scan "
-                            "map's refinement has converged, and this run does not refine the map (correct = true "
-                            "corrects them from first_iteration)");
+      log_info("positions", cat("not corrected one by one: [reconstruct.positions] correct = \"",
+                                settings.driver.positions.weigh_against_noise ? "auto" : "after_scan_map",
+                                "\" starts once the scan map's refinement has converged, and this run does not "
+                                "refine the map (correct = true corrects them from first_iteration)"));
   }
   s.positions_follow_map = settings.driver.positions.enabled && settings.driver.positions.after_scan_map;
+  s.positions_weighed_map = s.positions_follow_map && settings.driver.positions.weigh_against_noise;
   s.probe_follows_map = s.refine_scan_map && settings.driver.probe_waits_for_scan_map;
   setup.position_gradient = settings.driver.positions.enabled || s.refine_scan_map ? 1 : 0;
   setup.host_finishes_batches = 1;  // the driver sums an engine's fixed-point sums and finishes its batches
@@ -591,6 +593,9 @@ void session::state::create_optimizers(state& s, start& st) {
   }
   // The cap on a position's move per iteration, in the object's pixels.
   dopt.positions.step.max_step_px = settings.max_position_step_A / std::max(s.geometry.pixel_A[0], s.geometry.pixel_A[1]);
+  // correct = "auto" weighs the positions' corrections against their counting noise: the targets
+  // are counts (1 count per unit) where the data are.
+  dopt.positions.counts_per_target_unit = s.data.has_counts() ? 1.0 : 0.0;
   s.drv = std::make_unique<driver>(engine_binding{s.engine_ref->as<tycho_engine_vtable>(), s.engine},
                                    std::move(opts), s.data.all_patterns, dopt,
                                    shard::of(s.data.all_patterns, s.par->rank(), world, s.par->sharding()),
@@ -651,6 +656,7 @@ void session::state::restore_resumed(state& s, start& st) {
     else
       log_info("session", cat("'", r.path, "' holds no scan map refinement state: the refinement starts afresh"));
   }
+  restore_position_correction(s, r);
   const owned_array& h = r.record.array("loss_history", r.path);
   s.loss_history.assign(h.as<double>(), h.as<double>() + h.count());
   std::vector<double> secs;  // the seconds of each iteration done, for the manifest (0 when not recorded)

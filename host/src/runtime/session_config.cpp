@@ -128,7 +128,9 @@ reconstruct_settings session_detail::read_reconstruct_settings(const config_docu
     position_correction& pc = r.driver.positions;
     const position_correction_mode correction = read_position_correction(pos_t);
     pc.enabled = correction != position_correction_mode::off;
-    pc.after_scan_map = correction == position_correction_mode::after_scan_map;
+    pc.after_scan_map = correction == position_correction_mode::after_scan_map ||
+                        correction == position_correction_mode::weighed;
+    pc.weigh_against_noise = correction == position_correction_mode::weighed;
     pc.first_iteration = *setting_value<int64_t>(pos_t, table, "first_iteration");
     if (pc.first_iteration < 1)
       fail(TYCHO_ERR_INVALID_ARGUMENT, "[", table, "] first_iteration must be >= 1, got ", pc.first_iteration);

@@ -250,6 +250,7 @@ std::string session::manifest_json() const {
   m.phase_check_json = state::phase_check_json(s);
   m.initial_probe_json = s.initial_probe_json;
   m.positions_precision_json = s.positions_precision_json;
+  m.position_correction_json = state::position_correction_json(s);
   m.batching = batching_name(s.batches.kind);
   if (s.drv->object_in_tiles()) m.tile_px = s.drv->tiles()->tile();
   m.complex_dtype = precision() == "float64" ? "complex128" : "complex64";

@@ -41,6 +41,16 @@ std::string learning_rates_text(const config_document& doc) {
   }
   return text;
 }
+
+// The positions' weighing (correct = "auto"), for the log: what was measured and what follows.
+std::string weighing_text(const driver::position_weighing& w, double pixel_A) {
+  return cat("iteration ", w.iteration, ": the positions' own corrections beyond the scan map are ", w.statistic,
+             " times the variance their counting noise alone would give (Σ Δᵀ J Δ / 2P, J each position's ",
+             "Fisher information; the noise allows ", w.noise_px * pixel_A, " Å per axis): ",
+             w.kept ? "above 2, the displacements found outweigh the noise; they are kept and corrected further"
+                    : "not above 2, they are mostly noise; the positions return to the scan map's and are not "
+                      "corrected one by one ([reconstruct.positions] correct = \"after_scan_map\" keeps them)");
+}
 }  // namespace
 
 namespace {
@@ -181,6 +191,9 @@ bool session::run_iterations(int64_t n, const progress_callback& progress, bool 
     const double cpu_secs = process_cpu_seconds() - cpu0;
     for (const std::string& line : s.drv->take_scan_log())
       if (s.par->is_root()) log_info("positions", line);
+    if (const driver::position_weighing& w = s.drv->weighing();
+        w.iteration == iteration && std::isfinite(w.statistic) && s.par->is_root())
+      log_info("positions", weighing_text(w, std::max(s.geometry.pixel_A[0], s.geometry.pixel_A[1])));
     // A non-finite loss, or NaN left in the state, would only spread: stop with the last state
     // that had neither.
     if (!std::isfinite(loss)) {

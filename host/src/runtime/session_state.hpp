@@ -200,6 +200,7 @@ struct session::state {
   bool stopped = false;     // a run stopped mid-way: the kept state is the session's state
   bool refine_scan_map = false;  // [reconstruct.positions] refine_scan_map, where this run can (engine, ranks)
   bool positions_follow_map = false;  // correct = "after_scan_map" with the map refined: positions corrected once it converged
+  bool positions_weighed_map = false;  // correct = "auto": positions_follow_map, then weighed against their noise
   bool probe_follows_map = false;     // refine_scan_scale with the map refined: the probe refined once it converged
   std::string stop_reason;  // why, for a later run()
   std::function<bool()> stop_check;  // set_stop_check
@@ -299,6 +300,11 @@ struct session::state {
   std::string stopping_json() const;
   static scan_refinement make_scan_refinement(state& s, const scan_refinement_options& o);
   static std::string probe_fit_json(const state& s);
+  // The positions' own correction (session_positions.cpp): the manifest's "position_correction"
+  // (the steps' measured curvature scale, the weighing of correct = "auto"; "" before either),
+  // and a resumed run's restore of both, so that it continues as the uninterrupted run would.
+  static std::string position_correction_json(const state& s);
+  static void restore_position_correction(state& s, const session_detail::resume_data& r);
   // The twin test of the object's local phase (tycho/core/phase_twin.hpp) over the scanned field,
   // for electrons: not done when not made; its verdict ("specimen", "twin", "undecided"); the
   // manifest's "phase_check" ("" when not done).

@@ -13,9 +13,12 @@ enum class position_correction_mode {
   after_scan_map,  // "after_scan_map": from the iteration after the scan map's refinement
                    // converged (a stage the data start: the global parameters first, then the
                    // local errors); none where the map is not refined
+  weighed,         // "auto": as after_scan_map, then after core::driver::position_trial_iterations
+                   // the corrections are weighed against their counting noise (the positions'
+                   // Fisher information) and kept only where they exceed it
 };
 
-// Refuses anything but true, false and "after_scan_map", naming the key.
+// Refuses anything but true, false, "after_scan_map" and "auto", naming the key.
 position_correction_mode read_position_correction(const toml::table& positions);
 
 }  // namespace tycho::host

@@ -83,6 +83,12 @@ struct position_correction {
   // Also wait for the scan map's refinement (set_scan_refinement) to converge: the positions move
   // from the iteration after its last step ([reconstruct.positions] correct = "after_scan_map").
   bool after_scan_map = false;
+  // With after_scan_map ([reconstruct.positions] correct = "auto"): after trial_iterations of
+  // their own steps the positions' corrections are weighed against their counting noise, and
+  // kept only where they exceed it (decide_positions, below).
+  bool weigh_against_noise = false;
+  // Counts per unit of the targets (1 for counted data; 0: not counts, nothing to weigh against).
+  double counts_per_target_unit = 0;
   learning_rate_schedule schedule;  // its factor scales step.rate
   position_step_options step;
 };
@@ -161,8 +167,40 @@ class driver {
   // correction has begun): what the run's end reports a bound for.
   bool positions_moved() const;
   bool corrects_positions() const { return options_.positions.enabled; }
-  // The refinement's reports since the last call (one line per global step), for the log.
+  // The positions' own steps divide each gradient by h_a (position_correction.hpp) times a scale
+  // measured from the loss's curvature (measure_position_curvature) at their first step and again
+  // 1, 4, 16, 64, ... iterations after it (as the object forms, h_a grows faster than the
+  // curvature: on the shared jitter file the scale falls from 0.9 at iteration 1 to 0.02 at 257):
+  // the first and the latest iteration measured at (0: not yet), the scale per axis, and the
+  // patterns its median is over. A resumed run takes the file's, so that it continues bit for bit.
+  struct curvature_scale {
+    int64_t first = 0, iteration = 0;
+    std::array<double, 2> scale{1.0, 1.0};
+    int64_t patterns = 0;
+  };
+  const curvature_scale& position_curvature_scale() const { return curvature_; }
+  void restore_position_curvature_scale(const curvature_scale& c) { curvature_ = c; }
+  // The refinement's reports since the last call (one line per global step, the positions'
+  // curvature measurements and their weighing), for the log.
   std::vector<std::string> take_scan_log() { return std::exchange(scan_log_, {}); }
+  // The weighing of the positions' own corrections (position_correction::weigh_against_noise):
+  // the iteration it was made at (0: not yet), whether they were kept, the statistic
+  //   χ²/2P = Σ_j Δ_jᵀ J_j Δ_j / 2P
+  // (Δ_j pattern j's correction beyond the scan map, J_j its Fisher information from the engine,
+  // tycho_engine_vtable::position_information: 1 where the corrections are counting noise alone,
+  // 1 + τ²⟨J⟩ with a true displacement of variance τ² per axis; kept when above 2, where the
+  // displacements' variance exceeds the noise's and corrected positions are nearer the truth than
+  // the map's), and the counting noise per axis √(2P / Σ tr J_j) in pixels. `statistic` is NaN
+  // where there was nothing to weigh against (the data are not counts, or the engine gives no
+  // information): the corrections are then kept.
+  struct position_weighing {
+    int64_t iteration = 0;
+    bool kept = true;
+    double statistic = 0, noise_px = 0;
+  };
+  static constexpr int64_t position_trial_iterations = 20;
+  const position_weighing& weighing() const { return weighing_; }
+  void restore_weighing(const position_weighing& w) { weighing_ = w; }
   // With several ranks and position correction: every pattern's position ((P, 2) px), gathered
   // after each correction step, so any rank can report them; empty before the first step and
   // on one rank (whose engine holds them all).
@@ -182,6 +220,12 @@ class driver {
   // Whether the positions' own steps run after iteration `epoch` (from first_iteration; with
   // after_scan_map, once the map has converged).
   bool corrects_positions_after(int64_t epoch) const;
+  void measure_position_curvature(int64_t epoch, const double h[2], const double hi[2]);
+  void gradient_pass(int64_t epoch);  // every batch through the engine, nothing stepped
+  // Batch b of iteration `epoch` through the engine (this rank's share, the tiles it touches
+  // marked, a fixed-point batch finished), its loss added to `loss`: the batch's global size.
+  int64_t compute_batch(int64_t epoch, int64_t b, int64_t batches, bool object_steps, double& loss, void* stream);
+  curvature_scale curvature_;
   // The scan map's global step of iteration `epoch` (when due): positions and probe moved.
   void step_scan_map(int64_t epoch);
   // Turns the engine's position gradient on or off for this iteration's batches, where the
@@ -223,6 +267,8 @@ class driver {
   scan_refinement scan_;
   bool scan_enabled_ = false;
   std::vector<std::string> scan_log_;
+  position_weighing weighing_;
+  void decide_positions(int64_t epoch);
   std::vector<std::complex<double>> probe_gradient_;  // this iteration's, when the map's step refines C10
   bool position_gradient_on_ = true;  // the engine's state (created with the gradient on, if at all)
 };
