@@ -51,7 +51,9 @@ void session::state::restore_position_correction(state& s, const session_detail:
     c.patterns = m.integer("position_correction.patterns", 0, int64_t(1) << 40);
     s.drv->restore_position_curvature_scale(c);
   }
-  if (m.find("position_correction.weighing")) {
+  // The weighing stands only for a run that weighs (correct = "auto"): another setting decides
+  // for itself whether the positions move.
+  if (s.positions_weighed_map && m.find("position_correction.weighing")) {
     driver::position_weighing w;
     w.iteration = m.integer("position_correction.weighing.iteration", 1, r.done);
     w.kept = m.boolean("position_correction.weighing.kept");
