@@ -351,9 +351,7 @@ void driver::correct_positions(int64_t epoch) {
 
 std::optional<driver::position_bound> driver::position_bound_px(double counts_per_target_unit) {
   const tycho_engine_vtable* vt = engine_.vtable;
-  if (vt->struct_size < offsetof(tycho_engine_vtable, position_information) + sizeof(vt->position_information) ||
-      vt->position_information == nullptr)
-    return std::nullopt;
+  if (!engine_informs_positions()) return std::nullopt;
   DLTensor pos = engine_tensor(engine_, TYCHO_TENSOR_POSITIONS);
   const int64_t count = pos.shape[0];
   std::vector<int64_t> local(static_cast<std::size_t>(count));
@@ -382,6 +380,12 @@ std::optional<driver::position_bound> driver::position_bound_px(double counts_pe
   return b;
 }
 
+bool driver::engine_informs_positions() const {
+  const tycho_engine_vtable* vt = engine_.vtable;
+  return vt->struct_size >= offsetof(tycho_engine_vtable, position_information) + sizeof(vt->position_information) &&
+         vt->position_information != nullptr;
+}
+
 bool driver::corrects_positions_after(int64_t epoch) const {
   const position_correction& pc = options_.positions;
   return pc.enabled && epoch >= pc.first_iteration &&
@@ -400,8 +404,10 @@ bool driver::positions_moved() const {
 // places no position (a formed object's phase ramps, fitted noise): on the validation matrix's
 // 2-D entries at the scan map's convergence the amplitude loss's curvature was 0.015–0.2 × h_a,
 // steps 5–65 times too short; on the shared jitter recipe (Poisson loss, from iteration 1)
-// 0.9 × (bench/RESULTS.md, session 11). Three passes of the batches, once; this iteration's
-// gradient is then put back, so the step is the one the run would take with the scale alone.
+// 0.9 × (bench/RESULTS.md, session 11), and it falls as the object forms: measured at the first
+// step and 1, 4, 16, ... iterations after it (correct_positions), three passes of the batches each
+// time; this iteration's gradient is then put back, so the step is the one the run would take
+// with the scale alone.
 void driver::measure_position_curvature(int64_t epoch, const double h[2], const double hi[2]) {
   const char* what = "position correction";
   constexpr double eps = 0.05;  // px: well inside the quadratic range (the object's features span pixels)
@@ -505,9 +511,7 @@ void driver::decide_positions(int64_t epoch) {
   });
   weighing_.iteration = epoch;
   const tycho_engine_vtable* vt = engine_.vtable;
-  const bool informs = vt->struct_size >= offsetof(tycho_engine_vtable, position_information) +
-                                              sizeof(vt->position_information) &&
-                       vt->position_information != nullptr;
+  const bool informs = engine_informs_positions();
   const double counts = options_.positions.counts_per_target_unit;
   if (!informs || !(counts > 0)) {
     weighing_.kept = true;
@@ -538,7 +542,6 @@ void driver::decide_positions(int64_t epoch) {
   if (!weighing_.kept)
     for (int64_t k = 0; k < 2 * count; ++k) r[k] -= delta[std::size_t(k)];
 }
-
 
 void driver::set_scan_refinement(scan_refinement r) {
   if (share_.world_size > 1 && share_.kind != shard::mode::patterns)

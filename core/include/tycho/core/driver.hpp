@@ -220,6 +220,8 @@ class driver {
   // Whether the positions' own steps run after iteration `epoch` (from first_iteration; with
   // after_scan_map, once the map has converged).
   bool corrects_positions_after(int64_t epoch) const;
+  // The engine gives tycho_engine_vtable::position_information (ABI 1.4, set).
+  bool engine_informs_positions() const;
   void measure_position_curvature(int64_t epoch, const double h[2], const double hi[2]);
   void gradient_pass(int64_t epoch);  // every batch through the engine, nothing stepped
   // Batch b of iteration `epoch` through the engine (this rank's share, the tiles it touches
