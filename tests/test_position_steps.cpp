@@ -12,11 +12,13 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "built_in_plugins.hpp"
 #include "run_command.hpp"
 #include "test_paths.hpp"
+#include "zip_members.hpp"
 
 namespace {
 
@@ -48,7 +50,7 @@ TEST(PositionSteps, TheMeasuredCurvatureIsLoggedSavedAndResumedBitForBit) {
   const std::string a = tmp / "a.zip", b = tmp / "b.zip", c = tmp / "c.zip";
   auto ra = reconstruct(with({"--iterations", "10", "-o", a}));
   ASSERT_TRUE(ra.exited_with(0)) << ra.describe();
-  for (const char* at : {"iteration 2: ", "iteration 3: ", "iteration 6: "})
+  for (const char* at : {"iteration 2: each position's own correction begins: ", "iteration 3: ", "iteration 6: "})
     EXPECT_NE(ra.err.find(std::string(at) + "the positions' own steps take the loss's curvature"), std::string::npos)
         << at << "\n" << ra.err;
   EXPECT_EQ(ra.err.find("iteration 4: the positions' own steps take"), std::string::npos) << ra.err;
@@ -143,6 +145,37 @@ TEST(PositionWeighing, CorrectionsWithinTheirNoiseReturnToTheMapAndTheRuleWaits)
     }
   }
   EXPECT_LT(largest, 1e-6) << "px from the affine map of the raster";
+
+  // The state is untrusted input as every member of a result is: values no run writes, or a
+  // decision its statistic does not make, are refused naming the key and what was expected.
+  const std::string at_text = std::to_string(at);
+  struct crafted_case {
+    std::string pointer, value, want;
+  };
+  const std::vector<crafted_case> cases = {
+      {"/position_correction", "\"x\"", "has position_correction = \"x\", expected an object"},
+      {"/position_correction/weighing/kept", "true",
+       "has position_correction.weighing.kept = true, expected false (the decision its statistic makes"},
+      {"/position_correction/weighing/statistic", "-3",
+       "has position_correction.weighing.statistic = -3, expected a number >= 0"},
+      {"/position_correction/weighing/noise_A", "0", "has position_correction.weighing.noise_A = 0, expected a number > 0"},
+      {"/position_correction/weighing/iteration", std::to_string(at - 1),
+       "has position_correction.weighing.iteration = " + std::to_string(at - 1) + ", expected " + at_text +
+           ", 20 iterations after the file's scan map converged"},
+      {"/position_correction/curvature_scale", "[1e-300, 1.0]",
+       "expected 2 numbers from 1e-6 to 1e6 (the measured curvature over the object-roughness estimate)"},
+      {"/position_correction/patterns", "5", "has position_correction.patterns = 5, expected an integer from 768 to 768"},
+  };
+  for (const auto& [pointer, value, want] : cases) {
+    nlohmann::json bad = m;
+    bad[nlohmann::json::json_pointer(pointer)] = nlohmann::json::parse(value);
+    const std::string crafted = tmp / "crafted.zip";
+    tycho::test::write_zip_members(crafted, {{"manifest.json", bad.dump()}}, a);
+    auto rr = reconstruct({"--from", crafted, "--iterations", "2", "-o", tmp / "resumed.zip", "--set",
+                           "reconstruct.positions.correct=\"auto\""});
+    EXPECT_TRUE(rr.exited_with(2)) << pointer << " = " << value << "\n" << rr.describe();
+    EXPECT_NE(rr.err.find(want), std::string::npos) << pointer << " = " << value << "\n" << rr.err;
+  }
 }
 
 }  // namespace

@@ -380,6 +380,14 @@ std::optional<driver::position_bound> driver::position_bound_px(double counts_pe
   return b;
 }
 
+int64_t driver::first_position_step() const {
+  const position_correction& pc = options_.positions;
+  if (!pc.enabled) return 0;
+  if (!pc.after_scan_map) return pc.first_iteration;
+  if (!scan_enabled_ || !scan_.converged()) return 0;
+  return std::max(pc.first_iteration, scan_.converged_at() + 1);
+}
+
 bool driver::engine_informs_positions() const {
   const tycho_engine_vtable* vt = engine_.vtable;
   return vt->struct_size >= offsetof(tycho_engine_vtable, position_information) + sizeof(vt->position_information) &&
@@ -447,7 +455,9 @@ void driver::measure_position_curvature(int64_t epoch, const double h[2], const 
   curvature_.iteration = epoch;
   curvature_.patterns = all;
   std::ostringstream line;
-  line << std::setprecision(3) << "iteration " << epoch << ": the positions' own steps take the loss's curvature, ";
+  line << std::setprecision(3) << "iteration " << epoch << ": "
+       << (epoch == curvature_.first ? "each position's own correction begins: " : "")
+       << "the positions' own steps take the loss's curvature, ";
   for (int a = 0; a < 2; ++a) {
     std::vector<double> v(H.begin() + a * all, H.begin() + (a + 1) * all);
     v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return !std::isfinite(x); }), v.end());

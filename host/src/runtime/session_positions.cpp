@@ -5,6 +5,8 @@
 
 #include "runtime/session_state.hpp"
 
+#include "tycho/host/log.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -42,25 +44,58 @@ std::string session::state::position_correction_json(const state& s) {
 
 void session::state::restore_position_correction(state& s, const session_detail::resume_data& r) {
   const manifest_reader& m = r.file.manifest;
+  if (const nlohmann::json* p = m.find("position_correction"); p != nullptr && !p->is_object())
+    m.refuse("position_correction", p, "an object (the positions' correction state)");
+  const int64_t first = s.drv->first_position_step();
   if (m.find("position_correction.curvature_scale")) {
     driver::curvature_scale c;
     const auto v = m.numbers("position_correction.curvature_scale", 2, true, false, "the positions' curvature scale");
+    // The measured curvature over the object-roughness estimate: 0.015-1.2 on every data set so
+    // far; far outside, the file was not written by a run.
+    for (double x : v)
+      if (!(x >= 1e-6 && x <= 1e6))
+        m.refuse("position_correction.curvature_scale", m.find("position_correction.curvature_scale"),
+                 "2 numbers from 1e-6 to 1e6 (the measured curvature over the object-roughness estimate)");
     c.scale = {v[0], v[1]};
     c.first = m.integer("position_correction.first_measured_at", 1, r.done);
     c.iteration = m.integer("position_correction.measured_at", c.first, r.done);
-    c.patterns = m.integer("position_correction.patterns", 0, int64_t(1) << 40);
+    c.patterns = m.integer("position_correction.patterns", s.data.all_patterns, s.data.all_patterns);
     s.drv->restore_position_curvature_scale(c);
+  } else if (first > 0 && first <= r.done) {
+    log_info("session", cat("'", r.path, "' holds no measured curvature of the positions' steps (the manifest's "
+                            "position_correction): it is measured afresh at the next step"));
   }
   // The weighing stands only for a run that weighs (correct = "auto"): another setting decides
   // for itself whether the positions move.
-  if (s.positions_weighed_map && m.find("position_correction.weighing")) {
+  if (!s.positions_weighed_map) return;
+  const scan_refinement* map = s.drv->scan_refinement_state();
+  const int64_t due = map != nullptr && map->converged() ? map->converged_at() + driver::position_trial_iterations : 0;
+  if (m.find("position_correction.weighing")) {
     driver::position_weighing w;
     w.iteration = m.integer("position_correction.weighing.iteration", 1, r.done);
+    if (w.iteration != due)
+      m.refuse("position_correction.weighing.iteration", m.find("position_correction.weighing.iteration"),
+               due > 0 ? cat(due, ", ", driver::position_trial_iterations, " iterations after the file's scan map converged")
+                       : std::string("no weighing: the file's scan map had not converged"));
     w.kept = m.boolean("position_correction.weighing.kept");
     w.statistic = m.number_or_null("position_correction.weighing.statistic", "the positions' weighing statistic");
-    w.noise_px = m.number_or_null("position_correction.weighing.noise_A", "the positions' counting noise in Å") /
-                 std::max(s.geometry.pixel_A[0], s.geometry.pixel_A[1]);
+    const double noise_A = m.number_or_null("position_correction.weighing.noise_A", "the positions' counting noise in Å");
+    if (std::isfinite(w.statistic) && w.statistic < 0)
+      m.refuse("position_correction.weighing.statistic", m.find("position_correction.weighing.statistic"),
+               "a number >= 0 (a sum of squares over their noise) or null");
+    if (std::isfinite(noise_A) && !(noise_A > 0))
+      m.refuse("position_correction.weighing.noise_A", m.find("position_correction.weighing.noise_A"),
+               "a number > 0 or null");
+    // The decision follows from the statistic: kept above 2, and where there was none to weigh.
+    if (w.kept != (std::isfinite(w.statistic) ? w.statistic > 2 : true))
+      m.refuse("position_correction.weighing.kept", m.find("position_correction.weighing.kept"),
+               cat(std::isfinite(w.statistic) ? (w.statistic > 2 ? "true" : "false") : "true",
+                   " (the decision its statistic makes: kept above 2, or with none)"));
+    w.noise_px = noise_A / std::max(s.geometry.pixel_A[0], s.geometry.pixel_A[1]);
     s.drv->restore_weighing(w);
+  } else if (due > 0 && due <= r.done) {
+    log_info("session", cat("'", r.path, "' holds no weighing of the positions' corrections, due at iteration ", due,
+                            " (20 after the scan map converged): they go on unweighed"));
   }
 }
 

@@ -166,6 +166,10 @@ class driver {
   // Whether any position has moved by now (the scan map has stepped, or the positions' own
   // correction has begun): what the run's end reports a bound for.
   bool positions_moved() const;
+  // The iteration after which the positions' own steps begin (or began) under these settings and
+  // the scan map's state: first_iteration, or the iteration after the map converged with
+  // after_scan_map; 0 where they do not (correction off, or the map has not converged yet).
+  int64_t first_position_step() const;
   bool corrects_positions() const { return options_.positions.enabled; }
   // The positions' own steps divide each gradient by h_a (position_correction.hpp) times a scale
   // measured from the loss's curvature (measure_position_curvature) at their first step and again
