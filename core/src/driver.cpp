@@ -191,9 +191,7 @@ double driver::run_iteration() {
     correct_positions(epoch);
     apply_constraints(TYCHO_CONSTRAINT_POSITIONS, epoch, -1, batches, stream);
     // correct = "auto": weighed once, position_trial_iterations after the map's convergence.
-    if (options_.positions.weigh_against_noise && weighing_.iteration == 0 &&
-        epoch - scan_.converged_at() == position_trial_iterations)
-      decide_positions(epoch);
+    if (weighing_.iteration == 0 && epoch == weighing_due()) decide_positions(epoch);
     if (share_.world_size > 1) gather_positions(stream);
     refresh_positions();
   } else if (map_step) {
@@ -352,13 +350,8 @@ void driver::correct_positions(int64_t epoch) {
 std::optional<driver::position_bound> driver::position_bound_px(double counts_per_target_unit) {
   const tycho_engine_vtable* vt = engine_.vtable;
   if (!engine_informs_positions()) return std::nullopt;
-  DLTensor pos = engine_tensor(engine_, TYCHO_TENSOR_POSITIONS);
-  const int64_t count = pos.shape[0];
-  std::vector<int64_t> local(static_cast<std::size_t>(count));
-  std::iota(local.begin(), local.end(), int64_t(0));
-  std::vector<double> J(static_cast<std::size_t>(3 * count));
-  check_status(vt->position_information(engine_.instance, local.data(), count, counts_per_target_unit, J.data()),
-               "engine position_information");
+  const std::vector<double> J = position_information(counts_per_target_unit);
+  const int64_t count = int64_t(J.size() / 3);
   std::vector<double> sums(4, 0.0);  // Σ (J⁻¹)_00, Σ (J⁻¹)_11, informed, uninformed patterns
   for (int64_t j = 0; j < count; ++j) {
     const double* q = J.data() + 3 * j;
@@ -386,6 +379,22 @@ int64_t driver::first_position_step() const {
   if (!pc.after_scan_map) return pc.first_iteration;
   if (!scan_enabled_ || !scan_.converged()) return 0;
   return std::max(pc.first_iteration, scan_.converged_at() + 1);
+}
+
+std::vector<double> driver::position_information(double counts_per_target_unit) {
+  const int64_t count = engine_tensor(engine_, TYCHO_TENSOR_POSITIONS).shape[0];
+  std::vector<int64_t> local(static_cast<std::size_t>(count));
+  std::iota(local.begin(), local.end(), int64_t(0));
+  std::vector<double> J(static_cast<std::size_t>(3 * count));
+  check_status(engine_.vtable->position_information(engine_.instance, local.data(), count, counts_per_target_unit,
+                                                    J.data()),
+               "engine position_information");
+  return J;
+}
+
+int64_t driver::weighing_due() const {
+  if (!options_.positions.weigh_against_noise || !scan_enabled_ || !scan_.converged()) return 0;
+  return scan_.converged_at() + position_trial_iterations;
 }
 
 bool driver::engine_informs_positions() const {
@@ -520,7 +529,6 @@ void driver::decide_positions(int64_t epoch) {
     if (several) sum_host_doubles(v, stream);
   });
   weighing_.iteration = epoch;
-  const tycho_engine_vtable* vt = engine_.vtable;
   const bool informs = engine_informs_positions();
   const double counts = options_.positions.counts_per_target_unit;
   if (!informs || !(counts > 0)) {
@@ -532,11 +540,7 @@ void driver::decide_positions(int64_t epoch) {
                                      : "the data are not counts, so their noise is unknown"));
     return;
   }
-  std::vector<int64_t> local(static_cast<std::size_t>(count));
-  std::iota(local.begin(), local.end(), int64_t(0));
-  std::vector<double> J(static_cast<std::size_t>(3 * count));
-  check_status(vt->position_information(engine_.instance, local.data(), count, counts, J.data()),
-               "engine position_information");
+  const std::vector<double> J = position_information(counts);
   std::vector<double> sums(3, 0.0);  // Σ Δᵀ J Δ, Σ tr J, patterns
   for (int64_t j = 0; j < count; ++j) {
     const double* q = J.data() + 3 * j;

@@ -68,8 +68,7 @@ void session::state::restore_position_correction(state& s, const session_detail:
   // The weighing stands only for a run that weighs (correct = "auto"): another setting decides
   // for itself whether the positions move.
   if (!s.positions_weighed_map) return;
-  const scan_refinement* map = s.drv->scan_refinement_state();
-  const int64_t due = map != nullptr && map->converged() ? map->converged_at() + driver::position_trial_iterations : 0;
+  const int64_t due = s.drv->weighing_due();
   if (m.find("position_correction.weighing")) {
     driver::position_weighing w;
     w.iteration = m.integer("position_correction.weighing.iteration", 1, r.done);

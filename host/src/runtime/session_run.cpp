@@ -242,14 +242,12 @@ bool session::run_iterations(int64_t n, const progress_callback& progress, bool 
                                 " and run again (py4DSTEM's and abTEM's defocus is −C10)"));
   report_position_bound();
   // correct = "auto" that ended before its weighing: say the corrections stand unweighed.
-  if (const scan_refinement* map = s.drv->scan_refinement_state();
-      s.positions_weighed_map && s.drv->weighing().iteration == 0 && map != nullptr && map->converged() &&
+  if (s.positions_weighed_map && s.drv->weighing().iteration == 0 && s.drv->weighing_due() > 0 &&
       s.drv->first_position_step() > 0 && s.drv->first_position_step() <= s.drv->iterations_done() &&
       s.par->is_root())
     log_info("positions", cat("the positions' own corrections (from iteration ", s.drv->first_position_step(),
                               ") were not weighed against their counting noise: the run ended at iteration ",
-                              s.drv->iterations_done(), ", before iteration ",
-                              map->converged_at() + driver::position_trial_iterations,
+                              s.drv->iterations_done(), ", before iteration ", s.drv->weighing_due(),
                               " where they would be; they are kept unweighed (more iterations, or iterations = "
                               "\"auto\", let it decide)"));
   check_replicas();

@@ -203,6 +203,9 @@ class driver {
     double statistic = 0, noise_px = 0;
   };
   static constexpr int64_t position_trial_iterations = 20;
+  // The iteration the weighing is made after: position_trial_iterations after the scan map
+  // converged; 0 where there is none to make (not weighed, or the map has not converged).
+  int64_t weighing_due() const;
   const position_weighing& weighing() const { return weighing_; }
   void restore_weighing(const position_weighing& w) { weighing_ = w; }
   // With several ranks and position correction: every pattern's position ((P, 2) px), gathered
@@ -226,6 +229,8 @@ class driver {
   bool corrects_positions_after(int64_t epoch) const;
   // The engine gives tycho_engine_vtable::position_information (ABI 1.4, set).
   bool engine_informs_positions() const;
+  // Its information for every pattern this rank holds ((count, 3): J00, J01, J11 px⁻²).
+  std::vector<double> position_information(double counts_per_target_unit);
   void measure_position_curvature(int64_t epoch, const double h[2], const double hi[2]);
   void gradient_pass(int64_t epoch);  // every batch through the engine, nothing stepped
   // Batch b of iteration `epoch` through the engine (this rank's share, the tiles it touches
