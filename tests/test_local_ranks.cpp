@@ -80,6 +80,10 @@ three_ranks run_three_ranks(const tycho::config_document& doc) {
 // iterations: loss 1.0e-7 / 1.7e-7, object 2.0e-6 / 4.3e-6 of its largest value, grouped / per
 // position); the shipped example (no guard, where Adam's first steps amplify the rounding) at the
 // spread measured over 20 iterations on 1, 2 and 4 ranks (here: loss 8.1e-6, object 4.7e-5).
+// Each position is corrected from iteration 1 (correct = "auto" with one slice), so the rounding
+// reaches the positions too, and on the grouped path a batch the ranks cut smaller may take the
+// per-position path (at the same offsets, another rounding): object 1.2e-4 grouped, 5.1e-6 per
+// position (9.4e-4 grouped while the per-position path took exact offsets).
 // (These are the float sums, [reconstruct] deterministic = false, the default, set explicitly;
 // the deterministic sums give one rank's bits: LocalRanks.DeterministicSums* below.)
 TEST(LocalRanks, ThreeThreadsFollowOneRanksTrajectory) {
@@ -93,7 +97,7 @@ TEST(LocalRanks, ThreeThreadsFollowOneRanksTrajectory) {
     std::cout << "guarded, shift_groups " << groups << ": loss " << r.loss_difference << ", object "
               << r.object_difference << "\n";
     EXPECT_LT(r.loss_difference, 1e-5) << "shift_groups " << groups;
-    EXPECT_LT(r.object_difference, 1e-4) << "shift_groups " << groups;
+    EXPECT_LT(r.object_difference, groups == std::string("true") ? 3e-4 : 1e-4) << "shift_groups " << groups;
   }
   auto example = mos2_config(iterations);
   example.set_from_text("reconstruct.deterministic=false");

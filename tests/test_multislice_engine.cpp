@@ -172,7 +172,10 @@ TEST(MultisliceEngine, FusedLossGivesTheSameGradientBitsThroughTheSlices) {
 // position_gradient; without it a single-slice engine takes the grouped shift path, cpu_engine.hpp).
 void check_gradients(int64_t slices, int64_t modes, bool position_gradient = true) {
   layered_problem p(slices, modes);
-  engine_under_test e(p, "float64", position_gradient);
+  // Exact offsets (shift_group_grid_px = 0): on the grid either shift path models a position at
+  // its rounded offset, constant over the differences' 1e-5 px (the paths' agreement at the
+  // rounded positions: tests/test_precision.cpp).
+  engine_under_test e(p, "float64", position_gradient, true, "shift_group_grid_px = 0\n");
   ASSERT_TRUE(e.ok()) << tycho::last_error();
   const auto idx = all_patterns(p);
   std::mt19937 rng(5);

@@ -85,12 +85,11 @@ TEST_F(MultisliceRuns, SeveralSlicesAreRegularisedInDepthByDefault) {
   EXPECT_FALSE(lists_cone("one.zip"));
 }
 
-// Correction off (the default) or not yet started: positions come back bit for bit as recorded;
-// on: they move. Two slices of 1 Å and two modes give a (2, H, W) object and a (2, N, N) probe.
+// Correction off or not yet started: positions come back bit for bit as recorded; on: they move. Two slices of 1 Å and two modes give a (2, H, W) object and a (2, N, N) probe.
 TEST_F(MultisliceRuns, PositionsMoveOnlyWhenCorrected) {
   auto initial = reconstruct({"reconstruct.iterations=0"}, "initial.zip");
   ASSERT_TRUE(initial.exited_with(0)) << initial.describe();
-  auto off = reconstruct({"reconstruct.iterations=2"}, "off.zip");
+  auto off = reconstruct({"reconstruct.iterations=2", "reconstruct.positions.correct=false"}, "off.zip");
   ASSERT_TRUE(off.exited_with(0)) << off.describe();
   auto later = reconstruct({"reconstruct.iterations=2", "reconstruct.positions.correct=true",
                             "reconstruct.positions.first_iteration=3"},

@@ -28,11 +28,11 @@ using tycho::test::run_command;
 
 // The MoS2 example on `data` (an .npy of its patterns), 12 iterations (the scan map steps at 10).
 tycho::test::command_result run_on(const tycho::test::temp_folder& tmp, const std::string& data, const std::string& out,
-                                   const std::string& iterations = "12") {
+                                   const std::string& iterations = "12", const std::string& correct = "\"auto\"") {
   return run_command({tycho::test::tycho_exe(), "reconstruct", tycho::test::source_dir() + "/examples/mos2.toml",
                       "--iterations", iterations, "--set", "output.previews=false", "--set", "data.source=\"npy\"", "--set",
                       "data.path=\"" + data + "\"", "--set", "data.scan_step_A=0.5", "--set",
-                      "data.detector_pixel_invA=0.06", "-o", out});
+                      "data.detector_pixel_invA=0.06", "--set", "reconstruct.positions.correct=" + correct, "-o", out});
 }
 
 nlohmann::json manifest_of(const std::string& path) {
@@ -88,8 +88,8 @@ TEST(PositionBound, FourTimesTheCountsHalveTheBoundAndFloatsOrUnmovedPositionsHa
                        "float32"),
             std::string::npos)
       << c.describe();
-  // One iteration: the scan map's first step is at the tenth, so no position has moved.
-  auto d = run_on(tmp, tmp / "once.npy", tmp / "one.zip", "1");
+  // One iteration, each position held: the scan map's first step is at the tenth, so none has moved.
+  auto d = run_on(tmp, tmp / "once.npy", tmp / "one.zip", "1", "false");
   ASSERT_TRUE(d.exited_with(0)) << d.describe();
   EXPECT_FALSE(manifest_of(tmp / "one.zip").contains("positions_precision"));
   EXPECT_NE(d.err.find("no Cramér-Rao bound for the positions: no position has moved in this run's 1 iterations"),

@@ -46,9 +46,9 @@ TEST_F(PositionsFrom, AFreshRunStartsAtTheResultsPositionsBitForBit) {
   const std::string a = tmp_ / "a.zip", b = tmp_ / "b.zip", raster = tmp_ / "raster.zip";
   auto ra = reconstruct(sim, a, {"reconstruct.iterations=3", "reconstruct.positions.correct=true"});
   ASSERT_TRUE(ra.exited_with(0)) << ra.describe();
-  auto rb = reconstruct(sim, b, {"reconstruct.iterations=1", from(a)});
+  auto rb = reconstruct(sim, b, {"reconstruct.iterations=1", "reconstruct.positions.correct=false", from(a)});
   ASSERT_TRUE(rb.exited_with(0)) << rb.describe();
-  auto rr = reconstruct(sim, raster, {"reconstruct.iterations=1"});
+  auto rr = reconstruct(sim, raster, {"reconstruct.iterations=1", "reconstruct.positions.correct=false"});
   ASSERT_TRUE(rr.exited_with(0)) << rr.describe();
 
   const auto ra_rec = tycho::test::load_result(a), rb_rec = tycho::test::load_result(b),

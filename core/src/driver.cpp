@@ -187,10 +187,16 @@ double driver::run_iteration() {
   if (engine_.vtable->collect_loss != nullptr)
     check_status(engine_.vtable->collect_loss(engine_.instance, &loss), "engine collect_loss");
   if (collectives_ != nullptr && !fixed_point_) loss = collectives_->sum(loss);  // fixed point: already every rank's
+  // A diverged iteration moves no position: the caller stops on its loss, keeping the last finite
+  // state, and the positions' step would only fail on the non-finite object first.
+  if (!std::isfinite(loss)) {
+    ++iterations_done_;
+    return loss / double(n_patterns_);
+  }
   if (per_position) {
     correct_positions(epoch);
     apply_constraints(TYCHO_CONSTRAINT_POSITIONS, epoch, -1, batches, stream);
-    // correct = "auto": weighed once, position_trial_iterations after the map's convergence.
+    // correct = "auto": weighed once, after position_trial_iterations of their own steps.
     if (weighing_.iteration == 0 && epoch == weighing_due()) decide_positions(epoch);
     if (share_.world_size > 1) gather_positions(stream);
     refresh_positions();
@@ -306,6 +312,18 @@ void driver::correct_positions(int64_t epoch) {
     position_curvature(p, probe.shape[0], probe.shape[1], probe.shape[2], data_of<value>(obj), obj.shape[0],
                        obj.shape[1], obj.shape[2], lo, hi, h);
   });
+  // correct = "auto" (the default) starts from iteration 1 with one slice: an object that has no
+  // structure yet (its optimizer starts later, or has not moved it) locates no pattern, so the
+  // positions' own steps wait for it (correct = true, asked for explicitly, fails below instead).
+  if (options_.positions.weigh_against_noise && curvature_.first == 0 &&
+      !(h[0] > 0 && h[1] > 0 && std::isfinite(h[0]) && std::isfinite(h[1]))) {
+    if (!said_positions_wait_)
+      scan_log_.push_back(cat("iteration ", epoch, ": the object has no structure yet to locate the patterns by (its ",
+                              "roughness estimate is ", h[0], ", ", h[1], "): the positions' own steps wait for it"));
+    said_positions_wait_ = true;
+    if (scan_enabled_) step_scan_map(epoch);
+    return;
+  }
   position_step_options o = options_.positions.step;
   o.rate *= options_.positions.schedule.factor(epoch);
   // A window of N pixels centred at c spans [c − N/2, c − N/2 + N): it must stay in the object.
@@ -393,8 +411,10 @@ std::vector<double> driver::position_information(double counts_per_target_unit) 
 }
 
 int64_t driver::weighing_due() const {
-  if (!options_.positions.weigh_against_noise || !scan_enabled_ || !scan_.converged()) return 0;
-  return scan_.converged_at() + position_trial_iterations;
+  if (!options_.positions.weigh_against_noise || !scan_enabled_) return 0;  // weighed beyond the map's
+  // From the positions' first own step (one that waited for the object counts from where it began).
+  const int64_t first = curvature_.first > 0 ? curvature_.first : first_position_step();
+  return first > 0 ? first + position_trial_iterations - 1 : 0;
 }
 
 bool driver::engine_informs_positions() const {

@@ -492,7 +492,10 @@ void session::state::create_engine(state& s, start& st) {
     if (world > 1 && s.par->sharding() != shard::mode::patterns)
       log_info("session", "the scan map is not refined: [parallel] sharding = \"replicated\" splits each position's "
                           "gradient over the ranks ([reconstruct.positions] refine_scan_map)");
-    else if (!switchable && !(settings.driver.positions.enabled && !settings.driver.positions.after_scan_map))
+    // correct = true computes the positions' gradient on every iteration, so the map can ride on
+    // it; "auto" and "after_scan_map" need the map first, which needs the engine to switch it.
+    else if (!switchable && !(settings.driver.positions.enabled && !settings.driver.positions.after_scan_map &&
+                              !settings.driver.positions.weigh_against_noise))
       log_info("session", cat("the scan map is not refined: the ", st.engine_name, " engine cannot compute the ",
                               "positions' gradient on some iterations only; [reconstruct.positions] correct = true ",
                               "refines it with position correction"));
@@ -512,18 +515,22 @@ void session::state::create_engine(state& s, start& st) {
                             "good as the defocus it is paired with, and a probe refined from the start drifts to one "
                             "that pairs with a scan 0.5-2 % small ([reconstruct.positions] refine_scan_scale = false "
                             "holds the scale)"));
-  // correct = "after_scan_map" corrects each position once the map's refinement has converged:
-  // without the map, not at all.
-  if (settings.driver.positions.enabled && settings.driver.positions.after_scan_map && !s.refine_scan_map) {
+  // correct = "after_scan_map" corrects each position once the map's refinement has converged,
+  // and "auto" weighs what the positions' own steps add beyond the map: without the map, neither.
+  const position_correction& pc = settings.driver.positions;
+  if (pc.enabled && (pc.after_scan_map || pc.weigh_against_noise) && !s.refine_scan_map) {
     st.settings.driver.positions.enabled = false;
     if (s.par->is_root())
       log_info("positions", cat("not corrected one by one: [reconstruct.positions] correct = \"",
-                                settings.driver.positions.weigh_against_noise ? "auto" : "after_scan_map",
-                                "\" starts once the scan map's refinement has converged, and this run does not "
-                                "refine the map (correct = true corrects them from first_iteration)"));
+                                pc.weigh_against_noise ? "auto\" weighs the positions' own corrections beyond the "
+                                                         "scan map's refinement"
+                                                       : "after_scan_map\" starts once the scan map's refinement has "
+                                                         "converged",
+                                ", and this run does not refine the map (correct = true corrects them from "
+                                "first_iteration)"));
   }
-  s.positions_follow_map = settings.driver.positions.enabled && settings.driver.positions.after_scan_map;
-  s.positions_weighed_map = s.positions_follow_map && settings.driver.positions.weigh_against_noise;
+  s.positions_follow_map = pc.enabled && pc.after_scan_map;
+  s.positions_weighed_map = pc.enabled && pc.weigh_against_noise;
   s.probe_follows_map = s.refine_scan_map && settings.driver.probe_waits_for_scan_map;
   setup.position_gradient = settings.driver.positions.enabled || s.refine_scan_map ? 1 : 0;
   setup.host_finishes_batches = 1;  // the driver sums an engine's fixed-point sums and finishes its batches

@@ -128,8 +128,7 @@ reconstruct_settings session_detail::read_reconstruct_settings(const config_docu
     position_correction& pc = r.driver.positions;
     const position_correction_mode correction = read_position_correction(pos_t);
     pc.enabled = correction != position_correction_mode::off;
-    pc.after_scan_map = correction == position_correction_mode::after_scan_map ||
-                        correction == position_correction_mode::weighed;
+    pc.after_scan_map = correction == position_correction_mode::after_scan_map;  // "auto": below, with the map
     pc.weigh_against_noise = correction == position_correction_mode::weighed;
     pc.first_iteration = *setting_value<int64_t>(pos_t, table, "first_iteration");
     if (pc.first_iteration < 1)
@@ -165,6 +164,13 @@ reconstruct_settings session_detail::read_reconstruct_settings(const config_docu
     // A freed scale is as good as the defocus it is paired with: the probe, refined alongside,
     // drifts to one that pairs with a scan 0.5-2 % small, so it waits (core/driver.hpp).
     r.driver.probe_waits_for_scan_map = so.enabled && so.free[1];
+    // correct = "auto": where the map holds the isotropic scale (one slice), each position is
+    // corrected beside the map from first_iteration, before the object sets around the jitter
+    // (on the validation matrix's one-slice entries +0.002 to +0.015 Pearson against waiting for
+    // the map, except hBN -0.002 and MoS2 fast5 -0.001); where the map frees the scale, the
+    // positions' own steps would trade off against it (Ge [110], 6 % drift: Pearson 0.98 -> 0.24),
+    // so they wait for the map to converge.
+    if (correction == position_correction_mode::weighed) pc.after_scan_map = so.free[1];
   }
   r.driver.batch_size = *setting_value<int64_t>(rec_t, "reconstruct", "batch_size");
   if (r.driver.batch_size <= 0)

@@ -74,8 +74,8 @@ void session::state::restore_position_correction(state& s, const session_detail:
     w.iteration = m.integer("position_correction.weighing.iteration", 1, r.done);
     if (w.iteration != due)
       m.refuse("position_correction.weighing.iteration", m.find("position_correction.weighing.iteration"),
-               due > 0 ? cat(due, ", ", driver::position_trial_iterations, " iterations after the file's scan map converged")
-                       : std::string("no weighing: the file's scan map had not converged"));
+               due > 0 ? cat(due, ", the positions' ", driver::position_trial_iterations, "th own step")
+                       : std::string("no weighing: the positions' own steps wait for a scan map that had not converged"));
     w.kept = m.boolean("position_correction.weighing.kept");
     w.statistic = m.number_or_null("position_correction.weighing.statistic", "the positions' weighing statistic");
     const double noise_A = m.number_or_null("position_correction.weighing.noise_A", "the positions' counting noise in Å");
@@ -94,7 +94,7 @@ void session::state::restore_position_correction(state& s, const session_detail:
     s.drv->restore_weighing(w);
   } else if (due > 0 && due <= r.done) {
     log_info("session", cat("'", r.path, "' holds no weighing of the positions' corrections, due at iteration ", due,
-                            " (20 after the scan map converged): they go on unweighed"));
+                            " (their ", driver::position_trial_iterations, "th own step): they go on unweighed"));
   }
 }
 

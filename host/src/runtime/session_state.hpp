@@ -200,7 +200,7 @@ struct session::state {
   bool stopped = false;     // a run stopped mid-way: the kept state is the session's state
   bool refine_scan_map = false;  // [reconstruct.positions] refine_scan_map, where this run can (engine, ranks)
   bool positions_follow_map = false;  // correct = "after_scan_map" with the map refined: positions corrected once it converged
-  bool positions_weighed_map = false;  // correct = "auto": positions_follow_map, then weighed against their noise
+  bool positions_weighed_map = false;  // correct = "auto" with the map refined: corrections beyond it weighed against their noise
   bool probe_follows_map = false;     // refine_scan_scale with the map refined: the probe refined once it converged
   std::string stop_reason;  // why, for a later run()
   std::function<bool()> stop_check;  // set_stop_check

@@ -83,9 +83,9 @@ struct position_correction {
   // Also wait for the scan map's refinement (set_scan_refinement) to converge: the positions move
   // from the iteration after its last step ([reconstruct.positions] correct = "after_scan_map").
   bool after_scan_map = false;
-  // With after_scan_map ([reconstruct.positions] correct = "auto"): after trial_iterations of
-  // their own steps the positions' corrections are weighed against their counting noise, and
-  // kept only where they exceed it (decide_positions, below).
+  // [reconstruct.positions] correct = "auto": after position_trial_iterations of their own steps
+  // the positions' corrections are weighed against their counting noise, and kept only where
+  // they exceed it (decide_positions, below). With or without after_scan_map.
   bool weigh_against_noise = false;
   // Counts per unit of the targets (1 for counted data; 0: not counts, nothing to weigh against).
   double counts_per_target_unit = 0;
@@ -203,8 +203,10 @@ class driver {
     double statistic = 0, noise_px = 0;
   };
   static constexpr int64_t position_trial_iterations = 20;
-  // The iteration the weighing is made after: position_trial_iterations after the scan map
-  // converged; 0 where there is none to make (not weighed, or the map has not converged).
+  // The iteration the weighing is made after: the positions' position_trial_iterations-th own
+  // step (from the iteration of their first own step, position_curvature_scale().first, once
+  // taken; until then first_position_step()) + position_trial_iterations - 1; 0 where there is none to make
+  // (not weighed, or their steps wait for a map that has not converged).
   int64_t weighing_due() const;
   const position_weighing& weighing() const { return weighing_; }
   void restore_weighing(const position_weighing& w) { weighing_ = w; }
@@ -237,6 +239,7 @@ class driver {
   // marked, a fixed-point batch finished), its loss added to `loss`: the batch's global size.
   int64_t compute_batch(int64_t epoch, int64_t b, int64_t batches, bool object_steps, double& loss, void* stream);
   curvature_scale curvature_;
+  bool said_positions_wait_ = false;  // correct = "auto" waiting for an object with structure: logged once
   // The scan map's global step of iteration `epoch` (when due): positions and probe moved.
   void step_scan_map(int64_t epoch);
   // Turns the engine's position gradient on or off for this iteration's batches, where the
