@@ -1,7 +1,7 @@
 // The stopping rule of iterations = "auto" (host/src/runtime/stopping_rule.hpp) as a unit, on
 // synthetic loss histories: a loss still falling does not stop, a plateau with noise stops soon
 // after it begins, the counting noise stops a fall below it, a stage scheduled later keeps it
-// going, the cap; every prefix of a history gives the verdict the whole run gave at that iteration (what a
+// going, the cap; a verdict with halvings left halves the learning rates instead; every prefix of a history gives the verdict the whole run gave at that iteration (what a
 // resumed run relies on). And the counting noise σ_c (runtime/loss_noise.hpp) through the
 // built-in losses against its value at high counts, s²/8 per pixel.
 #include <gtest/gtest.h>
@@ -95,6 +95,28 @@ TEST(StoppingRule, APlateauWithNoiseStopsSoonAfterItBegins) {
   EXPECT_LT(st.last.predicted_fall, st.last.noise);
   EXPECT_NEAR(st.last.residual_sd, 1e-4, 4e-5);  // the scatter estimates the noise
   EXPECT_EQ(first_stop(h, settings()), st.plateau);
+}
+
+// With halvings left a verdict does not end the run: it asks for the learning rates to be halved
+// at the same iteration the run would have ended at (and says why); with the next window judged
+// from a window later, the plateau's next verdict there ends it once none is left.
+TEST(StoppingRule, AVerdictWithHalvingsLeftHalvesInsteadOfStopping) {
+  const auto h = decaying(400, 1.0, 0.1, 8.0, 1e-4);
+  const stopping_state ends = stopping_state_of(h, settings());
+  ASSERT_TRUE(ends.stop);
+  stopping_settings s = settings();
+  s.halvings_left = 1;
+  const stopping_state halves = stopping_state_of(h, s);
+  EXPECT_FALSE(halves.stop);
+  EXPECT_TRUE(halves.halve);
+  EXPECT_EQ(halves.plateau, ends.plateau);
+  EXPECT_EQ(halves.reason, "converged");
+  s.halvings_left = 0;
+  s.earliest = halves.plateau + s.window;
+  const stopping_state then = stopping_state_of(h, s);
+  EXPECT_TRUE(then.stop);
+  EXPECT_FALSE(then.halve);
+  EXPECT_GE(then.plateau, halves.plateau + s.window);
 }
 
 // A loss that rises by more than its noise ends the run too, but not as "converged": a diverging

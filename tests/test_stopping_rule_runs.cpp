@@ -20,6 +20,7 @@
 #include "built_in_plugins.hpp"
 #include "run_command.hpp"
 #include "test_paths.hpp"
+#include "zip_members.hpp"
 
 namespace {
 
@@ -29,8 +30,9 @@ using tycho::test::load_result;
 using tycho::test::run_command;
 
 // The MoS2 example with constant learning rates and a window of 5, the scan map not refined (its
-// wait has a test of its own): the rule ends it after a few tens of iterations (27 here), which
-// keeps these runs short.
+// wait has a test of its own) and no halving of the learning rates at the rule's verdicts (theirs
+// too, unless a test sets plateau_halvings): the rule ends it after a few tens of iterations (27
+// here), which keeps these runs short.
 class StoppingRuleRuns : public ::testing::Test {
  protected:
   command_result reconstruct(const std::vector<std::string>& extra) {
@@ -49,6 +51,8 @@ class StoppingRuleRuns : public ::testing::Test {
                                      "output.previews=false"};
     if (std::find(extra.begin(), extra.end(), "reconstruct.positions.refine_scan_map=true") == extra.end())
       argv.insert(argv.end(), {"--set", "reconstruct.positions.refine_scan_map=false"});
+    if (std::none_of(extra.begin(), extra.end(), [](const std::string& e) { return e.starts_with("reconstruct.plateau_halvings"); }))
+      argv.insert(argv.end(), {"--set", "reconstruct.plateau_halvings=0"});
     argv.insert(argv.end(), extra.begin(), extra.end());
     return run_command(argv);
   }
@@ -73,6 +77,25 @@ class StoppingRuleRuns : public ::testing::Test {
     r.earliest = s.at("earliest");
     r.counting_noise = s.at("counting_noise");
     return tycho::host::stopping_state_of(losses(path), r);
+  }
+  // The iterations the rule halves the learning rates at, replayed on the saved history from the
+  // first window, as the session does: each verdict with halvings left moves the next a window on.
+  static std::vector<int64_t> halvings_replayed(const std::string& path, int64_t first_earliest) {
+    const auto s = manifest(path).at("history").at("stopping");
+    tycho::host::stopping_settings r;
+    r.window = s.at("window");
+    r.max_iterations = s.at("max_iterations");
+    r.earliest = first_earliest;
+    r.counting_noise = s.at("counting_noise");
+    r.halvings_left = s.at("plateau_halvings");
+    std::vector<int64_t> at;
+    for (auto v = tycho::host::stopping_state_of(losses(path), r); v.halve;
+         v = tycho::host::stopping_state_of(losses(path), r)) {
+      at.push_back(v.plateau);
+      r.halvings_left -= 1;
+      r.earliest = v.plateau + r.window;
+    }
+    return at;
   }
   tycho::test::temp_folder tmp_;
 };
@@ -255,6 +278,76 @@ TEST_F(StoppingRuleRuns, TheRuleWaitsForTheScanMapsRefinement) {
   EXPECT_LT(tycho::host::stopping_state_of(h, early).plateau, c);
 }
 
+// plateau_halvings = 2: the rule's first two verdicts halve the object's and probe's learning rates
+// (each logged), the third ends the run; the saved history replays the same iterations; a run
+// stopped between the halvings and continued with --from ends as the whole run did, bit for bit;
+// a manifest whose halvings no run writes is refused naming the key.
+TEST_F(StoppingRuleRuns, VerdictsHalveTheLearningRatesBeforeTheyEndTheRun) {
+  const std::string whole = tmp_ / "halved.zip", once = tmp_ / "once.zip", part = tmp_ / "part.zip",
+                    rest = tmp_ / "rest.zip";
+  const std::vector<std::string> two = {"--set", "reconstruct.plateau_halvings=2"};
+  auto with = [&](std::vector<std::string> v) {
+    v.insert(v.end(), two.begin(), two.end());
+    return v;
+  };
+  auto ro = reconstruct({"-o", once});  // plateau_halvings = 0: ends at the first verdict
+  ASSERT_TRUE(ro.exited_with(0)) << ro.describe();
+  const int64_t first = manifest(once).at("history").at("iterations");
+  auto rw = reconstruct(with({"-o", whole}));
+  ASSERT_TRUE(rw.exited_with(0)) << rw.describe();
+  const auto h = manifest(whole).at("history");
+  const auto& s = h.at("stopping");
+  const int64_t n = h.at("iterations"), w = s.at("window");
+  EXPECT_EQ(s.at("plateau_halvings"), 2);
+  const auto at = s.at("halved_at").get<std::vector<int64_t>>();
+  ASSERT_EQ(at.size(), 2u);
+  EXPECT_EQ(at[0], first);  // the verdict that ended the run without halvings
+  EXPECT_GE(at[1], at[0] + w);
+  EXPECT_GE(n, at[1] + w);
+  EXPECT_EQ(s.at("earliest"), at[1] + w);
+  EXPECT_EQ(s.at("reason"), "converged");
+  EXPECT_EQ(halvings_replayed(whole, w), at);
+  for (std::size_t k = 0; k < at.size(); ++k)
+    EXPECT_NE(rw.err.find("iteration " + std::to_string(at[k]) + ": the loss "), std::string::npos) << rw.err;
+  EXPECT_NE(rw.err.find("learning rates are halved, now 0.25 of their settings (2 of 2 halvings"), std::string::npos)
+      << rw.err;
+  EXPECT_NE(rw.err.find("(the learning rates halved after iterations " + std::to_string(at[0]) + ", " +
+                        std::to_string(at[1]) + ")"),
+            std::string::npos)
+      << rw.err;
+  // Up to the first halving the run is the one without: the same losses.
+  const auto lo = losses(once), lw = losses(whole);
+  for (int64_t i = 0; i < first; ++i) ASSERT_EQ(lo.at(std::size_t(i)), lw.at(std::size_t(i))) << i + 1;
+  // Stopped between the halvings, continued: the same run, bit for bit.
+  auto rp = reconstruct(with({"--stop-after", std::to_string(at[0] + 2), "-o", part}));
+  ASSERT_TRUE(rp.exited_with(0)) << rp.describe();
+  EXPECT_EQ(manifest(part).at("history").at("stopping").at("halved_at"), std::vector<int64_t>{at[0]});
+  auto rr = reconstruct({"--from", part, "-o", rest});
+  ASSERT_TRUE(rr.exited_with(0)) << rr.describe();
+  EXPECT_EQ(manifest(rest).at("history").at("stopping"), s);
+  EXPECT_EQ(losses(rest), lw);
+  EXPECT_TRUE(object_bytes(rest) == object_bytes(whole)) << "the resumed run's object differs";
+  // Halvings no run writes: more than allowed, closer than a window, after the file's last iteration.
+  const auto m = manifest(part);
+  const int64_t done = m.at("history").at("iterations");
+  const std::pair<std::string, std::string> bad[] = {
+      {"[3, 9, 15]", "expected a list of at most 2 iterations (plateau_halvings)"},
+      {"[" + std::to_string(at[0] - 1) + ", " + std::to_string(at[0]) + "]",
+       "expected iterations each at least the window (5) after the one before"},
+      {"[" + std::to_string(done + 1) + "]", "expected 1 integers from 1 to " + std::to_string(done)},
+  };
+  for (const auto& [value, want] : bad) {
+    nlohmann::json edited = m;
+    edited["history"]["stopping"]["halved_at"] = nlohmann::json::parse(value);
+    const std::string crafted = tmp_ / "crafted.zip";
+    tycho::test::write_zip_members(crafted, {{"manifest.json", edited.dump()}}, part);
+    auto rc = reconstruct({"--from", crafted, "-o", tmp_ / "c.zip"});
+    EXPECT_TRUE(rc.exited_with(2)) << value << "\n" << rc.describe();
+    EXPECT_NE(error_line(rc).find("has history.stopping.halved_at = "), std::string::npos) << error_line(rc);
+    EXPECT_NE(error_line(rc).find(want), std::string::npos) << value << "\n" << error_line(rc);
+  }
+}
+
 TEST_F(StoppingRuleRuns, NewKeysRefuseBadValuesByName) {
   const std::pair<const char*, const char*> cases[] = {
       {"reconstruct.iterations=\"often\"",
@@ -276,6 +369,8 @@ TEST_F(StoppingRuleRuns, NewKeysRefuseBadValuesByName) {
       {"reconstruct.schedule_iterations=0",
        "tycho: error: [reconstruct] schedule_iterations must be from 1 to 1000000000, got 0"},
       {"reconstruct.max_iterations=\"many\"", "config key 'max_iterations' in [reconstruct] must be an integer"},
+      {"reconstruct.plateau_halvings=31", "tycho: error: [reconstruct] plateau_halvings must be from 0 to 30, got 31"},
+      {"reconstruct.plateau_halvings=-1", "tycho: error: [reconstruct] plateau_halvings must be from 0 to 30, got -1"},
   };
   for (const auto& [set, expected] : cases) {
     auto r = run_command({tycho::test::tycho_exe(), "reconstruct", tycho::test::source_dir() + "/examples/mos2.toml",

@@ -173,7 +173,8 @@ double driver::run_iteration() {
       }
       if (gather_probe_gradient && opt.parameter == TYCHO_TENSOR_PROBE) add_probe_gradient(grad);
       if (opt.parameter == TYCHO_TENSOR_PROBE && probe_waits) continue;  // its gradient serves the map's C10
-      tycho_step_info info{sizeof(tycho_step_info), 1.0 / double(count), opt.schedule.factor(epoch), epoch,
+      tycho_step_info info{sizeof(tycho_step_info), 1.0 / double(count),
+                           opt.schedule.factor(epoch) * learning_rate_factor_, epoch,
                            in_tiles ? int64_t(boxes_.size() / 4) : 0, in_tiles ? boxes_.data() : nullptr,
                            in_tiles ? box_steps_.data() : nullptr};
       check_status(opt.vtable->step(opt.instance, &param, &grad, &info, stream), "optimizer step");

@@ -115,6 +115,7 @@ void session::state::open_config(state& s, const std::string& resume_from, paral
       s.config.set_from_text("reconstruct.iterations=\"auto\"");
       s.config.set_from_text(cat("reconstruct.max_iterations=", st.resume->max_iterations));
       s.config.set_from_text(cat("reconstruct.stop_window=", st.resume->stop_window));
+      s.config.set_from_text(cat("reconstruct.plateau_halvings=", st.resume->plateau_halvings));
     } else {
       s.config.set_from_text(cat("reconstruct.iterations=", st.resume->count));
     }

@@ -49,6 +49,20 @@ resume_data session_detail::load_resume(const std::string& path, const registry&
     r.max_iterations = m.integer("history.stopping.max_iterations", 1, k_most_iterations);
     r.stop_window = m.integer("history.stopping.window", 3, 1000);
     r.counting_noise = m.finite("history.stopping.counting_noise", "the loss's counting noise");
+    // The learning rates' halvings at the rule's verdicts (a file from before them had none): the
+    // iterations after which they fell, each a window after the one before, no more than allowed.
+    if (m.find("history.stopping.plateau_halvings")) {
+      r.plateau_halvings = m.integer("history.stopping.plateau_halvings", 0, 30);
+      const nlohmann::json& at = m.at("history.stopping.halved_at", "a list of iterations");
+      if (!at.is_array() || at.size() > std::size_t(r.plateau_halvings))
+        m.refuse("history.stopping.halved_at", &at,
+                 cat("a list of at most ", r.plateau_halvings, " iterations (plateau_halvings)"));
+      r.halved_at = m.integers("history.stopping.halved_at", at.size(), 1, r.done);
+      for (std::size_t k = 1; k < r.halved_at.size(); ++k)
+        if (r.halved_at[k] < r.halved_at[k - 1] + r.stop_window)
+          m.refuse("history.stopping.halved_at", &at,
+                   cat("iterations each at least the window (", r.stop_window, ") after the one before"));
+    }
     if (r.counting_noise < 0)
       m.refuse("history.stopping.counting_noise", m.find("history.stopping.counting_noise"), "a number >= 0");
   }

@@ -97,6 +97,8 @@ struct resume_data {
   bool by_rule = false;
   int64_t count = 0;  // a fixed run's count (history.stopping.iterations; before the key, the total)
   int64_t max_iterations = 0, stop_window = 0;
+  int64_t plateau_halvings = 0;  // history.stopping.plateau_halvings (0 in a file from before the key)
+  std::vector<int64_t> halved_at;
   double counting_noise = 0;
   std::vector<int64_t> scan_shape, window_shape;
   explicit resume_data(result_file f)
@@ -106,7 +108,7 @@ struct resume_data {
   resume_data(resume_data&& o) noexcept
       : path(std::move(o.path)), file(std::move(o.file)), record(file.record), done(o.done), total(o.total),
         by_rule(o.by_rule), count(o.count), max_iterations(o.max_iterations), stop_window(o.stop_window),
-        counting_noise(o.counting_noise), scan_shape(std::move(o.scan_shape)),
+        plateau_halvings(o.plateau_halvings), halved_at(std::move(o.halved_at)), counting_noise(o.counting_noise), scan_shape(std::move(o.scan_shape)),
         window_shape(std::move(o.window_shape)) {}
 };
 
@@ -142,6 +144,8 @@ struct session::state {
   stopping_settings rule_settings;
   stopping_state rule;
   std::string rule_waits_for;
+  // The iterations after which the rule's verdicts halved the learning rates (plateau_halvings).
+  std::vector<int64_t> halved_at;
   // Why the last run() ended: "converged", "max_iterations", "fixed_count", "stop_after",
   // "callback", "signal", "non_finite"; "" before any.
   std::string end_reason;

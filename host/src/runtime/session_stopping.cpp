@@ -19,10 +19,16 @@ using namespace session_detail;
 // stands after a resumed history.
 void session::state::prepare_stopping(state& s, start& st) {
   const reconstruct_settings& settings = st.settings;
+  // A resumed run whose rule halved its learning rates goes on at them, by the rule or for a count.
+  if (st.resume && !st.resume->halved_at.empty()) {
+    s.halved_at = st.resume->halved_at;
+    s.drv->set_learning_rate_factor(std::ldexp(1.0, -int(s.halved_at.size())));
+  }
   if (!settings.length.by_rule) return;
   stopping_settings& r = s.rule_settings;
   r.window = settings.length.stop_window;
   r.max_iterations = settings.length.max_iterations;
+  r.halvings_left = settings.length.plateau_halvings;
   // A stage that starts later has its chance: the rule judges no window that began before it.
   r.earliest = r.window;
   auto after = [&](int64_t start, int64_t span, const std::string& what) {
@@ -78,6 +84,11 @@ void session::state::prepare_stopping(state& s, start& st) {
     }
     r.counting_noise = held > 0 ? std::sqrt(weighted / held / double(s.data.all_patterns)) : 0.0;
   }
+  // A resumed run's halvings: its learning rates as they were, and the rule a window after the last.
+  if (!s.halved_at.empty()) {
+    r.halvings_left -= int64_t(s.halved_at.size());
+    r.earliest = std::max(r.earliest, s.halved_at.back() + r.window);
+  }
   s.sync_rule_with_scan_map();
   s.rule = stopping_state_of(s.loss_history, r);
   if (s.par->is_root())
@@ -92,6 +103,11 @@ void session::state::prepare_stopping(state& s, start& st) {
                  s.rule_waits_for.empty() ? std::string()
                                           : cat(" (", s.rule_waits_for, ", then ", r.window, " iterations)"),
                  s.refine_scan_map ? "; not before the scan map's refinement has converged" : "",
+                 r.halvings_left > 0
+                     ? cat("; at its first ", r.halvings_left, " verdicts it halves the object's and probe's learning "
+                           "rates instead and judges again ", r.window, " iterations later (plateau_halvings = ",
+                           settings.length.plateau_halvings, ")")
+                     : std::string(),
                  "; at most ", r.max_iterations, " iterations"));
 }
 
@@ -149,6 +165,28 @@ void session::state::sync_rule_with_scan_map() {
 void session::state::advance_rule() {
   sync_rule_with_scan_map();
   rule = stopping_state_of(loss_history, rule_settings);
+  if (!rule.halve) return;
+  // Reduce-on-plateau: a constant Adam rate leaves the object jittering about its minimum, the
+  // loss flat or slowly rising (the validation matrix's partially coherent MoS2 scan: 2.733e-2 at
+  // iteration 19, 2.80e-2 at 100 with every position held); a halved rate settles it further.
+  const int64_t at = int64_t(loss_history.size());
+  const loss_trend t = rule.last;
+  halved_at.push_back(at);
+  rule_settings.halvings_left -= 1;
+  rule_settings.earliest = std::max(rule_settings.earliest, at + rule_settings.window);
+  drv->set_learning_rate_factor(std::ldexp(1.0, -int(halved_at.size())));
+  if (par->is_root())
+    log_info("stopping", cat("iteration ", at, ": the loss ",
+                             t.rising() ? cat("rose (a line through the last ", rule_settings.window, " losses rises by ",
+                                              -t.predicted_fall, ")")
+                                        : cat("no longer falls (a fall of ", t.predicted_fall, " predicted for the next ",
+                                              rule_settings.window, ")"),
+                             " against its noise, ", t.noise, ": the object's and probe's learning rates are halved, now ",
+                             drv->learning_rate_factor(), " of their settings (", halved_at.size(), " of ",
+                             halved_at.size() + std::size_t(rule_settings.halvings_left),
+                             " halvings, [reconstruct] plateau_halvings), and the rule judges again from iteration ",
+                             rule_settings.earliest));
+  rule = stopping_state_of(loss_history, rule_settings);
 }
 
 // history.stopping in the manifest (docs/file-format.md).
@@ -170,6 +208,8 @@ std::string session::state::stopping_json() const {
   j["earliest"] = rule_settings.earliest;
   j["waits_for"] = rule_waits_for;
   j["counting_noise"] = rule_settings.counting_noise;
+  j["plateau_halvings"] = length.plateau_halvings;
+  j["halved_at"] = halved_at;
   j["plateau_iteration"] = now.plateau > 0 ? nlohmann::ordered_json(now.plateau) : nlohmann::ordered_json();
   if (now.last.evaluated)
     j["trend"] = {{"predicted_fall", now.last.predicted_fall},
@@ -187,7 +227,12 @@ bool session::rule_has_ended() const {
 std::string session::stopping_summary() const {
   const state& s = *s_;
   const int64_t done = s.drv->iterations_done();
-  const std::string its = cat(done, done == 1 ? " iteration" : " iterations");
+  std::string its = cat(done, done == 1 ? " iteration" : " iterations");
+  if (!s.halved_at.empty()) {
+    std::string list;
+    for (std::size_t k = 0; k < s.halved_at.size(); ++k) list += cat(k ? ", " : "", s.halved_at[k]);
+    its += cat(" (the learning rates halved after iteration", s.halved_at.size() > 1 ? "s " : " ", list, ")");
+  }
   const loss_trend& t = s.rule.last;
   if (s.end_reason == "converged")
     return cat("stopped after ", its, ": converged (the fall a line through the last ", s.rule_settings.window,

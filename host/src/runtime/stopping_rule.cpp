@@ -42,6 +42,11 @@ stopping_state stopping_state_of(std::span<const double> history, const stopping
     st.last = fit_loss_trend(history, k, s.window, s.counting_noise);
     if (st.last.flat()) {
       st.plateau = k;
+      st.reason = st.last.rising() ? "rising" : "converged";
+      if (s.halvings_left > 0) {
+        st.halve = true;
+        return st;
+      }
       st.stop = true;
       // A loss that rose by more than its noise has not converged: the run is unstable (steps
       // too large for the data, or a stage that pulls against the others). It still ends here,

@@ -11,6 +11,8 @@
 //   degrees of freedom);
 //   the run ends at the first k with F_k < σ_k ("converged", or "rising" where F_k < −σ_k: the
 //   loss rose by more than its noise), or at max_iterations.
+// With halvings_left > 0 a verdict does not end the run: it asks for the learning rates to be
+// halved (`halve`), and the session then raises `earliest` by a window (reduce-on-plateau).
 // `earliest` keeps a stage the run has scheduled for later from being judged before it has had
 // a window of its own (the session sets it: the last stage's start + W − 1); `held` keeps a stage
 // that is still moving from being cut short (the scan map's refinement until it has converged: the
@@ -29,6 +31,7 @@ struct stopping_settings {
   int64_t earliest = 0;           // not before this iteration (a stage scheduled later, plus W − 1)
   double counting_noise = 0;      // σ_c (0: unknown, the data are not counts)
   bool held = false;              // a stage is still moving: no verdict but the cap
+  int64_t halvings_left = 0;      // verdicts that halve the learning rates instead of ending the run
 };
 
 // The least-squares line through the W losses ending at iteration k (1-based; k ≥ W).
@@ -46,6 +49,7 @@ loss_trend fit_loss_trend(std::span<const double> history, int64_t k, int64_t wi
 struct stopping_state {
   int64_t plateau = 0;  // the iteration at which the loss stopped falling; 0: not yet
   bool stop = false;    // the run ends after these iterations: at the plateau, or at the cap
+  bool halve = false;   // a verdict at `plateau` with halvings left: halve the learning rates, go on
   std::string reason;   // with stop: "converged", "rising" or "max_iterations"
   loss_trend last;      // the trend at the plateau, else at the last iteration judged
 };

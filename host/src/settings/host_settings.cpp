@@ -116,6 +116,7 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         taking(decl("iterations", M, "\"auto\"", "", "iterations (epochs over all patterns): a whole number from 0 to 1e9 for a fixed count, or \"auto\": until the loss stops falling by more than its noise (the stopping rule), at most max_iterations"), "integer or \"auto\""),
         at_most(at_least(decl("max_iterations", I, "1000", "", "with iterations = \"auto\": the most iterations the run takes"), 1), 1e9),
         at_most(at_least(decl("stop_window", I, "20", "iterations", "with iterations = \"auto\": the iterations W the loss's trend is fitted over and predicted ahead"), 3), 1000),
+        at_most(at_least(decl("plateau_halvings", I, "3", "", "with iterations = \"auto\": where the stopping rule finds that the loss no longer falls (or rises), the object's and probe's learning rates are halved and the rule judges again after W iterations, up to this many times before the run ends there; 0: it ends at the first such verdict"), 0), 30),
         at_most(at_least(decl("schedule_iterations", I, none, "", "the iterations a decaying learning-rate schedule (cosine, exponential) spans; default: iterations when it is a number, else 100"), 1), 1e9),
         at_least(decl("batch_size", I, "128", "", "mini-batch size in positions, global over the ranks"), 1),
         decl("loss", S, quoted(defaults::loss), "", "the loss component"),

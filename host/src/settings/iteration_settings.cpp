@@ -35,6 +35,9 @@ iteration_settings read_iteration_settings(const toml::table& rec) {
   if (s.stop_window < 3 || s.stop_window > 1000)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] stop_window must be from 3 to 1000 iterations, got ",
          s.stop_window);
+  s.plateau_halvings = *setting_value<int64_t>(rec, "reconstruct", "plateau_halvings");
+  if (s.plateau_halvings < 0 || s.plateau_halvings > 30)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] plateau_halvings must be from 0 to 30, got ", s.plateau_halvings);
   if (const auto given = read_key<int64_t>(rec, "schedule_iterations", "reconstruct")) {
     s.schedule = *given;
     if (s.schedule < 1 || s.schedule > k_most_iterations)

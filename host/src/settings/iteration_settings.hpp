@@ -17,6 +17,7 @@ struct iteration_settings {
   int64_t fixed = 0;              // iterations = N: a fixed count (0 saves the initial state)
   int64_t max_iterations = 1000;  // the rule's cap
   int64_t stop_window = 20;       // the rule's window W (runtime/stopping_rule.hpp)
+  int64_t plateau_halvings = 3;   // the learning rates' halvings at the rule's verdicts before it ends the run
   // The iterations a decaying learning-rate schedule spans: schedule_iterations, else the fixed
   // count, else (with "auto") 100.
   int64_t schedule = 100;
@@ -26,7 +27,7 @@ struct iteration_settings {
 
 // Reads [reconstruct] (the table `rec`). Refuses, naming the key: iterations that is neither a
 // whole number from 0 to 1e9 nor "auto"; max_iterations and schedule_iterations outside [1, 1e9];
-// stop_window outside [3, 1000].
+// stop_window outside [3, 1000]; plateau_halvings outside [0, 30].
 iteration_settings read_iteration_settings(const toml::table& rec);
 
 }  // namespace tycho::host

@@ -210,6 +210,10 @@ class driver {
   int64_t weighing_due() const;
   const position_weighing& weighing() const { return weighing_; }
   void restore_weighing(const position_weighing& w) { weighing_ = w; }
+  // A factor on every optimizer's learning rate (with its schedule's): the host halves it where
+  // its stopping rule finds the loss no longer falling ([reconstruct] plateau_halvings). 1 at start.
+  void set_learning_rate_factor(double f) { learning_rate_factor_ = f; }
+  double learning_rate_factor() const { return learning_rate_factor_; }
   // With several ranks and position correction: every pattern's position ((P, 2) px), gathered
   // after each correction step, so any rank can report them; empty before the first step and
   // on one rank (whose engine holds them all).
@@ -239,7 +243,8 @@ class driver {
   // marked, a fixed-point batch finished), its loss added to `loss`: the batch's global size.
   int64_t compute_batch(int64_t epoch, int64_t b, int64_t batches, bool object_steps, double& loss, void* stream);
   curvature_scale curvature_;
-  bool said_positions_wait_ = false;  // correct = "auto" waiting for an object with structure: logged once
+  bool said_positions_wait_ = false;
+  double learning_rate_factor_ = 1.0;  // correct = "auto" waiting for an object with structure: logged once
   // The scan map's global step of iteration `epoch` (when due): positions and probe moved.
   void step_scan_map(int64_t epoch);
   // Turns the engine's position gradient on or off for this iteration's batches, where the
