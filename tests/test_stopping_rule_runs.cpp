@@ -327,6 +327,14 @@ TEST_F(StoppingRuleRuns, VerdictsHalveTheLearningRatesBeforeTheyEndTheRun) {
   EXPECT_EQ(manifest(rest).at("history").at("stopping"), s);
   EXPECT_EQ(losses(rest), lw);
   EXPECT_TRUE(object_bytes(rest) == object_bytes(whole)) << "the resumed run's object differs";
+  // A fixed count from that file past where the rule halved again halves nothing.
+  const int64_t more = at[1] - (at[0] + 2) + 2;
+  auto rf = reconstruct({"--from", part, "--iterations", std::to_string(more), "-o", tmp_ / "fixed.zip"});
+  ASSERT_TRUE(rf.exited_with(0)) << rf.describe();
+  const auto sf = manifest(tmp_ / "fixed.zip").at("history").at("stopping");
+  EXPECT_EQ(sf.at("reason"), "fixed_count");
+  EXPECT_EQ(sf.at("halved_at"), std::vector<int64_t>{at[0]});
+  EXPECT_EQ(rf.err.find("learning rates are halved"), std::string::npos) << rf.err;
   // Halvings no run writes: more than allowed, closer than a window, after the file's last iteration.
   const auto m = manifest(part);
   const int64_t done = m.at("history").at("iterations");
@@ -335,6 +343,7 @@ TEST_F(StoppingRuleRuns, VerdictsHalveTheLearningRatesBeforeTheyEndTheRun) {
       {"[" + std::to_string(at[0] - 1) + ", " + std::to_string(at[0]) + "]",
        "expected iterations each at least the window (5) after the one before"},
       {"[" + std::to_string(done + 1) + "]", "expected 1 integers from 1 to " + std::to_string(done)},
+      {"[1]", "expected iterations from 5 on, the first the rule judges (its window of 5)"},
   };
   for (const auto& [value, want] : bad) {
     nlohmann::json edited = m;
@@ -346,6 +355,16 @@ TEST_F(StoppingRuleRuns, VerdictsHalveTheLearningRatesBeforeTheyEndTheRun) {
     EXPECT_NE(error_line(rc).find("has history.stopping.halved_at = "), std::string::npos) << error_line(rc);
     EXPECT_NE(error_line(rc).find(want), std::string::npos) << value << "\n" << error_line(rc);
   }
+  // Halvings in a file that allows none: without plateau_halvings.
+  nlohmann::json without = m;
+  without["history"]["stopping"].erase("plateau_halvings");
+  tycho::test::write_zip_members(tmp_ / "without.zip", {{"manifest.json", without.dump()}}, part);
+  auto rw2 = reconstruct({"--from", tmp_ / "without.zip", "-o", tmp_ / "c.zip"});
+  EXPECT_TRUE(rw2.exited_with(2)) << rw2.describe();
+  EXPECT_NE(error_line(rw2).find("has history.stopping.halved_at = [" + std::to_string(at[0]) +
+                                 "], expected no halvings in a file without"),
+            std::string::npos)
+      << error_line(rw2);
 }
 
 TEST_F(StoppingRuleRuns, NewKeysRefuseBadValuesByName) {

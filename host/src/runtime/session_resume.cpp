@@ -42,6 +42,15 @@ resume_data session_detail::load_resume(const std::string& path, const registry&
   r.count = r.total;
   if (const nlohmann::json* n = r.file.manifest.find("history.stopping.iterations"); n && n->is_number())
     r.count = r.file.manifest.integer("history.stopping.iterations", 0, k_most_iterations);
+  // Halvings are the rule's: a fixed-count file, or one that does not say how many were allowed,
+  // holds none a run writes.
+  if (const nlohmann::json* at = r.file.manifest.find("history.stopping.halved_at")) {
+    const nlohmann::json* rule = r.file.manifest.find("history.stopping.iterations");
+    if (!(rule && rule->is_string()) || !r.file.manifest.find("history.stopping.plateau_halvings"))
+      r.file.manifest.refuse("history.stopping.halved_at", at,
+                             "no halvings in a file without history.stopping.iterations = \"auto\" and "
+                             "history.stopping.plateau_halvings");
+  }
   if (const nlohmann::json* rule = r.file.manifest.find("history.stopping.iterations"); rule && rule->is_string()) {
     const manifest_reader& m = r.file.manifest;
     if (rule->get<std::string>() != "auto") m.refuse("history.stopping.iterations", rule, "\"auto\" or a whole number");

@@ -49,7 +49,7 @@ std::string weighing_text(const driver::position_weighing& w, double pixel_A) {
              "Fisher information; the noise allows ", w.noise_px * pixel_A, " Å per axis): ",
              w.kept ? "above 2, the displacements found outweigh the noise; they are kept and corrected further"
                     : "not above 2, they are mostly noise; the positions return to the scan map's and are not "
-                      "corrected one by one ([reconstruct.positions] correct = \"after_scan_map\" keeps them)");
+                      "corrected one by one ([reconstruct.positions] correct = true keeps correcting them, unweighed)");
 }
 }  // namespace
 
@@ -216,7 +216,7 @@ bool session::run_iterations(int64_t n, const progress_callback& progress, bool 
     s.loss_history.push_back(loss);
     s.seconds_history.push_back(secs);
     s.cpu_seconds_history.push_back(cpu_secs);
-    if (s.length.by_rule) s.advance_rule();
+    if (s.length.by_rule) s.advance_rule(by_rule);  // a fixed count halves no learning rate
     if (progress) {
       tycho_progress p{sizeof(tycho_progress), s.drv->iterations_done(), last, loss, secs};
       if (!progress(p)) {

@@ -299,7 +299,9 @@ struct session::state {
   static void restore_resumed(state& s, start& st);
   static void prepare_stopping(state& s, start& st);
   // After each iteration of an "auto" run: where the rule stands.
-  void advance_rule();
+  // After an iteration: the rule's state; in a run by the rule (not a fixed count), a verdict with
+  // halvings left halves the learning rates ([reconstruct] plateau_halvings).
+  void advance_rule(bool may_halve = true);
   void sync_rule_with_scan_map();
   std::string stopping_json() const;
   static scan_refinement make_scan_refinement(state& s, const scan_refinement_options& o);

@@ -86,8 +86,21 @@ void session::state::prepare_stopping(state& s, start& st) {
   }
   // A resumed run's halvings: its learning rates as they were, and the rule a window after the last.
   if (!s.halved_at.empty()) {
+    // No verdict comes before the rule's first window or a stage the run scheduled: a halving
+    // there is not one a run makes.
+    if (s.halved_at.front() < r.earliest) {
+      const manifest_reader& m = st.resume->file.manifest;
+      m.refuse("history.stopping.halved_at", m.find("history.stopping.halved_at"),
+               cat("iterations from ", r.earliest, " on, the first the rule judges (", s.rule_waits_for.empty()
+                                                                                           ? cat("its window of ", r.window)
+                                                                                           : s.rule_waits_for,
+                   ")"));
+    }
     r.halvings_left -= int64_t(s.halved_at.size());
-    r.earliest = std::max(r.earliest, s.halved_at.back() + r.window);
+    if (s.halved_at.back() + r.window > r.earliest) {
+      r.earliest = s.halved_at.back() + r.window;
+      s.rule_waits_for = cat("the learning rates' halving at iteration ", s.halved_at.back());
+    }
   }
   s.sync_rule_with_scan_map();
   s.rule = stopping_state_of(s.loss_history, r);
@@ -162,10 +175,10 @@ void session::state::sync_rule_with_scan_map() {
   }
 }
 
-void session::state::advance_rule() {
+void session::state::advance_rule(bool may_halve) {
   sync_rule_with_scan_map();
   rule = stopping_state_of(loss_history, rule_settings);
-  if (!rule.halve) return;
+  if (!rule.halve || !may_halve) return;
   // Reduce-on-plateau: a constant Adam rate leaves the object jittering about its minimum, the
   // loss flat or slowly rising (the validation matrix's partially coherent MoS2 scan: 2.733e-2 at
   // iteration 19, 2.80e-2 at 100 with every position held); a halved rate settles it further.
@@ -173,7 +186,10 @@ void session::state::advance_rule() {
   const loss_trend t = rule.last;
   halved_at.push_back(at);
   rule_settings.halvings_left -= 1;
-  rule_settings.earliest = std::max(rule_settings.earliest, at + rule_settings.window);
+  if (at + rule_settings.window > rule_settings.earliest) {
+    rule_settings.earliest = at + rule_settings.window;
+    rule_waits_for = cat("the learning rates' halving at iteration ", at);
+  }
   drv->set_learning_rate_factor(std::ldexp(1.0, -int(halved_at.size())));
   if (par->is_root())
     log_info("stopping", cat("iteration ", at, ": the loss ",
