@@ -461,6 +461,7 @@ void driver::measure_position_curvature(int64_t epoch, const double h[2], const 
   const std::vector<double> g0 = gradient();
   // H per axis in every rank's slots (zeros elsewhere), summed: every rank holds them all.
   const int64_t all = share_.world_size > 1 ? n_patterns_ : n, first = share_.world_size > 1 ? share_.first : 0;
+  const int64_t stride = (n_patterns_ + k_curvature_patterns - 1) / k_curvature_patterns;
   std::vector<double> H(static_cast<std::size_t>(2 * all), 0.0);
   for (int a = 0; a < 2; ++a) {
     double* r = data_of<double>(host_tensor(engine_, TYCHO_TENSOR_POSITIONS, what));
@@ -472,9 +473,12 @@ void driver::measure_position_curvature(int64_t epoch, const double h[2], const 
     gradient_pass(epoch);
     const std::vector<double> g1 = gradient();
     std::copy(p0.begin(), p0.end(), r);
+    // Only the chosen patterns were computed (gradient_pass): the others' slots are NaN, which
+    // the median leaves out (and which a sum over the ranks keeps NaN).
     for (int64_t j = 0; j < n; ++j)
       H[std::size_t(a * all + first + j)] =
-          (g1[std::size_t(2 * j + a)] - g0[std::size_t(2 * j + a)]) / step[std::size_t(j)];
+          (first + j) % stride == 0 ? (g1[std::size_t(2 * j + a)] - g0[std::size_t(2 * j + a)]) / step[std::size_t(j)]
+                                    : std::nan("");
   }
   void* stream = engine_.vtable->stream ? engine_.vtable->stream(engine_.instance) : nullptr;
   if (share_.world_size > 1) sum_host_doubles(H, stream);
@@ -483,7 +487,7 @@ void driver::measure_position_curvature(int64_t epoch, const double h[2], const 
     std::copy(this_iteration.begin(), this_iteration.end(), data_of<double>(g));
   }
   curvature_.iteration = epoch;
-  curvature_.patterns = all;
+  curvature_.patterns = curvature_patterns();
   std::ostringstream line;
   line << std::setprecision(3) << "iteration " << epoch << ": "
        << (epoch == curvature_.first ? "each position's own correction begins: " : "")
@@ -503,13 +507,20 @@ void driver::measure_position_curvature(int64_t epoch, const double h[2], const 
          << (scale > 0 && std::isfinite(scale) ? "" : " (kept: the median measured, " + std::to_string(median) + ", is none)");
   }
   line << " times the object-roughness estimate along the rows and columns (measured from the gradient " << eps
-       << " px away, object and probe held; the median of " << all << " patterns)";
+       << " px away, object and probe held; the median of " << curvature_.patterns << " patterns"
+       << (stride > 1 ? ", one in " + std::to_string(stride) + " of the scan's" : std::string()) << ")";
   scan_log_.push_back(line.str());
 }
 
 int64_t driver::compute_batch(int64_t epoch, int64_t b, int64_t batches, bool object_steps, double& loss, void* stream) {
   int64_t count = 0;
   const int64_t* global = plan_.batch(epoch, b, count);
+  compute_patterns(global, count, b + 1 == batches, object_steps, loss, stream);
+  return count;
+}
+
+void driver::compute_patterns(const int64_t* global, int64_t count, bool ends_pass, bool object_steps, double& loss,
+                              void* stream) {
   const int64_t* indices = global;
   int64_t n = count;
   if (share_.world_size > 1) {
@@ -519,15 +530,24 @@ int64_t driver::compute_batch(int64_t epoch, int64_t b, int64_t batches, bool ob
   }
   if (tiles_) mark_region(global, count, object_steps);
   check_status(engine_.vtable->compute_batch(engine_.instance, indices, n, &loss), "engine compute_batch");
-  if (fixed_point_) finish_fixed_point_batch(indices, n, b + 1 == batches, loss, stream);
-  return count;
+  if (fixed_point_) finish_fixed_point_batch(indices, n, ends_pass, loss, stream);
+}
+
+int64_t driver::curvature_patterns() const {
+  const int64_t stride = (n_patterns_ + k_curvature_patterns - 1) / k_curvature_patterns;
+  return stride > 0 ? (n_patterns_ + stride - 1) / stride : 0;
 }
 
 void driver::gradient_pass(int64_t epoch) {
+  (void)epoch;
   double loss = 0;  // discarded: the pass only wants the positions' gradient
   void* stream = engine_.vtable->stream ? engine_.vtable->stream(engine_.instance) : nullptr;
-  const int64_t batches = plan_.batches();
-  for (int64_t b = 0; b < batches; ++b) compute_batch(epoch, b, batches, false, loss, stream);
+  const int64_t stride = (n_patterns_ + k_curvature_patterns - 1) / k_curvature_patterns;
+  std::vector<int64_t> chosen;
+  for (int64_t j = 0; j < n_patterns_; j += stride) chosen.push_back(j);
+  const int64_t size = std::max<int64_t>(options_.batch_size, 1), total = int64_t(chosen.size());
+  for (int64_t at = 0; at < total; at += size)
+    compute_patterns(chosen.data() + at, std::min(size, total - at), at + size >= total, false, loss, stream);
   if (engine_.vtable->collect_loss != nullptr)
     check_status(engine_.vtable->collect_loss(engine_.instance, &loss), "engine collect_loss");
 }

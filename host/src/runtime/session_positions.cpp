@@ -59,7 +59,7 @@ void session::state::restore_position_correction(state& s, const session_detail:
     c.scale = {v[0], v[1]};
     c.first = m.integer("position_correction.first_measured_at", 1, r.done);
     c.iteration = m.integer("position_correction.measured_at", c.first, r.done);
-    c.patterns = m.integer("position_correction.patterns", s.data.all_patterns, s.data.all_patterns);
+    c.patterns = m.integer("position_correction.patterns", s.drv->curvature_patterns(), s.drv->curvature_patterns());
     s.drv->restore_position_curvature_scale(c);
   } else if (first > 0 && first <= r.done) {
     log_info("session", cat("'", r.path, "' holds no measured curvature of the positions' steps (the manifest's "

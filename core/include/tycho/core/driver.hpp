@@ -183,6 +183,12 @@ class driver {
     int64_t patterns = 0;
   };
   const curvature_scale& position_curvature_scale() const { return curvature_; }
+  // How many patterns the curvature's median is over: every k-th of the scan's (global indices 0,
+  // k, 2k, ...; k = ceil(P / k_curvature_patterns)), the same on any number of ranks. A median of
+  // a few hundred is as good as one of all, and each measurement costs three passes over them
+  // (over all P, 12 passes in the MoS2 example's first 20 iterations: +12 % of its CPU time).
+  static constexpr int64_t k_curvature_patterns = 256;
+  int64_t curvature_patterns() const;
   void restore_position_curvature_scale(const curvature_scale& c) { curvature_ = c; }
   // The refinement's reports since the last call (one line per global step, the positions'
   // curvature measurements and their weighing), for the log.
@@ -238,7 +244,12 @@ class driver {
   // Its information for every pattern this rank holds ((count, 3): J00, J01, J11 px⁻²).
   std::vector<double> position_information(double counts_per_target_unit);
   void measure_position_curvature(int64_t epoch, const double h[2], const double hi[2]);
-  void gradient_pass(int64_t epoch);  // every batch through the engine, nothing stepped
+  // The patterns of curvature_patterns(), in batches of at most batch_size, through the engine,
+  // nothing stepped (the positions' gradient of each; the rest of the gradient tensor is stale).
+  void gradient_pass(int64_t epoch);
+  // Runs the engine on the global patterns `global` (this rank's share of them).
+  void compute_patterns(const int64_t* global, int64_t count, bool ends_pass, bool object_steps, double& loss,
+                        void* stream);
   // Batch b of iteration `epoch` through the engine (this rank's share, the tiles it touches
   // marked, a fixed-point batch finished), its loss added to `loss`: the batch's global size.
   int64_t compute_batch(int64_t epoch, int64_t b, int64_t batches, bool object_steps, double& loss, void* stream);
