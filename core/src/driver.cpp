@@ -437,15 +437,15 @@ bool driver::positions_moved() const {
 
 // The loss's curvature by each position, from its gradient at the positions and ε = 0.05 px away
 // along one axis (every position at once: each pattern's loss depends on its own position only),
-// the object and probe held: its median over every rank's patterns against h_a, the
-// object-roughness estimate of position_correction.hpp, scales h_a from then on. h_a counts what
-// places no position (a formed object's phase ramps, fitted noise): on the validation matrix's
-// 2-D entries at the scan map's convergence the amplitude loss's curvature was 0.015–0.2 × h_a,
-// steps 5–65 times too short; on the shared jitter recipe (Poisson loss, from iteration 1)
-// 0.9 × (bench/RESULTS.md, session 11), and it falls as the object forms: measured at the first
-// step and 1, 4, 16, ... iterations after it (correct_positions), three passes of the batches each
-// time; this iteration's gradient is then put back, so the step is the one the run would take
-// with the scale alone.
+// the object and probe held: its median over the sampled patterns (curvature_sample, the same on
+// any number of ranks) against h_a, the object-roughness estimate of position_correction.hpp,
+// scales h_a from then on. h_a counts what places no position (a formed object's phase ramps,
+// fitted noise): on the validation matrix's 2-D entries at the scan map's convergence the
+// amplitude loss's curvature was 0.015–0.2 × h_a, steps 5–65 times too short; on the shared
+// jitter recipe (Poisson loss, from iteration 1) 0.9 × (bench/RESULTS.md, session 11), and it
+// falls as the object forms: measured at the first step and 1, 4, 16, ... iterations after it
+// (correct_positions), three passes over the sample each time; this iteration's gradient is then
+// put back, so the step is the one the run would take with the scale alone.
 void driver::measure_position_curvature(int64_t epoch, const double h[2], const double hi[2]) {
   const char* what = "position correction";
   constexpr double eps = 0.05;  // px: well inside the quadratic range (the object's features span pixels)
@@ -455,14 +455,16 @@ void driver::measure_position_curvature(int64_t epoch, const double h[2], const 
     const DLTensor g = host_tensor(engine_, TYCHO_TENSOR_POSITIONS_GRAD, what);
     return std::vector<double>(data_of<const double>(g), data_of<const double>(g) + 2 * n);
   };
+  const std::vector<int64_t> sample = curvature_sample();
+  const int64_t m = int64_t(sample.size()), stride = curvature_stride();
+  const int64_t first = share_.world_size > 1 ? share_.first : 0;  // this rank's first global pattern
   const std::vector<double> this_iteration = gradient();
   const std::vector<double> p0(data_of<const double>(pos), data_of<const double>(pos) + 2 * n);
-  gradient_pass(epoch);
+  gradient_pass(sample);
   const std::vector<double> g0 = gradient();
-  // H per axis in every rank's slots (zeros elsewhere), summed: every rank holds them all.
-  const int64_t all = share_.world_size > 1 ? n_patterns_ : n, first = share_.world_size > 1 ? share_.first : 0;
-  const int64_t stride = (n_patterns_ + k_curvature_patterns - 1) / k_curvature_patterns;
-  std::vector<double> H(static_cast<std::size_t>(2 * all), 0.0);
+  // H per axis, one slot per sampled pattern, filled by the rank that holds it (zeros elsewhere)
+  // and summed: every rank holds them all, exactly (one term per slot).
+  std::vector<double> H(static_cast<std::size_t>(2 * m), 0.0);
   for (int a = 0; a < 2; ++a) {
     double* r = data_of<double>(host_tensor(engine_, TYCHO_TENSOR_POSITIONS, what));
     std::vector<double> step(static_cast<std::size_t>(n));
@@ -470,15 +472,12 @@ void driver::measure_position_curvature(int64_t epoch, const double h[2], const 
       step[std::size_t(j)] = p0[std::size_t(2 * j + a)] + eps <= hi[a] ? eps : -eps;  // inside the object
       r[2 * j + a] = p0[std::size_t(2 * j + a)] + step[std::size_t(j)];
     }
-    gradient_pass(epoch);
+    gradient_pass(sample);
     const std::vector<double> g1 = gradient();
     std::copy(p0.begin(), p0.end(), r);
-    // Only the chosen patterns were computed (gradient_pass): the others' slots are NaN, which
-    // the median leaves out (and which a sum over the ranks keeps NaN).
-    for (int64_t j = 0; j < n; ++j)
-      H[std::size_t(a * all + first + j)] =
-          (first + j) % stride == 0 ? (g1[std::size_t(2 * j + a)] - g0[std::size_t(2 * j + a)]) / step[std::size_t(j)]
-                                    : std::nan("");
+    for (int64_t j = (stride - first % stride) % stride; j < n; j += stride)  // this rank's sampled patterns
+      H[std::size_t(a * m + (first + j) / stride)] =
+          (g1[std::size_t(2 * j + a)] - g0[std::size_t(2 * j + a)]) / step[std::size_t(j)];
   }
   void* stream = engine_.vtable->stream ? engine_.vtable->stream(engine_.instance) : nullptr;
   if (share_.world_size > 1) sum_host_doubles(H, stream);
@@ -487,13 +486,13 @@ void driver::measure_position_curvature(int64_t epoch, const double h[2], const 
     std::copy(this_iteration.begin(), this_iteration.end(), data_of<double>(g));
   }
   curvature_.iteration = epoch;
-  curvature_.patterns = curvature_patterns();
+  curvature_.patterns = m;
   std::ostringstream line;
   line << std::setprecision(3) << "iteration " << epoch << ": "
        << (epoch == curvature_.first ? "each position's own correction begins: " : "")
        << "the positions' own steps take the loss's curvature, ";
   for (int a = 0; a < 2; ++a) {
-    std::vector<double> v(H.begin() + a * all, H.begin() + (a + 1) * all);
+    std::vector<double> v(H.begin() + a * m, H.begin() + (a + 1) * m);
     v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return !std::isfinite(x); }), v.end());
     double median = 0;
     if (!v.empty()) {
@@ -507,7 +506,7 @@ void driver::measure_position_curvature(int64_t epoch, const double h[2], const 
          << (scale > 0 && std::isfinite(scale) ? "" : " (kept: the median measured, " + std::to_string(median) + ", is none)");
   }
   line << " times the object-roughness estimate along the rows and columns (measured from the gradient " << eps
-       << " px away, object and probe held; the median of " << curvature_.patterns << " patterns"
+       << " px away, object and probe held; the median of " << m << " patterns"
        << (stride > 1 ? ", one in " + std::to_string(stride) + " of the scan's" : std::string()) << ")";
   scan_log_.push_back(line.str());
 }
@@ -533,21 +532,25 @@ void driver::compute_patterns(const int64_t* global, int64_t count, bool ends_pa
   if (fixed_point_) finish_fixed_point_batch(indices, n, ends_pass, loss, stream);
 }
 
-int64_t driver::curvature_patterns() const {
-  const int64_t stride = (n_patterns_ + k_curvature_patterns - 1) / k_curvature_patterns;
-  return stride > 0 ? (n_patterns_ + stride - 1) / stride : 0;
+int64_t driver::curvature_stride() const {
+  return std::max<int64_t>((n_patterns_ + k_curvature_patterns - 1) / k_curvature_patterns, 1);
 }
 
-void driver::gradient_pass(int64_t epoch) {
-  (void)epoch;
+int64_t driver::curvature_patterns() const { return (n_patterns_ + curvature_stride() - 1) / curvature_stride(); }
+
+std::vector<int64_t> driver::curvature_sample() const {
+  std::vector<int64_t> sample;
+  sample.reserve(std::size_t(curvature_patterns()));
+  for (int64_t j = 0; j < n_patterns_; j += curvature_stride()) sample.push_back(j);
+  return sample;
+}
+
+void driver::gradient_pass(const std::vector<int64_t>& global) {
   double loss = 0;  // discarded: the pass only wants the positions' gradient
   void* stream = engine_.vtable->stream ? engine_.vtable->stream(engine_.instance) : nullptr;
-  const int64_t stride = (n_patterns_ + k_curvature_patterns - 1) / k_curvature_patterns;
-  std::vector<int64_t> chosen;
-  for (int64_t j = 0; j < n_patterns_; j += stride) chosen.push_back(j);
-  const int64_t size = std::max<int64_t>(options_.batch_size, 1), total = int64_t(chosen.size());
+  const int64_t size = std::max<int64_t>(options_.batch_size, 1), total = int64_t(global.size());
   for (int64_t at = 0; at < total; at += size)
-    compute_patterns(chosen.data() + at, std::min(size, total - at), at + size >= total, false, loss, stream);
+    compute_patterns(global.data() + at, std::min(size, total - at), at + size >= total, false, loss, stream);
   if (engine_.vtable->collect_loss != nullptr)
     check_status(engine_.vtable->collect_loss(engine_.instance, &loss), "engine collect_loss");
 }

@@ -14,6 +14,7 @@
 #include <tycho/sdk.hpp>
 #include <tycho/sdk/optimizer.hpp>
 
+#include <cmath>
 #include <complex>
 #include <cstddef>
 #include <cstdint>
@@ -108,8 +109,8 @@ struct resume_data {
   resume_data(resume_data&& o) noexcept
       : path(std::move(o.path)), file(std::move(o.file)), record(file.record), done(o.done), total(o.total),
         by_rule(o.by_rule), count(o.count), max_iterations(o.max_iterations), stop_window(o.stop_window),
-        plateau_halvings(o.plateau_halvings), halved_at(std::move(o.halved_at)), counting_noise(o.counting_noise), scan_shape(std::move(o.scan_shape)),
-        window_shape(std::move(o.window_shape)) {}
+        plateau_halvings(o.plateau_halvings), halved_at(std::move(o.halved_at)), counting_noise(o.counting_noise),
+        scan_shape(std::move(o.scan_shape)), window_shape(std::move(o.window_shape)) {}
 };
 
 // session_config.cpp: the config's checks and its [reconstruct] settings, before any data.
@@ -144,8 +145,10 @@ struct session::state {
   stopping_settings rule_settings;
   stopping_state rule;
   std::string rule_waits_for;
-  // The iterations after which the rule's verdicts halved the learning rates (plateau_halvings).
+  // The iterations after which the rule's verdicts halved the learning rates (plateau_halvings);
+  // the driver's factor on them follows from it (set_halved_rates).
   std::vector<int64_t> halved_at;
+  void set_halved_rates() { drv->set_learning_rate_factor(std::ldexp(1.0, -int(halved_at.size()))); }
   // Why the last run() ended: "converged", "max_iterations", "fixed_count", "stop_after",
   // "callback", "signal", "non_finite"; "" before any.
   std::string end_reason;
@@ -298,8 +301,7 @@ struct session::state {
   static void create_optimizers(state& s, start& st);
   static void restore_resumed(state& s, start& st);
   static void prepare_stopping(state& s, start& st);
-  // After each iteration of an "auto" run: where the rule stands.
-  // After an iteration: the rule's state; in a run by the rule (not a fixed count), a verdict with
+  // After each iteration of an "auto" run: where the rule stands; in a run by the rule (not a fixed count), a verdict with
   // halvings left halves the learning rates ([reconstruct] plateau_halvings).
   void advance_rule(bool may_halve = true);
   void sync_rule_with_scan_map();

@@ -22,7 +22,7 @@ void session::state::prepare_stopping(state& s, start& st) {
   // A resumed run whose rule halved its learning rates goes on at them, by the rule or for a count.
   if (st.resume && !st.resume->halved_at.empty()) {
     s.halved_at = st.resume->halved_at;
-    s.drv->set_learning_rate_factor(std::ldexp(1.0, -int(s.halved_at.size())));
+    s.set_halved_rates();
   }
   if (!settings.length.by_rule) return;
   stopping_settings& r = s.rule_settings;
@@ -190,7 +190,7 @@ void session::state::advance_rule(bool may_halve) {
     rule_settings.earliest = at + rule_settings.window;
     rule_waits_for = cat("the learning rates' halving at iteration ", at);
   }
-  drv->set_learning_rate_factor(std::ldexp(1.0, -int(halved_at.size())));
+  set_halved_rates();
   if (par->is_root())
     log_info("stopping", cat("iteration ", at, ": the loss ",
                              t.rising() ? cat("rose (a line through the last ", rule_settings.window, " losses rises by ",

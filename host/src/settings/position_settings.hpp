@@ -13,9 +13,11 @@ enum class position_correction_mode {
   after_scan_map,  // "after_scan_map": from the iteration after the scan map's refinement
                    // converged (a stage the data start: the global parameters first, then the
                    // local errors); none where the map is not refined
-  weighed,         // "auto": as after_scan_map, then after core::driver::position_trial_iterations
-                   // the corrections are weighed against their counting noise (the positions'
-                   // Fisher information) and kept only where they exceed it
+  weighed,         // "auto": from first_iteration beside the scan map where it holds the isotropic
+                   // scale (one slice), else as after_scan_map; after
+                   // core::driver::position_trial_iterations of their own steps the corrections
+                   // are weighed against their counting noise (the positions' Fisher information)
+                   // and kept only where they exceed it; none where the map is not refined
 };
 
 // Refuses anything but true, false, "after_scan_map" and "auto", naming the key.

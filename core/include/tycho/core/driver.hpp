@@ -244,9 +244,13 @@ class driver {
   // Its information for every pattern this rank holds ((count, 3): J00, J01, J11 px⁻²).
   std::vector<double> position_information(double counts_per_target_unit);
   void measure_position_curvature(int64_t epoch, const double h[2], const double hi[2]);
-  // The patterns of curvature_patterns(), in batches of at most batch_size, through the engine,
-  // nothing stepped (the positions' gradient of each; the rest of the gradient tensor is stale).
-  void gradient_pass(int64_t epoch);
+  // One in every curvature_stride() of the scan's patterns (global indices 0, k, 2k, ...): those
+  // the curvature's median is over.
+  int64_t curvature_stride() const;
+  std::vector<int64_t> curvature_sample() const;
+  // The global patterns `global`, in batches of at most batch_size, through the engine, nothing
+  // stepped (the positions' gradient of each; the rest of the gradient tensor is stale).
+  void gradient_pass(const std::vector<int64_t>& global);
   // Runs the engine on the global patterns `global` (this rank's share of them).
   void compute_patterns(const int64_t* global, int64_t count, bool ends_pass, bool object_steps, double& loss,
                         void* stream);
@@ -254,8 +258,8 @@ class driver {
   // marked, a fixed-point batch finished), its loss added to `loss`: the batch's global size.
   int64_t compute_batch(int64_t epoch, int64_t b, int64_t batches, bool object_steps, double& loss, void* stream);
   curvature_scale curvature_;
-  bool said_positions_wait_ = false;
-  double learning_rate_factor_ = 1.0;  // correct = "auto" waiting for an object with structure: logged once
+  bool said_positions_wait_ = false;  // correct = "auto" waiting for an object with structure: logged once
+  double learning_rate_factor_ = 1.0;  // set_learning_rate_factor
   // The scan map's global step of iteration `epoch` (when due): positions and probe moved.
   void step_scan_map(int64_t epoch);
   // Turns the engine's position gradient on or off for this iteration's batches, where the
