@@ -477,25 +477,32 @@ TEST(PrecisionEngine, AvxAndSse2LoopsGiveTheSameBits) {
 #else
   GTEST_SKIP() << "not an x86-64 CPU: one build of the loops";
 #endif
-  small_problem p(false);
-  std::vector<int64_t> idx(std::size_t(p.patterns));
-  std::iota(idx.begin(), idx.end(), 0);
-  for (const char* precision : {"float32", "float64"})
-    for (bool shift_groups : {true, false}) {
-      std::vector<std::vector<unsigned char>> grads[2];
-      double loss[2];
-      for (int sse2 : {0, 1}) {
-        if (sse2) ::setenv("TYCHO_CPU_SIMD", "sse2", 1);
-        cpu_engine_run run(p, precision, 2, shift_groups);
-        ::unsetenv("TYCHO_CPU_SIMD");
-        ASSERT_TRUE(run.ok()) << tycho::last_error();
-        loss[sse2] = run.batch(idx);
-        for (auto id : {TYCHO_TENSOR_OBJECT_GRAD, TYCHO_TENSOR_PROBE_GRAD}) grads[sse2].push_back(run.bytes(id));
-      }
-      EXPECT_GT(loss[0], 0);
-      EXPECT_EQ(loss[0], loss[1]) << precision << " shift_groups " << shift_groups;
-      EXPECT_TRUE(grads[0] == grads[1]) << precision << " shift_groups " << shift_groups;
-    }
+  // Float sums with the position gradient too: the grouped path's column sums
+  // (add_conj_products_by_column, written by hand for AVX2) on a raster, where rows share offsets.
+  for (bool raster : {false, true})
+    for (const char* precision : {"float32", "float64"})
+      for (bool shift_groups : {true, false})
+        for (bool deterministic : {true, false}) {
+          small_problem p(raster);
+          std::vector<int64_t> idx(std::size_t(p.patterns));
+          std::iota(idx.begin(), idx.end(), 0);
+          std::vector<std::vector<unsigned char>> grads[2];
+          double loss[2];
+          for (int sse2 : {0, 1}) {
+            if (sse2) ::setenv("TYCHO_CPU_SIMD", "sse2", 1);
+            cpu_engine_run run(p, precision, 2, shift_groups, true, deterministic, !deterministic);
+            ::unsetenv("TYCHO_CPU_SIMD");
+            ASSERT_TRUE(run.ok()) << tycho::last_error();
+            loss[sse2] = run.batch(idx);
+            for (auto id : {TYCHO_TENSOR_OBJECT_GRAD, TYCHO_TENSOR_PROBE_GRAD}) grads[sse2].push_back(run.bytes(id));
+            if (!deterministic) grads[sse2].push_back(run.bytes(TYCHO_TENSOR_POSITIONS_GRAD));
+          }
+          const auto trace = testing::Message() << precision << " shift_groups " << shift_groups << " deterministic "
+                                                << deterministic << " raster " << raster;
+          EXPECT_GT(loss[0], 0);
+          EXPECT_EQ(loss[0], loss[1]) << trace;
+          EXPECT_TRUE(grads[0] == grads[1]) << trace;
+        }
 }
 
 // The loss's fused path (evaluate_far_field: intensity, loss and chain rule in one pass) and the
@@ -562,7 +569,7 @@ TEST(PrecisionEngine, GroupedPositionGradientMatchesPerPosition) {
       }
 }
 
-// The grid of the grouped offsets (shift_group_grid_px, 1/64 px by default): the grouped path
+// The grid of the grouped offsets (shift_group_grid_px, 1/16 px by default): the grouped path
 // computes exactly what the per-position path computes with each position's axis-0 offset rounded
 // to the grid (float64 to 1e-12), on positions whose offsets repeat nothing, with the position
 // gradient and without; so its whole effect is a position at most half a grid step away.

@@ -43,10 +43,11 @@ std::string learning_rates_text(const config_document& doc) {
 }
 
 // The positions' weighing (correct = "auto"), for the log: what was measured and what follows.
-std::string weighing_text(const driver::position_weighing& w, double pixel_A) {
+std::string weighing_text(const driver::position_weighing& w, double pixel_A, int64_t patterns) {
   return cat("iteration ", w.iteration, ": the positions' own corrections beyond the scan map are ", w.statistic,
-             " times the variance their counting noise alone would give (Σ Δᵀ J Δ / 2P, J each position's ",
-             "Fisher information; the noise allows ", w.noise_px * pixel_A, " Å per axis): ",
+             " times the variance their counting noise alone would give (Σ Δᵀ J Δ / 2P over the P = ", patterns,
+             " patterns of the curvature's sample, J each position's Fisher information; the noise allows ",
+             w.noise_px * pixel_A, " Å per axis): ",
              w.kept ? "above 2, the displacements found outweigh the noise; they are kept and corrected further"
                     : "not above 2, they are mostly noise; the positions return to the scan map's and are not "
                       "corrected one by one ([reconstruct.positions] correct = true keeps correcting them, unweighed)");
@@ -193,7 +194,8 @@ bool session::run_iterations(int64_t n, const progress_callback& progress, bool 
       if (s.par->is_root()) log_info("positions", line);
     if (const driver::position_weighing& w = s.drv->weighing();
         w.iteration == iteration && std::isfinite(w.statistic) && s.par->is_root())
-      log_info("positions", weighing_text(w, std::max(s.geometry.pixel_A[0], s.geometry.pixel_A[1])));
+      log_info("positions", weighing_text(w, std::max(s.geometry.pixel_A[0], s.geometry.pixel_A[1]),
+                                          s.drv->curvature_patterns()));
     // A non-finite loss, or NaN left in the state, would only spread: stop with the last state
     // that had neither.
     if (!std::isfinite(loss)) {

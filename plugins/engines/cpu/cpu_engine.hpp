@@ -33,12 +33,15 @@
 // A scan turned by any angle repeats no offset exactly: the scan map's refinement turns an exact
 // raster by hundredths of a degree, and the groups then held one position each (the MoS2 example:
 // +26 % CPU against the raster held). So the grouped path places each position's axis-0 offset on
-// a grid, shift_group_grid_px (1/32 px by default): a model at most 1/64 px (0.003 Å at the
-// MoS2 example's 0.17 Å pixels) from the position, a fifteenth of the precision the data give a
-// position (about 0.05 Å, bench/position_crb.py); the positions themselves stay where they are. The grouped
-// path then computes exactly what the per-position path computes at the rounded positions
-// (tests/test_precision.cpp). (1/64 px left the turned MoS2 raster's rows in 4 to 5 groups a
-// batch: +8 % against the raster; 1/32 px: +2 %.)
+// a grid, shift_group_grid_px (1/16 px by default): a model at most 1/32 px (0.005 Å at the
+// MoS2 example's 0.17 Å pixels; 0.018 px rms, 0.003 Å) from the position, an eighth of the
+// precision the data give a position there (0.024 Å rms, the run's Cramér-Rao bound; in quadrature
+// +1 %); the positions themselves stay where they are. The grouped path then computes exactly what
+// the per-position path computes at the rounded positions (tests/test_precision.cpp). (1/64 px
+// left the turned MoS2 raster's rows in 4 to 5 groups a batch: +8 % against the raster; 1/32 px:
+// +2 %. Positions corrected one by one spread their offsets over the whole pixel: 32 groups a
+// batch at 1/32 px, each a column pass more; at 1/16 px the MoS2 example's iterations with the
+// positions' own steps cost 7 % less.)
 //
 // The position gradient on the grouped path: the per-position formula sums over the 2-D spectrum;
 // by Parseval along axis 0 alone it sums over (x0, k1) with A'_k = F0⁻¹[f0 · r0 · F[P_k]/M], one
@@ -98,7 +101,7 @@ struct engine_options {
                                   // else per position); false: four 2-D transforms per position
   // The grouped path rounds each position's axis-0 sub-pixel offset to this grid (px; 0: exact,
   // float32 to 2⁻²⁸): positions whose offsets differ by less share a group (above).
-  double shift_group_grid_px = 1.0 / 32;
+  double shift_group_grid_px = 1.0 / 16;
   bool deterministic = false;     // true: fixed-point sums (above); false: float sums in each thread's order
   int64_t batch_size = 128;       // [reconstruct] batch_size: the most positions in a batch (the grids' bound)
   bool host_finishes = false;     // the host sums TYCHO_TENSOR_FIXED_POINT_SUMS and calls finish_batch

@@ -61,7 +61,7 @@ class cpu_component {
     o.shift_groups = cfg.get_bool("shift_groups").value_or(true);
     // The grid of the grouped path's axis-0 offsets (cpu_engine.hpp): positions of a turned scan
     // share groups; at most half a grid step (1/64 px by default) between model and position.
-    o.shift_group_grid_px = cfg.get_double("shift_group_grid_px").value_or(1.0 / 32);
+    o.shift_group_grid_px = cfg.get_double("shift_group_grid_px").value_or(1.0 / 16);
     if (!(o.shift_group_grid_px >= 0 && o.shift_group_grid_px <= 0.5))
       fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] shift_group_grid_px must be from 0 to 0.5 px, got ",
            o.shift_group_grid_px);
@@ -98,7 +98,7 @@ const tycho_setting k_settings[] = {
     setting("shift_groups", TYCHO_SETTING_BOOL, "true",
             "true: sub-pixel probe shifts per row-offset group (3 transforms per position and mode; one slice, "
             "no position correction, else per position); false: per position (4)"),
-    setting("shift_group_grid_px", TYCHO_SETTING_NUMBER, "0.03125",
+    setting("shift_group_grid_px", TYCHO_SETTING_NUMBER, "0.0625",
             "px: the grouped shifts round each position's axis-0 sub-pixel offset to this grid (at most half of it "
             "from the position), so that the positions of a turned scan share groups; 0: exact")
         .at_least(0)

@@ -185,9 +185,10 @@ class driver {
   const curvature_scale& position_curvature_scale() const { return curvature_; }
   // How many patterns the curvature's median is over: every k-th of the scan's (global indices 0,
   // k, 2k, ...; k = ceil(P / k_curvature_patterns)), the same on any number of ranks. A median of
-  // a few hundred is as good as one of all, and each measurement costs three passes over them
-  // (over all P, 12 passes in the MoS2 example's first 20 iterations: +12 % of its CPU time).
-  static constexpr int64_t k_curvature_patterns = 256;
+  // a hundred or so is as good as one of all, and each measurement costs three passes over them
+  // (over all P, 12 passes in the MoS2 example's first 20 iterations: +12 % of its CPU time; over
+  // 256 of its 768, +4 %; over 128, +2 %).
+  static constexpr int64_t k_curvature_patterns = 128;
   int64_t curvature_patterns() const;
   void restore_position_curvature_scale(const curvature_scale& c) { curvature_ = c; }
   // The refinement's reports since the last call (one line per global step, the positions'
@@ -196,6 +197,7 @@ class driver {
   // The weighing of the positions' own corrections (position_correction::weigh_against_noise):
   // the iteration it was made at (0: not yet), whether they were kept, the statistic
   //   χ²/2P = Σ_j Δ_jᵀ J_j Δ_j / 2P
+  // over the P patterns of the curvature's sample (curvature_sample)
   // (Δ_j pattern j's correction beyond the scan map, J_j its Fisher information from the engine,
   // tycho_engine_vtable::position_information: 1 where the corrections are counting noise alone,
   // 1 + τ²⟨J⟩ with a true displacement of variance τ² per axis; kept when above 2, where the
@@ -248,6 +250,8 @@ class driver {
   // the curvature's median is over.
   int64_t curvature_stride() const;
   std::vector<int64_t> curvature_sample() const;
+  // This rank's share of the sample, as its own (local) pattern indices, in order.
+  std::vector<int64_t> curvature_sample_here() const;
   // The global patterns `global`, in batches of at most batch_size, through the engine, nothing
   // stepped (the positions' gradient of each; the rest of the gradient tensor is stale).
   void gradient_pass(const std::vector<int64_t>& global);
