@@ -57,7 +57,7 @@ TEST(PositionSteps, TheMeasuredCurvatureIsLoggedSavedAndResumedBitForBit) {
   const auto pa = manifest_of(a).at("position_correction");
   EXPECT_EQ(pa.at("first_measured_at"), 2);
   EXPECT_EQ(pa.at("measured_at"), 6);
-  EXPECT_EQ(pa.at("patterns"), 256);  // one in 3 of the 32 x 24 patterns: the median's sample
+  EXPECT_EQ(pa.at("patterns"), 128);  // one in 6 of the 32 x 24 patterns: the median's sample
   for (double s : pa.at("curvature_scale").get<std::vector<double>>()) {
     EXPECT_TRUE(std::isfinite(s) && s > 0.05 && s < 20) << s;
   }
@@ -74,6 +74,23 @@ TEST(PositionSteps, TheMeasuredCurvatureIsLoggedSavedAndResumedBitForBit) {
   const auto A = tycho::test::load_result(a), C = tycho::test::load_result(c);
   for (const char* name : {"positions_px", "object", "probe", "loss_history"})
     EXPECT_TRUE(C.array(name, c).bytes == A.array(name, a).bytes) << name << " differs after resuming";
+}
+
+// correct = "auto" in a run that ends before the weighing (20 own steps): the end of the run says
+// the corrections stand unweighed, from the iteration of their first own step, and the manifest
+// holds no weighing.
+TEST(PositionWeighing, ARunEndingBeforeTheWeighingSaysSo) {
+  tycho::test::temp_folder tmp;
+  const std::string a = tmp / "short.zip";
+  auto r = reconstruct({"--iterations", "8", "--set", "reconstruct.positions.correct=\"auto\"", "-o", a});
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_NE(r.err.find("the positions' own corrections (from iteration 1) were not weighed against their counting "
+                       "noise: the run ended at iteration 8, before iteration 20 where they would be"),
+            std::string::npos)
+      << r.err;
+  const auto m = manifest_of(a);
+  EXPECT_EQ(m.at("position_correction").at("first_measured_at"), 1);
+  EXPECT_FALSE(m.at("position_correction").contains("weighing"));
 }
 
 // The MoS2 example's positions are the raster's (its README): what their own steps add beyond the
@@ -169,7 +186,7 @@ TEST(PositionWeighing, CorrectionsWithinTheirNoiseReturnToTheMapAndTheRuleWaits)
            ", the positions' 20th own step"},
       {"/position_correction/curvature_scale", "[1e-300, 1.0]",
        "expected 2 numbers from 1e-6 to 1e6 (the measured curvature over the object-roughness estimate)"},
-      {"/position_correction/patterns", "5", "has position_correction.patterns = 5, expected an integer from 256 to 256"},
+      {"/position_correction/patterns", "5", "has position_correction.patterns = 5, expected an integer from 128 to 128"},
   };
   for (const auto& [pointer, value, want] : cases) {
     nlohmann::json bad = m;

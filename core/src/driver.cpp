@@ -366,10 +366,11 @@ void driver::correct_positions(int64_t epoch) {
   move_positions(data_of<double>(pos), steps.data(), pos.shape[0], mean, o);
 }
 
-std::optional<driver::position_bound> driver::position_bound_px(double counts_per_target_unit) {
+std::optional<driver::position_bound> driver::position_bound_px() {
   const tycho_engine_vtable* vt = engine_.vtable;
-  if (!engine_informs_positions()) return std::nullopt;
-  const std::vector<double> J = position_information(counts_per_target_unit);
+  const double counts = options_.positions.counts_per_target_unit;
+  if (!engine_informs_positions() || !(counts > 0)) return std::nullopt;
+  const std::vector<double> J = position_information(counts);
   const int64_t count = int64_t(J.size() / 3);
   std::vector<double> sums(4, 0.0);  // Σ (J⁻¹)_00, Σ (J⁻¹)_11, informed, uninformed patterns
   for (int64_t j = 0; j < count; ++j) {
@@ -584,13 +585,9 @@ void driver::decide_positions(int64_t epoch) {
   weighing_.iteration = epoch;
   const bool informs = engine_informs_positions();
   const double counts = options_.positions.counts_per_target_unit;
-  if (!informs || !(counts > 0)) {
+  if (!informs || !(counts > 0)) {  // the session's log says which (host/src/runtime/session_run.cpp)
     weighing_.kept = true;
     weighing_.statistic = std::nan("");
-    scan_log_.push_back(cat("iteration ", epoch, ": the positions' own corrections are kept unweighed: ",
-                            !informs ? "the engine gives no position information (tycho_engine_vtable::"
-                                       "position_information)"
-                                     : "the data are not counts, so their noise is unknown"));
     return;
   }
   // Over the curvature's sample (curvature_sample: this rank's share of it): a mean over 128

@@ -42,8 +42,14 @@ std::string learning_rates_text(const config_document& doc) {
   return text;
 }
 
-// The positions' weighing (correct = "auto"), for the log: what was measured and what follows.
-std::string weighing_text(const driver::position_weighing& w, double pixel_A, int64_t patterns) {
+// The positions' weighing (correct = "auto"), for the log: what was measured and what follows, or
+// why nothing could be (a NaN statistic: the data are not counts, or the engine gives no
+// information).
+std::string weighing_text(const driver::position_weighing& w, double pixel_A, int64_t patterns, bool counts) {
+  if (!std::isfinite(w.statistic))
+    return cat("iteration ", w.iteration, ": the positions' own corrections are kept unweighed: ",
+               counts ? "the engine gives no position information (tycho_engine_vtable::position_information)"
+                      : "the data are not counts, so their noise is unknown");
   return cat("iteration ", w.iteration, ": the positions' own corrections beyond the scan map are ", w.statistic,
              " times the variance their counting noise alone would give (Σ Δᵀ J Δ / 2P over the P = ", patterns,
              " patterns of the curvature's sample, J each position's Fisher information; the noise allows ",
@@ -192,10 +198,9 @@ bool session::run_iterations(int64_t n, const progress_callback& progress, bool 
     const double cpu_secs = process_cpu_seconds() - cpu0;
     for (const std::string& line : s.drv->take_scan_log())
       if (s.par->is_root()) log_info("positions", line);
-    if (const driver::position_weighing& w = s.drv->weighing();
-        w.iteration == iteration && std::isfinite(w.statistic) && s.par->is_root())
+    if (const driver::position_weighing& w = s.drv->weighing(); w.iteration == iteration && s.par->is_root())
       log_info("positions", weighing_text(w, std::max(s.geometry.pixel_A[0], s.geometry.pixel_A[1]),
-                                          s.drv->curvature_patterns()));
+                                          s.drv->curvature_patterns(), s.data.has_counts()));
     // A non-finite loss, or NaN left in the state, would only spread: stop with the last state
     // that had neither.
     if (!std::isfinite(loss)) {
@@ -243,11 +248,12 @@ bool session::run_iterations(int64_t n, const progress_callback& progress, bool 
                                 s.optics.C10_A, " Å; state [optics] C10_A = ", -s.optics.C10_A,
                                 " and run again (py4DSTEM's and abTEM's defocus is −C10)"));
   report_position_bound();
-  // correct = "auto" that ended before its weighing: say the corrections stand unweighed.
+  // correct = "auto" that ended before its weighing: say the corrections stand unweighed. From the
+  // iteration of their first own step (later than configured where they waited for the object).
+  const int64_t first_own_step = s.drv->position_curvature_scale().first;
   if (s.positions_weighed_map && s.drv->weighing().iteration == 0 && s.drv->weighing_due() > 0 &&
-      s.drv->first_position_step() > 0 && s.drv->first_position_step() <= s.drv->iterations_done() &&
-      s.par->is_root())
-    log_info("positions", cat("the positions' own corrections (from iteration ", s.drv->first_position_step(),
+      first_own_step > 0 && s.par->is_root())
+    log_info("positions", cat("the positions' own corrections (from iteration ", first_own_step,
                               ") were not weighed against their counting noise: the run ended at iteration ",
                               s.drv->iterations_done(), ", before iteration ", s.drv->weighing_due(),
                               " where they would be; they are kept unweighed (more iterations, or iterations = "
@@ -286,7 +292,7 @@ void session::report_position_bound() {
     return;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const auto bound = s.drv->position_bound_px(1.0);
+  const auto bound = s.drv->position_bound_px();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!bound) {
     none("the engine gives no position information (tycho_engine_vtable::position_information)");

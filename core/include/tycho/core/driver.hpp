@@ -154,15 +154,16 @@ class driver {
   // How precisely the data place the probe positions, at the current object, probe and positions:
   // the Cramér–Rao bound, the rms over the patterns (every rank's) of each position's own,
   // rms_px[a] = √(mean_j (J_j⁻¹)_aa) in object pixels, J_j pattern j's Fisher information from the
-  // engine's tycho_engine_vtable::position_information (Poisson counts, `counts_per_target_unit`
-  // counts per unit of the targets). Patterns whose J is singular (a flat object under the probe:
-  // no information along some direction) are counted apart and left out of the rms. nullopt when
-  // the engine gives no information.
+  // engine's tycho_engine_vtable::position_information (Poisson counts,
+  // position_correction::counts_per_target_unit counts per unit of the targets). Patterns whose J
+  // is singular (a flat object under the probe: no information along some direction) are counted
+  // apart and left out of the rms. nullopt when the engine gives no information or the data are
+  // not counts.
   struct position_bound {
     std::array<double, 2> rms_px{};
     int64_t informed = 0, uninformed = 0;
   };
-  std::optional<position_bound> position_bound_px(double counts_per_target_unit);
+  std::optional<position_bound> position_bound_px();
   // Whether any position has moved by now (the scan map has stepped, or the positions' own
   // correction has begun): what the run's end reports a bound for.
   bool positions_moved() const;
