@@ -79,11 +79,15 @@ three_ranks run_three_ranks(const tycho::config_document& doc) {
 // default"). With the amplitude loss's guard, in either shift path, tightly (measured, 8
 // iterations: loss 1.0e-7 / 1.7e-7, object 2.0e-6 / 4.3e-6 of its largest value, grouped / per
 // position); the shipped example (no guard, where Adam's first steps amplify the rounding) at the
-// spread measured over 20 iterations on 1, 2 and 4 ranks (here: loss 8.1e-6, object 4.7e-5).
+// spread measured over 20 iterations on 1, 2 and 4 ranks (here, before session 14: loss 8.1e-6, object 4.7e-5).
 // Each position is corrected from iteration 1 (correct = "auto" with one slice), so the rounding
 // reaches the positions too, and on the grouped path a batch the ranks cut smaller may take the
 // per-position path (at the same offsets, another rounding): object 1.2e-4 grouped, 5.1e-6 per
-// position (9.4e-4 grouped while the per-position path took exact offsets).
+// position (9.4e-4 grouped while the per-position path took exact offsets). On the grouped path a
+// position whose offset the rounding puts on the other side of a grid step moves its model by the
+// step: with the 1/16 px grid and the curvature's 128-pattern sample (session 14) 2.7e-3 grouped
+// (1/16 px and 256 patterns 1.7e-3, 1/32 px and 128 patterns 1.3e-3, 1/32 px and 256: 1.3e-4),
+// 7.8e-6 per position; the example 5.3e-3 (3.8e-4 with 256 patterns).
 // (These are the float sums, [reconstruct] deterministic = false, the default, set explicitly;
 // the deterministic sums give one rank's bits: LocalRanks.DeterministicSums* below.)
 TEST(LocalRanks, ThreeThreadsFollowOneRanksTrajectory) {
@@ -97,7 +101,7 @@ TEST(LocalRanks, ThreeThreadsFollowOneRanksTrajectory) {
     std::cout << "guarded, shift_groups " << groups << ": loss " << r.loss_difference << ", object "
               << r.object_difference << "\n";
     EXPECT_LT(r.loss_difference, 1e-5) << "shift_groups " << groups;
-    EXPECT_LT(r.object_difference, groups == std::string("true") ? 3e-4 : 1e-4) << "shift_groups " << groups;
+    EXPECT_LT(r.object_difference, groups == std::string("true") ? 5e-3 : 1e-4) << "shift_groups " << groups;
   }
   auto example = mos2_config(iterations);
   example.set_from_text("reconstruct.deterministic=false");
