@@ -108,6 +108,37 @@ TEST(C10Refinement, AStatedC10KeptOverAnImpreciseParallaxIsSaid) {
   EXPECT_NE(r.err.find(" %, more than the 2 % it needs to replace a stated C10"), std::string::npos) << r.describe();
 }
 
+// The stated C10 is the entrance surface's; the multislice model applies each slice's potential
+// at the slice's top, so its probe carries C10 + dz / 2 (session::state::model_C10_shift_A). The
+// initial probes (0 iterations) of the MoS2 example: with 2 slices of 20 Å at C10 = -150 Å, the
+// same bytes as with one slice at -140 Å, not those at -150 Å; the result's probe_fit and
+// calibration say -150 Å.
+TEST(C10Refinement, TheModelsProbeCarriesHalfASliceMoreThanTheEntranceSurfacesC10) {
+  tycho::test::temp_folder tmp;
+  auto initial_probe = [&](const std::string& name, std::vector<std::string> sets) {
+    std::vector<std::string> argv = {tycho::test::tycho_exe(), "reconstruct",
+                                     tycho::test::source_dir() + "/examples/mos2.toml", "--set", "reconstruct.iterations=0", "--set",
+                                     "output.previews=false", "-o", tmp / name};
+    sets.push_back("optics.refine_C10=false");  // the stated C10, not the parallax's
+    for (auto& v : sets) argv.insert(argv.end(), {"--set", v});
+    auto r = run_command(argv);
+    EXPECT_TRUE(r.exited_with(0)) << r.describe();
+    return tycho::test::load_result(tmp / name);
+  };
+  const auto sliced = initial_probe("sliced.zip", {"reconstruct.slices=2", "reconstruct.slice_thickness_A=20.0",
+                                                   "optics.C10_A=-150.0"});
+  const auto shifted = initial_probe("shifted.zip", {"optics.C10_A=-140.0"});
+  const auto stated = initial_probe("stated.zip", {"optics.C10_A=-150.0"});
+  const std::string s = tmp / "sliced.zip";
+  EXPECT_TRUE(sliced.array("probe", s).bytes == shifted.array("probe", tmp / "shifted.zip").bytes);
+  EXPECT_FALSE(sliced.array("probe", s).bytes == stated.array("probe", tmp / "stated.zip").bytes);
+  const auto m = nlohmann::json::parse(sliced.manifest_json);
+  EXPECT_EQ(m.at("calibration").at("C10_A"), -150.0);
+  ASSERT_TRUE(m.contains("probe_fit")) << sliced.manifest_json;
+  EXPECT_NEAR(m.at("probe_fit").at("C10_A").get<double>(), -150.0, 0.5);
+  EXPECT_EQ(m.at("probe_fit").at("initial_C10_A"), -150.0);
+}
+
 TEST(C10Refinement, RefusesAnythingButTrueFalseAuto) {
   tycho::test::temp_folder tmp;
   const std::pair<const char*, const char*> cases[] = {

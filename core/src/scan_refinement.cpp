@@ -252,7 +252,7 @@ scan_refinement_move scan_refinement::step(int64_t iteration, const double* grad
   const auto q = p_;
   report_ = cat("iteration ", iteration, ": scan map rotation ", q.rotation_rad * 180 / 3.14159265358979323846,
                 "°, step scales ", q.scale0, ", ", q.scale1, " (isotropic ", std::sqrt(q.scale0 * q.scale1), "), shear ", q.shear,
-                refines_C10() ? cat(", probe C10 ", C10_, " Å") : std::string(), " (moved ", norm(du), " Å at the rms radius",
+                refines_C10() ? cat(", probe C10 ", physical_C10_A(), " Å") : std::string(), " (moved ", norm(du), " Å at the rms radius",
                 converged() ? "; converged" : "", ")");
   return move;
 }

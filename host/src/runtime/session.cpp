@@ -330,7 +330,11 @@ void session::state::resolve_geometry(state& s, start& st) {
                                              st.prepared ? st.prepared->path : std::string("the preprocessing report"),
                                              s.padding.detector, s.padding.window, s.padding.mask),
                       s.wavelength_A, dk_window);
-  st.probe = make_probe(s.optics, s.sampling, 1.0, vacuum ? &vacuum->amplitude : nullptr);
+  // The model's probe carries the entrance surface's C10 moved by half a slice
+  // (state::model_C10_shift_A).
+  probe_optics model_optics = s.optics;
+  model_optics.C10_A += s.model_C10_shift_A();
+  st.probe = make_probe(model_optics, s.sampling, 1.0, vacuum ? &vacuum->amplitude : nullptr);
   if (vacuum) {
     s.initial_probe_json = vacuum->to_json(s.optics.semiangle_mrad);
     log_info("session", vacuum->describe(s.optics.semiangle_mrad, s.optics.C10_A));
@@ -629,7 +633,8 @@ scan_refinement session::state::make_scan_refinement(state& s, const scan_refine
     }
   std::vector<double> mine(n.begin() + 2 * s.data.first, n.begin() + 2 * (s.data.first + s.data.patterns));
   scan_refinement_options with_probe = o;
-  with_probe.C10_A = s.optics.C10_A;
+  with_probe.C10_A = s.optics.C10_A + s.model_C10_shift_A();  // the model's (state::model_C10_shift_A)
+  with_probe.C10_model_shift_A = s.model_C10_shift_A();
   with_probe.wavelength_A = s.wavelength_A;
   with_probe.dk_invA = {s.sampling.dk_invA[0], s.sampling.dk_invA[1]};
   // C10's scale: the shift λ ΔC10 k of the bright field's image at the aperture's edge, k = α / λ,

@@ -20,11 +20,14 @@ namespace tycho::host {
 using namespace session_detail;
 
 // The defocus the reconstructed probe's first mode shows, against the stated one (probe_fit.hpp):
-// searched within ±max(60 %, 100 Å) of the stated C10.
+// searched within ±max(60 %, 100 Å) of the stated C10. The model's probe carries the entrance
+// surface's C10 moved by half a slice (state::model_C10_shift_A): searched there, reported as the
+// entrance surface's.
 std::string session::state::probe_fit_json(const state& s) {
   const owned_array probe = s.stopped ? s.kept.probe : s.read_engine_tensor("probe", TYCHO_TENSOR_PROBE);
   if (probe.shape.size() != 3) return "";
-  const double c = s.optics.C10_A, half = std::max(0.6 * std::abs(c), 100.0);
+  const double shift = s.model_C10_shift_A();
+  const double c = s.optics.C10_A + shift, half = std::max(0.6 * std::abs(c), 100.0);
   const double dk[2] = {s.sampling.dk_invA[0], s.sampling.dk_invA[1]};
   const int64_t n0 = probe.shape[1], n1 = probe.shape[2];
   const probe_defocus_fit f =
@@ -35,8 +38,8 @@ std::string session::state::probe_fit_json(const state& s) {
                               c - half, c + half);
   if (!f.done) return "";
   nlohmann::ordered_json j;
-  j["C10_A"] = f.C10_A;
-  j["initial_C10_A"] = c;  // the run's start: stated, or the parallax's
+  j["C10_A"] = f.C10_A - shift;
+  j["initial_C10_A"] = s.optics.C10_A;  // the run's start: stated, or the parallax's
   j["peak_gain"] = f.peak_gain;
   return j.dump();
 }
@@ -240,7 +243,7 @@ std::string session::manifest_json() const {
     j["rotation_deg"] = q.rotation_rad * 180 / 3.14159265358979323846;
     j["step_scale"] = {q.scale0, q.scale1};
     j["shear"] = q.shear;
-    if (r->refines_C10()) j["C10_A"] = r->C10_A();
+    if (r->refines_C10()) j["C10_A"] = r->physical_C10_A();
     j["steps"] = r->steps_taken();
     j["converged"] = r->converged();
     j["state"] = r->state();  // for --from: the refinement continues bit for bit

@@ -51,7 +51,10 @@ struct scan_refinement_options {
   std::array<bool, 5> free{{true, false, true, true, true}};
   // λ · k_aperture: the displacement (Å) per Å of C10 (0: C10 is not refined).
   double C10_displacement_per_A = 0;
-  double C10_A = 0;  // the probe's defocus the run starts from
+  double C10_A = 0;  // the probe's defocus the run starts from, the model's
+  // The model's C10 less the one the report and physical_C10_A() give (a multislice model's probe
+  // carries the entrance surface's C10 moved by half a slice; 0 with one slice).
+  double C10_model_shift_A = 0;
   // The expected fall of the loss per Å² of object the windows cover, from fitting more of the
   // counting noise (σ² per real degree of freedom × 2 per object pixel): added to the slopes of
   // the scales as the penalty σ² K(area), so that the scan is not expanded to fit noise (the bias
@@ -99,7 +102,8 @@ class scan_refinement {
 
   const scan_map& map() const { return map_; }
   scan_map::parameters parameters() const { return map_.decompose(); }
-  double C10_A() const { return C10_; }
+  double C10_A() const { return C10_; }  // the model's probe's
+  double physical_C10_A() const { return C10_ - o_.C10_model_shift_A; }  // the entrance surface's
   bool converged() const { return converged_at_ > 0; }
   // The iteration whose step ended the refinement (0: it has not converged).
   int64_t converged_at() const { return converged_at_; }
