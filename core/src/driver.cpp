@@ -368,9 +368,10 @@ void driver::correct_positions(int64_t epoch) {
 
 std::optional<driver::position_bound> driver::position_bound_px() {
   const tycho_engine_vtable* vt = engine_.vtable;
-  const double counts = options_.positions.counts_per_target_unit;
-  if (!engine_informs_positions() || !(counts > 0)) return std::nullopt;
-  const std::vector<double> J = position_information(counts);
+  if (!engine_informs_positions() || !(options_.positions.counts_per_target_unit > 0)) return std::nullopt;
+  std::vector<int64_t> local(static_cast<std::size_t>(engine_tensor(engine_, TYCHO_TENSOR_POSITIONS).shape[0]));
+  std::iota(local.begin(), local.end(), int64_t(0));  // every pattern this rank holds
+  const std::vector<double> J = position_information(local);
   const int64_t count = int64_t(J.size() / 3);
   std::vector<double> sums(4, 0.0);  // Σ (J⁻¹)_00, Σ (J⁻¹)_11, informed, uninformed patterns
   for (int64_t j = 0; j < count; ++j) {
@@ -401,14 +402,12 @@ int64_t driver::first_position_step() const {
   return std::max(pc.first_iteration, scan_.converged_at() + 1);
 }
 
-std::vector<double> driver::position_information(double counts_per_target_unit) {
-  const int64_t count = engine_tensor(engine_, TYCHO_TENSOR_POSITIONS).shape[0];
-  std::vector<int64_t> local(static_cast<std::size_t>(count));
-  std::iota(local.begin(), local.end(), int64_t(0));
-  std::vector<double> J(static_cast<std::size_t>(3 * count));
-  check_status(engine_.vtable->position_information(engine_.instance, local.data(), count, counts_per_target_unit,
-                                                    J.data()),
-               "engine position_information");
+std::vector<double> driver::position_information(const std::vector<int64_t>& local) {
+  std::vector<double> J(3 * local.size());
+  if (!local.empty())
+    check_status(engine_.vtable->position_information(engine_.instance, local.data(), int64_t(local.size()),
+                                                      options_.positions.counts_per_target_unit, J.data()),
+                 "engine position_information");
   return J;
 }
 
@@ -595,11 +594,7 @@ void driver::decide_positions(int64_t epoch) {
   // against 2 as well as one over all, for a sixth of the cost on the MoS2 example (the engine's
   // Fisher information takes six transforms a pattern: 2.6 iterations' CPU over all 768).
   const std::vector<int64_t> sampled = curvature_sample_here();
-  std::vector<double> J(3 * sampled.size());
-  if (!sampled.empty())
-    check_status(engine_.vtable->position_information(engine_.instance, sampled.data(), int64_t(sampled.size()),
-                                                      counts, J.data()),
-                 "engine position_information");
+  const std::vector<double> J = position_information(sampled);
   std::vector<double> sums(3, 0.0);  // Σ Δᵀ J Δ, Σ tr J, patterns
   for (std::size_t i = 0; i < sampled.size(); ++i) {
     const double* q = J.data() + 3 * i;

@@ -310,8 +310,9 @@ struct session::state {
   static void create_optimizers(state& s, start& st);
   static void restore_resumed(state& s, start& st);
   static void prepare_stopping(state& s, start& st);
-  // After each iteration of an "auto" run: where the rule stands; in a run by the rule (not a fixed count), a verdict with
-  // halvings left halves the learning rates ([reconstruct] plateau_halvings).
+  // After each iteration of an "auto" run: where the rule stands; in a run by the rule (not a
+  // fixed count), a verdict with halvings left halves the learning rates ([reconstruct]
+  // plateau_halvings).
   void advance_rule(bool may_halve = true);
   void sync_rule_with_scan_map();
   std::string stopping_json() const;

@@ -90,11 +90,9 @@ void session::state::prepare_stopping(state& s, start& st) {
     // there is not one a run makes.
     if (s.halved_at.front() < r.earliest) {
       const manifest_reader& m = st.resume->file.manifest;
+      const std::string why = s.rule_waits_for.empty() ? cat("its window of ", r.window) : s.rule_waits_for;
       m.refuse("history.stopping.halved_at", m.find("history.stopping.halved_at"),
-               cat("iterations from ", r.earliest, " on, the first the rule judges (", s.rule_waits_for.empty()
-                                                                                           ? cat("its window of ", r.window)
-                                                                                           : s.rule_waits_for,
-                   ")"));
+               cat("iterations from ", r.earliest, " on, the first the rule judges (", why, ")"));
     }
     r.halvings_left -= int64_t(s.halved_at.size());
     if (s.halved_at.back() + r.window > r.earliest) {

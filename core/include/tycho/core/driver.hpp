@@ -213,9 +213,9 @@ class driver {
   };
   static constexpr int64_t position_trial_iterations = 20;
   // The iteration the weighing is made after: the positions' position_trial_iterations-th own
-  // step (from the iteration of their first own step, position_curvature_scale().first, once
-  // taken; until then first_position_step()) + position_trial_iterations - 1; 0 where there is none to make
-  // (not weighed, or their steps wait for a map that has not converged).
+  // step, counted from their first own step (position_curvature_scale().first once taken; until
+  // then first_position_step()); 0 where there is none to make (not weighed, or their steps wait
+  // for a map that has not converged).
   int64_t weighing_due() const;
   const position_weighing& weighing() const { return weighing_; }
   void restore_weighing(const position_weighing& w) { weighing_ = w; }
@@ -244,8 +244,9 @@ class driver {
   bool corrects_positions_after(int64_t epoch) const;
   // The engine gives tycho_engine_vtable::position_information (ABI 1.4, set).
   bool engine_informs_positions() const;
-  // Its information for every pattern this rank holds ((count, 3): J00, J01, J11 px⁻²).
-  std::vector<double> position_information(double counts_per_target_unit);
+  // Its information for this rank's patterns `local` ((count, 3): J00, J01, J11 px⁻², Poisson
+  // counts at position_correction::counts_per_target_unit).
+  std::vector<double> position_information(const std::vector<int64_t>& local);
   void measure_position_curvature(int64_t epoch, const double h[2], const double hi[2]);
   // One in every curvature_stride() of the scan's patterns (global indices 0, k, 2k, ...): those
   // the curvature's median is over.
