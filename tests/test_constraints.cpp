@@ -67,6 +67,7 @@ struct tensors {
     state.iteration = 1;
     state.batch = 0;
     state.batches = 1;
+    state.object_rate_factor = state.probe_rate_factor = 1;  // the rates as set
   }
 };
 
@@ -322,11 +323,12 @@ using cdouble = std::complex<double>;
 constexpr double k_pi = 3.14159265358979323846;
 
 // Applies `name` configured by `toml_entry` once (one mini-batch of one) to object and probe
-// host tensors of any complex dtype; returns acts_on.
+// host tensors of any complex dtype, the learning rates at `rate_factor` of their settings;
+// returns acts_on.
 template <class T>
 uint32_t apply_entry(const char* name, const std::string& toml_entry, const tycho_constraint_setup& setup,
                      std::vector<std::complex<T>>& object, std::vector<int64_t> object_shape,
-                     std::vector<std::complex<T>>& probe, std::vector<int64_t> probe_shape) {
+                     std::vector<std::complex<T>>& probe, std::vector<int64_t> probe_shape, double rate_factor = 1) {
   auto doc = tycho::config_document::parse(toml_entry, "<test>", "");
   tycho_config cfg{&doc.root(), "[[reconstruct.constraints]] 1", ""};
   tycho_constraint_setup s = setup;
@@ -344,6 +346,7 @@ uint32_t apply_entry(const char* name, const std::string& toml_entry, const tych
   st.iteration = 1;
   st.batch = 0;
   st.batches = 1;
+  st.object_rate_factor = st.probe_rate_factor = rate_factor;
   const uint32_t acts = constraint(name)->acts_on(c);
   EXPECT_EQ(constraint(name)->apply(c, &st), TYCHO_OK) << name << ": " << tycho::last_error();
   constraint(name)->destroy(c);
@@ -553,14 +556,14 @@ TEST(Constraints, ObjectMissingConeKeepsTheBandItCanTransfer) {
     apply_entry<double>("object_missing_cone", "", setup, object, {slices, h, w}, probe, {1, 2, 2});
     for (std::size_t k = 0; k < object.size(); ++k) EXPECT_LT(std::abs(object[k] - before[k]), 1e-12) << k;
   }
-  auto kept = [&](const std::string& entry, double ky_cycles) {  // the depth pattern's share left
+  auto kept = [&](const std::string& entry, double ky_cycles, double rate = 1) {  // the depth pattern's share left
     std::vector<cdouble> object(std::size_t(slices * n));
     for (int64_t s = 0; s < slices; ++s)
       for (int64_t y = 0; y < h; ++y)
         for (int64_t x = 0; x < w; ++x)
           object[std::size_t(s * n + y * w + x)] =
               std::polar(1.0, 0.2 * depth(s) * std::cos(2 * k_pi * ky_cycles * double(y) / double(h)));
-    apply_entry<double>("object_missing_cone", entry, setup, object, {slices, h, w}, probe, {1, 2, 2});
+    apply_entry<double>("object_missing_cone", entry, setup, object, {slices, h, w}, probe, {1, 2, 2}, rate);
     double num = 0, den = 0;
     for (int64_t s = 0; s < slices; ++s)
       for (int64_t y = 0; y < h; ++y) {
@@ -580,6 +583,13 @@ TEST(Constraints, ObjectMissingConeKeepsTheBandItCanTransfer) {
   EXPECT_NEAR(kept("", 6), 0.0, 1e-12);
   EXPECT_GT(kept("gamma = 20\n", 1), at1);   // a wider band keeps more
   EXPECT_LT(kept("gamma = 1\n", 1), at1);    // the default's (4.2) is wider than the bright field's
+  // The pull follows the object's learning rate (ABI 1.5): at half the rate half of what the
+  // filter removes is removed (ln O is filtered linearly), none while the object is not stepped,
+  // and never more than at the rate as set.
+  EXPECT_NEAR(kept("", 1, 0.5), 0.5 * (1 + at1), 1e-12);
+  EXPECT_NEAR(kept("", 6, 0.25), 0.75, 1e-12);
+  EXPECT_NEAR(kept("", 1, 0), 1.0, 1e-12);
+  EXPECT_NEAR(kept("", 1, 3), at1, 1e-12);
   tycho_constraint* c = nullptr;
   tycho_constraint_setup one = host_setup();
   EXPECT_EQ(constraint("object_missing_cone")->create(&one, &c), TYCHO_ERR_INVALID_ARGUMENT);

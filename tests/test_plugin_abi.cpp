@@ -216,7 +216,7 @@ TEST(PluginAbi, LayoutIsStable) {
   EXPECT_EQ(int(TYCHO_ERR_ABI_MISMATCH), 5);
   EXPECT_EQ(int(TYCHO_ERR_NOT_FOUND), 2);
   EXPECT_EQ(std::string(TYCHO_PLUGIN_ENTRY_SYMBOL), "tycho_plugin_entry");
-  EXPECT_EQ(TYCHO_ABI_VERSION, (1u << 16) | 4u);
+  EXPECT_EQ(TYCHO_ABI_VERSION, (1u << 16) | 5u);
   // ABI 1.2 appended to the engine setup after loss_ref, and one tensor id.
   EXPECT_GT(offsetof(tycho_engine_setup, slice_propagator), offsetof(tycho_engine_setup, loss_ref));
   EXPECT_GT(offsetof(tycho_engine_setup, position_gradient), offsetof(tycho_engine_setup, slice_thickness_A));
@@ -251,7 +251,9 @@ TEST(PluginAbi, LayoutIsStable) {
   EXPECT_EQ(offsetof(tycho_constraint_state, stream), 56u);
   EXPECT_EQ(offsetof(tycho_constraint_state, n_object_boxes), 64u);  // appended in 1.3
   EXPECT_EQ(offsetof(tycho_constraint_state, object_boxes), 72u);
-  EXPECT_EQ(sizeof(tycho_constraint_state), 80u);
+  EXPECT_EQ(offsetof(tycho_constraint_state, object_rate_factor), 80u);  // appended in 1.5
+  EXPECT_EQ(offsetof(tycho_constraint_state, probe_rate_factor), 88u);
+  EXPECT_EQ(sizeof(tycho_constraint_state), 96u);
   EXPECT_EQ(offsetof(tycho_constraint_vtable, create), 8u);
   EXPECT_EQ(offsetof(tycho_constraint_vtable, destroy), 32u);
   EXPECT_EQ(sizeof(tycho_constraint_vtable), 40u);

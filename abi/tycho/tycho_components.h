@@ -624,6 +624,16 @@ typedef struct tycho_constraint_state {
    * leave the same object. 0: anywhere (apply to all of it). Read struct_size first. */
   int64_t n_object_boxes;
   const int64_t* object_boxes;
+  /* ---- appended in ABI 1.5: the object's and the probe's learning rates at this application
+   * as a share of their settings ([reconstruct.object|probe] learning_rate): the schedule's
+   * factor times the stopping rule's halvings (1 with constant rates before any halving; 0
+   * while the parameter is not stepped: before its first_iteration, the probe while it waits
+   * for the scan map). A regulariser that stands for a penalty term of the loss pulls by this
+   * share each iteration, as the penalty's own gradient step would: at a fixed pull, halved
+   * rates let it outweigh the data. Read struct_size first: an older host leaves them out (take
+   * 1: the rates as set). */
+  double object_rate_factor;
+  double probe_rate_factor;
 } tycho_constraint_state;
 
 /* Host engines (kDLCPU): the tensors are host memory; apply runs synchronously on the driver's

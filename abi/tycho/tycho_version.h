@@ -13,7 +13,7 @@
 #define TYCHO_VERSION_H
 
 #define TYCHO_ABI_VERSION_MAJOR 1
-#define TYCHO_ABI_VERSION_MINOR 4
+#define TYCHO_ABI_VERSION_MINOR 5
 /* Packed as (major << 16) | minor, the form every descriptor carries. */
 #define TYCHO_ABI_VERSION ((TYCHO_ABI_VERSION_MAJOR << 16) | TYCHO_ABI_VERSION_MINOR)
 #define TYCHO_ABI_MAJOR_OF(v) ((unsigned)(v) >> 16)
@@ -51,7 +51,10 @@
  *        tycho_engine_vtable::set_position_gradient; the detector's own mask from a source:
  *        tycho_source_vtable::read_detector_mask. All before 0.1.0's release.
  *   1.4  the positions' Fisher information from an engine (the Cramér–Rao bound of each probe
- *        position): tycho_engine_vtable::position_information. */
+ *        position): tycho_engine_vtable::position_information.
+ *   1.5  the learning rates' share of their settings at a constraint's application (a
+ *        regulariser's pull follows the steps it regularises):
+ *        tycho_constraint_state::object_rate_factor and probe_rate_factor. */
 
 /* Release version of the tycho runtime (not the ABI). */
 #define TYCHO_VERSION_STRING "0.1.0"

@@ -152,6 +152,15 @@ double driver::run_iteration() {
   // The scan map's step refines C10 too: it needs this iteration's probe gradient, summed.
   const bool gather_probe_gradient = map_step && scan_.refines_C10();
   probe_gradient_.clear();
+  // The regularisers' pull follows the rates of the steps they regularise (the constraints'
+  // object_rate_factor / probe_rate_factor): 0 for a parameter not stepped this iteration.
+  double rate_factor[2] = {0, 0};
+  for (const auto& opt : optimizers_) {
+    const bool steps = epoch >= opt.first_iteration && !(opt.parameter == TYCHO_TENSOR_PROBE && probe_waits);
+    const double f = steps ? opt.schedule.factor(epoch) * learning_rate_factor_ : 0.0;
+    if (opt.parameter == TYCHO_TENSOR_OBJECT) rate_factor[0] = f;
+    if (opt.parameter == TYCHO_TENSOR_PROBE) rate_factor[1] = f;
+  }
   int64_t done = 0;
   for (int64_t b = 0; b < batches; ++b) {
     if (b > 0 && stop_ && stop_())
@@ -179,7 +188,7 @@ double driver::run_iteration() {
                            in_tiles ? box_steps_.data() : nullptr};
       check_status(opt.vtable->step(opt.instance, &param, &grad, &info, stream), "optimizer step");
     }
-    apply_constraints(TYCHO_CONSTRAINT_OBJECT | TYCHO_CONSTRAINT_PROBE, epoch, b, batches, stream);
+    apply_constraints(TYCHO_CONSTRAINT_OBJECT | TYCHO_CONSTRAINT_PROBE, epoch, b, batches, rate_factor, stream);
     done += count;
   }
   // The iteration's loss, before the positions' step: measuring their curvature passes over the
@@ -196,7 +205,7 @@ double driver::run_iteration() {
   }
   if (per_position) {
     correct_positions(epoch);
-    apply_constraints(TYCHO_CONSTRAINT_POSITIONS, epoch, -1, batches, stream);
+    apply_constraints(TYCHO_CONSTRAINT_POSITIONS, epoch, -1, batches, rate_factor, stream);
     // correct = "auto": weighed once, after position_trial_iterations of their own steps.
     if (weighing_.iteration == 0 && epoch == weighing_due()) decide_positions(epoch);
     if (share_.world_size > 1) gather_positions(stream);
@@ -676,7 +685,8 @@ void driver::sum_host_doubles(std::vector<double>& values, void* stream) {
   collectives_->sum_in_place(t, stream);
 }
 
-void driver::apply_constraints(uint32_t targets, int64_t epoch, int64_t batch, int64_t batches, void* stream) {
+void driver::apply_constraints(uint32_t targets, int64_t epoch, int64_t batch, int64_t batches,
+                               const double (&rate_factor)[2], void* stream) {
   DLTensor object{}, probe{}, positions{};
   bool fetched = false;
   for (const constraint_binding& c : options_.constraints) {
@@ -697,6 +707,8 @@ void driver::apply_constraints(uint32_t targets, int64_t epoch, int64_t batch, i
     st.batch = batch;
     st.batches = batches;
     st.stream = stream;
+    st.object_rate_factor = rate_factor[0];
+    st.probe_rate_factor = rate_factor[1];
     // Stepping tiles, the object changes only inside the batch's boxes: a pointwise constraint
     // need not visit the rest, which it saw when it last changed (the initial object, ones or a
     // saved state, is left as it is until a batch touches it, as a whole-object step leaves

@@ -103,7 +103,7 @@ const tycho_component k_components[] = {
                       "object_phase", "1.0.0", "a pure-phase object: |O| = 1 after each step", k_host, k_no_keys),
                   k_no_settings),
     with_settings(constraint_component<tc::object_lowpass>(
-                      "object_lowpass", "1.0.0", "blends a Gaussian low-pass of the object in, once per iteration",
+                      "object_lowpass", "1.1.0", "blends a Gaussian low-pass of the object in, once per iteration",
                       k_host, k_lowpass_keys),
                   k_lowpass_settings),
     with_settings(constraint_component<tc::object_potential>(
@@ -111,16 +111,16 @@ const tycho_component k_components[] = {
                       "a real, non-negative potential: O = exp(iσV), V ≥ 0, after each step", k_host, k_potential_keys),
                   k_potential_settings),
     with_settings(constraint_component<tc::object_tv>(
-                      "object_tv", "1.0.0", "a total-variation (ROF) proximal step on each slice, once per iteration",
+                      "object_tv", "1.1.0", "a total-variation (ROF) proximal step on each slice, once per iteration",
                       k_host, k_tv_keys),
                   k_tv_settings),
     with_settings(
         constraint_component<tc::object_depth>(
-            "object_depth", "1.0.0", "blends a Gaussian low-pass along the slices in, once per iteration (slices > 1)",
+            "object_depth", "1.1.0", "blends a Gaussian low-pass along the slices in, once per iteration (slices > 1)",
             k_host, k_depth_keys),
         k_depth_settings),
     with_settings(constraint_component<tc::object_missing_cone>(
-                      "object_missing_cone", "1.0.0",
+                      "object_missing_cone", "1.1.0",
                       "removes what the probe's cone of angles cannot transfer between depths, once per iteration "
                       "(slices > 1)",
                       k_host, k_missing_cone_keys),

@@ -116,7 +116,8 @@ object_lowpass::object_lowpass(const config_view& cfg, const tycho_constraint_se
 }
 
 void object_lowpass::apply(const constraint_arguments& a) {
-  if (!a.last_batch()) return;  // once per iteration
+  const double weight = weight_ * regulariser_pull(a);
+  if (weight == 0 || !a.last_batch()) return;  // once per iteration
   const int64_t slices = a.object->shape[0], h = a.object->shape[1], w = a.object->shape[2];
   std::vector<std::complex<double>> slice(std::size_t(h * w));
   with_complex_values(*a.object, [&](auto* z) {
@@ -126,7 +127,7 @@ void object_lowpass::apply(const constraint_arguments& a) {
       for (int64_t k = 0; k < h * w; ++k) slice[std::size_t(k)] = std::complex<double>(o[k]);
       gaussian_filter_2d(slice.data(), h, w, sigma_px_, filter_boundary::reflect);
       for (int64_t k = 0; k < h * w; ++k)
-        o[k] = value((1.0 - weight_) * std::complex<double>(o[k]) + weight_ * slice[std::size_t(k)]);
+        o[k] = value((1.0 - weight) * std::complex<double>(o[k]) + weight * slice[std::size_t(k)]);
     }
   });
 }

@@ -94,7 +94,8 @@ object_tv::object_tv(const config_view& cfg, const tycho_constraint_setup&) {
 }
 
 void object_tv::apply(const constraint_arguments& a) {
-  if (weight_ == 0 || !a.last_batch()) return;  // weight 0: nothing at all; else once per iteration
+  const double weight = weight_ * regulariser_pull(a);
+  if (weight == 0 || !a.last_batch()) return;  // weight 0: nothing at all; else once per iteration
   const int64_t slices = a.object->shape[0], h = a.object->shape[1], w = a.object->shape[2];
   std::vector<cd> slice(std::size_t(h * w));
   with_complex_values(*a.object, [&](auto* z) {
@@ -102,7 +103,7 @@ void object_tv::apply(const constraint_arguments& a) {
     for (int64_t s = 0; s < slices; ++s) {
       value* o = z + s * h * w;
       for (int64_t k = 0; k < h * w; ++k) slice[std::size_t(k)] = cd(o[k]);
-      tv_prox(slice.data(), h, w, weight_, iterations_);
+      tv_prox(slice.data(), h, w, weight, iterations_);
       for (int64_t k = 0; k < h * w; ++k) o[k] = value(slice[std::size_t(k)]);
     }
   });
@@ -123,7 +124,8 @@ object_depth::object_depth(const config_view& cfg, const tycho_constraint_setup&
 }
 
 void object_depth::apply(const constraint_arguments& a) {
-  if (!a.last_batch()) return;  // once per iteration
+  const double weight = weight_ * regulariser_pull(a);
+  if (weight == 0 || !a.last_batch()) return;  // once per iteration
   const int64_t slices = a.object->shape[0], n = a.object->shape[1] * a.object->shape[2];
   if (slices < 2) return;
   // Taps g_j ∝ exp(−j²/2σ²) out to 4σ (or the mirrored stack's period), normalised to 1.
@@ -149,7 +151,7 @@ void object_depth::apply(const constraint_arguments& a) {
       for (int64_t s = 0; s < slices; ++s) {
         cd acc = 0;
         for (int64_t j = -reach; j <= reach; ++j) acc += taps[std::size_t(j + reach)] * logs[std::size_t(mirror(s + j, slices))];
-        smooth[std::size_t(s)] = (1.0 - weight_) * logs[std::size_t(s)] + weight_ * acc;
+        smooth[std::size_t(s)] = (1.0 - weight) * logs[std::size_t(s)] + weight * acc;
       }
       for (int64_t s = 0; s < slices; ++s) z[s * n + k] = value(std::exp(smooth[std::size_t(s)]));
     }
@@ -180,7 +182,8 @@ object_missing_cone::object_missing_cone(const config_view& cfg, const tycho_con
 }
 
 void object_missing_cone::apply(const constraint_arguments& a) {
-  if (!a.last_batch()) return;  // once per iteration
+  const double pull = regulariser_pull(a);
+  if (pull == 0 || !a.last_batch()) return;  // once per iteration
   const int64_t S = a.object->shape[0], H = a.object->shape[1], W = a.object->shape[2];
   if (S < 2) return;
   const int64_t Z = 2 * S, n = H * W;  // the depth mirrored: slices 0 … S−1, S−1 … 0
@@ -206,7 +209,7 @@ void object_missing_cone::apply(const constraint_arguments& a) {
         if (iz == 0) continue;  // the mean over the depth: kept
         const double kx = tycho::sdk::detail::freq(ix, W) * kx_step, kr = std::hypot(kx, ky);
         const double b = kr < band_end ? gamma_ * kr * (alpha_rad_ - 0.5 * wavelength_A_ * kr) : 0.0;
-        const double w = b > 0 ? 1.0 / (1.0 + std::pow(kz / b, 4)) : 0.0;
+        const double w = 1.0 - pull * (1.0 - (b > 0 ? 1.0 / (1.0 + std::pow(kz / b, 4)) : 0.0));
         volume[std::size_t((iz * H + iy) * W + ix)] *= w;
       }
     }

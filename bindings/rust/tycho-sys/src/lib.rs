@@ -1,4 +1,4 @@
-//! Raw declarations of tycho's embedding API, `abi/tycho/tycho.h` (ABI 1.4, the embedding API
+//! Raw declarations of tycho's embedding API, `abi/tycho/tycho.h` (ABI 1.5, the embedding API
 //! unchanged since 1.3), and of the DLPack 0.6 structs it returns (`<dlpack/dlpack.h>`, Debian's
 //! libdlpack-dev, `DLPACK_VERSION` 60).
 //!
@@ -14,7 +14,7 @@ use std::os::raw::{c_char, c_int, c_void};
 // ---- tycho_version.h
 
 pub const TYCHO_ABI_VERSION_MAJOR: u32 = 1;
-pub const TYCHO_ABI_VERSION_MINOR: u32 = 4;
+pub const TYCHO_ABI_VERSION_MINOR: u32 = 5;
 /// `(major << 16) | minor`, as `tycho_abi_version()` returns it.
 pub const TYCHO_ABI_VERSION: u32 = (TYCHO_ABI_VERSION_MAJOR << 16) | TYCHO_ABI_VERSION_MINOR;
 pub const TYCHO_VERSION_STRING: &str = "0.1.0";

@@ -237,7 +237,10 @@ class driver {
  private:
   // The constraints acting on any of `targets` (TYCHO_CONSTRAINT_* bits) whose iterations include
   // `epoch`; batch −1 after the position step.
-  void apply_constraints(uint32_t targets, int64_t epoch, int64_t batch, int64_t batches, void* stream);
+  // rate_factor: the object's and the probe's learning rates as a share of their settings
+  // (tycho_constraint_state::object_rate_factor, probe_rate_factor).
+  void apply_constraints(uint32_t targets, int64_t epoch, int64_t batch, int64_t batches,
+                         const double (&rate_factor)[2], void* stream);
   void correct_positions(int64_t epoch);
   // Whether the positions' own steps run after iteration `epoch` (from first_iteration; with
   // after_scan_map, once the map has converged).

@@ -19,6 +19,7 @@
 #include <tycho/sdk.hpp>
 #include <tycho/sdk/adapter.hpp>
 
+#include <cmath>
 #include <complex>
 #include <cstddef>
 #include <cstdint>
@@ -38,6 +39,11 @@ struct constraint_arguments {
   // [row0, row1, col0, col1) of its last two axes, every slice (checked); 0: anywhere.
   const int64_t* object_boxes = nullptr;
   int64_t n_object_boxes = 0;
+  // The object's and the probe's learning rates now as a share of their settings (ABI 1.5:
+  // schedule × the stopping rule's halvings; 0 while not stepped; 1 from an older host). A
+  // regulariser standing for a penalty term scales its pull by it.
+  double object_rate_factor = 1;
+  double probe_rate_factor = 1;
   bool last_batch() const { return batch == batches - 1; }
   // f(offset, count): the runs of object elements (flat indices into the (S, H, W) object) a
   // pointwise constraint needs to visit: the boxes' rows, or the whole object as one run.
@@ -120,6 +126,14 @@ struct constraint_adapter {
           a.object_boxes = state->object_boxes;
           a.n_object_boxes = state->n_object_boxes;
         }
+      }
+      if (state->struct_size >= offsetof(tycho_constraint_state, probe_rate_factor) + sizeof(double)) {
+        if (!std::isfinite(state->object_rate_factor) || state->object_rate_factor < 0 ||
+            !std::isfinite(state->probe_rate_factor) || state->probe_rate_factor < 0)
+          fail(TYCHO_ERR_INVALID_ARGUMENT, "constraint '", name, "': the host's rate factors (object ",
+               state->object_rate_factor, ", probe ", state->probe_rate_factor, ") must be finite and >= 0");
+        a.object_rate_factor = state->object_rate_factor;
+        a.probe_rate_factor = state->probe_rate_factor;
       }
       if (a.positions != nullptr) {
         expect_tensor(a.positions, "positions", dtype_float64, 2);
