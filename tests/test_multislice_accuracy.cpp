@@ -70,9 +70,9 @@ TEST_F(MultisliceAccuracy, Si110TenSlicesRecoverTheTotalPhase) {
 
 // bilayer (two MoS2 layers 43 Å apart, 1.6 and 44.8 Å deep): with ten uniform slices of 5 Å,
 // slice 0 shows the top layer and slice 8 the bottom one (depth sectioning without knowing the
-// depths), after 15 iterations of the default recipe. Measured: own 0.919 / other 0.148 (top),
-// 0.930 / 0.087 (bottom); where the stopping rule ends it (59 iterations): 0.925 / 0.079 and
-// 0.938 / 0.096.
+// depths), after 15 iterations of the default recipe. Measured: own 0.889 / other 0.081 (top),
+// 0.934 / 0.093 (bottom); where the stopping rule ends it (206 iterations): 0.914 / 0.078 and
+// 0.945 / 0.094 (the two truths themselves correlate 0.088 at best).
 TEST_F(MultisliceAccuracy, BilayerSlicesSeparateTheLayers) {
   auto j = run_and_evaluate(recipe("bilayer.toml"), {"reconstruct.iterations=15"},
                             shared("bilayer/bilayer_ground_truth.npz"), "bilayer.zip");
@@ -81,8 +81,8 @@ TEST_F(MultisliceAccuracy, BilayerSlicesSeparateTheLayers) {
   for (const auto& l : layers) {
     std::cout << "layer in slice " << l.at("slice") << ": own " << l.at("pearson") << ", other "
               << l.at("pearson_other") << "\n";
-    EXPECT_GT(l.at("pearson").get<double>(), 0.8) << l.dump();
-    EXPECT_LT(l.at("pearson_other").get<double>(), 0.3) << l.dump();
+    EXPECT_GT(l.at("pearson").get<double>(), 0.85) << l.dump();
+    EXPECT_LT(l.at("pearson_other").get<double>(), 0.15) << l.dump();
   }
   EXPECT_EQ(layers[0].at("slice"), 0);
   EXPECT_EQ(layers[1].at("slice"), 8);

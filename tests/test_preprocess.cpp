@@ -442,6 +442,41 @@ TEST(PreprocessMoS2, TheParallaxMeasuresTheDefocusNobodyStated) {
   EXPECT_NEAR(C10_b, C10_a, 1e-6 * std::abs(C10_a));  // the same shifts, read with the same step
 }
 
+// A stated C10 gives way to the parallax's only where the two disagree by more than the
+// parallax's uncertainty at the entrance surface: its standard error (1.2 % here) and, with
+// several slices, the depth its contrast lies at, anywhere in the slices' span T (T / √12). The
+// example's parallax measures −136.5 Å against the stated −150 Å: replaced with one slice; with
+// five slices of 10 Å it reads −161.5 ± 14.5 Å at the entrance and the stated −150 Å stays (the
+// shared bilayer's parallax read 5.5 Å off the stated, truthful −200 Å: its scan map, starting
+// there, settled 1.2 % small, its top layer 0.895 against 0.914 from the stated C10).
+TEST(PreprocessMoS2, AStatedC10TheParallaxAgreesWithIsKept) {
+  tycho::test::temp_folder tmp;
+  auto one = run_command({tycho::test::tycho_exe(), "preprocess", example_config(), "-o", tmp / "a.zip"});
+  ASSERT_TRUE(one.exited_with(0)) << one.describe();
+  const auto a = manifest_of(tmp / "a.zip").at("preprocess").at("scan_map").at("parallax");
+  const double measured = a.at("C10_at_nominal_step_A").get<double>(), error = a.at("relative_error").get<double>();
+  ASSERT_LT(error, 0.02) << a.dump();
+  EXPECT_EQ(a.at("C10_at_entrance_A").get<double>(), measured);  // one slice: the middle is the entrance
+  EXPECT_NEAR(a.at("C10_sd_A").get<double>(), error * std::abs(measured), 1e-9);
+  EXPECT_EQ(a.at("C10_estimate_A").get<double>(), measured);  // 13 Å from the stated −150 Å: replaced
+  // Stated within the standard error: kept (no estimate recorded).
+  const std::string near = "optics.C10_A=" + std::to_string(measured + 0.5 * error * std::abs(measured));
+  auto agree = run_command({tycho::test::tycho_exe(), "preprocess", example_config(), "-o", tmp / "b.zip", "--set", near});
+  ASSERT_TRUE(agree.exited_with(0)) << agree.describe();
+  EXPECT_FALSE(manifest_of(tmp / "b.zip").at("preprocess").at("scan_map").at("parallax").contains("C10_estimate_A"));
+  // Five slices of 10 Å: the depth's uncertainty, 50 / √12 Å, keeps the stated −150 Å.
+  auto thick = run_command({tycho::test::tycho_exe(), "preprocess", example_config(), "-o", tmp / "c.zip", "--set",
+                            "reconstruct.slices=5", "--set", "reconstruct.slice_thickness_A=10"});
+  ASSERT_TRUE(thick.exited_with(0)) << thick.describe();
+  const auto c = manifest_of(tmp / "c.zip").at("preprocess").at("scan_map").at("parallax");
+  EXPECT_NEAR(c.at("C10_at_entrance_A").get<double>(), c.at("C10_at_nominal_step_A").get<double>() - 25, 1e-9);
+  EXPECT_NEAR(c.at("C10_sd_A").get<double>(),
+              std::hypot(c.at("relative_error").get<double>() * c.at("C10_at_nominal_step_A").get<double>(),
+                         50 / std::sqrt(12.0)),
+              1e-9);
+  EXPECT_FALSE(c.contains("C10_estimate_A")) << c.dump();
+}
+
 // A C10 stated with the wrong sign: the parallax then turns the scan 180° and the run finds the
 // specimen's twin, which explains the data exactly as well; the object's phase then peaks
 // negative, and the manifest's phase_check and a warning say so (tycho/core/phase_twin.hpp).

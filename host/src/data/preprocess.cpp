@@ -504,6 +504,8 @@ std::string preprocess_report::to_json() const {
         pj["scale_at_stated_C10"] = number(g.parallax_scale);
         pj["C10_at_nominal_step_A"] = number(g.parallax_C10_A);
         if (std::isfinite(g.C10_estimate_A)) pj["C10_estimate_A"] = g.C10_estimate_A;
+        pj["C10_at_entrance_A"] = number(g.C10_entrance_A);
+        pj["C10_sd_A"] = number(g.C10_sd_A);
       } else {
         pj["why_not"] = p.why_not;
       }

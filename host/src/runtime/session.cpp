@@ -245,6 +245,13 @@ void session::state::resolve_geometry(state& s, start& st) {
                        : std::string(" (none stated in [optics] C10_A or the file)")));
       s.optics.C10_A = measured;
     } else if (s.optics.C10_A != 0 && std::isfinite(parallax.at_nominal_step_A) &&
+               parallax.relative_error <= parallax_C10_error_max && std::isfinite(parallax.sd_A) &&
+               std::isfinite(parallax.at_entrance_A)) {
+      log_info("session", cat("keeping the stated C10 = ", s.optics.C10_A, " Å: the bright field's parallax measured ",
+                              parallax.at_entrance_A, " ± ", parallax.sd_A,
+                              " Å at the entrance surface, which agrees with it (the uncertainty: the parallax's ",
+                              "standard error and, with several slices, the unknown depth of the specimen's contrast)"));
+    } else if (s.optics.C10_A != 0 && std::isfinite(parallax.at_nominal_step_A) &&
                parallax.relative_error > parallax_C10_error_max) {
       log_info("session", cat("keeping the stated C10 = ", s.optics.C10_A, " Å: the bright field's parallax measured ",
                               parallax.at_nominal_step_A, " Å at the nominal step with a standard error of ",

@@ -343,7 +343,7 @@ scan_map scan_map_of_report(const std::string& preprocess_json, const std::strin
 }
 
 parallax_C10_report parallax_C10_of_report(const std::string& preprocess_json) {
-  parallax_C10_report r{std::nan(""), std::nan(""), std::nan("")};
+  parallax_C10_report r{std::nan(""), std::nan(""), std::nan(""), std::nan(""), std::nan("")};
   if (preprocess_json.empty()) return r;
   const nlohmann::json j = nlohmann::json::parse(preprocess_json, nullptr, false);
   if (!j.is_object() || !j.contains("scan_map") || !j["scan_map"].is_object()) return r;
@@ -358,6 +358,8 @@ parallax_C10_report parallax_C10_of_report(const std::string& preprocess_json) {
   r.estimate_A = number("C10_estimate_A", 1e7);
   r.at_nominal_step_A = number("C10_at_nominal_step_A", 1e7);
   r.relative_error = number("relative_error", 1e3);
+  r.sd_A = number("C10_sd_A", 1e7);
+  r.at_entrance_A = number("C10_at_entrance_A", 1e7);
   return r;
 }
 

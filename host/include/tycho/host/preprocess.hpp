@@ -176,9 +176,14 @@ struct scan_geometry_estimate {
   double parallax_scale = std::nan("");  // √det of the parallax's map at the nominal C10
   double parallax_C10_A = std::nan("");  // the C10 that gives the parallax's map the nominal step
   // The defocus at the entrance surface the parallax implies (parallax_C10_A is the specimen's
-  // middle's), when its standard error is below 2 %: the run's initial probe unless [optics]
-  // refine_C10 = false.
+  // middle's), when its standard error is below 2 % and it differs from the stated C10 by more
+  // than C10_sd_A (or none is stated): the run's initial probe unless [optics] refine_C10 = false.
   double C10_estimate_A = std::nan("");
+  // That entrance C10's standard uncertainty, Å: the parallax's own standard error and, with
+  // several slices, the unknown depth of the specimen's contrast (its middle is assumed; the
+  // contrast may lie anywhere in the slices' span T: T / √12).
+  double C10_sd_A = std::nan("");
+  double C10_entrance_A = std::nan("");  // the parallax's C10 at the entrance surface, whatever its error
   double com_rotation_deg = std::nan("");  // the curl's estimate (py4DSTEM's convention), when made
   double dpc_skewness = std::nan("");      // the integrated COM's skewness at the chosen rotation
   std::vector<std::string> notes;          // each decision and its reason, for the log

@@ -45,9 +45,10 @@ scan_map scan_map_of_report(const std::string& preprocess_json, const std::strin
 // What the report's parallax measured of C10 ("scan_map.parallax"), each NaN when not recorded:
 // the entrance's C10 a run may start from (C10_estimate_A: recorded when precise enough, or when
 // none was stated), the C10 at the nominal step at the specimen's middle (C10_at_nominal_step_A),
-// and the parallax's relative standard error.
+// the parallax's relative standard error, and the entrance C10's standard uncertainty (C10_sd_A:
+// that error and the unknown depth of the contrast) and value (C10_at_entrance_A).
 struct parallax_C10_report {
-  double estimate_A, at_nominal_step_A, relative_error;
+  double estimate_A, at_nominal_step_A, relative_error, sd_A, at_entrance_A;
 };
 parallax_C10_report parallax_C10_of_report(const std::string& preprocess_json);
 
