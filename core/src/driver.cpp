@@ -467,7 +467,7 @@ void driver::measure_position_curvature(int64_t epoch, const double h[2], const 
   const std::vector<int64_t> sample = curvature_sample();
   const std::vector<int64_t> here = curvature_sample_here();
   const int64_t m = int64_t(sample.size()), stride = curvature_stride();
-  const int64_t first = share_.world_size > 1 ? share_.first : 0;  // this rank's first global pattern
+  const int64_t first = first_pattern_here();
   const std::vector<double> this_iteration = gradient();
   const std::vector<double> p0(data_of<const double>(pos), data_of<const double>(pos) + 2 * n);
   gradient_pass(sample);
@@ -557,7 +557,7 @@ std::vector<int64_t> driver::curvature_sample() const {
 
 std::vector<int64_t> driver::curvature_sample_here() const {
   const int64_t n = engine_tensor(engine_, TYCHO_TENSOR_POSITIONS).shape[0], stride = curvature_stride();
-  const int64_t first = share_.world_size > 1 ? share_.first : 0;  // this rank's first global pattern
+  const int64_t first = first_pattern_here();
   std::vector<int64_t> local;
   for (int64_t j = (stride - first % stride) % stride; j < n; j += stride) local.push_back(j);
   return local;

@@ -42,14 +42,17 @@ std::string learning_rates_text(const config_document& doc) {
   return text;
 }
 
+// Why neither the weighing nor the bound can be computed where the engine lacks the ABI 1.4 call.
+constexpr const char* k_no_position_information =
+    "the engine gives no position information (tycho_engine_vtable::position_information)";
+
 // The positions' weighing (correct = "auto"), for the log: what was measured and what follows, or
 // why nothing could be (a NaN statistic: the data are not counts, or the engine gives no
 // information).
 std::string weighing_text(const driver::position_weighing& w, double pixel_A, int64_t patterns, bool counts) {
   if (!std::isfinite(w.statistic))
     return cat("iteration ", w.iteration, ": the positions' own corrections are kept unweighed: ",
-               counts ? "the engine gives no position information (tycho_engine_vtable::position_information)"
-                      : "the data are not counts, so their noise is unknown");
+               counts ? k_no_position_information : "the data are not counts, so their noise is unknown");
   return cat("iteration ", w.iteration, ": the positions' own corrections beyond the scan map are ", w.statistic,
              " times the variance their counting noise alone would give (Σ Δᵀ J Δ / 2P over the P = ", patterns,
              " patterns of the curvature's sample, J each position's Fisher information; the noise allows ",
@@ -295,7 +298,7 @@ void session::report_position_bound() {
   const auto bound = s.drv->position_bound_px();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!bound) {
-    none("the engine gives no position information (tycho_engine_vtable::position_information)");
+    none(k_no_position_information);
     return;
   }
   const double A[2] = {bound->rms_px[0] * s.geometry.pixel_A[0], bound->rms_px[1] * s.geometry.pixel_A[1]};

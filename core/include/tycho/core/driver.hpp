@@ -257,6 +257,8 @@ class driver {
   std::vector<int64_t> curvature_sample() const;
   // This rank's share of the sample, as its own (local) pattern indices, in order.
   std::vector<int64_t> curvature_sample_here() const;
+  // This rank's first global pattern (0 on one rank): its local pattern j is global first + j.
+  int64_t first_pattern_here() const { return share_.world_size > 1 ? share_.first : 0; }
   // The global patterns `global`, in batches of at most batch_size, through the engine, nothing
   // stepped (the positions' gradient of each; the rest of the gradient tensor is stale).
   void gradient_pass(const std::vector<int64_t>& global);
