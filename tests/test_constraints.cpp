@@ -596,6 +596,44 @@ TEST(Constraints, ObjectMissingConeKeepsTheBandItCanTransfer) {
   EXPECT_NE(std::string(tycho::last_error()).find("this run has one slice"), std::string::npos) << tycho::last_error();
 }
 
+// The rate factors (ABI 1.5) as the SDK reads them: a host older than 1.5 (a state that ends
+// before them) gets the pull as set; a non-finite or negative factor is refused, naming them.
+TEST(Constraints, RateFactorsFromAnOlderHostAndBadOnesRefused) {
+  const int64_t slices = 2, h = 4, w = 4, n = h * w;
+  tycho_constraint_setup setup = host_setup();
+  setup.slice_thickness_A = 5;
+  std::vector<cdouble> start(std::size_t(slices * n)), probe(4, 1.0);
+  for (int64_t k = 0; k < slices * n; ++k) start[std::size_t(k)] = std::polar(1.0, 0.1 * double(k % 7) * (k < n ? 1 : -1));
+  auto run = [&](uint32_t struct_size, double factor, tycho_status expected) {
+    std::vector<cdouble> object = start;
+    int64_t oshape[3] = {slices, h, w}, pshape[3] = {1, 2, 2};
+    DLTensor o{object.data(), {kDLCPU, 0}, 3, {kDLComplex, 128, 1}, oshape, nullptr, 0};
+    DLTensor p{probe.data(), {kDLCPU, 0}, 3, {kDLComplex, 128, 1}, pshape, nullptr, 0};
+    tycho_constraint_state st{};
+    st.struct_size = struct_size;
+    st.object = &o;
+    st.probe = &p;
+    st.iteration = 1;
+    st.batches = 1;
+    st.object_rate_factor = st.probe_rate_factor = factor;
+    const auto* vt = constraint("object_missing_cone");
+    tycho_constraint* c = nullptr;
+    EXPECT_EQ(vt->create(&setup, &c), TYCHO_OK) << tycho::last_error();
+    EXPECT_EQ(vt->apply(c, &st), expected) << tycho::last_error();
+    vt->destroy(c);
+    return object;
+  };
+  const auto full = run(sizeof(tycho_constraint_state), 1.0, TYCHO_OK);
+  const auto older = run(uint32_t(offsetof(tycho_constraint_state, object_rate_factor)), 0.0, TYCHO_OK);
+  EXPECT_EQ(older, full);  // the factors beyond an older host's struct are not read: the pull as set
+  EXPECT_NE(full, start);
+  EXPECT_EQ(run(sizeof(tycho_constraint_state), 0.0, TYCHO_OK), start);  // the object not stepped
+  for (double bad : {std::nan(""), -0.5, HUGE_VAL}) {
+    run(sizeof(tycho_constraint_state), bad, TYCHO_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(tycho::last_error()).find("rate factors"), std::string::npos) << tycho::last_error();
+  }
+}
+
 // |O| = 1 with the phase clipped at 0 ("zero") or shifted by the slice's minimum ("minimum"), per
 // slice; the interaction constant of Kirkland's table (eq. 5.6).
 TEST(Constraints, ObjectPotentialKeepsARealNonNegativePotential) {
