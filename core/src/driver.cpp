@@ -152,14 +152,17 @@ double driver::run_iteration() {
   // The scan map's step refines C10 too: it needs this iteration's probe gradient, summed.
   const bool gather_probe_gradient = map_step && scan_.refines_C10();
   probe_gradient_.clear();
-  // The regularisers' pull follows the rates of the steps they regularise (the constraints'
-  // object_rate_factor / probe_rate_factor): 0 for a parameter not stepped this iteration.
+  // A parameter's learning rate this iteration as a share of its setting (the schedule and the
+  // stopping rule's halvings): 0 where it is not stepped. Its optimizer's step takes it, and the
+  // regularisers' pull follows it (the constraints' object_rate_factor / probe_rate_factor).
+  auto rate_share = [&](const auto& opt) {
+    const bool steps = epoch >= opt.first_iteration && !(opt.parameter == TYCHO_TENSOR_PROBE && probe_waits);
+    return steps ? opt.schedule.factor(epoch) * learning_rate_factor_ : 0.0;
+  };
   double rate_factor[2] = {0, 0};
   for (const auto& opt : optimizers_) {
-    const bool steps = epoch >= opt.first_iteration && !(opt.parameter == TYCHO_TENSOR_PROBE && probe_waits);
-    const double f = steps ? opt.schedule.factor(epoch) * learning_rate_factor_ : 0.0;
-    if (opt.parameter == TYCHO_TENSOR_OBJECT) rate_factor[0] = f;
-    if (opt.parameter == TYCHO_TENSOR_PROBE) rate_factor[1] = f;
+    if (opt.parameter == TYCHO_TENSOR_OBJECT) rate_factor[0] = rate_share(opt);
+    if (opt.parameter == TYCHO_TENSOR_PROBE) rate_factor[1] = rate_share(opt);
   }
   int64_t done = 0;
   for (int64_t b = 0; b < batches; ++b) {
@@ -182,8 +185,7 @@ double driver::run_iteration() {
       }
       if (gather_probe_gradient && opt.parameter == TYCHO_TENSOR_PROBE) add_probe_gradient(grad);
       if (opt.parameter == TYCHO_TENSOR_PROBE && probe_waits) continue;  // its gradient serves the map's C10
-      tycho_step_info info{sizeof(tycho_step_info), 1.0 / double(count),
-                           opt.schedule.factor(epoch) * learning_rate_factor_, epoch,
+      tycho_step_info info{sizeof(tycho_step_info), 1.0 / double(count), rate_share(opt), epoch,
                            in_tiles ? int64_t(boxes_.size() / 4) : 0, in_tiles ? boxes_.data() : nullptr,
                            in_tiles ? box_steps_.data() : nullptr};
       check_status(opt.vtable->step(opt.instance, &param, &grad, &info, stream), "optimizer step");

@@ -6,6 +6,7 @@
 
 #include <tycho/sdk/constraint.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -24,7 +25,7 @@ using sdk::constraint_arguments;
 // crosstalk rose from 0.08 to 0.13 over three halvings and the loss rose with it). 0 while the
 // object is not stepped: nothing it regularises has changed.
 inline double regulariser_pull(const constraint_arguments& a) {
-  return a.object_rate_factor < 1 ? (a.object_rate_factor > 0 ? a.object_rate_factor : 0.0) : 1.0;
+  return std::clamp(a.object_rate_factor, 0.0, 1.0);
 }
 
 // |O| clamped to [min, max] (a thin specimen neither amplifies nor absorbs everything); the
