@@ -62,7 +62,6 @@ run coherent-poisson mos2.toml mos2/mos2_ground_truth.npz "${coherent[@]}" --set
 run jitter-positions mos2_jitter.toml mos2_partial/mos2_jitter_ground_truth.npz
 run jitter-positions-amplitude mos2_jitter.toml mos2_partial/mos2_jitter_ground_truth.npz \
   --set 'reconstruct.loss="amplitude"'
-run jitter-positions-no-drift mos2_jitter.toml mos2_partial/mos2_jitter_ground_truth.npz --set 'reconstruct.constraints=[]'
 run partial-1-mode-fixed mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz \
   --set reconstruct.probe_modes=1 --set reconstruct.positions.correct=false
 run partial-modes-fixed mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz \

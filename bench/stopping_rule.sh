@@ -69,8 +69,8 @@ for c in "${cases[@]}"; do
     *) echo "unknown case '$c' (mos2, si110, jitter, xray-thick, xray-wide)" >&2; exit 2 ;;
   esac
   if [[ $c == xray-* ]]; then auto=$fixed; else auto=$(auto_copy "$fixed"); fi
-  # The fixed counts' schedules span their own length (a recipe's schedule_iterations, which the
-  # jitter recipe sets for the rule, is the rule's).
+  # The fixed counts' schedules span their own length (a recipe's schedule_iterations, where one
+  # sets it for the rule, is the rule's).
   read -r n100 r100 t100 p100 e100 q100 < <(run "$c-100" "$fixed" "$truth" "$sigma" --iterations 100 \
     --set reconstruct.schedule_iterations=100)
   read -r na ra ta pa ea qa < <(run "$c-auto" "$auto" "$truth" "$sigma")

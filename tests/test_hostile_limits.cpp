@@ -132,6 +132,12 @@ TEST_F(HostileLimits, NumbersOutsideTheirRangeAreRefusedByTheirOwnKey) {
             "tycho: error: [data] scan_step_A = 1e-300 Å: expected a scan step from 1e-06 to 1000000000 Å");
   EXPECT_EQ(refused({"data.scan_step_A=1e300"}),
             "tycho: error: [data] scan_step_A = 1e+300 Å: expected a scan step from 1e-06 to 1000000000 Å");
+  for (const char* axis : {"2", "-1"})
+    EXPECT_EQ(refused({std::string("data.fast_axis=") + axis}),
+              std::string("tycho: error: [data] fast_axis = ") + axis +
+                  ": expected 0 (Rx) or 1 (Ry), the scan axis the beam swept first");
+  EXPECT_EQ(refused({"data.fast_axis=0.5"}),
+            "tycho: error: config key 'fast_axis' in [data] must be an integer (declared by the runtime), got a float");
 }
 
 // binning = 1000000 suggested crop_detector = [0, 0], itself refused.

@@ -99,6 +99,61 @@ TEST(ScanRefinement, FindsRotationStepRatioAndShear) {
   }
 }
 
+// A scan that drifted along its slow axis: the fast axis's step as stated, the slow axis's
+// stretched and sheared. With the fast axis held the map finds all of it, the isotropic scale
+// included (it follows the held axis), and C10 follows the isotropic scale (C10 / scale is what
+// the parallax fixes), though its own slope is 0 here.
+void expect_drift_found(int fast_axis) {
+  const synthetic_scan scan(20, 16, 0.5);
+  const std::array<double, 2> pixel{0.2, 0.2};
+  const double h = 0.02, slow = 1.03;
+  const tycho::scan_map truth = fast_axis == 1
+                                    ? tycho::scan_map::from_parameters(2.0 * pi / 180, slow, 1.0, h)
+                                    : tycho::scan_map::from_parameters(2.0 * pi / 180, std::sqrt(1 - h * h), slow, h);
+  tycho::scan_refinement_options o;
+  o.enabled = true;
+  o.first_iteration = 1;
+  o.every = 1;
+  o.free = {true, false, true, true, true};
+  o.hold = fast_axis == 1 ? tycho::scan_refinement_options::held_scale::axis1
+                          : tycho::scan_refinement_options::held_scale::axis0;
+  o.C10_displacement_per_A = 0.01;
+  o.C10_A = -100;
+  const std::size_t P = scan.n.size() / 2;
+  std::vector<double> r(2 * P), target(2 * P), g(2 * P);
+  for (std::size_t j = 0; j < P; ++j) {
+    const auto t = truth.apply({scan.n[2 * j], scan.n[2 * j + 1]});
+    for (int a = 0; a < 2; ++a) {
+      r[2 * j + std::size_t(a)] = scan.n[2 * j + std::size_t(a)] / pixel[std::size_t(a)];
+      target[2 * j + std::size_t(a)] = t[std::size_t(a)] / pixel[std::size_t(a)];
+    }
+  }
+  tycho::scan_refinement refine(o, scan.n, scan.radius, pixel, tycho::scan_map{});
+  EXPECT_STREQ(refine.held_scale_text(), fast_axis == 1 ? "fast axis 1" : "fast axis 0");
+  for (int it = 1; it <= 80 && !refine.converged(); ++it) {
+    for (std::size_t k = 0; k < 2 * P; ++k) g[k] = r[k] - target[k];
+    refine.step(it, g.data(), 0.0, r.data(), one_rank());
+  }
+  const auto p = refine.parameters();
+  const auto q = truth.decompose();
+  EXPECT_TRUE(refine.converged());
+  EXPECT_NEAR(p.rotation_rad * 180 / pi, 2.0, 0.02);
+  EXPECT_NEAR(p.scale0, q.scale0, 1e-3);
+  EXPECT_NEAR(p.scale1, q.scale1, 1e-3);
+  EXPECT_NEAR(p.shear, h, 2e-3);
+  // The held axis's step vector keeps its length exactly.
+  if (fast_axis == 1)
+    EXPECT_NEAR(p.scale1, 1.0, 1e-12);
+  else
+    EXPECT_NEAR(std::hypot(p.scale0, p.shear), 1.0, 1e-12);
+  EXPECT_NEAR(refine.physical_C10_A(), -100 * std::sqrt(p.scale0 * p.scale1), 1e-9);
+}
+
+TEST(ScanRefinement, WithTheFastAxisHeldFindsADriftAlongTheSlowAxis) {
+  expect_drift_found(1);
+  expect_drift_found(0);
+}
+
 TEST(ScanRefinement, RemovesOnlyTheAffinePartOfSteps) {
   const synthetic_scan scan(9, 7, 0.5);
   const std::size_t P = scan.n.size() / 2;

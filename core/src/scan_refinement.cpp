@@ -104,6 +104,7 @@ scan_refinement::scan_refinement(scan_refinement_options options, std::vector<do
   if (!(radius_ > 0) || !std::isfinite(radius_))
     fail(TYCHO_ERR_INVALID_ARGUMENT, "scan map refinement: the scan spans no area (rms radius ", radius_, " Å)");
   p_ = map_.decompose();
+  held_length_ = o_.hold == scan_refinement_options::held_scale::axis0 ? std::hypot(p_.scale0, p_.shear) : p_.scale1;
   if (!std::isfinite(p_.rotation_rad))
     fail(TYCHO_ERR_INVALID_ARGUMENT, "scan map refinement: the starting map has no positive determinant");
 }
@@ -158,6 +159,23 @@ void scan_refinement::apply(const vec& du, double* positions) {
   q.scale0 *= std::exp((du[1] + du[2]) / radius_);
   q.scale1 *= std::exp((du[1] - du[2]) / radius_);
   q.shear += du[3] / radius_;
+  double C10_ratio = 1;
+  if (o_.hold != scan_refinement_options::held_scale::isotropic && !o_.free[1]) {
+    // The isotropic scale follows the held axis: the one that keeps that axis's step vector
+    // (column f of U) as long as the start's, with a = ½ log(s0 / s1) as the step left it.
+    const double a = 0.5 * std::log(q.scale0 / q.scale1);
+    const double iso_before = std::sqrt(q.scale0 * q.scale1);
+    double iso = 0;
+    if (o_.hold == scan_refinement_options::held_scale::axis1) {
+      iso = held_length_ * std::exp(a);  // s1 = iso e^(−a) = held
+    } else {
+      const double s0 = std::sqrt(std::max(held_length_ * held_length_ - q.shear * q.shear, 1e-12));
+      iso = s0 * std::exp(-a);  // s0 = iso e^a, |(s0, h)| = held
+    }
+    q.scale0 = iso * std::exp(a);
+    q.scale1 = iso * std::exp(-a);
+    C10_ratio = iso / iso_before;
+  }
   const scan_map next = scan_map::from_parameters(q.rotation_rad, q.scale0, q.scale1, q.shear);
   double dL[2][2];
   for (int a = 0; a < 2; ++a)
@@ -169,7 +187,19 @@ void scan_refinement::apply(const vec& du, double* positions) {
           (dL[a][0] * n_[2 * j] + dL[a][1] * n_[2 * j + 1]) / pixel_[std::size_t(a)];
   map_ = next;
   p_ = q;
-  if (refines_C10()) C10_ += du[4] / o_.C10_displacement_per_A;
+  if (refines_C10()) {
+    C10_ += du[4] / o_.C10_displacement_per_A;
+    // Along the valley the bright field's parallax leaves flat: C10 / scale is what it fixes.
+    C10_ = o_.C10_model_shift_A + (C10_ - o_.C10_model_shift_A) * C10_ratio;
+  }
+}
+
+const char* scan_refinement::held_scale_text() const {
+  switch (o_.hold) {
+    case scan_refinement_options::held_scale::axis0: return "fast axis 0";
+    case scan_refinement_options::held_scale::axis1: return "fast axis 1";
+    default: return "isotropic";
+  }
 }
 
 bool scan_refinement::due(int64_t iteration) const {

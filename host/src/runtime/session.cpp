@@ -519,6 +519,16 @@ void session::state::create_engine(state& s, start& st) {
     log_info("session", cat("the scan map's refinement holds C10 at ", s.optics.C10_A, " Å: with ", settings.slices,
                             " slices and the scan's scale held, the object's depth trades off against the probe's ",
                             "defocus ([optics] refine_C10 = true refines it)"));
+  if (s.refine_scan_map && !settings.scan.free[1] && s.par->is_root())
+    log_info("session",
+             settings.scan.hold == scan_refinement_options::held_scale::isotropic
+                 ? cat("the scan map holds the scan's isotropic scale at the stated step: with ", settings.slices,
+                       " slice", settings.slices > 1 ? "s" : "", " the data do not fix it; a scan whose error is a ",
+                       "drift is better held by its fast axis's step ([data] fast_axis)")
+                 : cat("the scan map holds the step along scan axis ",
+                       settings.scan.hold == scan_refinement_options::held_scale::axis0 ? 0 : 1,
+                       " (the fast axis, [data] fast_axis) as stated: a drift stretches and shears the slow axis's "
+                       "step and not the fast one's; the isotropic scale and C10 follow the map's ratio of the steps"));
   if (s.refine_scan_map && settings.driver.probe_waits_for_scan_map && s.par->is_root())
     log_info("session", cat("the scan map's refinement moves the scan's scale",
                             settings.scan.free[4] ? " and the probe's C10" : "",

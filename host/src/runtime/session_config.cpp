@@ -161,6 +161,11 @@ reconstruct_settings session_detail::read_reconstruct_settings(const config_docu
     r.C10_mode = read_C10_refinement(doc.table_at("optics"));
     so.free[1] = read_scan_scale_refinement(pos_t, r.slices);
     so.free[4] = map_refines_C10(r.C10_mode, r.slices, so.free[1]);
+    // A held scale needs a prior the one slice's data cannot give: the stated step along the fast
+    // axis, where the acquisition order is known (a drift acts along the slow one), else on
+    // average over both axes (scan-geometry.md, "The isotropic scale with one slice").
+    if (const auto fast = read_key<int64_t>(doc.table_at("data"), "fast_axis", "data"); fast && !so.free[1])
+      so.hold = *fast == 0 ? scan_refinement_options::held_scale::axis0 : scan_refinement_options::held_scale::axis1;
     // A freed scale is as good as the defocus it is paired with: the probe, refined alongside,
     // drifts to one that pairs with a scan 0.5-2 % small, so it waits (core/driver.hpp).
     r.driver.probe_waits_for_scan_map = so.enabled && so.free[1];
@@ -235,6 +240,9 @@ void check_setting_ranges(const config_document& doc) {
     if (!(*step >= k_least_scan_step_A && *step <= k_most_scan_step_A))
       fail(TYCHO_ERR_INVALID_ARGUMENT, "[data] scan_step_A = ", *step, " Å: expected a scan step from ",
            k_least_scan_step_A, " to ", k_most_scan_step_A, " Å");
+  if (auto fast = read_key<int64_t>(doc.table_at("data"), "fast_axis", "data"); fast && *fast != 0 && *fast != 1)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "[data] fast_axis = ", *fast,
+         ": expected 0 (Rx) or 1 (Ry), the scan axis the beam swept first");
   if (auto origin = doc.table_at("preprocess")["scan_origin_A"].as_array())
     for (const auto& v : *origin)
       if (const double x = v.is_integer() ? double(*v.value<int64_t>()) : v.value_or(0.0); !(std::abs(x) <= k_most_scan_step_A))

@@ -243,6 +243,7 @@ std::string session::manifest_json() const {
     j["rotation_deg"] = q.rotation_rad * 180 / 3.14159265358979323846;
     j["step_scale"] = {q.scale0, q.scale1};
     j["shear"] = q.shear;
+    if (!r->options().free[1]) j["scale_held"] = r->held_scale_text();
     if (r->refines_C10()) j["C10_A"] = r->physical_C10_A();
     j["steps"] = r->steps_taken();
     j["converged"] = r->converged();

@@ -73,6 +73,7 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         decl("source", S, quoted(defaults::source), "", "the source component that reads the data"),
         at_most(at_least(decl("scan_step_A", N, none, "Å", "scan step for both scan axes (default: from the file)"), 1e-6), 1e9),
         at_least(decl("detector_pixel_invA", N, none, "Å⁻¹", "reciprocal pixel size for both detector axes (default: from the file)"), 0, true),
+        at_most(at_least(decl("fast_axis", I, none, "", "the scan axis the beam sweeps first, 0 or 1 (default: not known); with one slice the scan map then holds that axis's step as stated and lets a drift stretch the other"), 0), 1),
         decl("positions_from", S, none, "", "a tycho result whose saved positions a fresh run starts from (e.g. corrected by an earlier run on the same data), relative to the config's folder"),
         at_least(decl("detector_distance_m", N, none, "m", "far-field detector: specimen-to-detector distance; with detector_pixel_size_m gives detector_pixel_invA = p / (λ z) (default: from the file)"), 0, true),
         at_least(decl("detector_pixel_size_m", N, none, "m", "far-field detector: physical pixel size, both axes (default: from the file)"), 0, true),

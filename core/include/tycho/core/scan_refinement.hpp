@@ -49,6 +49,21 @@ struct scan_refinement_options {
   // added pixels' share of the noise predicts), which biases it by +1 to +2.5 % on thin,
   // weakly scattering specimens (MoS2, hBN, WS2 at 1e4 e/Å²) while Pearson is best at the truth.
   std::array<bool, 5> free{{true, false, true, true, true}};
+  // What the held scale (free[1] false) keeps as it started: the isotropic scale √(s0 s1), or
+  // the step of the scan axis the beam sweeps first, its vector's length in U (axis 0: |(s0, h)|,
+  // axis 1: s1). With one slice the data fix neither (the loss is flat along the isotropic scale
+  // with C10 / scale held), so the choice is a prior. A drift at constant velocity adds u gᵀ to
+  // the map, g along the slow axis (a raster's fast-axis share is 1 / its length): it stretches
+  // and shears the slow axis's step and leaves the fast one's, so with the fast axis known the
+  // fast step is the one to trust; holding the isotropic scale instead puts half the drift's
+  // stretch on the fast axis (the MoS2 jitter file: positions 0.068 Å against 0.036 Å). Where a
+  // step is mis-calibrated along the fast axis, the fast-axis prior is the worse one (bench
+  // RESULTS.md, session 16). The ratio a = ½ log(s0 / s1) stays the map's free parameter either
+  // way; with a scan axis held the isotropic scale follows it after each step, and C10 with the
+  // isotropic scale (the parallax fixes C10 / scale), so no slope along the flat direction, whose
+  // bias (the noise penalty's, noise_per_A2) would otherwise move the ratio, is used.
+  enum class held_scale { isotropic, axis0, axis1 };
+  held_scale hold = held_scale::isotropic;
   // λ · k_aperture: the displacement (Å) per Å of C10 (0: C10 is not refined).
   double C10_displacement_per_A = 0;
   double C10_A = 0;  // the probe's defocus the run starts from, the model's
@@ -100,6 +115,8 @@ class scan_refinement {
   // px), removed in place: what the map's refinement owns.
   void remove_affine_part(double* steps, const rank_sum& sum) const;
 
+  // What holds the scale where free[1] does not free it: "isotropic", "fast axis 0" or "fast axis 1".
+  const char* held_scale_text() const;
   const scan_map& map() const { return map_; }
   scan_map::parameters parameters() const { return map_.decompose(); }
   double C10_A() const { return C10_; }  // the model's probe's
@@ -131,6 +148,7 @@ class scan_refinement {
   std::array<double, 2> pixel_{1, 1};
   scan_map map_;
   scan_map::parameters p_;
+  double held_length_ = 1;  // the held axis's step vector's length in U (the start's)
   double C10_ = 0;
   // BFGS state in the scaled parameters u (Å of displacement).
   bool have_previous_ = false;
