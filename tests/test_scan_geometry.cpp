@@ -154,6 +154,66 @@ TEST(ScanRefinement, WithTheFastAxisHeldFindsADriftAlongTheSlowAxis) {
   expect_drift_found(0);
 }
 
+// With the isotropic scale freed (several slices), it and C10 wait, held, until the rest has
+// converged, then the whole map is found; the waiting is part of the state a result keeps.
+TEST(ScanRefinement, AFreedScaleWaitsForTheRestThenIsFound) {
+  const synthetic_scan scan(20, 16, 0.5);
+  const std::array<double, 2> pixel{0.2, 0.2};
+  const tycho::scan_map truth = tycho::scan_map::from_parameters(2.0 * pi / 180, 1.03, 0.99, 0.01);
+  tycho::scan_refinement_options o;
+  o.enabled = true;
+  o.first_iteration = 1;
+  o.every = 1;
+  o.free = {true, true, true, true, true};
+  o.C10_displacement_per_A = 0.01;
+  o.C10_A = -100;
+  const std::size_t P = scan.n.size() / 2;
+  std::vector<double> r(2 * P), target(2 * P), g(2 * P);
+  for (std::size_t j = 0; j < P; ++j) {
+    const auto t = truth.apply({scan.n[2 * j], scan.n[2 * j + 1]});
+    for (int a = 0; a < 2; ++a) {
+      r[2 * j + std::size_t(a)] = scan.n[2 * j + std::size_t(a)] / pixel[std::size_t(a)];
+      target[2 * j + std::size_t(a)] = t[std::size_t(a)] / pixel[std::size_t(a)];
+    }
+  }
+  tycho::scan_refinement refine(o, scan.n, scan.radius, pixel, tycho::scan_map{});
+  EXPECT_TRUE(refine.scale_waiting());
+  int released_at = 0;
+  std::vector<double> waiting_state;
+  for (int it = 1; it <= 120 && !refine.converged(); ++it) {
+    for (std::size_t k = 0; k < 2 * P; ++k) g[k] = r[k] - target[k];
+    refine.step(it, g.data(), 0.0, r.data(), one_rank());
+    const auto p = refine.parameters();
+    if (refine.scale_waiting()) {
+      EXPECT_NEAR(std::sqrt(p.scale0 * p.scale1), 1.0, 1e-12) << it;
+      EXPECT_EQ(refine.physical_C10_A(), -100) << it;
+      if (it == 3) waiting_state = refine.state();
+    } else if (released_at == 0) {
+      released_at = it;
+      EXPECT_TRUE(refine.last_report().find("the rest has converged: the isotropic scale and C10 are freed") != std::string::npos)
+          << refine.last_report();
+    }
+  }
+  EXPECT_GT(released_at, 3);
+  EXPECT_TRUE(refine.converged());
+  const auto p = refine.parameters();
+  EXPECT_NEAR(p.scale0, 1.03, 1e-3);
+  EXPECT_NEAR(p.scale1, 0.99, 1e-3);
+  EXPECT_NEAR(p.shear, 0.01, 2e-3);
+  // The state: 51 numbers, the last the waiting flag; an older file's 50 restore as not waiting.
+  ASSERT_EQ(waiting_state.size(), tycho::scan_refinement::state_size);
+  EXPECT_EQ(waiting_state.back(), 1.0);
+  tycho::scan_refinement again(o, scan.n, scan.radius, pixel, tycho::scan_map{});
+  again.restore(refine.state(), "test");
+  EXPECT_FALSE(again.scale_waiting());
+  again.restore(waiting_state, "test");
+  EXPECT_TRUE(again.scale_waiting());
+  EXPECT_EQ(again.state(), waiting_state);
+  waiting_state.pop_back();
+  again.restore(waiting_state, "test");
+  EXPECT_FALSE(again.scale_waiting());
+}
+
 TEST(ScanRefinement, RemovesOnlyTheAffinePartOfSteps) {
   const synthetic_scan scan(9, 7, 0.5);
   const std::size_t P = scan.n.size() / 2;

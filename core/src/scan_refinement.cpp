@@ -103,6 +103,9 @@ scan_refinement::scan_refinement(scan_refinement_options options, std::vector<do
     fail(TYCHO_ERR_INVALID_ARGUMENT, "scan map refinement: its first iteration is ", o_.first_iteration, ", not >= 1");
   if (!(radius_ > 0) || !std::isfinite(radius_))
     fail(TYCHO_ERR_INVALID_ARGUMENT, "scan map refinement: the scan spans no area (rms radius ", radius_, " Å)");
+  free_ = o_.free;
+  scale_waits_ = o_.free[1] && o_.scale_after_rest;
+  if (scale_waits_) free_[1] = free_[4] = false;
   p_ = map_.decompose();
   held_length_ = o_.hold == scan_refinement_options::held_scale::axis0 ? std::hypot(p_.scale0, p_.shear) : p_.scale1;
   if (!std::isfinite(p_.rotation_rad))
@@ -148,8 +151,8 @@ scan_refinement::vec scan_refinement::slope(const double* gradient, double C10_s
   }
   vec g{};
   for (int k = 0; k < 4; ++k)
-    if (o_.free[std::size_t(k)]) g[std::size_t(k)] = full[k] / radius_;
-  if (refines_C10()) g[4] = C10_slope / o_.C10_displacement_per_A;  // per Å of the edge image's shift
+    if (free_[std::size_t(k)]) g[std::size_t(k)] = full[k] / radius_;
+  if (free_[4] && refines_C10()) g[4] = C10_slope / o_.C10_displacement_per_A;  // per Å of the edge image's shift
   return g;
 }
 
@@ -216,8 +219,8 @@ scan_refinement_move scan_refinement::step(int64_t iteration, const double* grad
     if (!std::isfinite(v)) fail(TYCHO_ERR_BAD_DATA, "scan map refinement: the slope of the loss is not finite");
   const double gn = norm(g);
   if (!(gn > 0)) {
-    converged_at_ = iteration;
     report_ = cat("iteration ", iteration, ": no slope along the free parameters: the map is kept");
+    settled(iteration);
     return move;
   }
   if (have_previous_) {
@@ -230,7 +233,7 @@ scan_refinement_move scan_refinement::step(int64_t iteration, const double* grad
         const double scale = ys / dot(y, y);
         for (int a = 0; a < P; ++a)
           for (int b = 0; b < P; ++b)
-            inverse_hessian_[std::size_t(a)][std::size_t(b)] = a == b && o_.free[std::size_t(a)] ? scale : 0.0;
+            inverse_hessian_[std::size_t(a)][std::size_t(b)] = a == b && free_[std::size_t(a)] ? scale : 0.0;
         have_curvature_ = true;
       }
       // H ← (I − ρ s yᵀ) H (I − ρ y sᵀ) + ρ s sᵀ, ρ = 1 / (yᵀ s).
@@ -278,13 +281,32 @@ scan_refinement_move scan_refinement::step(int64_t iteration, const double* grad
   have_previous_ = true;
   ++steps_;
   small_steps_ = norm(du) < o_.tolerance_A ? small_steps_ + 1 : 0;
-  if (small_steps_ >= 2) converged_at_ = iteration;
   const auto q = p_;
   report_ = cat("iteration ", iteration, ": scan map rotation ", q.rotation_rad * 180 / 3.14159265358979323846,
                 "°, step scales ", q.scale0, ", ", q.scale1, " (isotropic ", std::sqrt(q.scale0 * q.scale1), "), shear ", q.shear,
                 refines_C10() ? cat(", probe C10 ", physical_C10_A(), " Å") : std::string(), " (moved ", norm(du), " Å at the rms radius",
-                converged() ? "; converged" : "", ")");
+                ")");
+  if (small_steps_ >= 2) settled(iteration);
+  if (converged()) report_.insert(report_.size() - 1, "; converged");
   return move;
+}
+
+void scan_refinement::settled(int64_t iteration) {
+  if (!scale_waits_) {
+    converged_at_ = iteration;
+    return;
+  }
+  // The rest has converged around an object formed at the held scale: free the scale and C10,
+  // their slopes now measured on that object, with a fresh quasi-Newton memory (the curvature
+  // learnt without them says nothing about theirs).
+  scale_waits_ = false;
+  free_ = o_.free;
+  small_steps_ = 0;
+  have_previous_ = false;
+  have_curvature_ = false;
+  inverse_hessian_ = {};
+  report_ += cat("; the rest has converged: the isotropic scale", refines_C10() ? " and C10 are" : " is",
+                 " freed from the next step");
 }
 
 std::vector<double> scan_refinement::state() const {
@@ -297,13 +319,14 @@ std::vector<double> scan_refinement::state() const {
   for (const vec& row : inverse_hessian_) v.insert(v.end(), row.begin(), row.end());
   v.insert(v.end(), {have_previous_ ? 1.0 : 0.0, have_curvature_ ? 1.0 : 0.0, double(steps_), double(small_steps_),
                      converged() ? 1.0 : 0.0, double(converged_at_)});
+  v.push_back(scale_waits_ ? 1.0 : 0.0);
   return v;
 }
 
 void scan_refinement::restore(const std::vector<double>& v, const std::string& origin) {
-  if (v.size() != state_size)
+  if (v.size() != state_size && v.size() != older_state_size)
     fail(TYCHO_ERR_BAD_DATA, origin, ": the scan map's refinement state holds ", v.size(), " numbers, expected ",
-         state_size);
+         state_size, " (or ", older_state_size, " from an older tycho)");
   for (std::size_t k = 0; k < v.size(); ++k)
     if (!std::isfinite(v[k]))
       fail(TYCHO_ERR_BAD_DATA, origin, ": the scan map's refinement state holds a non-finite number at ", k);
@@ -314,7 +337,8 @@ void scan_refinement::restore(const std::vector<double>& v, const std::string& o
   auto is_flag = [](double x) { return x == 0.0 || x == 1.0; };
   if (!(m.det() > 0) || !(q.scale0 > 0) || !(q.scale1 > 0) || !is_flag(v[44]) || !is_flag(v[45]) ||
       !is_flag(v[48]) || !std::all_of(std::begin(counters), std::end(counters), [](double c) { return c >= 0 && c <= 1e12 && c == std::floor(c); }) ||
-      (v[48] != 0) != (v[49] > 0))
+      (v[48] != 0) != (v[49] > 0) || (v.size() > 50 && !is_flag(v[50])) ||
+      (v.size() > 50 && v[50] != 0 && v[48] != 0))
     fail(TYCHO_ERR_BAD_DATA, origin, ": the scan map's refinement state is not one a run writes (a map with ",
          "determinant ", m.det(), ", step scales ", q.scale0, ", ", q.scale1, ")");
   map_ = m;
@@ -331,6 +355,11 @@ void scan_refinement::restore(const std::vector<double>& v, const std::string& o
   small_steps_ = int64_t(v[k++]);
   ++k;  // the converged flag: converged_at > 0 (checked above)
   converged_at_ = int64_t(v[k++]);
+  // An older file's refinement freed the scale from its first step: it does not wait.
+  // (A run that holds the scale has nothing to wait for.)
+  scale_waits_ = v.size() > 50 && v[50] != 0 && o_.free[1];
+  free_ = o_.free;
+  if (scale_waits_) free_[1] = free_[4] = false;
 }
 
 void scan_refinement::remove_affine_part(double* steps, const rank_sum& sum) const {

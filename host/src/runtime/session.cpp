@@ -678,10 +678,13 @@ void session::state::restore_resumed(state& s, start& st) {
   // The scan map's refinement continues from the file's state (a file without one, written with
   // the refinement off, starts it afresh from the map its preprocessing measures).
   if (s.refine_scan_map) {
-    if (r.file.manifest.find("scan_map_refined.state"))
+    if (const nlohmann::json* state = r.file.manifest.find("scan_map_refined.state"))
       s.drv->restore_scan_refinement(
-          r.file.manifest.numbers("scan_map_refined.state", scan_refinement::state_size, false, false,
-                                  "the scan map's refinement state"),
+          r.file.manifest.numbers("scan_map_refined.state",
+                                  state->is_array() && state->size() == scan_refinement::older_state_size
+                                      ? scan_refinement::older_state_size
+                                      : scan_refinement::state_size,
+                                  false, false, "the scan map's refinement state"),
           cat("'", r.path, "'"));
     else
       log_info("session", cat("'", r.path, "' holds no scan map refinement state: the refinement starts afresh"));
