@@ -98,6 +98,16 @@ TEST_F(Resume, ResumeEqualsContinuousOnATurnedScan) {
 }
 
 // Without --iterations, --from runs what is left of the total; with nothing left it refuses.
+// Two slices free the scale, which waits for the rest of the map: stopped at iteration 10 it
+// is waiting (the state's last number), and the resumed run goes on waiting and frees it where
+// the continuous one does.
+TEST_F(Resume, ResumeEqualsContinuousWhileAFreedScaleWaits) {
+  extra_sets_ = {"--set", "reconstruct.slices=2", "--set", "reconstruct.slice_thickness_A=2.0"};
+  resume_equals_continuous();
+  const auto m = nlohmann::json::parse(load_result(tmp_ / "a.zip").manifest_json);
+  EXPECT_EQ(m.at("scan_map_refined").at("state").back(), 1.0) << "the scale was not waiting at iteration 10";
+}
+
 TEST_F(Resume, RunsTheRestOfTheTotal) {
   const std::string a = tmp_ / "a.zip", b = tmp_ / "b.zip";
   auto ra = reconstruct({"--stop-after", "18", "-o", a});

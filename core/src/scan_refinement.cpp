@@ -103,9 +103,7 @@ scan_refinement::scan_refinement(scan_refinement_options options, std::vector<do
     fail(TYCHO_ERR_INVALID_ARGUMENT, "scan map refinement: its first iteration is ", o_.first_iteration, ", not >= 1");
   if (!(radius_ > 0) || !std::isfinite(radius_))
     fail(TYCHO_ERR_INVALID_ARGUMENT, "scan map refinement: the scan spans no area (rms radius ", radius_, " Å)");
-  free_ = o_.free;
-  scale_waits_ = o_.free[1] && o_.scale_after_rest;
-  if (scale_waits_) free_[1] = free_[4] = false;
+  wait_for_the_rest(o_.free[1] && o_.scale_after_rest);
   p_ = map_.decompose();
   held_length_ = o_.hold == scan_refinement_options::held_scale::axis0 ? std::hypot(p_.scale0, p_.shear) : p_.scale1;
   if (!std::isfinite(p_.rotation_rad))
@@ -291,6 +289,12 @@ scan_refinement_move scan_refinement::step(int64_t iteration, const double* grad
   return move;
 }
 
+void scan_refinement::wait_for_the_rest(bool wait) {
+  scale_waits_ = wait;
+  free_ = o_.free;
+  if (wait) free_[1] = free_[4] = false;
+}
+
 void scan_refinement::settled(int64_t iteration) {
   if (!scale_waits_) {
     converged_at_ = iteration;
@@ -299,8 +303,7 @@ void scan_refinement::settled(int64_t iteration) {
   // The rest has converged around an object formed at the held scale: free the scale and C10,
   // their slopes now measured on that object, with a fresh quasi-Newton memory (the curvature
   // learnt without them says nothing about theirs).
-  scale_waits_ = false;
-  free_ = o_.free;
+  wait_for_the_rest(false);
   small_steps_ = 0;
   have_previous_ = false;
   have_curvature_ = false;
@@ -337,8 +340,8 @@ void scan_refinement::restore(const std::vector<double>& v, const std::string& o
   auto is_flag = [](double x) { return x == 0.0 || x == 1.0; };
   if (!(m.det() > 0) || !(q.scale0 > 0) || !(q.scale1 > 0) || !is_flag(v[44]) || !is_flag(v[45]) ||
       !is_flag(v[48]) || !std::all_of(std::begin(counters), std::end(counters), [](double c) { return c >= 0 && c <= 1e12 && c == std::floor(c); }) ||
-      (v[48] != 0) != (v[49] > 0) || (v.size() > 50 && !is_flag(v[50])) ||
-      (v.size() > 50 && v[50] != 0 && v[48] != 0))
+      (v[48] != 0) != (v[49] > 0) ||
+      (v.size() > older_state_size && (!is_flag(v[older_state_size]) || (v[older_state_size] != 0 && v[48] != 0))))
     fail(TYCHO_ERR_BAD_DATA, origin, ": the scan map's refinement state is not one a run writes (a map with ",
          "determinant ", m.det(), ", step scales ", q.scale0, ", ", q.scale1, ")");
   map_ = m;
@@ -357,9 +360,7 @@ void scan_refinement::restore(const std::vector<double>& v, const std::string& o
   converged_at_ = int64_t(v[k++]);
   // An older file's refinement freed the scale from its first step: it does not wait.
   // (A run that holds the scale has nothing to wait for.)
-  scale_waits_ = v.size() > 50 && v[50] != 0 && o_.free[1];
-  free_ = o_.free;
-  if (scale_waits_) free_[1] = free_[4] = false;
+  wait_for_the_rest(v.size() > older_state_size && v[older_state_size] != 0 && o_.free[1]);
 }
 
 void scan_refinement::remove_affine_part(double* steps, const rank_sum& sum) const {

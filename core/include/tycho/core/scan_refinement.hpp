@@ -154,6 +154,7 @@ class scan_refinement {
   using vec = std::array<double, 5>;
   vec slope(const double* gradient, double C10_slope, const rank_sum& sum) const;  // dL/du (scaled)
   void settled(int64_t iteration);  // two small steps in a row: free the waiting scale, else converged
+  void wait_for_the_rest(bool wait);  // scale_waits_ and free_ (o_.free, less the scale and C10 while waiting)
   void apply(const vec& du, double* positions);
 
   scan_refinement_options o_;
