@@ -55,30 +55,48 @@ struct synthetic_scan {
     for (double v : n) radius += v * v;
     radius = std::sqrt(radius / double(n.size() / 2));
   }
+  // r: the positions at the nominal raster, target: where `truth` puts them (both (P, 2) px).
+  void lay_out(const tycho::scan_map& truth, const std::array<double, 2>& pixel, std::vector<double>& r,
+               std::vector<double>& target) const {
+    r.assign(n.size(), 0.0);
+    target.assign(n.size(), 0.0);
+    for (std::size_t j = 0; j < n.size() / 2; ++j) {
+      const auto t = truth.apply({n[2 * j], n[2 * j + 1]});
+      for (int a = 0; a < 2; ++a) {
+        r[2 * j + std::size_t(a)] = n[2 * j + std::size_t(a)] / pixel[std::size_t(a)];
+        target[2 * j + std::size_t(a)] = t[std::size_t(a)] / pixel[std::size_t(a)];
+      }
+    }
+  }
 };
 
 tycho::scan_refinement::rank_sum one_rank() {
   return [](std::vector<double>&) {};
 }
 
-TEST(ScanRefinement, FindsRotationStepRatioAndShear) {
-  const synthetic_scan scan(20, 16, 0.5);
-  const std::array<double, 2> pixel{0.2, 0.2};
-  const tycho::scan_map truth = tycho::scan_map::from_parameters(2.0 * pi / 180, 1.015, 0.985, 0.01);
+// A refinement that steps on every iteration from the first, moving `free`; with C10_A, the
+// probe's C10 starts there (0.01 Å of displacement per Å).
+tycho::scan_refinement_options every_iteration(std::array<bool, 5> free, double C10_A = 0) {
   tycho::scan_refinement_options o;
   o.enabled = true;
   o.first_iteration = 1;
   o.every = 1;
-  o.free = {true, false, true, true, false};  // the default: rotation, anisotropy, shear
-  const std::size_t P = scan.n.size() / 2;
-  std::vector<double> r(2 * P), target(2 * P), g(2 * P);
-  for (std::size_t j = 0; j < P; ++j) {
-    const auto t = truth.apply({scan.n[2 * j], scan.n[2 * j + 1]});
-    for (int a = 0; a < 2; ++a) {
-      r[2 * j + std::size_t(a)] = scan.n[2 * j + std::size_t(a)] / pixel[std::size_t(a)];
-      target[2 * j + std::size_t(a)] = t[std::size_t(a)] / pixel[std::size_t(a)];
-    }
+  o.free = free;
+  if (C10_A != 0) {
+    o.C10_displacement_per_A = 0.01;
+    o.C10_A = C10_A;
   }
+  return o;
+}
+
+TEST(ScanRefinement, FindsRotationStepRatioAndShear) {
+  const synthetic_scan scan(20, 16, 0.5);
+  const std::array<double, 2> pixel{0.2, 0.2};
+  const tycho::scan_map truth = tycho::scan_map::from_parameters(2.0 * pi / 180, 1.015, 0.985, 0.01);
+  tycho::scan_refinement_options o = every_iteration({true, false, true, true, false});  // the default: rotation, anisotropy, shear
+  const std::size_t P = scan.n.size() / 2;
+  std::vector<double> r, target, g(2 * P);
+  scan.lay_out(truth, pixel, r, target);
   tycho::scan_refinement refine(o, scan.n, scan.radius, pixel, tycho::scan_map{});
   for (int it = 1; it <= 60 && !refine.converged(); ++it) {
     for (std::size_t k = 0; k < 2 * P; ++k) g[k] = r[k] - target[k];
@@ -110,24 +128,12 @@ void expect_drift_found(int fast_axis) {
   const tycho::scan_map truth = fast_axis == 1
                                     ? tycho::scan_map::from_parameters(2.0 * pi / 180, slow, 1.0, h)
                                     : tycho::scan_map::from_parameters(2.0 * pi / 180, std::sqrt(1 - h * h), slow, h);
-  tycho::scan_refinement_options o;
-  o.enabled = true;
-  o.first_iteration = 1;
-  o.every = 1;
-  o.free = {true, false, true, true, true};
+  tycho::scan_refinement_options o = every_iteration({true, false, true, true, true}, -100);
   o.hold = fast_axis == 1 ? tycho::scan_refinement_options::held_scale::axis1
                           : tycho::scan_refinement_options::held_scale::axis0;
-  o.C10_displacement_per_A = 0.01;
-  o.C10_A = -100;
   const std::size_t P = scan.n.size() / 2;
-  std::vector<double> r(2 * P), target(2 * P), g(2 * P);
-  for (std::size_t j = 0; j < P; ++j) {
-    const auto t = truth.apply({scan.n[2 * j], scan.n[2 * j + 1]});
-    for (int a = 0; a < 2; ++a) {
-      r[2 * j + std::size_t(a)] = scan.n[2 * j + std::size_t(a)] / pixel[std::size_t(a)];
-      target[2 * j + std::size_t(a)] = t[std::size_t(a)] / pixel[std::size_t(a)];
-    }
-  }
+  std::vector<double> r, target, g(2 * P);
+  scan.lay_out(truth, pixel, r, target);
   tycho::scan_refinement refine(o, scan.n, scan.radius, pixel, tycho::scan_map{});
   EXPECT_STREQ(refine.held_scale_text(), fast_axis == 1 ? "fast axis 1" : "fast axis 0");
   for (int it = 1; it <= 80 && !refine.converged(); ++it) {
@@ -160,22 +166,10 @@ TEST(ScanRefinement, AFreedScaleWaitsForTheRestThenIsFound) {
   const synthetic_scan scan(20, 16, 0.5);
   const std::array<double, 2> pixel{0.2, 0.2};
   const tycho::scan_map truth = tycho::scan_map::from_parameters(2.0 * pi / 180, 1.03, 0.99, 0.01);
-  tycho::scan_refinement_options o;
-  o.enabled = true;
-  o.first_iteration = 1;
-  o.every = 1;
-  o.free = {true, true, true, true, true};
-  o.C10_displacement_per_A = 0.01;
-  o.C10_A = -100;
+  tycho::scan_refinement_options o = every_iteration({true, true, true, true, true}, -100);
   const std::size_t P = scan.n.size() / 2;
-  std::vector<double> r(2 * P), target(2 * P), g(2 * P);
-  for (std::size_t j = 0; j < P; ++j) {
-    const auto t = truth.apply({scan.n[2 * j], scan.n[2 * j + 1]});
-    for (int a = 0; a < 2; ++a) {
-      r[2 * j + std::size_t(a)] = scan.n[2 * j + std::size_t(a)] / pixel[std::size_t(a)];
-      target[2 * j + std::size_t(a)] = t[std::size_t(a)] / pixel[std::size_t(a)];
-    }
-  }
+  std::vector<double> r, target, g(2 * P);
+  scan.lay_out(truth, pixel, r, target);
   tycho::scan_refinement refine(o, scan.n, scan.radius, pixel, tycho::scan_map{});
   EXPECT_TRUE(refine.scale_waiting());
   int released_at = 0;
