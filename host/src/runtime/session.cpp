@@ -522,9 +522,12 @@ void session::state::create_engine(state& s, start& st) {
   if (s.refine_scan_map && !settings.scan.free[1] && s.par->is_root())
     log_info("session",
              settings.scan.hold == scan_refinement_options::held_scale::isotropic
-                 ? cat("the scan map holds the scan's isotropic scale at the stated step: with ", settings.slices,
-                       " slice", settings.slices > 1 ? "s" : "", " the data do not fix it; a scan whose error is a ",
-                       "drift is better held by its fast axis's step ([data] fast_axis)")
+                 ? settings.slices > 1
+                       ? std::string("the scan map holds the scan's isotropic scale at the stated step "
+                                     "([reconstruct.positions] refine_scan_scale = false)")
+                       : std::string("the scan map holds the scan's isotropic scale at the stated step: with one "
+                                     "slice the data do not fix it; a scan whose error is a drift is better held "
+                                     "by its fast axis's step ([data] fast_axis)")
                  : cat("the scan map holds the step along scan axis ",
                        settings.scan.hold == scan_refinement_options::held_scale::axis0 ? 0 : 1,
                        " (the fast axis, [data] fast_axis) as stated: a drift stretches and shears the slow axis's "
