@@ -149,8 +149,8 @@ double driver::run_iteration() {
   const bool probe_waits = options_.probe_waits_for_scan_map && scan_enabled_ && scan_.options().enabled &&
                            !(scan_.converged() && epoch > scan_.converged_at());
   want_position_gradient(per_position || map_step);
-  // The scan map's step refines C10 too: it needs this iteration's probe gradient, summed.
-  const bool gather_probe_gradient = map_step && scan_.refines_C10();
+  // A scan map step that moves C10 needs this iteration's probe gradient, summed.
+  const bool gather_probe_gradient = map_step && scan_.moves_C10();
   probe_gradient_.clear();
   // A parameter's learning rate this iteration as a share of its setting (the schedule and the
   // stopping rule's halvings): 0 where it is not stepped. Its optimizer's step takes it, and the

@@ -150,7 +150,7 @@ scan_refinement::vec scan_refinement::slope(const double* gradient, double C10_s
   vec g{};
   for (int k = 0; k < 4; ++k)
     if (free_[std::size_t(k)]) g[std::size_t(k)] = full[k] / radius_;
-  if (free_[4] && refines_C10()) g[4] = C10_slope / o_.C10_displacement_per_A;  // per Å of the edge image's shift
+  if (moves_C10()) g[4] = C10_slope / o_.C10_displacement_per_A;  // per Å of the edge image's shift
   return g;
 }
 

@@ -112,12 +112,15 @@ class scan_refinement {
   bool due(int64_t iteration) const;
   // Whether the refinement refines C10 (from its first step, or once the scale is freed).
   bool refines_C10() const { return o_.free[4] && o_.C10_displacement_per_A > 0; }
+  // Whether the next step moves C10 (not while it waits with the scale): the driver gathers the
+  // probe's gradient for its slope only then.
+  bool moves_C10() const { return free_[4] && refines_C10(); }
   // Whether the isotropic scale (and C10 with it) is still held until the rest converges.
   bool scale_waiting() const { return scale_waits_; }
   const scan_refinement_options& options() const { return o_; }
 
   // After iteration `iteration`'s position gradients ((P, 2), dL/dr in px⁻¹) and the loss's slope
-  // along C10 (dL/dC10, per Å; the same on every rank; ignored unless refines_C10()): when a step
+  // along C10 (dL/dC10, per Å; the same on every rank; ignored unless moves_C10()): when a step
   // is due, moves the positions ((P, 2) px, in place) by the change of the map and returns the
   // change of C10 for the driver to apply to the probe.
   scan_refinement_move step(int64_t iteration, const double* gradient, double C10_slope, double* positions,
