@@ -90,6 +90,20 @@ bool packs_integer_targets(const config_document& config, DLDevice device) {
       .value_or(device.device_type != kDLCPU);
 }
 
+// What the scan map holds where it does not refine the scale, and why (the log).
+std::string held_scale_log(scan_refinement_options::held_scale hold, int64_t slices) {
+  using held = scan_refinement_options::held_scale;
+  if (hold != held::isotropic)
+    return cat("the scan map holds the step along scan axis ", hold == held::axis0 ? 0 : 1,
+               " (the fast axis, [data] fast_axis) as stated: a drift stretches and shears the slow axis's step and "
+               "not the fast one's; the isotropic scale and C10 follow the map's ratio of the steps");
+  if (slices > 1)
+    return "the scan map holds the scan's isotropic scale at the stated step ([reconstruct.positions] "
+           "refine_scan_scale = false)";
+  return "the scan map holds the scan's isotropic scale at the stated step: with one slice the data do not fix it; "
+         "a scan whose error is a drift is better held by its fast axis's step ([data] fast_axis)";
+}
+
 }  // namespace
 
 // 1. The config (merged with a prepared file's), the resumed state, the ranks.
@@ -520,18 +534,7 @@ void session::state::create_engine(state& s, start& st) {
                             " slices and the scan's scale held, the object's depth trades off against the probe's ",
                             "defocus ([optics] refine_C10 = true refines it)"));
   if (s.refine_scan_map && !settings.scan.free[1] && s.par->is_root())
-    log_info("session",
-             settings.scan.hold == scan_refinement_options::held_scale::isotropic
-                 ? settings.slices > 1
-                       ? std::string("the scan map holds the scan's isotropic scale at the stated step "
-                                     "([reconstruct.positions] refine_scan_scale = false)")
-                       : std::string("the scan map holds the scan's isotropic scale at the stated step: with one "
-                                     "slice the data do not fix it; a scan whose error is a drift is better held "
-                                     "by its fast axis's step ([data] fast_axis)")
-                 : cat("the scan map holds the step along scan axis ",
-                       settings.scan.hold == scan_refinement_options::held_scale::axis0 ? 0 : 1,
-                       " (the fast axis, [data] fast_axis) as stated: a drift stretches and shears the slow axis's "
-                       "step and not the fast one's; the isotropic scale and C10 follow the map's ratio of the steps"));
+    log_info("session", held_scale_log(settings.scan.hold, settings.slices));
   if (s.refine_scan_map && settings.driver.probe_waits_for_scan_map && s.par->is_root())
     log_info("session", cat("the scan map's refinement moves the scan's scale",
                             settings.scan.free[4] ? " and the probe's C10" : "",
