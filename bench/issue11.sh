@@ -63,9 +63,10 @@ run jitter-positions mos2_jitter.toml mos2_partial/mos2_jitter_ground_truth.npz
 run jitter-positions-amplitude mos2_jitter.toml mos2_partial/mos2_jitter_ground_truth.npz \
   --set 'reconstruct.loss="amplitude"'
 run partial-1-mode-fixed mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz \
-  --set reconstruct.probe_modes=1 --set reconstruct.positions.correct=false
+  --set reconstruct.probe_modes=1 --set reconstruct.positions.correct=false \
+  --set reconstruct.positions.refine_scan_map=false
 run partial-modes-fixed mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz \
-  --set reconstruct.positions.correct=false
+  --set reconstruct.positions.correct=false --set reconstruct.positions.refine_scan_map=false
 run partial-1-mode-positions mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz \
   --set reconstruct.probe_modes=1
 run partial-modes-positions mos2_partial.toml mos2_partial/mos2_partial_ground_truth.npz
