@@ -6,6 +6,10 @@ For every simulated entry (bench/matrix/simulate.py; entries.py says what each i
             stated C10), and for a thick crystal the slices its thickness needs. Nothing else.
   truth     the same run given the truth: the true positions (listed by the file), the true C10,
             the detector's transpose.
+  affine    as truth, but the positions are the truth's affine map of the nominal raster (its
+            least-squares fit: rotation, steps, shear, the drift) without the random offsets
+            (jitter): what a method that finds the scan's global geometry exactly and none of the
+            jitter reaches. Its file links to the truth's patterns (HDF5 external link).
   quantem   quantEM 0.1.10 with its documented defaults and the same nominal inputs
             (quantem_run.py, in its own venv), when --quantem is given.
 Each result is scored by score.py (local-phase Pearson against the truth, positions RMS), and the
@@ -43,12 +47,29 @@ def slices_for(truth):
     return n, t / n
 
 
-def config_text(e, truth, kind, out_zip, data_dir, iterations=None):
+def affine_positions_file(eid, data_dir, truth, work):
+    """Writes work/<eid>_affinepos.h5: an external link to the truth file's patterns and, as
+    /positions_A, the least-squares affine map of the nominal raster onto the true positions."""
+    import h5py
+    n = np.asarray(truth["positions_nominal_A"], float).reshape(-1, 2)
+    p = np.asarray(truth["positions_true_A"], float).reshape(-1, 2)
+    design = np.hstack([n, np.ones((len(n), 1))])
+    coef, *_ = np.linalg.lstsq(design, p, rcond=None)
+    path = os.path.join(work, f"{eid}_affinepos.h5")
+    with h5py.File(path, "w") as f:
+        f["/datacube_root/datacube/data"] = h5py.ExternalLink(
+            os.path.abspath(os.path.join(data_dir, f"{eid}_truepos.h5")), "/datacube_root/datacube/data")
+        f["/positions_A"] = design @ coef
+    return path
+
+
+def config_text(e, truth, kind, out_zip, data_dir, iterations=None, positions_file=None):
     eid = e["id"]
     slices, thickness = slices_for(truth)
     lines = []
-    if kind == "truth":
-        lines += ["[data]", 'source = "hdf5"', f'path = "{data_dir}/{eid}_truepos.h5"',
+    if kind in ("truth", "affine"):
+        path = positions_file or f"{data_dir}/{eid}_truepos.h5"
+        lines += ["[data]", 'source = "hdf5"', f'path = "{path}"',
                   'dataset = "/datacube_root/datacube/data"',
                   'axes = ["Rx", "Ry", "Qy", "Qx"]' if e["transpose"] else 'axes = ["Rx", "Ry", "Qx", "Qy"]',
                   'positions_dataset = "/positions_A"', 'positions_unit = "A"',
@@ -59,8 +80,8 @@ def config_text(e, truth, kind, out_zip, data_dir, iterations=None):
         c10 = e["C10_nominal_A"]
     lines += ["", "[optics]", f"energy_eV = {e['energy_eV']!r}", f"semiangle_mrad = {e['semiangle_mrad']!r}",
               f"C10_A = {c10!r}"]
-    if kind == "truth":
-        # The truth's positions are the geometry: nothing to estimate.
+    if kind in ("truth", "affine"):
+        # The truth's positions (or their affine part) are the geometry: nothing to estimate.
         lines += ["", "[preprocess]", "scan_rotation_deg = 0", "scan_transpose = false",
                   "", "[reconstruct.positions]", "refine_scan_map = false"]
     rec = []
@@ -124,7 +145,8 @@ def run_one(e, kind, args, work):
     else:
         cfg = os.path.join(work, f"{eid}-{kind}{args.tag}.toml")
         with open(cfg, "w") as f:
-            f.write(config_text(e, truth, kind, out_zip, data_dir, args.iterations))
+            positions_file = affine_positions_file(eid, data_dir, truth, work) if kind == "affine" else None
+            f.write(config_text(e, truth, kind, out_zip, data_dir, args.iterations, positions_file))
         t0 = time.time()
         extra = [a for kv in (args.set if kind == "default" else []) for a in ("--set", kv)]
         p = subprocess.run([args.tycho, "reconstruct", cfg, "--overwrite"] + extra, capture_output=True, text=True)
