@@ -97,7 +97,6 @@ TEST_F(Resume, ResumeEqualsContinuousOnATurnedScan) {
   resume_equals_continuous();
 }
 
-// Without --iterations, --from runs what is left of the total; with nothing left it refuses.
 // Two slices free the scale, which waits for the rest of the map: stopped at iteration 10 it
 // is waiting (the state's last number), and the resumed run goes on waiting and frees it where
 // the continuous one does.
@@ -108,6 +107,7 @@ TEST_F(Resume, ResumeEqualsContinuousWhileAFreedScaleWaits) {
   EXPECT_EQ(m.at("scan_map_refined").at("state").back(), 1.0) << "the scale was not waiting at iteration 10";
 }
 
+// Without --iterations, --from runs what is left of the total; with nothing left it refuses.
 TEST_F(Resume, RunsTheRestOfTheTotal) {
   const std::string a = tmp_ / "a.zip", b = tmp_ / "b.zip";
   auto ra = reconstruct({"--stop-after", "18", "-o", a});
