@@ -105,6 +105,21 @@ TEST(Preprocess, SettingsRefused) {
   EXPECT_TRUE(s.rotation_auto);
   EXPECT_TRUE(s.transpose_auto);
   EXPECT_EQ(read("[preprocess]\nscan_rotation_deg = -270\n").rotation_deg, -270.0);
+  // scan_scale: "stated" (the default) or "lattice", which measures the map with the rotation.
+  EXPECT_FALSE(read("[preprocess]\n").scale_from_lattice);
+  EXPECT_TRUE(read("[preprocess]\nscan_scale = \"lattice\"\n").scale_from_lattice);
+  auto refusal = [&](const std::string& text) {
+    try {
+      read(text);
+    } catch (const tycho::error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(refusal("[preprocess]\nscan_scale = \"crystal\"\n").find("scan_scale"), std::string::npos);
+  EXPECT_NE(refusal("[preprocess]\nscan_scale = 1.02\n").find("scan_scale"), std::string::npos);
+  EXPECT_NE(refusal("[preprocess]\nscan_rotation_deg = 10\nscan_scale = \"lattice\"\n").find("scan_rotation_deg"),
+            std::string::npos);
 }
 
 // ---------------------------------------------------------------- centre of mass and its fit

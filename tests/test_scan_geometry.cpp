@@ -258,7 +258,7 @@ std::vector<uint16_t> mos2_counts() {
 // pattern `from(a, b)`, its detector transposed when asked. Returns the preprocessing's scan map.
 nlohmann::json estimate(const std::string& name, int64_t sa, int64_t sb,
                         const std::function<std::pair<int64_t, int64_t>(int64_t, int64_t)>& from, bool transpose,
-                        std::string* log = nullptr) {
+                        std::string* log = nullptr, const std::string& step_A = "0.5", bool lattice = false) {
   static const std::vector<uint16_t> counts = mos2_counts();
   const int64_t n = 96, m = n * n;
   std::vector<uint16_t> out(std::size_t(sa * sb * m));
@@ -275,11 +275,13 @@ nlohmann::json estimate(const std::string& name, int64_t sa, int64_t sb,
   const std::string cfg = tmp / "scan.toml";
   {
     std::ofstream f(cfg);
-    f << "[data]\nsource = \"npy\"\npath = \"scan.npy\"\ncentred = true\nscan_step_A = 0.5\n"
+    f << "[data]\nsource = \"npy\"\npath = \"scan.npy\"\ncentred = true\nscan_step_A = " << step_A << "\n"
          "detector_pixel_invA = 0.06\n[optics]\nenergy_eV = 80e3\nsemiangle_mrad = 25.0\nC10_A = -150.0\n";
   }
-  const auto r = tycho::test::run_command({tycho::test::tycho_exe(), "preprocess", cfg, "-q", "-o", tmp / "p.zip",
-                                           "--set", "preprocess.scan_rotation_deg=\"auto\""});
+  std::vector<std::string> args = {tycho::test::tycho_exe(), "preprocess", cfg, "-q", "-o", tmp / "p.zip",
+                                   "--set", "preprocess.scan_rotation_deg=\"auto\""};
+  if (lattice) args.insert(args.end(), {"--set", "preprocess.scan_scale=\"lattice\""});
+  const auto r = tycho::test::run_command(args);
   if (log != nullptr) *log = r.err;
   EXPECT_TRUE(r.exited_with(0)) << name << ": " << r.describe();
   if (!r.exited_with(0)) return {};
@@ -324,6 +326,24 @@ TEST(ScanGeometryMoS2, ScanTurnedAQuarter) {
   // A 24 x 32 scan whose pattern (a, b) was recorded at (b, 23 − a): r = [[0, 1], [−1, 0]] n + c.
   expect_map(estimate("90", 24, 32, [](int64_t a, int64_t b) { return std::pair{b, 23 - a}; }, false), 0, 1, -1, 0,
              false);
+}
+
+// scan_scale = "lattice" (core/lattice_map): the MoS2 counts with the step stated 4 % short
+// (0.48 Å for the true 0.5 Å) and the detector transposed: the map from the crystal's lattice
+// puts the scale back (measured 0.9997 of the true step as recorded), the transpose kept.
+TEST(ScanGeometryMoS2, TheLatticeFindsAStepStatedWrong) {
+  std::string log;
+  const nlohmann::json map =
+      estimate("lattice", 32, 24, [](int64_t a, int64_t b) { return std::pair{a, b}; }, true, &log, "0.48", true);
+  ASSERT_TRUE(map.is_object()) << log;
+  const auto& lattice = map.at("lattice");
+  ASSERT_TRUE(lattice.at("used").get<bool>()) << lattice.dump() << "\n" << log;
+  EXPECT_NEAR(lattice.at("scale").get<double>(), 0.5 / 0.48, 0.005 * 0.5 / 0.48) << lattice.dump();
+  EXPECT_TRUE(map.at("transpose").get<bool>());
+  const auto& L = map.at("linear");
+  const double det = L[0][0].get<double>() * L[1][1].get<double>() - L[0][1].get<double>() * L[1][0].get<double>();
+  EXPECT_NEAR(std::sqrt(det), 0.5 / 0.48, 0.005 * 0.5 / 0.48) << map.dump();
+  EXPECT_NE(map.at("notes").dump().find("scan map from the crystal's lattice"), std::string::npos) << map.dump();
 }
 
 // At low dose the shifts between neighbouring groups are noisy and their fit misjudges the

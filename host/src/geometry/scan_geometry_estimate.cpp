@@ -82,6 +82,7 @@ geometry_optics resolve_geometry_optics(const config_document& doc, const tycho_
   const auto slices = rec_t["slices"].value<int64_t>();
   const auto dz = rec_t["slice_thickness_A"].value<double>();
   if (slices && *slices > 1 && dz && std::isfinite(*dz) && *dz > 0) o.specimen_middle_A = 0.5 * double(*slices) * *dz;
+  if (slices && *slices > 1) o.slices = *slices;
   return o;
 }
 
@@ -324,6 +325,61 @@ scan_geometry_estimate estimate_scan_geometry(const std::vector<double>& com, in
     e.C10_estimate_A = std::nan("");
   }
   return e;
+}
+
+void apply_lattice_map(scan_geometry_estimate& e, const lattice_block& block, const geometry_optics& o) {
+  lattice_map_inputs in;
+  for (int a = 0; a < 2; ++a) {
+    in.step_A[a] = o.step_A[a];
+    in.dk_invA[a] = o.dk_invA[a];
+  }
+  in.wavelength_A = o.wavelength_A;
+  in.semiangle_mrad = o.semiangle_mrad;
+  in.start = transposed(e.map, e.transpose);  // the patterns' frame
+  in.C10_A = std::isfinite(e.C10_estimate_A) ? e.C10_estimate_A : o.C10_A;
+  e.lattice_tried = true;
+  e.lattice = estimate_lattice_map(block, in);
+  const lattice_map_result& r = e.lattice;
+  const std::string kept = ": the stated step is kept";
+  if (!r.done) {
+    e.notes.push_back(cat("warning: scan_scale = \"lattice\": no lattice map (", r.why_not, ")", kept));
+    return;
+  }
+  const scan_map m = transposed(r.map, e.transpose);
+  const auto& M = m.L;
+  const auto& N = e.map.L;
+  const double turn = std::remainder(std::atan2(M[1][0] - M[0][1], M[0][0] + M[1][1]) -
+                                         std::atan2(N[1][0] - N[0][1], N[0][0] + N[1][1]),
+                                     2 * pi);
+  if (!(m.det() > 0)) {
+    e.notes.push_back(cat("warning: scan_scale = \"lattice\": the lattice's map has the detector ",
+                          e.transpose ? "not " : "", "transposed, against the estimate", kept));
+    return;
+  }
+  if (std::abs(turn) > 5 * pi / 180) {
+    e.notes.push_back(cat("warning: scan_scale = \"lattice\": the lattice's map is turned ", deg(turn),
+                          " against the estimated rotation (more than 5°)", kept));
+    return;
+  }
+  const double s = std::sqrt(m.det());
+  if (std::abs(std::log(s)) > std::log(1.15)) {
+    e.notes.push_back(cat("warning: scan_scale = \"lattice\": the lattice's map is ", s,
+                          " times the stated step (more than 15 % off)", kept));
+    return;
+  }
+  e.map = m;
+  e.lattice_scale = s;
+  // The parallax fixes C10 / step: at the lattice's scale its C10 is s times the nominal step's.
+  if (std::isfinite(e.parallax_C10_A)) {
+    if (std::isfinite(e.C10_estimate_A)) e.C10_estimate_A = s * e.parallax_C10_A - o.specimen_middle_A;
+    if (std::isfinite(e.C10_entrance_A)) e.C10_entrance_A = s * e.parallax_C10_A - o.specimen_middle_A;
+  }
+  const auto q = m.decompose();
+  e.notes.push_back(cat("scan map from the crystal's lattice (scan_scale = \"lattice\"; peaks ", r.peak_contrast,
+                        " x the spectrum's median, the lunes explain ", std::round(r.lune_fit * 1000) / 10,
+                        " % of their signal): isotropic scale ", s, " ± ", r.scale_sd * s, " of the stated step, rotation ", deg(q.rotation_rad),
+                        " (", deg(turn), " from the estimate), step scales ", q.scale0, ", ", q.scale1, ", shear ",
+                        q.shear, "; the lunes' phase ramps say C10 = ", r.C10_A[0], " and ", r.C10_A[1], " Å"));
 }
 
 }  // namespace tycho::host

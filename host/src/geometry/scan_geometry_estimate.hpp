@@ -40,6 +40,7 @@ struct geometry_optics {
   double dk_invA[2] = {0, 0};  // of the patterns the stage measures on (after binning)
   double step_A[2] = {0, 0};   // the nominal scan step
   double specimen_middle_A = 0;  // depth of the specimen's middle below the entrance ([reconstruct] slices)
+  int64_t slices = 1;            // [reconstruct] slices
   bool known() const { return wavelength_A > 0 && semiangle_mrad > 0 && dk_invA[0] > 0 && dk_invA[1] > 0; }
 };
 // The optics and calibrations of `doc` over the file's (never throws: unknown values are 0).
@@ -54,6 +55,13 @@ parallax_images make_parallax_images(const geometry_optics& o, int64_t rx, int64
 scan_geometry_estimate estimate_scan_geometry(const std::vector<double>& com, int64_t rx, int64_t ry,
                                               const parallax_images* images, const geometry_optics& o,
                                               int transpose_given);
+
+// scan_scale = "lattice": measures the map from the crystal's lattice in `block` (summed over
+// every rank), paired through e's map, and where it is found and agrees with e's transpose and
+// rotation (within 5°) makes it e's map, scale included, and moves the parallax's C10 estimate
+// with the scale (the parallax fixes C10 / step). Otherwise e is left as it was and a warning
+// note says why.
+void apply_lattice_map(scan_geometry_estimate& e, const lattice_block& block, const geometry_optics& o);
 
 // The skewness of the phase integrated from the COM field (rx·ry x 2, detector axes) turned into
 // scan axes by θ (py4DSTEM's convention, transposed first when asked): positive for atoms at the

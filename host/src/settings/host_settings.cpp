@@ -107,6 +107,7 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         decl("recentre", B, "false", "", "shift every pattern by its fitted centre of mass; needs com_fit"),
         taking(decl("scan_rotation_deg", M, "\"auto\"", "degrees", "rotation of the scan against the detector (py4DSTEM's convention; applied to the positions): a number, or \"auto\": estimated from the data (the bright field's parallax, else the centre-of-mass curl, else 0 with a warning)"), "number, degrees, or \"auto\""),
         taking(decl("scan_transpose", M, "\"auto\"", "", "a bool or \"auto\": the detector axes are swapped against the scan axes"), "boolean, or \"auto\""),
+        one_of(decl("scan_scale", S, "\"stated\"", "", "the scan map's isotropic scale with scan_rotation_deg = \"auto\": \"stated\" (the stated step) or \"lattice\" (a crystal's whole map, scale included, from its lattice peaks in the scan against its discs on the detector; without a lattice the stated step, said)"), {"stated", "lattice"}),
         at_least(decl("binning", I, "1", "", "sum b x b detector pixels"), 1),
         decl("crop_detector", IL, none, "px", "keep the centred [N0, N1] pixels of each pattern"),
         decl("normalise", B, "false", "", "scale every pattern to the scan's mean total intensity"),

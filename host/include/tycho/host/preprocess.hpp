@@ -33,6 +33,7 @@
 #pragma once
 
 #include <tycho/core/config.hpp>
+#include <tycho/core/lattice_map.hpp>
 #include <tycho/core/parallax.hpp>
 #include <tycho/core/scan_map.hpp>
 #include <tycho/sdk/optics.hpp>
@@ -82,6 +83,7 @@ struct preprocess_settings {
   double rotation_deg = 0;      // given (or, after the stage, applied)
   bool transpose_auto = false;  // estimated with the rotation (scan_transpose not given)
   bool transpose = false;
+  bool scale_from_lattice = false;  // scan_scale = "lattice" (with the rotation estimated)
   int64_t binning = 1;
   std::array<int64_t, 2> crop{0, 0};  // crop_detector; 0: no crop
   bool normalise = false;
@@ -184,6 +186,11 @@ struct scan_geometry_estimate {
   // contrast may lie anywhere in the slices' span T: T / √12).
   double C10_sd_A = std::nan("");
   double C10_entrance_A = std::nan("");  // the parallax's C10 at the entrance surface, whatever its error
+  // scan_scale = "lattice": the crystal's measurement (tycho/core/lattice_map.hpp), when tried,
+  // and the isotropic scale of the map it gave (NaN where the stated step was kept).
+  bool lattice_tried = false;
+  lattice_map_result lattice;
+  double lattice_scale = std::nan("");
   double com_rotation_deg = std::nan("");  // the curl's estimate (py4DSTEM's convention), when made
   double dpc_skewness = std::nan("");      // the integrated COM's skewness at the chosen rotation
   std::vector<std::string> notes;          // each decision and its reason, for the log
