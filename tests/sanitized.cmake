@@ -14,12 +14,14 @@
 #                                 in every path: off by default, so no other test here runs them
 #   bad_pixels                    [preprocess] bad_pixels and the search for dead and hot pixels on
 #                                 every shared data file, NaN and saturated values, the ranks' texts
+#   lattice_map                   the scan map from a crystal's lattice: the fits' index arithmetic
+#                                 on synthetic scans, no lattice, a block too small
 if(TYCHO_SANITIZE OR TYCHO_FUZZ)
   add_executable(tycho_sanitized_tests test_bad_input.cpp test_run_guarantees.cpp test_hostile_files.cpp
     test_hostile_results.cpp test_zip_format.cpp test_npy_source.cpp test_config_environment.cpp test_settings.cpp
     test_emd_source.cpp test_cxi_source.cpp test_hostile_features.cpp test_hostile_limits.cpp test_fused_loss.cpp
     test_mib_source.cpp test_arina_source.cpp test_dm_source.cpp test_empad_source.cpp test_bad_pixels.cpp
-    test_deterministic_sums.cpp test_fixed_point.cpp)
+    test_deterministic_sums.cpp test_fixed_point.cpp test_lattice_map.cpp)
   target_include_directories(tycho_sanitized_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/support)
   target_link_libraries(tycho_sanitized_tests PRIVATE tycho_runtime tycho_core tomlplusplus::tomlplusplus
     nlohmann_json::nlohmann_json hdf5::hdf5 PkgConfig::LZ4 PkgConfig::LIBZIP GTest::gtest_main)
