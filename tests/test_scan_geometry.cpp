@@ -8,6 +8,7 @@
 #include <tycho/core/parallax.hpp>
 #include <tycho/core/scan_map.hpp>
 #include <tycho/core/scan_refinement.hpp>
+#include <tycho/host/run_plan.hpp>
 
 #include <cmath>
 #include <cstdint>
@@ -344,6 +345,17 @@ TEST(ScanGeometryMoS2, TheLatticeFindsAStepStatedWrong) {
   const double det = L[0][0].get<double>() * L[1][1].get<double>() - L[0][1].get<double>() * L[1][0].get<double>();
   EXPECT_NEAR(std::sqrt(det), 0.5 / 0.48, 0.005 * 0.5 / 0.48) << map.dump();
   EXPECT_NE(map.at("notes").dump().find("scan map from the crystal's lattice"), std::string::npos) << map.dump();
+}
+
+// The run reads back the lattice's scale only where the preprocessing used it (the log says what
+// the map holds).
+TEST(ScanGeometryReport, TheLatticeScaleIsReadOnlyWhereUsed) {
+  EXPECT_DOUBLE_EQ(tycho::host::lattice_scale_of_report(R"({"scan_map":{"lattice":{"used":true,"scale":1.03}}})"), 1.03);
+  EXPECT_TRUE(std::isnan(tycho::host::lattice_scale_of_report(R"({"scan_map":{"lattice":{"used":false}}})")));
+  EXPECT_TRUE(std::isnan(tycho::host::lattice_scale_of_report(R"({"scan_map":{"lattice":{"used":true,"scale":-2}}})")));
+  EXPECT_TRUE(std::isnan(tycho::host::lattice_scale_of_report(R"({"scan_map":{}})")));
+  EXPECT_TRUE(std::isnan(tycho::host::lattice_scale_of_report("not json")));
+  EXPECT_TRUE(std::isnan(tycho::host::lattice_scale_of_report("")));
 }
 
 // At low dose the shifts between neighbouring groups are noisy and their fit misjudges the

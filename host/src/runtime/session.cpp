@@ -91,7 +91,7 @@ bool packs_integer_targets(const config_document& config, DLDevice device) {
 }
 
 // What the scan map holds where it does not refine the scale, and why (the log).
-std::string held_scale_log(scan_refinement_options::held_scale hold, int64_t slices) {
+std::string held_scale_log(scan_refinement_options::held_scale hold, int64_t slices, double lattice_scale) {
   using held = scan_refinement_options::held_scale;
   if (hold != held::isotropic)
     return cat("the scan map holds the step along scan axis ", hold == held::axis0 ? 0 : 1,
@@ -100,6 +100,9 @@ std::string held_scale_log(scan_refinement_options::held_scale hold, int64_t sli
   if (slices > 1)
     return "the scan map holds the scan's isotropic scale at the stated step ([reconstruct.positions] "
            "refine_scan_scale = false)";
+  if (std::isfinite(lattice_scale))
+    return cat("the scan map holds the scan's isotropic scale at the crystal lattice's, ", lattice_scale,
+               " of the stated step ([preprocess] scan_scale = \"lattice\")");
   return "the scan map holds the scan's isotropic scale at the stated step: with one slice the data do not fix it; "
          "a scan whose error is a drift is better held by its fast axis's step ([data] fast_axis)";
 }
@@ -534,7 +537,7 @@ void session::state::create_engine(state& s, start& st) {
                             " slices and the scan's scale held, the object's depth trades off against the probe's ",
                             "defocus ([optics] refine_C10 = true refines it)"));
   if (s.refine_scan_map && !settings.scan.free[1] && s.par->is_root())
-    log_info("session", held_scale_log(settings.scan.hold, settings.slices));
+    log_info("session", held_scale_log(settings.scan.hold, settings.slices, lattice_scale_of_report(s.preprocess_json)));
   if (s.refine_scan_map && settings.driver.probe_waits_for_scan_map && s.par->is_root())
     log_info("session", cat("the scan map's refinement moves the scan's scale",
                             settings.scan.free[4] ? " and the probe's C10" : "",

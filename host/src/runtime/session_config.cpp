@@ -350,6 +350,16 @@ scan_map scan_map_of_report(const std::string& preprocess_json, const std::strin
   return m;
 }
 
+double lattice_scale_of_report(const std::string& preprocess_json) {
+  if (preprocess_json.empty()) return std::nan("");
+  const nlohmann::json j = nlohmann::json::parse(preprocess_json, nullptr, false);
+  if (!j.is_object() || !j.contains("scan_map") || !j["scan_map"].is_object()) return std::nan("");
+  const auto& l = j["scan_map"].value("lattice", nlohmann::json());
+  if (!l.is_object() || !l.value("used", false) || !l.contains("scale") || !l["scale"].is_number()) return std::nan("");
+  const double s = l["scale"].get<double>();
+  return std::isfinite(s) && s > 0 ? s : std::nan("");
+}
+
 parallax_C10_report parallax_C10_of_report(const std::string& preprocess_json) {
   parallax_C10_report r{std::nan(""), std::nan(""), std::nan(""), std::nan(""), std::nan("")};
   if (preprocess_json.empty()) return r;

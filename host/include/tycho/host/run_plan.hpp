@@ -51,6 +51,9 @@ struct parallax_C10_report {
   double estimate_A, at_nominal_step_A, relative_error, sd_A, at_entrance_A;
 };
 parallax_C10_report parallax_C10_of_report(const std::string& preprocess_json);
+// The isotropic scale a crystal's lattice gave the report's map ("scan_map.lattice", used with
+// [preprocess] scan_scale = "lattice"), NaN when none was used.
+double lattice_scale_of_report(const std::string& preprocess_json);
 
 // The memory problem of a run: the engine named in [reconstruct] reports its own terms (the
 // reported model: tycho_engine_vtable::plan_memory; a plan-only engine will do), the
