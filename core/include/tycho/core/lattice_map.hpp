@@ -14,14 +14,15 @@
 // Scan side: the spectrum of the patterns (the Hann-weighted mean removed) summed over the bright
 // field's pixels; its two strongest non-collinear peaks, then both refined together by a
 // variable-projection fit of every pixel's series to sinusoids at h Q_a + k Q_b (|h| + |k| ≤ 2).
-// Detector side: G(k, Q) = Σ_p w_p I(k, p) e^{−2πi Q·p} at a lattice peak is, for a thin
-// specimen (its exit wave the probe times a transmission function t), exactly
+// Detector side: G(k, Q), the complex amplitude of e^{2πi Q·p} in pixel k's series over the scan
+// (fitted with the lattice's other harmonics, so none leaks into it), is at a lattice peak, for a
+// thin specimen (its exit wave the probe times a transmission function t), exactly
 //   Σ_{g'} t_{g'+g} t*_{g'} Ψ(k − g' − g) Ψ*(k − g')
 // (Ψ = A e^{−iχ} the probe's spectrum): the double-overlap "lunes" of discs g' and g' + g, each a
 // constant times the same linear phase ramp e^{iπλC10 (2 k·g − |g|²)} under pure defocus
 // (Rodenburg et al., Ultramicroscopy 48, 304, 1993; Pennycook et al., Ultramicroscopy 151, 160,
-// 2015, single-sideband ptychography). A finite source or a random offset of the positions
-// multiplies G by a constant; so the lunes' edges fix g. The fit: g, the ramp, and the bright
+// 2015, single-sideband ptychography). A finite source, or on average a random offset of the
+// positions, multiplies G by a constant; so the lunes' edges fix g. The fit: g, the ramp, and the bright
 // field disc's centre, radius and edge, with the lunes' complex weights solved linearly.
 //
 // Earlier prototypes: bench/matrix/experiments/lattice_*.py; measurements: bench/RESULTS.md,
