@@ -126,6 +126,20 @@ std::vector<double> jacobian(const residuals& r, const std::vector<double>& x, c
   return J;
 }
 
+// JᵀJ (n x n, row-major) of an m x n Jacobian.
+std::vector<double> normal_matrix(const std::vector<double>& J, std::size_t m, std::size_t n) {
+  std::vector<double> JtJ(n * n, 0.0);
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t a = 0; a < n; ++a) {
+      const double ja = J[i * n + a];
+      if (ja == 0) continue;
+      for (std::size_t b = a; b < n; ++b) JtJ[a * n + b] += ja * J[i * n + b];
+    }
+  for (std::size_t a = 0; a < n; ++a)
+    for (std::size_t b = 0; b < a; ++b) JtJ[a * n + b] = JtJ[b * n + a];
+  return JtJ;
+}
+
 // Levenberg–Marquardt on the residuals r(x) (forward-difference Jacobian, steps `scale`·1e-3,
 // the damping on JᵀJ's diagonal as Marquardt 1963). Returns x at the least Σ r².
 std::vector<double> levenberg_marquardt(const residuals& r, std::vector<double> x, const std::vector<double>& scale, int iterations) {
@@ -136,16 +150,10 @@ std::vector<double> levenberg_marquardt(const residuals& r, std::vector<double> 
   for (int it = 0; it < iterations; ++it) {
     const std::size_t m = res.size();
     const std::vector<double> J = jacobian(r, x, res, scale);
-    std::vector<double> JtJ(n * n, 0.0), Jtr(n, 0.0);
+    const std::vector<double> JtJ = normal_matrix(J, m, n);
+    std::vector<double> Jtr(n, 0.0);
     for (std::size_t i = 0; i < m; ++i)
-      for (std::size_t a = 0; a < n; ++a) {
-        const double ja = J[i * n + a];
-        if (ja == 0) continue;
-        Jtr[a] -= ja * res[i];
-        for (std::size_t b = a; b < n; ++b) JtJ[a * n + b] += ja * J[i * n + b];
-      }
-    for (std::size_t a = 0; a < n; ++a)
-      for (std::size_t b = 0; b < a; ++b) JtJ[a * n + b] = JtJ[b * n + a];
+      for (std::size_t a = 0; a < n; ++a) Jtr[a] -= J[i * n + a] * res[i];
     bool improved = false;
     for (int tries = 0; tries < 12 && !improved; ++tries) {
       std::vector<double> A = JtJ;
@@ -175,6 +183,9 @@ double soft_disc(double k0, double k1, double c0, double c1, double radius, doub
   return t > 40 ? 0.0 : 1.0 / (1.0 + std::exp(t));
 }
 
+// Index u of an FFT-ordered axis of n as a signed frequency index (0, 1, …, −1).
+int64_t signed_index(int64_t u, int64_t n) { return (u + n / 2) % n - n / 2; }
+
 double hann(int64_t i, int64_t n) {  // numpy's hanning(n + 2)[1:-1]: no zero weights
   const double s = std::sin(pi * double(i + 1) / double(n + 1));
   return s * s;
@@ -189,8 +200,8 @@ lattice_block lattice_block::make(int64_t rx, int64_t ry, int64_t n0, int64_t n1
   b.detector[1] = n1;
   for (int64_t u = 0; u < n0; ++u)
     for (int64_t v = 0; v < n1; ++v) {
-      const double f0 = double((u + n0 / 2) % n0 - n0 / 2) / radius_px[0];
-      const double f1 = double((v + n1 / 2) % n1 - n1 / 2) / radius_px[1];
+      const double f0 = double(signed_index(u, n0)) / radius_px[0];
+      const double f1 = double(signed_index(v, n1)) / radius_px[1];
       if (f0 * f0 + f1 * f1 <= 1) b.pixels.push_back(u * n1 + v);
     }
   const int64_t kept = std::max<int64_t>(int64_t(b.pixels.size()), 1);
@@ -234,8 +245,8 @@ lattice_map_result estimate_lattice_map(const lattice_block& blk, const lattice_
   std::vector<double> kx(static_cast<std::size_t>(N)), ky(static_cast<std::size_t>(N));
   for (int64_t j = 0; j < N; ++j) {
     const int64_t u = blk.pixels[std::size_t(j)] / n1, v = blk.pixels[std::size_t(j)] % n1;
-    kx[std::size_t(j)] = double((u + n0 / 2) % n0 - n0 / 2) * in.dk_invA[0];
-    ky[std::size_t(j)] = double((v + n1 / 2) % n1 - n1 / 2) * in.dk_invA[1];
+    kx[std::size_t(j)] = double(signed_index(u, n0)) * in.dk_invA[0];
+    ky[std::size_t(j)] = double(signed_index(v, n1)) * in.dk_invA[1];
   }
   // 1. The Hann-weighted mean pattern (its interference terms between lattice frequencies
   // suppressed over a non-integer number of periods).
@@ -315,7 +326,7 @@ lattice_map_result estimate_lattice_map(const lattice_block& blk, const lattice_
       for (std::size_t j = 0; j < S.size(); ++j) S[j] += std::norm(buf[j]);
     }
   }
-  auto freq = [](int64_t u, int64_t m) { return double((u + m / 2) % m - m / 2) / double(m); };  // cycles per index
+  auto freq = [](int64_t u, int64_t m) { return double(signed_index(u, m)) / double(m); };  // cycles per index
   struct peak {
     double q[2];
     double power;
@@ -505,19 +516,13 @@ lattice_map_result estimate_lattice_map(const lattice_block& blk, const lattice_
   }
   const double gs = 0.02 * dk, bs = 0.01 / dk;
   const std::vector<double> steps = {gs, gs, gs, gs, bs, bs, bs, bs, gs, gs, gs, gs};
-  const std::vector<double> x =
-      levenberg_marquardt(residual, x0, steps, 100);
-  lune_residual(x, &out.lune_fit);
+  const std::vector<double> x = levenberg_marquardt(residual, x0, steps, 100);
   // The scale's standard error: the fit's covariance s² (JᵀJ)⁻¹ (s² the residual variance, which
   // carries the model's misfit as well as the counting noise) carried to √|det G|'s inverse.
   {
-    const std::vector<double> r0 = residual(x);
+    const std::vector<double> r0 = lune_residual(x, &out.lune_fit);
     const std::size_t m = r0.size(), n = x.size();
-    const std::vector<double> J = jacobian(residual, x, r0, steps);
-    std::vector<double> JtJ(n * n, 0.0);
-    for (std::size_t i = 0; i < m; ++i)
-      for (std::size_t a = 0; a < n; ++a)
-        for (std::size_t b = 0; b < n; ++b) JtJ[a * n + b] += J[i * n + a] * J[i * n + b];
+    const std::vector<double> JtJ = normal_matrix(jacobian(residual, x, r0, steps), m, n);
     const double s2 = std::inner_product(r0.begin(), r0.end(), r0.begin(), 0.0) / double(std::max<std::size_t>(m - n, 1));
     // ∂ det G / ∂ (g_a0, g_a1, g_b0, g_b1) for det G = g_a0 g_b1 − g_a1 g_b0.
     std::vector<double> grad(n, 0.0);

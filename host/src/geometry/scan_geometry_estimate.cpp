@@ -42,6 +42,11 @@ std::string deg(double rad) {
 }
 
 
+// The rotation nearest a map (its polar decomposition's), radians.
+double nearest_rotation(const scan_map& m) {
+  return std::atan2(m.L[1][0] - m.L[0][1], m.L[0][0] + m.L[1][1]);
+}
+
 // The transpose P (swap of the two rows) applied to a map, when asked.
 scan_map transposed(const scan_map& m, bool t) {
   if (!t) return m;
@@ -252,9 +257,9 @@ scan_geometry_estimate estimate_scan_geometry(const std::vector<double>& com, in
     // to 10 %, with the lattice's periods along them), which tilts a single column's direction by
     // degrees but leaves the nearest rotation within a few tenths of one.
     const auto q = from_parallax.decompose();
-    const auto& M = from_parallax.L;
     const double sigma = std::max(e.parallax.rotation_sd, 1e-4);
-    double rotation = std::atan2(M[1][0] - M[0][1], M[0][0] + M[1][1]);
+    const double measured = nearest_rotation(from_parallax);
+    double rotation = measured;
     const double nearest = (pi / 2) * std::round(rotation / (pi / 2));
     const bool snapped = std::abs(rotation - nearest) <= 2 * sigma;
     if (snapped) rotation = nearest;
@@ -267,7 +272,7 @@ scan_geometry_estimate estimate_scan_geometry(const std::vector<double>& com, in
                                     deg(-e.parallax.aligned_rotation))
                               : cat("; the groups not aligned at once: ", e.parallax.not_aligned_because),
                           ", standard error ", deg(e.parallax.rotation_sd), "): rotation ",
-                          deg(std::atan2(M[1][0] - M[0][1], M[0][0] + M[1][1])),
+                          deg(measured),
                           snapped ? cat(" (", deg(rotation), " within two standard errors)") : "",
                           ", transpose ", e.transpose ? "true" : "false", "; measured but not applied: step ratio ",
                           q.scale1 / q.scale0, ", shear ", q.shear, ", and a scale that corresponds to C10 = ",
@@ -346,11 +351,7 @@ void apply_lattice_map(scan_geometry_estimate& e, const lattice_block& block, co
     return;
   }
   const scan_map m = transposed(r.map, e.transpose);
-  const auto& M = m.L;
-  const auto& N = e.map.L;
-  const double turn = std::remainder(std::atan2(M[1][0] - M[0][1], M[0][0] + M[1][1]) -
-                                         std::atan2(N[1][0] - N[0][1], N[0][0] + N[1][1]),
-                                     2 * pi);
+  const double turn = std::remainder(nearest_rotation(m) - nearest_rotation(e.map), 2 * pi);
   if (!(m.det() > 0)) {
     e.notes.push_back(cat("warning: scan_scale = \"lattice\": the lattice's map has the detector ",
                           e.transpose ? "not " : "", "transposed, against the estimate", kept));

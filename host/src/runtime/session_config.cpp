@@ -350,23 +350,29 @@ scan_map scan_map_of_report(const std::string& preprocess_json, const std::strin
   return m;
 }
 
-double lattice_scale_of_report(const std::string& preprocess_json) {
-  if (preprocess_json.empty()) return std::nan("");
+namespace {
+// A member object of a preprocessing report's "scan_map" ("parallax", "lattice"), or null where
+// the report, its map or the member is missing or malformed.
+nlohmann::json scan_map_member(const std::string& preprocess_json, const char* member) {
+  if (preprocess_json.empty()) return nullptr;
   const nlohmann::json j = nlohmann::json::parse(preprocess_json, nullptr, false);
-  if (!j.is_object() || !j.contains("scan_map") || !j["scan_map"].is_object()) return std::nan("");
-  const auto& l = j["scan_map"].value("lattice", nlohmann::json());
-  if (!l.is_object() || !l.value("used", false) || !l.contains("scale") || !l["scale"].is_number()) return std::nan("");
+  if (!j.is_object() || !j.contains("scan_map") || !j["scan_map"].is_object()) return nullptr;
+  nlohmann::json m = j["scan_map"].value(member, nlohmann::json());
+  return m.is_object() ? m : nlohmann::json();
+}
+}  // namespace
+
+double lattice_scale_of_report(const std::string& preprocess_json) {
+  const nlohmann::json l = scan_map_member(preprocess_json, "lattice");
+  if (l.is_null() || !l.value("used", false) || !l.contains("scale") || !l["scale"].is_number()) return std::nan("");
   const double s = l["scale"].get<double>();
   return std::isfinite(s) && s > 0 ? s : std::nan("");
 }
 
 parallax_C10_report parallax_C10_of_report(const std::string& preprocess_json) {
   parallax_C10_report r{std::nan(""), std::nan(""), std::nan(""), std::nan(""), std::nan("")};
-  if (preprocess_json.empty()) return r;
-  const nlohmann::json j = nlohmann::json::parse(preprocess_json, nullptr, false);
-  if (!j.is_object() || !j.contains("scan_map") || !j["scan_map"].is_object()) return r;
-  const auto& p = j["scan_map"].value("parallax", nlohmann::json());
-  if (!p.is_object()) return r;
+  const nlohmann::json p = scan_map_member(preprocess_json, "parallax");
+  if (p.is_null()) return r;
   // A number within `limit` in magnitude, else NaN (a crafted report's huge values start nothing).
   auto number = [&](const char* key, double limit) {
     if (!p.contains(key) || !p[key].is_number()) return std::nan("");
