@@ -78,6 +78,7 @@ def layer_material(name):
         "WS2": lambda: mx2("WS2", kind="2H", a=3.153, thickness=3.14, vacuum=2),
         "MoSe2": lambda: mx2("MoSe2", kind="2H", a=3.288, thickness=3.34, vacuum=2),
         "WSe2": lambda: mx2("WSe2", kind="2H", a=3.282, thickness=3.35, vacuum=2),
+        "MoTe2": lambda: mx2("MoTe2", kind="2H", a=3.52, thickness=3.60, vacuum=2),
         "graphene": lambda: graphene("C2", a=2.46, vacuum=2),
         "hBN": lambda: graphene("BN", a=2.504, vacuum=2),
     }
@@ -103,7 +104,7 @@ def crystal_cell(name):
 
 
 CRYSTALS = {"Si110", "Ge110", "GaAs110", "SrTiO3_001"}
-SPECIMENS = CRYSTALS | {"MoS2", "WS2", "MoSe2", "WSe2", "graphene", "hBN"}
+SPECIMENS = CRYSTALS | {"MoS2", "WS2", "MoSe2", "WSe2", "MoTe2", "graphene", "hBN"}
 
 
 def crystal_box(name, target_L, thickness_A):
