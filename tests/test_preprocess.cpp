@@ -105,9 +105,14 @@ TEST(Preprocess, SettingsRefused) {
   EXPECT_TRUE(s.rotation_auto);
   EXPECT_TRUE(s.transpose_auto);
   EXPECT_EQ(read("[preprocess]\nscan_rotation_deg = -270\n").rotation_deg, -270.0);
-  // scan_scale: "stated" (the default) or "lattice", which measures the map with the rotation.
+  // scan_scale: "stated" (the default), "lattice", which measures the map with the rotation, or
+  // "auto", the lattice where nothing else fixes the scale (with a stated rotation: the stated map).
   EXPECT_FALSE(read("[preprocess]\n").scale_from_lattice);
   EXPECT_TRUE(read("[preprocess]\nscan_scale = \"lattice\"\n").scale_from_lattice);
+  EXPECT_FALSE(read("[preprocess]\nscan_scale = \"lattice\"\n").scale_auto);
+  EXPECT_TRUE(read("[preprocess]\nscan_scale = \"auto\"\n").scale_auto);
+  EXPECT_TRUE(read("[preprocess]\nscan_scale = \"auto\"\n").scale_from_lattice);
+  EXPECT_FALSE(read("[preprocess]\nscan_rotation_deg = 10\nscan_scale = \"auto\"\n").scale_from_lattice);
   auto refusal = [&](const std::string& text) {
     try {
       read(text);

@@ -256,10 +256,12 @@ std::vector<uint16_t> mos2_counts() {
 }
 
 // The counts recorded as another scan would have: pattern (a, b) of an (sa, sb) scan is the MoS2
-// pattern `from(a, b)`, its detector transposed when asked. Returns the preprocessing's scan map.
+// pattern `from(a, b)`, its detector transposed when asked; `sets`: more --set KEY=VALUE. Returns
+// the preprocessing's scan map.
 nlohmann::json estimate(const std::string& name, int64_t sa, int64_t sb,
                         const std::function<std::pair<int64_t, int64_t>(int64_t, int64_t)>& from, bool transpose,
-                        std::string* log = nullptr, const std::string& step_A = "0.5", bool lattice = false) {
+                        std::string* log = nullptr, const std::string& step_A = "0.5",
+                        const std::vector<std::string>& sets = {}) {
   static const std::vector<uint16_t> counts = mos2_counts();
   const int64_t n = 96, m = n * n;
   std::vector<uint16_t> out(std::size_t(sa * sb * m));
@@ -281,7 +283,7 @@ nlohmann::json estimate(const std::string& name, int64_t sa, int64_t sb,
   }
   std::vector<std::string> args = {tycho::test::tycho_exe(), "preprocess", cfg, "-q", "-o", tmp / "p.zip",
                                    "--set", "preprocess.scan_rotation_deg=\"auto\""};
-  if (lattice) args.insert(args.end(), {"--set", "preprocess.scan_scale=\"lattice\""});
+  for (const std::string& kv : sets) args.insert(args.end(), {"--set", kv});
   const auto r = tycho::test::run_command(args);
   if (log != nullptr) *log = r.err;
   EXPECT_TRUE(r.exited_with(0)) << name << ": " << r.describe();
@@ -335,7 +337,8 @@ TEST(ScanGeometryMoS2, ScanTurnedAQuarter) {
 TEST(ScanGeometryMoS2, TheLatticeFindsAStepStatedWrong) {
   std::string log;
   const nlohmann::json map =
-      estimate("lattice", 32, 24, [](int64_t a, int64_t b) { return std::pair{a, b}; }, true, &log, "0.48", true);
+      estimate("lattice", 32, 24, [](int64_t a, int64_t b) { return std::pair{a, b}; }, true, &log, "0.48",
+               {"preprocess.scan_scale=\"lattice\""});
   ASSERT_TRUE(map.is_object()) << log;
   const auto& lattice = map.at("lattice");
   ASSERT_TRUE(lattice.at("used").get<bool>()) << lattice.dump() << "\n" << log;
@@ -344,7 +347,52 @@ TEST(ScanGeometryMoS2, TheLatticeFindsAStepStatedWrong) {
   const auto& L = map.at("linear");
   const double det = L[0][0].get<double>() * L[1][1].get<double>() - L[0][1].get<double>() * L[1][0].get<double>();
   EXPECT_NEAR(std::sqrt(det), 0.5 / 0.48, 0.005 * 0.5 / 0.48) << map.dump();
-  EXPECT_NE(map.at("notes").dump().find("scan map from the crystal's lattice"), std::string::npos) << map.dump();
+  // Its anisotropy is within 5 %: the scale alone, on the parallax's rotation (0 here).
+  EXPECT_EQ(lattice.at("applied"), "scale") << lattice.dump();
+  EXPECT_NEAR(L[0][0].get<double>(), L[1][1].get<double>(), 1e-12) << map.dump();
+  EXPECT_NEAR(L[0][1].get<double>(), -L[1][0].get<double>(), 1e-12) << map.dump();
+  EXPECT_NE(map.at("notes").dump().find("from the crystal's lattice"), std::string::npos) << map.dump();
+}
+
+// scan_scale = "auto" takes the lattice's map as "lattice" does (the same counts, step stated 4 %
+// short), and with [data] fast_axis given keeps the stated step, which the run then holds along
+// the fast axis, and says so.
+TEST(ScanGeometryMoS2, AutoTakesTheLatticeUnlessAFastAxisHoldsTheStep) {
+  const auto as_recorded = [](int64_t a, int64_t b) { return std::pair{a, b}; };
+  std::string log;
+  const nlohmann::json map = estimate("auto", 32, 24, as_recorded, false, &log, "0.48", {"preprocess.scan_scale=\"auto\""});
+  ASSERT_TRUE(map.is_object()) << log;
+  ASSERT_TRUE(map.at("lattice").at("used").get<bool>()) << map.dump() << "\n" << log;
+  EXPECT_NEAR(map.at("lattice").at("scale").get<double>(), 0.5 / 0.48, 0.005 * 0.5 / 0.48) << map.dump();
+  EXPECT_NE(map.at("notes").dump().find("scan_scale = \\\"auto\\\""), std::string::npos) << map.dump();
+
+  const nlohmann::json held = estimate("auto, fast axis", 32, 24, as_recorded, false, &log, "0.48",
+                                       {"preprocess.scan_scale=\"auto\"", "data.fast_axis=1"});
+  ASSERT_TRUE(held.is_object()) << log;
+  EXPECT_FALSE(held.contains("lattice")) << held.dump();
+  EXPECT_NE(held.at("notes").dump().find("[data] fast_axis"), std::string::npos) << held.dump();
+  const auto& L = held.at("linear");
+  const double det = L[0][0].get<double>() * L[1][1].get<double>() - L[0][1].get<double>() * L[1][0].get<double>();
+  EXPECT_NEAR(det, 1.0, 1e-12) << held.dump();  // the parallax's rotation only: the stated step
+}
+
+// Where the lattice's step ratio or shear exceeds 5 % (a drift's stretch, a wrong step along one
+// axis) its whole map is the start; below, its isotropic scale on the parallax's rotation (the
+// case above: L a multiple of the identity). Every other row of the MoS2 counts along axis 0
+// (true steps 1.0 and 0.5 Å) with 0.707 Å stated: step scales √2 and 1/√2, isotropic 1.
+TEST(ScanGeometryMoS2, TheLatticeGivesTheWholeMapWhereItIsAnisotropic) {
+  std::string log;
+  const nlohmann::json map = estimate("stretched", 16, 24, [](int64_t a, int64_t b) { return std::pair{2 * a, b}; },
+                                      false, &log, "0.70710678", {"preprocess.scan_scale=\"auto\""});
+  ASSERT_TRUE(map.is_object()) << log;
+  ASSERT_TRUE(map.at("lattice").at("used").get<bool>()) << map.dump() << "\n" << log;
+  const auto& L = map.at("linear");
+  EXPECT_NEAR(L[0][0].get<double>(), std::sqrt(2.0), 0.02) << map.dump();
+  EXPECT_NEAR(L[1][1].get<double>(), 1 / std::sqrt(2.0), 0.01) << map.dump();
+  EXPECT_NEAR(L[0][1].get<double>(), 0.0, 0.02) << map.dump();
+  EXPECT_NEAR(L[1][0].get<double>(), 0.0, 0.02) << map.dump();
+  EXPECT_NE(map.at("notes").dump().find("the whole map"), std::string::npos) << map.dump();
+  EXPECT_EQ(map.at("lattice").at("applied"), "whole map") << map.dump();
 }
 
 // The run reads back the lattice's scale only where the preprocessing used it (the log says what

@@ -130,13 +130,16 @@ preprocess_settings read_preprocess_settings(const toml::table& pre, const std::
   }
   if (auto scale = read_key<std::string>(pre, "scan_scale", where)) {
     if (*scale == "lattice") s.scale_from_lattice = true;
+    else if (*scale == "auto") s.scale_from_lattice = s.scale_auto = true;
     else if (*scale != "stated")
       fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": [preprocess] scan_scale = \"", *scale,
-           "\": must be \"stated\" or \"lattice\"");
-    if (s.scale_from_lattice && pre["scan_rotation_deg"] && !s.rotation_auto)
+           "\": must be \"stated\", \"lattice\" or \"auto\"");
+    if (s.scale_from_lattice && !s.scale_auto && pre["scan_rotation_deg"] && !s.rotation_auto)
       fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": [preprocess] scan_scale = \"lattice\" measures the whole map with ",
            "the rotation: leave scan_rotation_deg = \"auto\"");
   }
+  // "auto" with a stated rotation: the stated map, step included.
+  if (s.scale_auto && !s.rotation_auto) s.scale_from_lattice = s.scale_auto = false;
   s.binning = *setting_value<int64_t>(pre, where, "binning");
   if (s.binning < 1) fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": [preprocess] binning must be >= 1, got ", s.binning);
   if (auto node = pre["crop_detector"]) {
@@ -524,7 +527,10 @@ std::string preprocess_report::to_json() const {
       const lattice_map_result& r = g.lattice;
       nlohmann::ordered_json lj;
       lj["used"] = std::isfinite(g.lattice_scale);
-      if (std::isfinite(g.lattice_scale)) lj["scale"] = g.lattice_scale;
+      if (std::isfinite(g.lattice_scale)) {
+        lj["scale"] = g.lattice_scale;
+        lj["applied"] = g.lattice_whole_map ? "whole map" : "scale";
+      }
       if (!r.done) lj["why_not"] = r.why_not;
       lj["linear_patterns_frame"] = {{number(r.map.L[0][0]), number(r.map.L[0][1])}, {number(r.map.L[1][0]), number(r.map.L[1][1])}};
       lj["scan_frequencies_per_index"] = {{r.scan_frequency[0][0], r.scan_frequency[0][1]},
@@ -619,7 +625,13 @@ stage_plan plan_preprocess_stage(dataset& d, const config_document& doc, const r
   if (s.rotation_auto && optics.known() && rx >= 4 && ry >= 4) parallax = make_parallax_images(optics, rx, ry, n0, n1);
   // scan_scale = "lattice": the bright field of a central block kept for the lattice's map.
   std::optional<lattice_block> lattice;
-  if (s.rotation_auto && s.scale_from_lattice && optics.known() && rx >= 8 && ry >= 8 && optics.slices == 1) {
+  // "auto" with [data] fast_axis: the run's scan map holds the stated step along the fast axis
+  // (a drift stretches only the slow one's), which the lattice's map would replace; the stated
+  // step stays. (The shared jitter scan: 0.959 / 0.036 Å so, 0.939 / 0.064 Å from the lattice's
+  // fast step, 1.1 % long.)
+  const bool fast_axis_held = s.scale_auto && bool(read_key<int64_t>(doc.table_at("data"), "fast_axis", "data"));
+  if (s.rotation_auto && s.scale_from_lattice && !fast_axis_held && optics.known() && rx >= 8 && ry >= 8 &&
+      optics.slices == 1) {
     const double radius_stated = optics.semiangle_mrad * 1e-3 / optics.wavelength_A;
     const double radius_px[2] = {1.6 * radius_stated / optics.dk_invA[0], 1.6 * radius_stated / optics.dk_invA[1]};
     lattice = lattice_block::make(rx, ry, n0, n1, radius_px, 32, int64_t(1) << 22);
@@ -675,15 +687,19 @@ stage_plan plan_preprocess_stage(dataset& d, const config_document& doc, const r
     if (rx >= 3 && ry >= 3) rep.rotation = estimate_scan_rotation(com_field, rx, ry, s.transpose_auto ? -1 : int(s.transpose));
     rep.geometry = estimate_scan_geometry(com_field, rx, ry, parallax ? &*parallax : nullptr, optics,
                                           s.transpose_auto ? -1 : int(s.transpose));
-    if (s.scale_from_lattice) {
+    if (fast_axis_held) {
+      rep.geometry.notes.push_back("scan_scale = \"auto\": the lattice is not measured: the run holds the stated "
+                                   "step along the fast axis ([data] fast_axis)");
+    } else if (s.scale_from_lattice) {
       if (lattice) {
         sum(lattice->patterns.data(), int(lattice->patterns.size()));
         sum(lattice->seen.data(), int(lattice->seen.size()));
-        apply_lattice_map(rep.geometry, *lattice, optics);
+        apply_lattice_map(rep.geometry, *lattice, optics, !s.scale_auto);
       } else {
         // Several slices: the lunes' model is a thin specimen's (on the shared si110 and bilayer
         // it came out 0.8 % and 2.5 % off), and the run's map refines the scale itself.
-        rep.geometry.notes.push_back(cat("warning: scan_scale = \"lattice\": not measured (",
+        rep.geometry.notes.push_back(cat(s.scale_auto ? "" : "warning: ", "scan_scale = \"",
+                                         s.scale_auto ? "auto" : "lattice", "\": not measured (",
                                          !optics.known()     ? "the optics are not known"
                                          : optics.slices > 1 ? "several slices: the lattice's measurement models a thin "
                                                                "specimen, and the run's scan map refines the scale"

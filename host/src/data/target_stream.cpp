@@ -19,7 +19,7 @@
 namespace tycho::host {
 
 stored_npy_member::stored_npy_member(const std::string& zip_path, const std::string& member, bool check_crc)
-    : zip_path_(zip_path), member_(member), where_(cat("'", zip_path, "': member '", member, "'")), checked_(check_crc) {
+    : zip_path_(zip_path), member_(member), checked_(check_crc), where_(cat("'", zip_path, "': member '", member, "'")) {
   int err = 0;
   zip_ = zip_open(zip_path.c_str(), ZIP_RDONLY, &err);
   if (zip_ == nullptr) fail(TYCHO_ERR_IO, "'", zip_path, "' cannot be opened as a zip file (libzip error ", err, ")");

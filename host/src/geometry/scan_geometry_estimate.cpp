@@ -25,6 +25,8 @@ constexpr double pi = 3.14159265358979323846;
 constexpr double parallax_error_max = 0.05;
 constexpr double parallax_error_limit = 0.15;
 constexpr double min_parallax_shift = 1.0 / 3.0;
+// The lattice's step ratio (log) or shear beyond which its whole map is taken (apply_lattice_map).
+constexpr double lattice_anisotropy_taken = 0.05;
 // How far the COM curl's rotation may lie from the parallax's before the log warns (degrees).
 constexpr double rotation_disagreement_deg = 5.0;
 // The COM curl's scatter on noisy data (1.26° on the MoS2 counts, 0.24° noise-free): a rotation
@@ -332,7 +334,11 @@ scan_geometry_estimate estimate_scan_geometry(const std::vector<double>& com, in
   return e;
 }
 
-void apply_lattice_map(scan_geometry_estimate& e, const lattice_block& block, const geometry_optics& o) {
+void apply_lattice_map(scan_geometry_estimate& e, const lattice_block& block, const geometry_optics& o, bool asked) {
+  // Asked for (scan_scale = "lattice"), a fallback is a warning; under "auto" (no lattice in an
+  // amorphous specimen is expected) it is said as information.
+  const std::string mode = asked ? "scan_scale = \"lattice\"" : "scan_scale = \"auto\"";
+  const std::string fallback = asked ? "warning: " + mode : mode;
   lattice_map_inputs in;
   for (int a = 0; a < 2; ++a) {
     in.step_A[a] = o.step_A[a];
@@ -347,40 +353,60 @@ void apply_lattice_map(scan_geometry_estimate& e, const lattice_block& block, co
   const lattice_map_result& r = e.lattice;
   const std::string kept = ": the stated step is kept";
   if (!r.done) {
-    e.notes.push_back(cat("warning: scan_scale = \"lattice\": no lattice map (", r.why_not, ")", kept));
+    e.notes.push_back(cat(fallback, ": no lattice map (", r.why_not, ")", kept));
     return;
   }
   const scan_map m = transposed(r.map, e.transpose);
   const double turn = std::remainder(nearest_rotation(m) - nearest_rotation(e.map), 2 * pi);
   if (!(m.det() > 0)) {
-    e.notes.push_back(cat("warning: scan_scale = \"lattice\": the lattice's map has the detector ",
+    e.notes.push_back(cat(fallback, ": the lattice's map has the detector ",
                           e.transpose ? "not " : "", "transposed, against the estimate", kept));
     return;
   }
   if (std::abs(turn) > 5 * pi / 180) {
-    e.notes.push_back(cat("warning: scan_scale = \"lattice\": the lattice's map is turned ", deg(turn),
+    e.notes.push_back(cat(fallback, ": the lattice's map is turned ", deg(turn),
                           " against the estimated rotation (more than 5°)", kept));
     return;
   }
   const double s = std::sqrt(m.det());
   if (std::abs(std::log(s)) > std::log(1.15)) {
-    e.notes.push_back(cat("warning: scan_scale = \"lattice\": the lattice's map is ", s,
+    e.notes.push_back(cat(fallback, ": the lattice's map is ", s,
                           " times the stated step (more than 15 % off)", kept));
     return;
   }
-  e.map = m;
+  // The lattice's step ratio and shear carry about 1 % of error (the exact MoS2 raster: shear
+  // −0.010; the jitter scan: the fast step 1.1 % long), and a start that far off costs the run's
+  // refinement of the map more iterations than it has (MoS2 example, 100 iterations: Pearson
+  // 0.919 from the lattice's whole map, 0.931 from its scale on the parallax's rotation). That
+  // refinement pulls in a few per cent from the nominal raster (the 5 % step error: 0.870 so,
+  // against 0.866 from the whole map) but not a drift's 17 % (the partially coherent MoS2 with a
+  // 2 Å drift: 0.732, against 0.779). So the whole map where its anisotropy exceeds 5 %, else its
+  // isotropic scale on the parallax's rotation (bench/RESULTS.md, session 19).
+  const auto q = m.decompose();
+  const double anisotropy = std::max(std::abs(std::log(q.scale1 / q.scale0)), std::abs(q.shear));
+  const bool whole = anisotropy > lattice_anisotropy_taken;
+  if (whole) {
+    e.map = m;
+  } else {
+    for (auto& row : e.map.L)
+      for (double& v : row) v *= s;
+  }
   e.lattice_scale = s;
+  e.lattice_whole_map = whole;
   // The parallax fixes C10 / step: at the lattice's scale its C10 is s times the nominal step's.
   if (std::isfinite(e.parallax_C10_A)) {
     if (std::isfinite(e.C10_estimate_A)) e.C10_estimate_A = s * e.parallax_C10_A - o.specimen_middle_A;
     if (std::isfinite(e.C10_entrance_A)) e.C10_entrance_A = s * e.parallax_C10_A - o.specimen_middle_A;
   }
-  const auto q = m.decompose();
-  e.notes.push_back(cat("scan map from the crystal's lattice (scan_scale = \"lattice\"; peaks ", r.peak_contrast,
+  e.notes.push_back(cat(whole ? "scan map from the crystal's lattice (" : "scan map's isotropic scale from the crystal's lattice (", mode, "; peaks ", r.peak_contrast,
                         " x the spectrum's median, the lunes explain ", std::round(r.lune_fit * 1000) / 10,
                         " % of their signal): isotropic scale ", s, " ± ", r.scale_sd * s, " of the stated step, rotation ", deg(q.rotation_rad),
                         " (", deg(turn), " from the estimate), step scales ", q.scale0, ", ", q.scale1, ", shear ",
-                        q.shear, "; the lunes' phase ramps say C10 = ", r.C10_A[0], " and ", r.C10_A[1], " Å"));
+                        q.shear,
+                        whole ? cat(" (anisotropy ", anisotropy, " > ", lattice_anisotropy_taken, ": the whole map)")
+                              : cat(" (anisotropy ", anisotropy, " <= ", lattice_anisotropy_taken,
+                                    ": the scale only, on the estimated rotation; the run refines the rest)"),
+                        "; the lunes' phase ramps say C10 = ", r.C10_A[0], " and ", r.C10_A[1], " Å"));
 }
 
 }  // namespace tycho::host

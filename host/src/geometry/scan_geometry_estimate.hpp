@@ -56,12 +56,13 @@ scan_geometry_estimate estimate_scan_geometry(const std::vector<double>& com, in
                                               const parallax_images* images, const geometry_optics& o,
                                               int transpose_given);
 
-// scan_scale = "lattice": measures the map from the crystal's lattice in `block` (summed over
-// every rank), paired through e's map, and where it is found and agrees with e's transpose and
-// rotation (within 5°) makes it e's map, scale included, and moves the parallax's C10 estimate
-// with the scale (the parallax fixes C10 / step). Otherwise e is left as it was and a warning
-// note says why.
-void apply_lattice_map(scan_geometry_estimate& e, const lattice_block& block, const geometry_optics& o);
+// scan_scale = "lattice" (`asked`) or "auto": measures the map from the crystal's lattice in
+// `block` (summed over every rank), paired through e's map, and where it is found and agrees with
+// e's transpose and rotation (within 5°) makes it e's map (its whole map where its step ratio or
+// shear exceeds 5 %, else its isotropic scale times e's rotation), and moves the parallax's C10
+// estimate with the scale (the parallax fixes C10 / step). Otherwise e is left as it was and a
+// note says why (a warning where the lattice was asked for).
+void apply_lattice_map(scan_geometry_estimate& e, const lattice_block& block, const geometry_optics& o, bool asked);
 
 // The skewness of the phase integrated from the COM field (rx·ry x 2, detector axes) turned into
 // scan axes by θ (py4DSTEM's convention, transposed first when asked): positive for atoms at the

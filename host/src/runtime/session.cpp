@@ -102,7 +102,7 @@ std::string held_scale_log(scan_refinement_options::held_scale hold, int64_t sli
            "refine_scan_scale = false)";
   if (std::isfinite(lattice_scale))
     return cat("the scan map holds the scan's isotropic scale at the crystal lattice's, ", lattice_scale,
-               " of the stated step ([preprocess] scan_scale = \"lattice\")");
+               " of the stated step ([preprocess] scan_scale)");
   return "the scan map holds the scan's isotropic scale at the stated step: with one slice the data do not fix it; "
          "a scan whose error is a drift is better held by its fast axis's step ([data] fast_axis)";
 }

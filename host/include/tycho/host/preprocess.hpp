@@ -83,7 +83,10 @@ struct preprocess_settings {
   double rotation_deg = 0;      // given (or, after the stage, applied)
   bool transpose_auto = false;  // estimated with the rotation (scan_transpose not given)
   bool transpose = false;
-  bool scale_from_lattice = false;  // scan_scale = "lattice" (with the rotation estimated)
+  bool scale_from_lattice = false;  // scan_scale = "lattice" or "auto" (with the rotation estimated)
+  // scan_scale = "auto": the lattice where a crystal gives one and nothing else fixes the scale
+  // (one slice, no [data] fast_axis); its fallbacks are said as information, not warnings.
+  bool scale_auto = false;
   int64_t binning = 1;
   std::array<int64_t, 2> crop{0, 0};  // crop_detector; 0: no crop
   bool normalise = false;
@@ -186,11 +189,13 @@ struct scan_geometry_estimate {
   // contrast may lie anywhere in the slices' span T: T / √12).
   double C10_sd_A = std::nan("");
   double C10_entrance_A = std::nan("");  // the parallax's C10 at the entrance surface, whatever its error
-  // scan_scale = "lattice": the crystal's measurement (tycho/core/lattice_map.hpp), when tried,
-  // and the isotropic scale of the map it gave (NaN where the stated step was kept).
+  // scan_scale = "lattice" or "auto": the crystal's measurement (tycho/core/lattice_map.hpp),
+  // when tried, the isotropic scale of the map it gave (NaN where the stated step was kept), and
+  // whether its whole map was taken (its anisotropy over 5 %) or its scale alone.
   bool lattice_tried = false;
   lattice_map_result lattice;
   double lattice_scale = std::nan("");
+  bool lattice_whole_map = false;
   double com_rotation_deg = std::nan("");  // the curl's estimate (py4DSTEM's convention), when made
   double dpc_skewness = std::nan("");      // the integrated COM's skewness at the chosen rotation
   std::vector<std::string> notes;          // each decision and its reason, for the log
