@@ -127,6 +127,32 @@ TEST(LatticeMap, CountingNoiseLeavesTheScaleWithinAThirdOfAPercent) {
   EXPECT_LT(r.scale_sd, tycho::lattice_scale_sd_max);
 }
 
+// A detector's gap (a row and a column through the bright field, zero in every pattern and
+// masked) stays out of the fit: the same map as without it.
+TEST(LatticeMap, MaskedPixelsStayOutOfTheFit) {
+  const tycho::scan_map truth = tycho::scan_map::from_parameters(-70 * pi / 180, 0.97, 0.97, 0.0);
+  synthetic_scan s = simulate(truth, true, 2e4);
+  s.inputs.start = tycho::rotation_map(-70 * pi / 180);
+  const int64_t n = s.block.detector[0];
+  std::vector<uint8_t> valid(std::size_t(n * n), 1);
+  for (int64_t u = 0; u < n; ++u) valid[std::size_t(u * n + 3)] = valid[std::size_t(2 * n + u)] = 0;
+  const double radius_px[2] = {1.6 * 25e-3 / 0.04176 / 0.06, 1.6 * 25e-3 / 0.04176 / 0.06};
+  tycho::lattice_block gapped = tycho::lattice_block::make(24, 24, n, n, radius_px, 32, int64_t(1) << 22, valid.data());
+  ASSERT_LT(gapped.pixels.size(), s.block.pixels.size());
+  // The gapped block's patterns from the full block's (the gap's pixels are simply not kept).
+  std::vector<float> pattern(std::size_t(n * n));
+  for (int64_t b = 0; b < 24 * 24; ++b) {
+    std::fill(pattern.begin(), pattern.end(), 0.0f);
+    for (std::size_t j = 0; j < s.block.pixels.size(); ++j)
+      pattern[std::size_t(s.block.pixels[j])] = float(s.block.patterns[std::size_t(b) * s.block.pixels.size() + j]);
+    gapped.add(b / 24, b % 24, pattern.data());
+  }
+  for (int64_t j : gapped.pixels) EXPECT_NE(valid[std::size_t(j)], 0);
+  const tycho::lattice_map_result r = tycho::estimate_lattice_map(gapped, s.inputs);
+  ASSERT_TRUE(r.done) << r.why_not;
+  EXPECT_NEAR(std::sqrt(r.map.det()), 0.97, 0.003 * 0.97);
+}
+
 TEST(LatticeMap, NoLatticeIsSaidNotGuessed) {
   synthetic_scan s = simulate(tycho::scan_map{}, false, 2e4);
   s.inputs.start = tycho::scan_map{};

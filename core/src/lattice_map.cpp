@@ -194,7 +194,7 @@ double hann(int64_t i, int64_t n) {  // numpy's hanning(n + 2)[1:-1]: no zero we
 }  // namespace
 
 lattice_block lattice_block::make(int64_t rx, int64_t ry, int64_t n0, int64_t n1, const double radius_px[2],
-                                  int64_t max_block, int64_t max_values) {
+                                  int64_t max_block, int64_t max_values, const uint8_t* valid) {
   lattice_block b;
   b.detector[0] = n0;
   b.detector[1] = n1;
@@ -202,7 +202,7 @@ lattice_block lattice_block::make(int64_t rx, int64_t ry, int64_t n0, int64_t n1
     for (int64_t v = 0; v < n1; ++v) {
       const double f0 = double(signed_index(u, n0)) / radius_px[0];
       const double f1 = double(signed_index(v, n1)) / radius_px[1];
-      if (f0 * f0 + f1 * f1 <= 1) b.pixels.push_back(u * n1 + v);
+      if (f0 * f0 + f1 * f1 <= 1 && (valid == nullptr || valid[u * n1 + v] != 0)) b.pixels.push_back(u * n1 + v);
     }
   const int64_t kept = std::max<int64_t>(int64_t(b.pixels.size()), 1);
   int64_t side = max_block;

@@ -49,9 +49,11 @@ struct lattice_block {
 
   // A block of at most max_block² positions at the scan's centre (fewer where the kept values
   // would pass max_values), keeping the pixels within radius_px[a] of the zero frequency along
-  // each axis (an ellipse).
+  // each axis (an ellipse) that `valid` (n0·n1, FFT order, nonzero = a good pixel; null: all)
+  // does not mark bad: a masked pixel holds no signal (a detector's gap), and fitted as a pixel
+  // that does it would pull the lunes' fit.
   static lattice_block make(int64_t rx, int64_t ry, int64_t n0, int64_t n1, const double radius_px[2],
-                            int64_t max_block, int64_t max_values);
+                            int64_t max_block, int64_t max_values, const uint8_t* valid = nullptr);
   bool holds(int64_t i, int64_t k) const {
     return i >= first[0] && i < first[0] + block[0] && k >= first[1] && k < first[1] + block[1];
   }
