@@ -99,8 +99,10 @@ class HostileFeatures : public ::testing::Test {
   static const std::string& result() {
     static const std::string path = [] {
       const std::string p = (dir_ / "r.zip").string();
+      // The stated raster (not the lattice's scale): the messages name its extent.
       auto r = run_command({tycho_exe(), "reconstruct", config_, "-q", "--iterations", "1", "-o", p, "--set",
-                            "output.previews=false", "--set", "reconstruct.positions.correct=false"});
+                            "output.previews=false", "--set", "reconstruct.positions.correct=false", "--set",
+                            "preprocess.scan_scale=\"stated\""});
       EXPECT_TRUE(r.exited_with(0)) << r.describe();
       return p;
     }();

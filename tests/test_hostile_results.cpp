@@ -203,10 +203,12 @@ class HostileResults : public ::testing::Test {
     text.replace(text.find(from), from.size(), "\"" + tycho::test::example_data("mos2_80kV_32x24_counts.h5") + "\"");
     config_ = folder_->write("run.toml", text);
     result_ = *folder_ / "result.zip";
-    // The positions held: the messages below name the field of view the raster's extent gives.
+    // The positions held at the stated raster (not the lattice's scale): the messages below name
+    // the field of view the raster's extent gives.
     run_ = new command_result(run_command({tycho::test::tycho_exe(), "reconstruct", config_, "-q", "--iterations",
                                            "4", "--stop-after", "2", "-o", result_, "--set",
-                                           "reconstruct.positions.correct=false"}));
+                                           "reconstruct.positions.correct=false", "--set",
+                                           "preprocess.scan_scale=\"stated\""}));
   }
   static void TearDownTestSuite() {
     delete run_;

@@ -539,7 +539,10 @@ TEST(PlanCommand, CpuPlanMatchesThePeakRssOfARun) {
   tycho::test::temp_folder tmp;
   const std::string small = tmp / "small.h5";
   write_small_mos2(small);
-  const std::vector<std::string> common = {"--set", "reconstruct.threads=2", "--set", "output.previews=false"};
+  // The stated step: the lattice's measurement in the preprocessing (its block, up to 32 MiB, on
+  // the 32 x 24 scan and not on the 4 x 4 one) is outside the engine's plan (documented).
+  const std::vector<std::string> common = {"--set", "reconstruct.threads=2", "--set", "output.previews=false",
+                                           "--set", "preprocess.scan_scale=\"stated\""};
   std::vector<std::string> big_args = {example_config()}, small_args = {example_config(), "--set",
       "data.path=" + small, "--set", "data.scan_step_A=0.5", "--set", "data.detector_pixel_invA=0.06"};
   big_args.insert(big_args.end(), common.begin(), common.end());

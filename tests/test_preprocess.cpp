@@ -107,7 +107,8 @@ TEST(Preprocess, SettingsRefused) {
   EXPECT_EQ(read("[preprocess]\nscan_rotation_deg = -270\n").rotation_deg, -270.0);
   // scan_scale: "stated" (the default), "lattice", which measures the map with the rotation, or
   // "auto", the lattice where nothing else fixes the scale (with a stated rotation: the stated map).
-  EXPECT_FALSE(read("[preprocess]\n").scale_from_lattice);
+  EXPECT_TRUE(read("[preprocess]\n").scale_auto);  // the default
+  EXPECT_FALSE(read("[preprocess]\nscan_scale = \"stated\"\n").scale_from_lattice);
   EXPECT_TRUE(read("[preprocess]\nscan_scale = \"lattice\"\n").scale_from_lattice);
   EXPECT_FALSE(read("[preprocess]\nscan_scale = \"lattice\"\n").scale_auto);
   EXPECT_TRUE(read("[preprocess]\nscan_scale = \"auto\"\n").scale_auto);
@@ -473,12 +474,17 @@ TEST(PreprocessMoS2, AStatedC10TheParallaxAgreesWithIsKept) {
   tycho::test::temp_folder tmp;
   auto one = run_command({tycho::test::tycho_exe(), "preprocess", example_config(), "-o", tmp / "a.zip"});
   ASSERT_TRUE(one.exited_with(0)) << one.describe();
-  const auto a = manifest_of(tmp / "a.zip").at("preprocess").at("scan_map").at("parallax");
+  const auto map = manifest_of(tmp / "a.zip").at("preprocess").at("scan_map");
+  const auto& a = map.at("parallax");
   const double measured = a.at("C10_at_nominal_step_A").get<double>(), error = a.at("relative_error").get<double>();
   ASSERT_LT(error, 0.02) << a.dump();
-  EXPECT_EQ(a.at("C10_at_entrance_A").get<double>(), measured);  // one slice: the middle is the entrance
+  // One slice: the middle is the entrance; at the crystal lattice's scale (0.9997 of the stated
+  // step here, scan_scale = "auto"), since the parallax fixes C10 / step.
+  ASSERT_TRUE(map.at("lattice").at("used").get<bool>()) << map.dump();
+  const double at_scale = map.at("lattice").at("scale").get<double>() * measured;
+  EXPECT_NEAR(a.at("C10_at_entrance_A").get<double>(), at_scale, 1e-9 * std::abs(measured));
   EXPECT_NEAR(a.at("C10_sd_A").get<double>(), error * std::abs(measured), 1e-9);
-  EXPECT_EQ(a.at("C10_estimate_A").get<double>(), measured);  // 13 Å from the stated −150 Å: replaced
+  EXPECT_NEAR(a.at("C10_estimate_A").get<double>(), at_scale, 1e-9 * std::abs(measured));  // 13 Å from the stated −150 Å: replaced
   // Stated within the standard error: kept (no estimate recorded).
   const std::string near = "optics.C10_A=" + std::to_string(measured + 0.5 * error * std::abs(measured));
   auto agree = run_command({tycho::test::tycho_exe(), "preprocess", example_config(), "-o", tmp / "b.zip", "--set", near});

@@ -30,9 +30,9 @@ using tycho::test::load_result;
 using tycho::test::run_command;
 
 // The MoS2 example with constant learning rates and a window of 5, the scan map not refined (its
-// wait has a test of its own) and no halving of the learning rates at the rule's verdicts (theirs
-// too, unless a test sets plateau_halvings): the rule ends it after a few tens of iterations (27
-// here), which keeps these runs short.
+// wait has a test of its own), the stated step, and no halving of the learning rates at the
+// rule's verdicts (theirs too, unless a test sets plateau_halvings): the rule ends it after a few
+// tens of iterations (27 here), which keeps these runs short.
 class StoppingRuleRuns : public ::testing::Test {
  protected:
   command_result reconstruct(const std::vector<std::string>& extra) {
@@ -48,7 +48,11 @@ class StoppingRuleRuns : public ::testing::Test {
                                      "--set",
                                      "reconstruct.probe.schedule=\"constant\"",
                                      "--set",
-                                     "output.previews=false"};
+                                     "output.previews=false",
+                                     // The stated step: the lattice's (0.9997 of it) moves the
+                                     // trajectory enough to change a window-5 verdict here.
+                                     "--set",
+                                     "preprocess.scan_scale=\"stated\""};
     if (std::find(extra.begin(), extra.end(), "reconstruct.positions.refine_scan_map=true") == extra.end())
       argv.insert(argv.end(), {"--set", "reconstruct.positions.refine_scan_map=false"});
     if (std::none_of(extra.begin(), extra.end(), [](const std::string& e) { return e.starts_with("reconstruct.plateau_halvings"); }))

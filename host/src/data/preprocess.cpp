@@ -137,6 +137,8 @@ preprocess_settings read_preprocess_settings(const toml::table& pre, const std::
     if (s.scale_from_lattice && !s.scale_auto && pre["scan_rotation_deg"] && !s.rotation_auto)
       fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": [preprocess] scan_scale = \"lattice\" measures the whole map with ",
            "the rotation: leave scan_rotation_deg = \"auto\"");
+  } else {
+    s.scale_from_lattice = s.scale_auto = true;  // the default: "auto"
   }
   // "auto" with a stated rotation: the stated map, step included.
   if (s.scale_auto && !s.rotation_auto) s.scale_from_lattice = s.scale_auto = false;
@@ -634,7 +636,10 @@ stage_plan plan_preprocess_stage(dataset& d, const config_document& doc, const r
       optics.slices == 1) {
     const double radius_stated = optics.semiangle_mrad * 1e-3 / optics.wavelength_A;
     const double radius_px[2] = {1.6 * radius_stated / optics.dk_invA[0], 1.6 * radius_stated / optics.dk_invA[1]};
-    lattice = lattice_block::make(rx, ry, n0, n1, radius_px, 32, int64_t(1) << 22);
+    // Masked pixels stay out (with a mask, crop and binning are refused: it matches the pattern).
+    const bool masked = !d.detector_mask.empty() && int64_t(d.detector_mask.size()) == n0 * n1;
+    lattice = lattice_block::make(rx, ry, n0, n1, radius_px, 32, int64_t(1) << 22,
+                                  masked ? d.detector_mask.data() : nullptr);
   }
   if (s.needs_com()) {
     rep.com.assign(std::size_t(2 * d.patterns), nan);
@@ -687,6 +692,7 @@ stage_plan plan_preprocess_stage(dataset& d, const config_document& doc, const r
     if (rx >= 3 && ry >= 3) rep.rotation = estimate_scan_rotation(com_field, rx, ry, s.transpose_auto ? -1 : int(s.transpose));
     rep.geometry = estimate_scan_geometry(com_field, rx, ry, parallax ? &*parallax : nullptr, optics,
                                           s.transpose_auto ? -1 : int(s.transpose));
+    parallax.reset();  // its images are not needed again
     if (fast_axis_held) {
       rep.geometry.notes.push_back("scan_scale = \"auto\": the lattice is not measured: the run holds the stated "
                                    "step along the fast axis ([data] fast_axis)");
@@ -695,6 +701,7 @@ stage_plan plan_preprocess_stage(dataset& d, const config_document& doc, const r
         sum(lattice->patterns.data(), int(lattice->patterns.size()));
         sum(lattice->seen.data(), int(lattice->seen.size()));
         apply_lattice_map(rep.geometry, *lattice, optics, !s.scale_auto);
+        lattice.reset();  // the block (up to 32 MiB) is not needed again
       } else {
         // Several slices: the lunes' model is a thin specimen's (on the shared si110 and bilayer
         // it came out 0.8 % and 2.5 % off), and the run's map refines the scale itself.
