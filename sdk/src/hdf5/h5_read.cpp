@@ -47,6 +47,15 @@ struct h5_value {
   }
 };
 
+// An integer or floating-point type of at most 16 bytes: the file states a type's size, and
+// libhdf5 converts through a buffer of that size per element (a crafted "float" of 1.9 GB made a
+// one-element read allocate 1.9 GB: the emd fuzzer's finding).
+bool plain_number_type(hid_t type) {
+  const H5T_class_t cls = H5Tget_class(type);
+  const std::size_t size = H5Tget_size(type);
+  return (cls == H5T_INTEGER || cls == H5T_FLOAT) && size > 0 && size <= 16;
+}
+
 // The attribute `name` of `group`, else the dataset `name` inside it.
 std::optional<h5_value> find_value(hid_t group, const std::string& name) {
   if (H5Aexists(group, name.c_str()) > 0) {
@@ -175,8 +184,7 @@ std::optional<double> read_number(hid_t group, const std::string& name) {
   if (!v) return std::nullopt;
   h5_id type = v->type();
   if (!type) return std::nullopt;
-  H5T_class_t cls = H5Tget_class(type.get());
-  if ((cls != H5T_INTEGER && cls != H5T_FLOAT) || v->element_count() != 1) return std::nullopt;
+  if (!plain_number_type(type.get()) || v->element_count() != 1) return std::nullopt;
   double x = std::numeric_limits<double>::quiet_NaN();
   if (!v->read(H5T_NATIVE_DOUBLE, &x)) return std::nullopt;
   return x;
@@ -201,9 +209,8 @@ std::optional<std::vector<double>> read_numbers(hid_t loc, const std::string& pa
   h5_value v{std::move(obj), false};
   h5_id type = v.type();
   if (!type) return std::nullopt;
-  H5T_class_t cls = H5Tget_class(type.get());
   int64_t n = v.element_count();
-  if ((cls != H5T_INTEGER && cls != H5T_FLOAT) || n < 0) return std::nullopt;
+  if (!plain_number_type(type.get()) || n < 0) return std::nullopt;
   // The count is the file's word: a table of positions or calibrations beyond 2^27 values
   // (1 GiB as float64) is refused before it is allocated.
   if (n > (int64_t(1) << 27)) {
@@ -214,6 +221,27 @@ std::optional<std::vector<double>> read_numbers(hid_t loc, const std::string& pa
   }
   std::vector<double> values(static_cast<std::size_t>(n));
   if (n > 0 && !v.read(H5T_NATIVE_DOUBLE, values.data())) return std::nullopt;
+  return values;
+}
+
+std::optional<std::vector<double>> read_first_numbers(hid_t loc, const std::string& path, int64_t count) {
+  h5_id obj = open_object(loc, path);
+  if (!obj || !is_dataset(obj.get()) || count < 0) return std::nullopt;
+  h5_id type(H5Dget_type(obj.get()));
+  if (!type) return std::nullopt;
+  h5_id file_space(H5Dget_space(obj.get()));
+  if (!plain_number_type(type.get()) || !file_space || H5Sget_simple_extent_ndims(file_space.get()) != 1)
+    return std::nullopt;
+  hsize_t n = 0;
+  if (H5Sget_simple_extent_dims(file_space.get(), &n, nullptr) != 1) return std::nullopt;
+  const hsize_t take = std::min<hsize_t>(n, hsize_t(count));
+  std::vector<double> values(static_cast<std::size_t>(take));
+  if (take == 0) return values;
+  const hsize_t start = 0;
+  h5_id mem_space(H5Screate_simple(1, &take, nullptr));
+  if (!mem_space || H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &start, nullptr, &take, nullptr) < 0 ||
+      H5Dread(obj.get(), H5T_NATIVE_DOUBLE, mem_space.get(), file_space.get(), H5P_DEFAULT, values.data()) < 0)
+    return std::nullopt;
   return values;
 }
 

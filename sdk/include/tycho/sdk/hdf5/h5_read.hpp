@@ -51,5 +51,9 @@ std::optional<std::string> read_string(hid_t group, const std::string& name);
 std::optional<std::string> read_string_attribute(hid_t obj, const std::string& name);
 // A numeric dataset of any shape as doubles, in C order; nullopt when absent or not numeric.
 std::optional<std::vector<double>> read_numbers(hid_t loc, const std::string& path);
+// The first min(count, n) values of the 1-D numeric dataset `path` (an axis vector of which only
+// the start is needed), as double; nullopt when it is absent, not numeric or not 1-D. Reads only
+// those values, whatever length the file declares.
+std::optional<std::vector<double>> read_first_numbers(hid_t loc, const std::string& path, int64_t count);
 
 }  // namespace tycho::h5
