@@ -705,8 +705,7 @@ stage_plan plan_preprocess_stage(dataset& d, const config_document& doc, const r
       } else {
         // Several slices: the lunes' model is a thin specimen's (on the shared si110 and bilayer
         // it came out 0.8 % and 2.5 % off), and the run's map refines the scale itself.
-        rep.geometry.notes.push_back(cat(s.scale_auto ? "" : "warning: ", "scan_scale = \"",
-                                         s.scale_auto ? "auto" : "lattice", "\": not measured (",
+        rep.geometry.notes.push_back(cat(lattice_note_head(!s.scale_auto, true), ": not measured (",
                                          !optics.known()     ? "the optics are not known"
                                          : optics.slices > 1 ? "several slices: the lattice's measurement models a thin "
                                                                "specimen, and the run's scan map refines the scale"

@@ -334,11 +334,13 @@ scan_geometry_estimate estimate_scan_geometry(const std::vector<double>& com, in
   return e;
 }
 
-void apply_lattice_map(scan_geometry_estimate& e, const lattice_block& block, const geometry_optics& o, bool asked) {
-  // Asked for (scan_scale = "lattice"), a fallback is a warning; under "auto" (no lattice in an
-  // amorphous specimen is expected) it is said as information.
+std::string lattice_note_head(bool asked, bool fallback) {
   const std::string mode = asked ? "scan_scale = \"lattice\"" : "scan_scale = \"auto\"";
-  const std::string fallback = asked ? "warning: " + mode : mode;
+  return fallback && asked ? "warning: " + mode : mode;
+}
+
+void apply_lattice_map(scan_geometry_estimate& e, const lattice_block& block, const geometry_optics& o, bool asked) {
+  const std::string mode = lattice_note_head(asked, false), fallback = lattice_note_head(asked, true);
   lattice_map_inputs in;
   for (int a = 0; a < 2; ++a) {
     in.step_A[a] = o.step_A[a];

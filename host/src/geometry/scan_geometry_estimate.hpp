@@ -56,6 +56,11 @@ scan_geometry_estimate estimate_scan_geometry(const std::vector<double>& com, in
                                               const parallax_images* images, const geometry_optics& o,
                                               int transpose_given);
 
+// How a note of the lattice's measurement begins: the setting (scan_scale = "lattice" where it was
+// `asked` for, else "auto"), and for a `fallback` to the stated step a warning where it was asked
+// for (under "auto" a specimen without a lattice is expected: information).
+std::string lattice_note_head(bool asked, bool fallback);
+
 // scan_scale = "lattice" (`asked`) or "auto": measures the map from the crystal's lattice in
 // `block` (summed over every rank), paired through e's map, and where it is found and agrees with
 // e's transpose and rotation (within 5°) makes it e's map (its whole map where its step ratio or
