@@ -126,6 +126,23 @@ TEST(Preprocess, SettingsRefused) {
   EXPECT_NE(refusal("[preprocess]\nscan_scale = 1.02\n").find("scan_scale"), std::string::npos);
   EXPECT_NE(refusal("[preprocess]\nscan_rotation_deg = 10\nscan_scale = \"lattice\"\n").find("scan_rotation_deg"),
             std::string::npos);
+  // scan_geometry_search: "auto" (the default: where nothing measured the geometry), true (with the
+  // rotation "auto"), false; its step 1-90 degrees, its iterations 4-100000.
+  using search = th::preprocess_settings::search_mode;
+  EXPECT_EQ(read("[preprocess]\n").geometry_search, search::fallback);
+  EXPECT_EQ(read("[preprocess]\nscan_geometry_search = true\n").geometry_search, search::always);
+  EXPECT_EQ(read("[preprocess]\nscan_geometry_search = false\n").geometry_search, search::never);
+  EXPECT_EQ(read("[preprocess]\n").geometry_search_step_deg, 20.0);
+  EXPECT_EQ(read("[preprocess]\n").geometry_search_iterations, 200);
+  for (const char* bad : {"scan_geometry_search = \"yes\"", "scan_geometry_search = 1", "scan_geometry_search_step_deg = 0",
+                          "scan_geometry_search_step_deg = 91", "scan_geometry_search_step_deg = nan",
+                          "scan_geometry_search_step_deg = \"20\"", "scan_geometry_search_iterations = 3",
+                          "scan_geometry_search_iterations = 100001", "scan_geometry_search_iterations = 2.5"})
+    EXPECT_NE(refusal(std::string("[preprocess]\n") + bad + "\n").find(std::string(bad).substr(0, std::string(bad).find(' '))),
+              std::string::npos)
+        << bad;
+  EXPECT_NE(refusal("[preprocess]\nscan_rotation_deg = 10\nscan_geometry_search = true\n").find("scan_rotation_deg"),
+            std::string::npos);
 }
 
 // ---------------------------------------------------------------- centre of mass and its fit

@@ -142,6 +142,25 @@ preprocess_settings read_preprocess_settings(const toml::table& pre, const std::
   }
   // "auto" with a stated rotation: the stated map, step included.
   if (s.scale_auto && !s.rotation_auto) s.scale_from_lattice = s.scale_auto = false;
+  if (auto node = pre["scan_geometry_search"]) {
+    if (node.is_boolean()) {
+      s.geometry_search = *node.value<bool>() ? preprocess_settings::search_mode::always
+                                              : preprocess_settings::search_mode::never;
+    } else if (!(node.is_string() && *node.value<std::string>() == "auto")) {
+      fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": [preprocess] scan_geometry_search must be true, false or \"auto\"");
+    }
+  }
+  s.geometry_search_step_deg = *setting_value<double>(pre, where, "scan_geometry_search_step_deg");
+  if (!(s.geometry_search_step_deg >= 1 && s.geometry_search_step_deg <= 90))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": [preprocess] scan_geometry_search_step_deg = ",
+         s.geometry_search_step_deg, ": must be a number of degrees from 1 to 90");
+  s.geometry_search_iterations = *setting_value<int64_t>(pre, where, "scan_geometry_search_iterations");
+  if (s.geometry_search_iterations < 4 || s.geometry_search_iterations > 100000)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": [preprocess] scan_geometry_search_iterations = ",
+         s.geometry_search_iterations, ": must be an integer from 4 to 100000");
+  if (s.geometry_search == preprocess_settings::search_mode::always && !s.rotation_auto)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": [preprocess] scan_geometry_search = true searches the rotation: ",
+         "leave scan_rotation_deg = \"auto\"");
   s.binning = *setting_value<int64_t>(pre, where, "binning");
   if (s.binning < 1) fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": [preprocess] binning must be >= 1, got ", s.binning);
   if (auto node = pre["crop_detector"]) {
@@ -713,6 +732,15 @@ stage_plan plan_preprocess_stage(dataset& d, const config_document& doc, const r
                                          "): the stated step is kept"));
       }
     }
+    // A run searches where nothing measured the geometry (the session's scan_geometry_search):
+    // the fallback's warning says so.
+    if (rep.geometry.source == "nominal" && s.geometry_search != preprocess_settings::search_mode::never)
+      for (std::string& note : rep.geometry.notes)
+        if (const std::size_t at = note.find("the nominal raster is used (give");
+            at != std::string::npos && note.rfind("warning: the scan's geometry could not be measured", 0) == 0)
+          note.replace(at, std::string("the nominal raster is used (give").size(),
+                       "the nominal raster is used unless a run's trial reconstructions rank a geometry first "
+                       "([preprocess] scan_geometry_search; or give");
     for (const std::string& note : rep.geometry.notes) {
       if (note.rfind("warning: ", 0) == 0) log_warning("preprocess", note.substr(9));
       else log_info("preprocess", note);

@@ -27,6 +27,7 @@
 #include "geometry/scan_geometry_estimate.hpp"
 #include "runtime/batching_choice.hpp"
 #include "runtime/constraint_list.hpp"
+#include "runtime/geometry_search.hpp"
 #include "runtime/initial_probe.hpp"
 #include "runtime/vacuum_pattern.hpp"
 #include "runtime/positions_from.hpp"
@@ -229,6 +230,80 @@ void session::state::read_data(state& s, start& st) {
   // Before any geometry: the window (and so dx, positions, object, probe) is the padded one.
   s.padding = apply_detector_padding(s.data, s.config.table_at("preprocess"), s.config.origin());
   s.measured_mean = s.data.streamed ? s.data.streamed_mean : mean_pattern(s.data);
+}
+
+// 2b. The scan's geometry by trial reconstructions ([preprocess] scan_geometry_search), where the
+// preprocessing could not measure it (or always, where asked): the data are then read again with
+// the search's rotation and transpose stated, and the scan map refines the rotation from there.
+void session::state::search_geometry(state& s, start& st) {
+  using mode = preprocess_settings::search_mode;
+  if (st.prepared || st.resume) return;  // the prepared file's geometry / the resumed run's positions
+  const preprocess_settings pre = read_preprocess_settings(s.config.table_at("preprocess"), s.config.origin());
+  if (!pre.rotation_auto || pre.geometry_search == mode::never) return;
+  nlohmann::json report = nlohmann::json::parse(s.preprocess_json, nullptr, false);
+  if (!report.is_object() || !report.contains("scan_map") || !report["scan_map"].is_object()) return;  // not estimated
+  const bool measured = report["scan_map"].value("source", std::string("nominal")) != "nominal";
+  if (pre.geometry_search == mode::fallback && measured) return;
+  // "auto" bounds the trials' work: at most geometry_search_auto_max_values pattern pixels
+  // (patterns x detector pixels) per iteration, the whole search then about a quarter of an hour
+  // on two cores (the hBN entry's 576 patterns of 64²: 107 s). A larger scan's parallax is the
+  // more precise for it (its error falls as 1/√patterns), so one it cannot measure holds little.
+  const double values = double(s.data.all_patterns) * double(s.data.n0) * double(s.data.n1);
+  if (pre.geometry_search == mode::fallback && values > geometry_search_auto_max_values) {
+    log_warning("session", cat("[preprocess] scan_geometry_search = \"auto\": the trial reconstructions are not run: ",
+                               s.data.all_patterns, " patterns of ", s.data.n0, " x ", s.data.n1, " pixels, ",
+                               std::round(values / geometry_search_auto_max_values * 10) / 10,
+                               " times the work \"auto\" allows them (about a quarter of an hour); ",
+                               "scan_geometry_search = true runs them, or give scan_rotation_deg and scan_transpose"));
+    return;
+  }
+  if (s.par->world_size() > 1) {
+    log_warning("session", cat("[preprocess] scan_geometry_search: not run on ", s.par->world_size(),
+                               " ranks (its trials are single-rank runs): the preprocessing's geometry is used"));
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  log_info("session", cat("the scan's geometry ", measured ? "(scan_geometry_search = true)" : "was not measured",
+                          ": ranking candidate rotations", pre.transpose_auto ? " and transposes" : "",
+                          " by trial reconstructions ([preprocess] scan_geometry_search)"));
+  geometry_search_options o;
+  o.step_deg = pre.geometry_search_step_deg;
+  o.iterations = pre.geometry_search_iterations;
+  o.transpose_free = pre.transpose_auto;
+  o.transpose = pre.transpose;
+  const geometry_search_result r = search_scan_geometry(s.config, *s.reg, o);
+  nlohmann::json trials = nlohmann::json::array();
+  for (const geometry_trial& t : r.trials) trials.push_back({t.rotation_deg, t.transpose, t.seed, t.loss});
+  nlohmann::json search = {{"conclusive", r.conclusive},
+                           {"rotation_deg", r.rotation_deg},
+                           {"transpose", r.transpose},
+                           {"runner_up", {r.runner_up_deg, r.runner_up_transpose}},
+                           {"step_deg", o.step_deg},
+                           {"iterations", o.iterations},
+                           {"trials_rotation_transpose_seed_loss", trials},
+                           {"seconds", seconds_since(t0)}};
+  if (!r.conclusive) {
+    log_warning("session", cat(r.summary, " (", seconds_since(t0), " s): the ", measured ? "preprocessing's geometry" : "nominal raster",
+                               " is used (give scan_rotation_deg and scan_transpose if the scan is turned against the detector)"));
+    report["scan_geometry_search"] = search;
+    s.preprocess_json = report.dump();
+    return;
+  }
+  log_info("session", cat(r.summary, " (", seconds_since(t0), " s); the data are read again with it"));
+  // The search's geometry, stated: the preprocessing applies it (a transpose reorders the
+  // patterns' pixels), and the run's record says what it ran with.
+  s.config.set_from_text(cat("preprocess.scan_rotation_deg=", r.rotation_deg));
+  s.config.set_from_text(cat("preprocess.scan_transpose=", r.transpose ? "true" : "false"));
+  s.config.set_from_text("preprocess.scan_geometry_search=false");  // done: the record states its result
+  s.data = dataset{};
+  read_data(s, st);
+  st.settings.scan.free[0] = true;  // the map refines the rotation from the search's (a step apart)
+  nlohmann::json again = nlohmann::json::parse(s.preprocess_json, nullptr, false);
+  if (again.is_object()) {
+    if (again.contains("scan_map") && again["scan_map"].is_object()) again["scan_map"]["source"] = "trial reconstructions";
+    again["scan_geometry_search"] = search;
+    s.preprocess_json = again.dump();
+  }
 }
 
 // 3. Optics and geometry (the config overrides the file), the memory check, the initial probe.
@@ -781,6 +856,7 @@ session::session(config_document config, registry& reg, const std::string& resum
   state::start st;
   state::open_config(*s_, resume_from, parallel, st);  // 1. config, resumed state, ranks
   state::read_data(*s_, st);                            // 2. data, preprocessing, intensity scale
+  state::search_geometry(*s_, st);                      //    the scan's geometry by trials, where asked
   state::resolve_geometry(*s_, st);                     // 3. optics, geometry, memory check, probe
   state::create_engine(*s_, st);                        // 4. loss and engine
   state::create_optimizers(*s_, st);                    // 5. optimizers, constraints, driver

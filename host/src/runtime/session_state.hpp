@@ -305,6 +305,7 @@ struct session::state {
   struct start;
   static void open_config(state& s, const std::string& resume_from, parallel_context* parallel, start& st);
   static void read_data(state& s, start& st);
+  static void search_geometry(state& s, start& st);
   static void resolve_geometry(state& s, start& st);
   static void create_engine(state& s, start& st);
   static void create_optimizers(state& s, start& st);

@@ -87,6 +87,13 @@ struct preprocess_settings {
   // scan_scale = "auto": the lattice where a crystal gives one and nothing else fixes the scale
   // (one slice, no [data] fast_axis); its fallbacks are said as information, not warnings.
   bool scale_auto = false;
+  // scan_geometry_search: trial reconstructions rank candidate rotations (and transposes) where
+  // the rotation is "auto" and the data measure it no other way ("auto"), or instead of the
+  // parallax and the curl (true); never (false). The session runs them
+  // (host/src/runtime/geometry_search.hpp); the stage only reads the keys.
+  enum class search_mode { never, fallback, always } geometry_search = search_mode::fallback;
+  double geometry_search_step_deg = 20;
+  int64_t geometry_search_iterations = 200;
   int64_t binning = 1;
   std::array<int64_t, 2> crop{0, 0};  // crop_detector; 0: no crop
   bool normalise = false;
