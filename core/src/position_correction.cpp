@@ -97,4 +97,25 @@ template void position_curvature<double>(const std::complex<double>*, int64_t, i
                                          const std::complex<double>*, int64_t, int64_t, int64_t, const int64_t[2],
                                          const int64_t[2], double[2]);
 
+namespace {
+template <class T>
+double pair_information_of(const T* a, const T* b, const double* mean, const uint8_t* valid, int64_t pixels) {
+  double sum = 0;
+  for (int64_t k = 0; k < pixels; ++k) {
+    if ((valid != nullptr && valid[k] == 0) || !(mean[k] > 0)) continue;
+    const double x = double(a[k]), y = double(b[k]);
+    if (!std::isfinite(x) || !std::isfinite(y)) continue;
+    sum += ((x - y) * (x - y) - x - y) / mean[k];
+  }
+  return sum;
+}
+}  // namespace
+
+double pair_information(const float* a, const float* b, const double* mean, const uint8_t* valid, int64_t pixels) {
+  return pair_information_of(a, b, mean, valid, pixels);
+}
+double pair_information(const uint16_t* a, const uint16_t* b, const double* mean, const uint8_t* valid, int64_t pixels) {
+  return pair_information_of(a, b, mean, valid, pixels);
+}
+
 }  // namespace tycho

@@ -471,6 +471,10 @@ void session::state::create_engine(state& s, start& st) {
   const std::optional<resume_data>& resume = st.resume;
   const auto& info = s.data.info;
   std::vector<cfloat>& probe = st.probe;
+  // correct = "auto": the data's own measure of the positions' information, while this rank
+  // still holds the patterns (the engine takes them below).
+  if (settings.driver.positions.enabled && settings.driver.positions.weigh_against_noise)
+    s.data_information_px2 = data_position_information(s);
   const toml::table& rec_t = s.config.table_at("reconstruct");
   st.engine_name = *setting_value<std::string>(rec_t, "reconstruct", "engine");
   st.loss_name = *setting_value<std::string>(rec_t, "reconstruct", "loss");
@@ -709,6 +713,7 @@ void session::state::create_optimizers(state& s, start& st) {
   // correct = "auto" weighs the positions' corrections against their counting noise: the targets
   // are counts (1 count per unit) where the data are.
   dopt.positions.counts_per_target_unit = s.data.has_counts() ? 1.0 : 0.0;
+  dopt.positions.data_information_px2 = s.data_information_px2;
   s.drv = std::make_unique<driver>(engine_binding{s.engine_ref->as<tycho_engine_vtable>(), s.engine},
                                    std::move(opts), s.data.all_patterns, dopt,
                                    shard::of(s.data.all_patterns, s.par->rank(), world, s.par->sharding()),

@@ -55,8 +55,13 @@ std::string weighing_text(const driver::position_weighing& w, double pixel_A, in
                counts ? k_no_position_information : "the data are not counts, so their noise is unknown");
   return cat("iteration ", w.iteration, ": the positions' own corrections beyond the scan map are ", w.statistic,
              " times the variance their counting noise alone would give (Σ Δᵀ J Δ / 2P over the P = ", patterns,
-             " patterns of the curvature's sample, J each position's Fisher information; the noise allows ",
-             w.noise_px * pixel_A, " Å per axis): ",
+             " patterns of the curvature's sample, J each position's Fisher information",
+             w.information_ratio != 1
+                 ? cat(", the engine's at the object so far scaled by ", w.information_ratio,
+                       " to the data's own measure from neighbouring patterns, which it exceeded (noise the object "
+                       "has fitted, or the finite difference's shortfall where the step is not small)")
+                 : std::string(),
+             "; the noise allows ", w.noise_px * pixel_A, " Å per axis): ",
              w.kept ? "above 2, the displacements found outweigh the noise; they are kept and corrected further"
                     : "not above 2, they are mostly noise; the positions return to the scan map's and are not "
                       "corrected one by one ([reconstruct.positions] correct = true keeps correcting them, unweighed)");

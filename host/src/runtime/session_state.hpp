@@ -201,6 +201,8 @@ struct session::state {
   std::string preprocess_json;           // what the preprocessing stage did, for the manifest
   std::string positions_precision_json;   // the positions' Cramér–Rao bound at the run's end ("" when not measured)
   std::string initial_probe_json;        // where the initial probe came from, when not the model ("" otherwise)
+  // correct = "auto": the positions' information from the data (data_position_information), NaN: none.
+  double data_information_px2 = std::nan("");
   std::vector<double> measured_mean;     // (N0, N1) FFT order: this rank's mean pattern, for the previews
 
   // The state after the last iteration whose loss and arrays were all finite (issue 12): what
@@ -323,6 +325,11 @@ struct session::state {
   // (the steps' measured curvature scale, the weighing of correct = "auto"; "" before either),
   // and a resumed run's restore of both, so that it continues as the uninterrupted run would.
   static std::string position_correction_json(const state& s);
+  // correct = "auto": the positions' information from the data alone, tr J per pattern in the
+  // object's px⁻² (pair_information over neighbouring patterns of the raster), which the weighing
+  // scales the engine's J to; NaN where there is none (listed positions, streamed patterns, not
+  // counts). Every rank calls it (a sum over the ranks).
+  static double data_position_information(const state& s);
   static void restore_position_correction(state& s, const session_detail::resume_data& r);
   // The twin test of the object's local phase (tycho/core/phase_twin.hpp) over the scanned field,
   // for electrons: not done when not made; its verdict ("specimen", "twin", "undecided"); the

@@ -13,6 +13,7 @@
 #include <array>
 #include <complex>
 #include <cstdint>
+#include <limits>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -89,6 +90,10 @@ struct position_correction {
   bool weigh_against_noise = false;
   // Counts per unit of the targets (1 for counted data; 0: not counts, nothing to weigh against).
   double counts_per_target_unit = 0;
+  // The data's own measure of a position's information, tr J per pattern in the object's px⁻²
+  // (pair_information, tycho/core/position_correction.hpp; the host computes it from neighbouring
+  // patterns): the weighing scales the engine's J to it. NaN: the engine's J as it is.
+  double data_information_px2 = std::numeric_limits<double>::quiet_NaN();
   learning_rate_schedule schedule;  // its factor scales step.rate
   position_step_options step;
 };
@@ -206,10 +211,13 @@ class driver {
   // the map's), and the counting noise per axis √(2P / Σ tr J_j) in pixels. `statistic` is NaN
   // where there was nothing to weigh against (the data are not counts, or the engine gives no
   // information): the corrections are then kept.
+  // information_ratio: the data's information over the engine's mean (the factor on every J_j,
+  // position_correction::data_information_px2; 1 where the data give none).
   struct position_weighing {
     int64_t iteration = 0;
     bool kept = true;
     double statistic = 0, noise_px = 0;
+    double information_ratio = 1;
   };
   static constexpr int64_t position_trial_iterations = 20;
   // The iteration the weighing is made after: the positions' position_trial_iterations-th own
