@@ -358,13 +358,24 @@ TEST(ScanGeometryMoS2, TrialReconstructionsRankTheGeometry) {
   EXPECT_TRUE(search.at("conclusive").get<bool>()) << search.dump();
   EXPECT_DOUBLE_EQ(search.at("rotation_deg").get<double>(), 90.0) << search.dump();
   EXPECT_TRUE(search.at("transpose").get<bool>()) << search.dump();
-  // 8 candidates, the best's two neighbours half a step away, two seeds for the best and the runner-up.
-  EXPECT_EQ(search.at("trials_rotation_transpose_seed_loss").size(), 14u) << search.dump();
+  // 8 candidates, the best's two neighbours half a step away, four seeds for the best and the runner-up.
+  EXPECT_EQ(search.at("trials_rotation_transpose_seed_loss").size(), 18u) << search.dump();
+  EXPECT_GT(search.at("t_statistic").get<double>(), 2.132) << search.dump();
+  // The first read's measurement stays in the record: here the parallax's (the search was asked for).
+  EXPECT_EQ(search.at("preprocessing_scan_map").at("source"), "parallax") << search.dump();
   const nlohmann::json& map = manifest.at("preprocess").at("scan_map");
   EXPECT_EQ(map.at("source"), "trial reconstructions") << map.dump();
   const auto& L = map.at("linear");
   EXPECT_NEAR(L[0][1].get<double>(), 1.0, 1e-9) << map.dump();
   EXPECT_NEAR(L[1][0].get<double>(), -1.0, 1e-9) << map.dump();
+  // Resumed from the config it ran from (the default "auto"): the search's geometry again, read
+  // from the result, not searched anew (the patterns transposed as the run had them).
+  const auto again = tycho::test::run_command({tycho::test::tycho_exe(), "reconstruct", cfg, "--from", tmp / "r.zip",
+                                               "--iterations", "2", "-o", tmp / "r2.zip", "--set", "output.previews=false"});
+  ASSERT_TRUE(again.exited_with(0)) << again.describe();
+  EXPECT_NE(again.err.find("resuming with the geometry the trial reconstructions"), std::string::npos) << again.err;
+  EXPECT_EQ(again.err.find("iterations (positions held"), std::string::npos) << again.err;  // no trials
+  EXPECT_NE(again.err.find("patterns transposed"), std::string::npos) << again.err;
 }
 
 // scan_scale = "lattice" (core/lattice_map): the MoS2 counts with the step stated 4 % short

@@ -442,6 +442,10 @@ int preprocess_command(config_document doc, const registry& reg, const std::stri
   // before any pattern is read.
   preview_run(doc, reg);
   const preprocess_settings settings = read_preprocess_settings(doc.table_at("preprocess"), doc.origin());
+  if (settings.geometry_search == preprocess_settings::search_mode::always)
+    log_warning("preprocess", "[preprocess] scan_geometry_search = true: the trial reconstructions run in a "
+                              "reconstruction's session, not here: the prepared file keeps the preprocessing's "
+                              "geometry (a run --from it does not search)");
   const toml::table& data_t = doc.table_at("data");
   const std::string source_name = *setting_value<std::string>(data_t, "data", "source");
   const component_ref& source = reg.find(TYCHO_COMPONENT_SOURCE, source_name);

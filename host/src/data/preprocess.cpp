@@ -160,7 +160,7 @@ preprocess_settings read_preprocess_settings(const toml::table& pre, const std::
          s.geometry_search_iterations, ": must be an integer from 4 to 100000");
   if (s.geometry_search == preprocess_settings::search_mode::always && !s.rotation_auto)
     fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": [preprocess] scan_geometry_search = true searches the rotation: ",
-         "leave scan_rotation_deg = \"auto\"");
+         "set scan_rotation_deg = \"auto\" (a stated scan_transpose alone keeps the nominal rotation)");
   s.binning = *setting_value<int64_t>(pre, where, "binning");
   if (s.binning < 1) fail(TYCHO_ERR_INVALID_ARGUMENT, origin, ": [preprocess] binning must be >= 1, got ", s.binning);
   if (auto node = pre["crop_detector"]) {

@@ -38,8 +38,9 @@ double angle_between(double a, double b) {
 }
 
 geometry_trial run_trial(const config_document& config, registry& reg, double deg, bool transpose, int64_t seed,
-                         int64_t iterations) {
+                         int64_t iterations, int64_t batch_size) {
   config_document c = config.clone();
+  c.set_from_text(cat("reconstruct.batch_size=", batch_size));
   c.set_from_text(cat("preprocess.scan_rotation_deg=", deg));
   c.set_from_text(cat("preprocess.scan_transpose=", transpose ? "true" : "false"));
   c.set_from_text("preprocess.scan_geometry_search=false");
@@ -63,7 +64,21 @@ std::string candidate_text(double deg, bool transpose) {
   return cat(std::round(deg * 100) / 100, "° (transpose ", transpose ? "true" : "false", ")");
 }
 
+int64_t candidate_count(const geometry_search_options& o) {
+  return std::max<int64_t>(1, int64_t(std::llround(360.0 / o.step_deg)));
+}
+
+// The one-sided 95 % points of Student's t with 1 to 8 degrees of freedom.
+double t_95(int64_t dof) {
+  static const double t[] = {6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860};
+  return t[std::clamp<int64_t>(dof, 1, 8) - 1];
+}
+
 }  // namespace
+
+int64_t geometry_search_trials(const geometry_search_options& o) {
+  return candidate_count(o) * (o.transpose_free ? 2 : 1) + 2 + 2 * geometry_search_replicas;
+}
 
 geometry_search_result search_scan_geometry(const config_document& config, registry& reg,
                                             const geometry_search_options& o) {
@@ -71,14 +86,22 @@ geometry_search_result search_scan_geometry(const config_document& config, regis
     fail(TYCHO_ERR_INVALID_ARGUMENT, "scan geometry search: a step of ", o.step_deg, "° and ", o.iterations,
          " iterations: both must be > 0");
   const int64_t seed = *setting_value<int64_t>(config.table_at("reconstruct"), "reconstruct", "seed");
+  // Batches that differ with the seed: where one would hold the whole scan, a quarter of it.
+  const int64_t batch = o.patterns > 0 && o.batch_size >= o.patterns ? std::max<int64_t>(1, o.patterns / 4)
+                                                                       : o.batch_size;
   quiet_log quiet;
   geometry_search_result r;
   std::vector<bool> transposes;
   if (o.transpose_free) transposes = {false, true};
   else transposes = {o.transpose};
-  const int64_t steps = std::max<int64_t>(1, int64_t(std::llround(360.0 / o.step_deg)));
+  const int64_t steps = candidate_count(o);
+  r.step_deg = 360.0 / double(steps);
+  auto trial = [&](double deg, bool t, int64_t s) {
+    r.trials.push_back(run_trial(config, reg, deg, t, s, o.iterations, batch));
+    return r.trials.back();
+  };
   for (bool t : transposes)
-    for (int64_t k = 0; k < steps; ++k) r.trials.push_back(run_trial(config, reg, double(k) * 360.0 / double(steps), t, seed, o.iterations));
+    for (int64_t k = 0; k < steps; ++k) trial(double(k) * r.step_deg, t, seed);
   auto best_of = [&](auto&& admits) {
     const geometry_trial* best = nullptr;
     for (const geometry_trial& t : r.trials)
@@ -87,38 +110,41 @@ geometry_search_result search_scan_geometry(const config_document& config, regis
   };
   // Half a step either side of the best: the basin is about two steps wide (hBN: ±15°).
   const geometry_trial coarse = best_of([](const geometry_trial&) { return true; });
-  const double half = 180.0 / double(steps);
-  for (double d : {-half, half})
-    r.trials.push_back(run_trial(config, reg, wrapped_deg(coarse.rotation_deg + d), coarse.transpose, seed, o.iterations));
+  for (double d : {-0.5 * r.step_deg, 0.5 * r.step_deg}) trial(wrapped_deg(coarse.rotation_deg + d), coarse.transpose, seed);
   const geometry_trial best = best_of([](const geometry_trial&) { return true; });
   r.rotation_deg = best.rotation_deg;
   r.transpose = best.transpose;
-  const double away = 360.0 / double(steps);
-  const bool others = r.trials.size() > 3;
+  const bool others = steps > 1 || transposes.size() > 1;
   const geometry_trial runner = best_of([&](const geometry_trial& t) {
-    return t.transpose != best.transpose || angle_between(t.rotation_deg, best.rotation_deg) > away + 1e-9;
+    return t.transpose != best.transpose || angle_between(t.rotation_deg, best.rotation_deg) > r.step_deg + 1e-9;
   });
   r.runner_up_deg = runner.rotation_deg;
   r.runner_up_transpose = runner.transpose;
-  // The check: other mini-batches (other seeds) must rank the two the same way.
-  r.conclusive = others;
+  // The check: the runner-up's loss minus the best's, with the first seed and each replica's,
+  // must be positive beyond its scatter over the seeds (one-sided t at 95 %).
+  std::vector<double> gaps = {runner.loss - best.loss};
   std::string replicas;
-  for (int64_t extra : {1, 2}) {
-    if (!others) break;
-    const geometry_trial a = run_trial(config, reg, best.rotation_deg, best.transpose, seed + extra, o.iterations);
-    const geometry_trial b = run_trial(config, reg, runner.rotation_deg, runner.transpose, seed + extra, o.iterations);
-    r.trials.push_back(a);
-    r.trials.push_back(b);
-    r.conclusive = r.conclusive && a.loss < b.loss;
-    replicas += cat(replicas.empty() ? "" : ", ", "seed ", seed + extra, ": ", a.loss, " against ", b.loss);
+  for (int64_t extra = 1; others && extra <= geometry_search_replicas; ++extra) {
+    const double a = trial(best.rotation_deg, best.transpose, seed + extra).loss;
+    const double b = trial(runner.rotation_deg, runner.transpose, seed + extra).loss;
+    gaps.push_back(b - a);
   }
-  r.summary = cat(r.trials.size(), " trial reconstructions of ", o.iterations, " iterations (positions held), ",
-                  "candidates every ", std::round(away * 100) / 100, "°: the lowest loss at ",
+  double mean = 0, var = 0;
+  for (double g : gaps) mean += g / double(gaps.size());
+  for (double g : gaps) var += (g - mean) * (g - mean) / double(std::max<std::size_t>(1, gaps.size() - 1));
+  const double se = std::sqrt(var / double(gaps.size()));
+  r.t_statistic = se > 0 ? mean / se : (mean > 0 ? HUGE_VAL : 0.0);
+  r.t_critical = t_95(int64_t(gaps.size()) - 1);
+  r.conclusive = others && gaps.size() > 1 && r.t_statistic > r.t_critical;
+  for (std::size_t k = 0; k < gaps.size(); ++k) replicas += cat(k ? ", " : "", gaps[k]);
+  r.summary = cat(r.trials.size(), " trial reconstructions of ", o.iterations, " iterations (positions held",
+                  batch != o.batch_size ? cat(", batches of ", batch) : std::string(), "), candidates every ",
+                  std::round(r.step_deg * 100) / 100, "°: the lowest loss at ",
                   candidate_text(best.rotation_deg, best.transpose), ", ", best.loss, "; the best elsewhere ",
                   candidate_text(runner.rotation_deg, runner.transpose), ", ", runner.loss,
-                  others ? cat("; with other mini-batches (", replicas, ")") : std::string(),
-                  r.conclusive ? ": the same order, the search's geometry is taken"
-                               : ": not the same order, the search is inconclusive");
+                  "; its loss above the best's with ", gaps.size(), " seeds: ", replicas, " (t = ", r.t_statistic,
+                  r.conclusive ? cat(" > ", r.t_critical, ", one-sided 95 %): the search's geometry is taken")
+                               : cat(" <= ", r.t_critical, ", one-sided 95 %): the search is inconclusive"));
   return r;
 }
 

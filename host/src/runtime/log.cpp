@@ -19,7 +19,14 @@ tycho_log_level initial_level() {
 std::atomic<int> g_level{initial_level()};
 std::mutex g_mutex;
 thread_local int t_rank = -1, t_world = 1;
+thread_local log_lines* t_recording = nullptr;
+thread_local const log_lines* t_dropping = nullptr;
 }  // namespace
+
+log_recording::log_recording(log_lines& into) { t_recording = &into; }
+log_recording::~log_recording() { t_recording = nullptr; }
+log_repeats_dropped::log_repeats_dropped(const log_lines& seen) { t_dropping = &seen; }
+log_repeats_dropped::~log_repeats_dropped() { t_dropping = nullptr; }
 
 void set_log_rank(int rank, int world_size) {
   t_rank = world_size > 1 ? rank : -1;
@@ -33,6 +40,11 @@ void log(tycho_log_level level, const std::string& component, const std::string&
   if (level < g_level.load()) return;
   if (t_rank > 0 && level == TYCHO_LOG_INFO) return;
   static const char* names[] = {"debug", "info", "warning", "error"};
+  if (t_recording != nullptr || t_dropping != nullptr) {
+    std::string line = std::string(names[level]) + " " + component + ": " + message;
+    if (t_dropping != nullptr && t_dropping->seen.count(line) != 0) return;
+    if (t_recording != nullptr) t_recording->seen.insert(std::move(line));
+  }
   std::lock_guard lock(g_mutex);
   if (t_rank >= 0)
     std::fprintf(stderr, "[tycho %s] rank %d/%d %s: %s\n", names[level], t_rank, t_world, component.c_str(),

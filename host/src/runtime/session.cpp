@@ -237,22 +237,77 @@ void session::state::read_data(state& s, start& st) {
 // the search's rotation and transpose stated, and the scan map refines the rotation from there.
 void session::state::search_geometry(state& s, start& st) {
   using mode = preprocess_settings::search_mode;
-  if (st.prepared || st.resume) return;  // the prepared file's geometry / the resumed run's positions
   const preprocess_settings pre = read_preprocess_settings(s.config.table_at("preprocess"), s.config.origin());
   if (!pre.rotation_auto || pre.geometry_search == mode::never) return;
+  // Where the search cannot run, a stated `true` hears why ("auto" asked for nothing).
+  const auto not_run = [&](const std::string& why) {
+    if (pre.geometry_search == mode::always)
+      log_warning("session", cat("[preprocess] scan_geometry_search = true: not run: ", why));
+  };
+  if (st.prepared) return not_run("the prepared file's geometry was decided when it was made");
   nlohmann::json report = nlohmann::json::parse(s.preprocess_json, nullptr, false);
-  if (!report.is_object() || !report.contains("scan_map") || !report["scan_map"].is_object()) return;  // not estimated
+  // The search's geometry, stated: the data are read again with it (a transpose reorders the
+  // patterns' pixels), the scan map refines the rotation from there, and the run's record says
+  // what it ran with; the first read's measurements stay in the search's record.
+  const auto adopt = [&](double deg, bool transpose, nlohmann::json record) {
+    if (report.is_object() && report.contains("scan_map")) record["preprocessing_scan_map"] = report["scan_map"];
+    s.config.set_from_text(cat("preprocess.scan_rotation_deg=", deg));
+    s.config.set_from_text(cat("preprocess.scan_transpose=", transpose ? "true" : "false"));
+    s.config.set_from_text("preprocess.scan_geometry_search=false");  // done: the record states its result
+    s.data = dataset{};
+    {
+      log_repeats_dropped said(s.first_read_log);
+      read_data(s, st);
+    }
+    st.settings.scan.free[0] = true;  // the map refines the rotation from the search's (a step apart)
+    nlohmann::json again = nlohmann::json::parse(s.preprocess_json, nullptr, false);
+    if (again.is_object()) {
+      if (again.contains("scan_map") && again["scan_map"].is_object()) again["scan_map"]["source"] = "trial reconstructions";
+      again["scan_geometry_search"] = std::move(record);
+      s.preprocess_json = again.dump();
+    }
+  };
+  if (st.resume) {
+    // A run whose geometry the search found resumes with it, from the config it ran from too
+    // (whose "auto" would otherwise read the data with the preprocessing's geometry).
+    const nlohmann::json* found = st.resume->file.manifest.find("preprocess.scan_geometry_search");
+    if (found != nullptr && found->is_object() && found->value("conclusive", false) &&
+        found->contains("rotation_deg") && (*found)["rotation_deg"].is_number() && found->contains("transpose") &&
+        (*found)["transpose"].is_boolean()) {
+      const double deg = (*found)["rotation_deg"].get<double>();
+      const bool transpose = (*found)["transpose"].get<bool>();
+      if (!std::isfinite(deg) || std::abs(deg) > 360)
+        fail(TYCHO_ERR_BAD_DATA, "'", st.resume->path, "': preprocess.scan_geometry_search.rotation_deg = ", deg,
+             ": expected a number of degrees from -360 to 360");
+      log_info("session", cat("resuming with the geometry the trial reconstructions of '", st.resume->path,
+                              "' found: scan_rotation_deg = ", deg, ", scan_transpose = ", transpose ? "true" : "false"));
+      adopt(deg, transpose, *found);
+      return;
+    }
+    return not_run("a resumed run continues from its own positions");
+  }
+  if (!report.is_object() || !report.contains("scan_map") || !report["scan_map"].is_object())
+    return not_run("the scan's geometry is not estimated (the source lists the positions, or the scan has fewer "
+                   "than 3 positions along an axis)");
   const bool measured = report["scan_map"].value("source", std::string("nominal")) != "nominal";
   if (pre.geometry_search == mode::fallback && measured) return;
-  // "auto" bounds the trials' work: at most geometry_search_auto_max_values pattern pixels
-  // (patterns x detector pixels) per iteration, the whole search then about a quarter of an hour
-  // on two cores (the hBN entry's 576 patterns of 64²: 107 s). A larger scan's parallax is the
-  // more precise for it (its error falls as 1/√patterns), so one it cannot measure holds little.
-  const double values = double(s.data.all_patterns) * double(s.data.n0) * double(s.data.n1);
-  if (pre.geometry_search == mode::fallback && values > geometry_search_auto_max_values) {
+  geometry_search_options o;
+  o.step_deg = pre.geometry_search_step_deg;
+  o.iterations = pre.geometry_search_iterations;
+  o.transpose_free = pre.transpose_auto;
+  o.transpose = pre.transpose;
+  o.patterns = s.data.all_patterns;
+  o.batch_size = st.settings.driver.batch_size;
+  // "auto" bounds the trials' whole work (geometry_search_auto_max_work: about a quarter of an
+  // hour on two cores). A larger scan's parallax is the more precise for it (its error falls as
+  // 1/√patterns), so one that it cannot measure holds little to find.
+  const double work = double(geometry_search_trials(o)) * double(o.iterations) * double(s.data.all_patterns) *
+                      double(s.data.n0) * double(s.data.n1);
+  if (pre.geometry_search == mode::fallback && work > geometry_search_auto_max_work) {
     log_warning("session", cat("[preprocess] scan_geometry_search = \"auto\": the trial reconstructions are not run: ",
-                               s.data.all_patterns, " patterns of ", s.data.n0, " x ", s.data.n1, " pixels, ",
-                               std::round(values / geometry_search_auto_max_values * 10) / 10,
+                               geometry_search_trials(o), " trials of ", o.iterations, " iterations over ",
+                               s.data.all_patterns, " patterns of ", s.data.n0, " x ", s.data.n1, " pixels are ",
+                               std::round(work / geometry_search_auto_max_work * 10) / 10,
                                " times the work \"auto\" allows them (about a quarter of an hour); ",
                                "scan_geometry_search = true runs them, or give scan_rotation_deg and scan_transpose"));
     return;
@@ -265,12 +320,7 @@ void session::state::search_geometry(state& s, start& st) {
   const auto t0 = std::chrono::steady_clock::now();
   log_info("session", cat("the scan's geometry ", measured ? "(scan_geometry_search = true)" : "was not measured",
                           ": ranking candidate rotations", pre.transpose_auto ? " and transposes" : "",
-                          " by trial reconstructions ([preprocess] scan_geometry_search)"));
-  geometry_search_options o;
-  o.step_deg = pre.geometry_search_step_deg;
-  o.iterations = pre.geometry_search_iterations;
-  o.transpose_free = pre.transpose_auto;
-  o.transpose = pre.transpose;
+                          " by ", geometry_search_trials(o), " trial reconstructions ([preprocess] scan_geometry_search)"));
   const geometry_search_result r = search_scan_geometry(s.config, *s.reg, o);
   nlohmann::json trials = nlohmann::json::array();
   for (const geometry_trial& t : r.trials) trials.push_back({t.rotation_deg, t.transpose, t.seed, t.loss});
@@ -278,8 +328,9 @@ void session::state::search_geometry(state& s, start& st) {
                            {"rotation_deg", r.rotation_deg},
                            {"transpose", r.transpose},
                            {"runner_up", {r.runner_up_deg, r.runner_up_transpose}},
-                           {"step_deg", o.step_deg},
+                           {"step_deg", r.step_deg},
                            {"iterations", o.iterations},
+                           {"t_statistic", r.t_statistic},
                            {"trials_rotation_transpose_seed_loss", trials},
                            {"seconds", seconds_since(t0)}};
   if (!r.conclusive) {
@@ -290,20 +341,7 @@ void session::state::search_geometry(state& s, start& st) {
     return;
   }
   log_info("session", cat(r.summary, " (", seconds_since(t0), " s); the data are read again with it"));
-  // The search's geometry, stated: the preprocessing applies it (a transpose reorders the
-  // patterns' pixels), and the run's record says what it ran with.
-  s.config.set_from_text(cat("preprocess.scan_rotation_deg=", r.rotation_deg));
-  s.config.set_from_text(cat("preprocess.scan_transpose=", r.transpose ? "true" : "false"));
-  s.config.set_from_text("preprocess.scan_geometry_search=false");  // done: the record states its result
-  s.data = dataset{};
-  read_data(s, st);
-  st.settings.scan.free[0] = true;  // the map refines the rotation from the search's (a step apart)
-  nlohmann::json again = nlohmann::json::parse(s.preprocess_json, nullptr, false);
-  if (again.is_object()) {
-    if (again.contains("scan_map") && again["scan_map"].is_object()) again["scan_map"]["source"] = "trial reconstructions";
-    again["scan_geometry_search"] = search;
-    s.preprocess_json = again.dump();
-  }
+  adopt(r.rotation_deg, r.transpose, std::move(search));
 }
 
 // 3. Optics and geometry (the config overrides the file), the memory check, the initial probe.
@@ -860,7 +898,10 @@ session::session(config_document config, registry& reg, const std::string& resum
   s_->reg = &reg;
   state::start st;
   state::open_config(*s_, resume_from, parallel, st);  // 1. config, resumed state, ranks
-  state::read_data(*s_, st);                            // 2. data, preprocessing, intensity scale
+  {
+    log_recording first_read(s_->first_read_log);
+    state::read_data(*s_, st);                          // 2. data, preprocessing, intensity scale
+  }
   state::search_geometry(*s_, st);                      //    the scan's geometry by trials, where asked
   state::resolve_geometry(*s_, st);                     // 3. optics, geometry, memory check, probe
   state::create_engine(*s_, st);                        // 4. loss and engine

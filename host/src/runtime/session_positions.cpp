@@ -98,9 +98,10 @@ void session::state::restore_position_correction(state& s, const session_detail:
     if (m.find("position_correction.weighing.information_ratio")) {
       w.information_ratio = m.number_or_null("position_correction.weighing.information_ratio",
                                              "the data's over the engine's information");
-      if (!(w.information_ratio > 0))
+      if (!(w.information_ratio >= 0 && w.information_ratio <= 1))
         m.refuse("position_correction.weighing.information_ratio",
-                 m.find("position_correction.weighing.information_ratio"), "a number > 0");
+                 m.find("position_correction.weighing.information_ratio"),
+                 "a number from 0 to 1 (the engine's information scaled down to the data's)");
     }
     s.drv->restore_weighing(w);
   } else if (due > 0 && due <= r.done) {

@@ -61,7 +61,10 @@ std::string weighing_text(const driver::position_weighing& w, double pixel_A, in
                        " to the data's own measure from neighbouring patterns, which it exceeded (noise the object "
                        "has fitted, or the finite difference's shortfall where the step is not small)")
                  : std::string(),
-             "; the noise allows ", w.noise_px * pixel_A, " Å per axis): ",
+             std::isfinite(w.noise_px) ? cat("; the noise allows ", w.noise_px * pixel_A, " Å per axis")
+                                       : std::string("; the data's neighbouring patterns differ by no more than their "
+                                                     "noise: they place no position"),
+             "): ",
              w.kept ? "above 2, the displacements found outweigh the noise; they are kept and corrected further"
                     : "not above 2, they are mostly noise; the positions return to the scan map's and are not "
                       "corrected one by one ([reconstruct.positions] correct = true keeps correcting them, unweighed)");

@@ -32,6 +32,7 @@
 #include "runtime/stopping_rule.hpp"
 #include "results/result_file.hpp"
 #include "tycho/host/dataset.hpp"
+#include "tycho/host/log.hpp"
 #include "data/finite_values.hpp"
 #include "data/detector_padding.hpp"
 #include "tycho/host/prepared.hpp"
@@ -201,6 +202,8 @@ struct session::state {
   std::string preprocess_json;           // what the preprocessing stage did, for the manifest
   std::string positions_precision_json;   // the positions' Cramér–Rao bound at the run's end ("" when not measured)
   std::string initial_probe_json;        // where the initial probe came from, when not the model ("" otherwise)
+  // What the first read of the data logged: a second read (the geometry search's) says only what differs.
+  log_lines first_read_log;
   // correct = "auto": the positions' information from the data (data_position_information), NaN: none.
   double data_information_px2 = std::nan("");
   std::vector<double> measured_mean;     // (N0, N1) FFT order: this rank's mean pattern, for the previews
