@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <tycho/core/accuracy.hpp>
+#include <tycho/core/fftw_planner.hpp>
 #include <tycho/core/error.hpp>
 
 #include <algorithm>
@@ -201,6 +202,37 @@ TEST(Accuracy, RegistrationFindsAnExtraOffset) {
   EXPECT_GT(res.pearson, 0.999);
   EXPECT_EQ(res.shift_px[0] - kShift[0], 3);
   EXPECT_EQ(res.shift_px[1] - kShift[1], -2);
+}
+
+// An object half a pixel and a quarter off the truth's grid (its phase the truth's moved through
+// its Fourier transform): the integer registration (the README's metric) loses to it, the
+// sub-pixel figure finds the fraction and a perfect correlation.
+TEST(Accuracy, SubpixelRegistrationFindsAFractionalOffset) {
+  std::vector<std::complex<double>> spectrum(truth().begin(), truth().end());
+  tycho::fftw_transform_2d(spectrum.data(), kCell, kCell, -1).run();
+  const double f[2] = {0.5, -0.25}, two_pi = 2 * std::acos(-1.0);
+  for (int64_t u = 0; u < kCell; ++u)
+    for (int64_t v = 0; v < kCell; ++v) {
+      const double k0 = double(u <= kCell / 2 ? u : u - kCell) / double(kCell);
+      const double k1 = double(v <= kCell / 2 ? v : v - kCell) / double(kCell);
+      spectrum[size_t(u * kCell + v)] *= std::polar(1.0 / double(kCell * kCell), two_pi * (k0 * f[0] + k1 * f[1]));
+    }
+  tycho::fftw_transform_2d(spectrum.data(), kCell, kCell, +1).run();
+  std::vector<cf> obj(size_t(kH * kW));
+  for (int64_t r = 0; r < kH; ++r)
+    for (int64_t c = 0; c < kW; ++c)
+      obj[size_t(r * kW + c)] =
+          cf(std::polar(1.0, spectrum[size_t(wrap(r + kShift[0], kCell) * kCell + wrap(c + kShift[1], kCell))].real()));
+  const auto res = tycho::evaluate_accuracy(make_input(obj));
+  EXPECT_LT(res.pearson, 0.99);
+  EXPECT_GT(res.subpixel_pearson, 0.999);
+  // The object at index x shows the truth at x + shift + f: the truth's map moved by f matches.
+  EXPECT_NEAR(res.subpixel_shift_px[0], double(kShift[0]) + f[0], 1.0 / 32) << res.subpixel_shift_px[0];
+  EXPECT_NEAR(res.subpixel_shift_px[1], double(kShift[1]) + f[1], 1.0 / 32) << res.subpixel_shift_px[1];
+  // On the grid the fraction is 0 and the figure the integer one's.
+  const auto on_grid = tycho::evaluate_accuracy(make_input(make_object()));
+  EXPECT_NEAR(on_grid.subpixel_pearson, on_grid.pearson, 1e-6);
+  EXPECT_NEAR(on_grid.subpixel_shift_px[0], double(kShift[0]), 1.0 / 32);
 }
 
 TEST(Accuracy, AmplitudeIsIgnored) {

@@ -4,9 +4,11 @@
 #include "tycho/core/accuracy.hpp"
 
 #include "tycho/core/error.hpp"
+#include "tycho/core/fftw_planner.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <complex>
 #include <limits>
 
 namespace tycho {
@@ -205,11 +207,11 @@ accuracy_result evaluate_accuracy(const accuracy_input& in) {
 
   std::vector<int64_t> cols(static_cast<size_t>(nc));
   bool truth_varies = false;  // at some shift searched: else the truth's map is constant there
-  const auto pearson_at = [&](int64_t sr, int64_t sc) {
+  const auto pearson_of = [&](const std::vector<double>& map, int64_t sr, int64_t sc) {
     for (int64_t c = 0; c < nc; ++c) cols[size_t(c)] = wrap(c0 + c + sc, tw);
     double sb = 0.0, sbb = 0.0, sab = 0.0;
     for (int64_t r = 0; r < nr; ++r) {
-      const double* trow = truth.data() + wrap(r0 + r + sr, th) * tw;
+      const double* trow = map.data() + wrap(r0 + r + sr, th) * tw;
       const double* arow = a.data() + r * nc;
       for (int64_t c = 0; c < nc; ++c) {
         const double b = trow[cols[size_t(c)]];
@@ -225,6 +227,7 @@ accuracy_result evaluate_accuracy(const accuracy_input& in) {
     truth_varies = truth_varies || varies;
     return (saa > 0.0 && varies) ? sab / std::sqrt(saa * var_b) : 0.0;
   };
+  const auto pearson_at = [&](int64_t sr, int64_t sc) { return pearson_of(truth, sr, sc); };
 
   // The expected shift first, so ties (e.g. all-constant maps) keep it.
   int64_t best[2] = {base[0], base[1]};
@@ -256,6 +259,50 @@ accuracy_result evaluate_accuracy(const accuracy_input& in) {
   for (double v : d) sdd += (v - mean_d) * (v - mean_d);
 
   accuracy_result res{};
+  res.subpixel_pearson = std::nan("");
+  res.subpixel_shift_px[0] = res.subpixel_shift_px[1] = std::nan("");
+  if (saa > 0.0 && truth_varies) {
+    // The truth's map moved by (f0, f1) px, t(x + f), through its transform: T(k) e^{2πi k·f/N}.
+    std::vector<std::complex<double>> spectrum(truth.begin(), truth.end()), moved(spectrum.size());
+    fftw_transform_2d(spectrum.data(), th, tw, -1).run();
+    fftw_transform_2d inverse(moved.data(), th, tw, +1);
+    std::vector<double> map(truth.size());
+    const double two_pi = 2 * std::acos(-1.0), norm = 1.0 / double(th * tw);
+    const auto pearson_moved = [&](double f0, double f1) {
+      for (int64_t u = 0; u < th; ++u) {
+        const double k0 = double(u <= th / 2 ? u : u - th) / double(th);
+        for (int64_t v = 0; v < tw; ++v) {
+          const double k1 = double(v <= tw / 2 ? v : v - tw) / double(tw);
+          moved[size_t(u * tw + v)] = spectrum[size_t(u * tw + v)] * std::polar(norm, two_pi * (k0 * f0 + k1 * f1));
+        }
+      }
+      inverse.run();
+      for (size_t i = 0; i < map.size(); ++i) map[i] = moved[i].real();
+      return pearson_of(map, best[0], best[1]);
+    };
+    // A pattern search: steps of 1/4 px along each axis, halved down to 1/64, within ±1 px.
+    double f[2] = {0, 0}, p = pearson_moved(0, 0);
+    for (double step = 0.25; step >= 1.0 / 64; step /= 2)
+      for (bool moved_once = true; moved_once;) {
+        moved_once = false;
+        for (int axis = 0; axis < 2; ++axis)
+          for (double sign : {-1.0, 1.0}) {
+            double g[2] = {f[0], f[1]};
+            g[axis] += sign * step;
+            if (std::abs(g[axis]) > 1) continue;
+            const double q = pearson_moved(g[0], g[1]);
+            if (q > p) {
+              p = q;
+              f[0] = g[0];
+              f[1] = g[1];
+              moved_once = true;
+            }
+          }
+      }
+    res.subpixel_pearson = p;
+    res.subpixel_shift_px[0] = double(best[0]) + f[0];
+    res.subpixel_shift_px[1] = double(best[1]) + f[1];
+  }
   res.pearson = best_p;
   res.rms_rad = std::sqrt(sdd / n);
   res.shift_px[0] = best[0];

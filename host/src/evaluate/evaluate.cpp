@@ -245,6 +245,8 @@ std::string evaluate_checked(const registry& reg, const std::string& result_path
   j["pearson"] = r.pearson;
   j["rms_rad"] = r.rms_rad;
   j["shift_px"] = {r.shift_px[0], r.shift_px[1]};
+  j["pearson_subpixel"] = r.subpixel_pearson;
+  j["subpixel_shift_px"] = {r.subpixel_shift_px[0], r.subpixel_shift_px[1]};
   j["fov_px"] = {r.fov_shape[0], r.fov_shape[1]};
   j["sigma_A"] = sigma_A;
   j["iterations"] = file.iterations;

@@ -61,6 +61,13 @@ struct accuracy_result {
   double rms_rad;       // RMS of (object - truth) map after removing the mean difference
   int64_t shift_px[2];  // chosen offset, truth index - object index (before the periodic wrap)
   int64_t fov_shape[2]; // rows, cols of object pixels compared
+  // The same correlation with the truth's map moved by a fraction of a pixel too (shifted through
+  // its Fourier transform, the map being periodic), the fraction found by a pattern search from
+  // the integer best to 1/64 px: what the integer registration (the data README's metric) loses
+  // when the object sits between the truth's pixels, e.g. where a scan map scaled about the scan's
+  // centre moved it. NaN where `constant` is not none.
+  double subpixel_pearson;
+  double subpixel_shift_px[2];  // truth index - object index, fractional
   // none: pearson is defined. object / truth: that side's map is constant over the field of view
   // (at every shift searched, for the truth), so the correlation is undefined; pearson is then 0,
   // which a caller must not report as a score (tycho evaluate refuses it).
