@@ -110,11 +110,10 @@ void session::state::restore_position_correction(state& s, const session_detail:
   }
 }
 
-double session::state::data_position_information(const state& s) {
+session::state::pair_information_sums session::state::neighbour_information(const state& s) {
   const dataset& d = s.data;
   const int64_t rx = d.info.scan_shape[0], ry = d.info.scan_shape[1], pixels = d.n0 * d.n1;
-  const bool raster = d.positions_A.empty() && rx >= 2 && ry >= 2 && std::isfinite(s.geometry.step_A[0]) &&
-                      std::isfinite(s.geometry.step_A[1]) && s.geometry.step_A[0] > 0 && s.geometry.step_A[1] > 0;
+  const bool raster = d.positions_A.empty() && rx >= 2 && ry >= 2;
   const bool held = !d.targets.empty() || !d.counts.empty();
   const std::vector<double>& mean = s.measured_mean;
   const uint8_t* valid = d.detector_mask.size() == std::size_t(pixels) ? d.detector_mask.data() : nullptr;
@@ -122,30 +121,45 @@ double session::state::data_position_information(const state& s) {
   // over the patterns (at low dose each pair's estimate is mostly noise: on hBN at 1,000
   // electrons a pattern all 1,104 pairs give J to ±47 %, every other pattern's ±67 %).
   const int64_t end = d.first + d.patterns;
-  std::vector<double> sums(4, 0.0);  // Σ along axis 0, pairs, Σ along axis 1, pairs
+  std::vector<double> v(6, 0.0);  // per axis: Σ, Σ², pairs
   if (raster && held && d.has_counts() && mean.size() == std::size_t(pixels)) {
     auto pair = [&](int64_t a, int64_t b) {
       const std::size_t pa = std::size_t((a - d.first) * pixels), pb = std::size_t((b - d.first) * pixels);
       return d.counts.empty() ? pair_information(d.targets.data() + pa, d.targets.data() + pb, mean.data(), valid, pixels)
                               : pair_information(d.counts.data() + pa, d.counts.data() + pb, mean.data(), valid, pixels);
     };
+    auto add = [&](int axis, double x) {
+      v[std::size_t(3 * axis)] += x;
+      v[std::size_t(3 * axis + 1)] += x * x;
+      v[std::size_t(3 * axis + 2)] += 1;
+    };
     for (int64_t j = d.first; j < end; ++j) {
       const int64_t i = j / ry, k = j % ry;
-      if (i + 1 < rx && j + ry < end) {
-        sums[0] += pair(j, j + ry);
-        sums[1] += 1;
-      }
-      if (k + 1 < ry && j + 1 < end) {
-        sums[2] += pair(j, j + 1);
-        sums[3] += 1;
-      }
+      if (i + 1 < rx && j + ry < end) add(0, pair(j, j + ry));
+      if (k + 1 < ry && j + 1 < end) add(1, pair(j, j + 1));
     }
   }
-  if (s.par->world_size() > 1 && s.par->sharding() != shard::mode::replicated) s.par->sum(sums.data(), int(sums.size()));
-  if (!(sums[1] > 0 && sums[3] > 0)) return std::nan("");
-  const double J0 = sums[0] / sums[1] / (s.geometry.step_A[0] * s.geometry.step_A[0]);
-  const double J1 = sums[2] / sums[3] / (s.geometry.step_A[1] * s.geometry.step_A[1]);
-  if (!std::isfinite(J0) || !std::isfinite(J1)) return std::nan("");
+  if (s.par->world_size() > 1 && s.par->sharding() != shard::mode::replicated) s.par->sum(v.data(), int(v.size()));
+  pair_information_sums r;
+  for (int a = 0; a < 2; ++a) {
+    const double n = v[std::size_t(3 * a + 2)];
+    if (!(n > 1)) return {};
+    r.mean[a] = v[std::size_t(3 * a)] / n;
+    r.standard_error[a] = std::sqrt(std::max(0.0, v[std::size_t(3 * a + 1)] / n - r.mean[a] * r.mean[a]) / (n - 1));
+    r.pairs[a] = int64_t(n);
+  }
+  r.measured = std::isfinite(r.mean[0]) && std::isfinite(r.mean[1]);
+  return r;
+}
+
+double session::state::data_position_information(const state& s) {
+  if (!(std::isfinite(s.geometry.step_A[0]) && std::isfinite(s.geometry.step_A[1]) && s.geometry.step_A[0] > 0 &&
+        s.geometry.step_A[1] > 0))
+    return std::nan("");  // every rank alike: no raster step
+  const pair_information_sums n = neighbour_information(s);
+  if (!n.measured) return std::nan("");
+  const double J0 = n.mean[0] / (s.geometry.step_A[0] * s.geometry.step_A[0]);
+  const double J1 = n.mean[1] / (s.geometry.step_A[1] * s.geometry.step_A[1]);
   // Differences within their noise measure no information: 0 (the corrections are then noise).
   return std::max(0.0, J0 + J1) * s.geometry.pixel_A[0] * s.geometry.pixel_A[1];
 }

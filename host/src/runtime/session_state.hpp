@@ -333,6 +333,15 @@ struct session::state {
   // scales the engine's J to; NaN where there is none (listed positions, streamed patterns, not
   // counts). Every rank calls it (a sum over the ranks).
   static double data_position_information(const state& s);
+  // The mean over a raster's neighbouring pairs of pair_information (tycho/core/position_correction.hpp)
+  // per scan axis, in counts² per count (s² J, s the step), and its standard error; not measured
+  // where the data are not a raster of counts this rank holds.
+  struct pair_information_sums {
+    bool measured = false;
+    double mean[2] = {0, 0}, standard_error[2] = {0, 0};
+    int64_t pairs[2] = {0, 0};
+  };
+  static pair_information_sums neighbour_information(const state& s);
   static void restore_position_correction(state& s, const session_detail::resume_data& r);
   // The twin test of the object's local phase (tycho/core/phase_twin.hpp) over the scanned field,
   // for electrons: not done when not made; its verdict ("specimen", "twin", "undecided"); the
