@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <tycho/core/error.hpp>
 
@@ -96,12 +97,23 @@ geometry_search_result search_scan_geometry(const config_document& config, regis
   else transposes = {o.transpose};
   const int64_t steps = candidate_count(o);
   r.step_deg = 360.0 / double(steps);
+  // A candidate whose trial fails (its loss not finite) ranks last; where every one fails, the
+  // first's error is the run's (a config or data error, not the geometry's).
+  std::string first_error;
   auto trial = [&](double deg, bool t, int64_t s) {
-    r.trials.push_back(run_trial(config, reg, deg, t, s, o.iterations, batch));
+    try {
+      r.trials.push_back(run_trial(config, reg, deg, t, s, o.iterations, batch));
+    } catch (const tycho::error& e) {
+      if (first_error.empty()) first_error = e.what();
+      r.trials.push_back({deg, t, s, HUGE_VAL});
+    }
     return r.trials.back();
   };
   for (bool t : transposes)
     for (int64_t k = 0; k < steps; ++k) trial(double(k) * r.step_deg, t, seed);
+  bool any = false;
+  for (const geometry_trial& t : r.trials) any = any || std::isfinite(t.loss);
+  if (!any) fail(TYCHO_ERR_BAD_DATA, "scan geometry search: every trial reconstruction failed; the first: ", first_error);
   auto best_of = [&](auto&& admits) {
     const geometry_trial* best = nullptr;
     for (const geometry_trial& t : r.trials)
@@ -125,17 +137,20 @@ geometry_search_result search_scan_geometry(const config_document& config, regis
   std::vector<double> gaps = {runner.loss - best.loss};
   std::string replicas;
   for (int64_t extra = 1; others && extra <= geometry_search_replicas; ++extra) {
-    const double a = trial(best.rotation_deg, best.transpose, seed + extra).loss;
-    const double b = trial(runner.rotation_deg, runner.transpose, seed + extra).loss;
+    const int64_t other = seed <= std::numeric_limits<int64_t>::max() - extra ? seed + extra : seed - extra;
+    const double a = trial(best.rotation_deg, best.transpose, other).loss;
+    const double b = trial(runner.rotation_deg, runner.transpose, other).loss;
     gaps.push_back(b - a);
   }
+  bool finite = true;  // a failed trial among the checks: no verdict
+  for (double g : gaps) finite = finite && std::isfinite(g);
   double mean = 0, var = 0;
   for (double g : gaps) mean += g / double(gaps.size());
   for (double g : gaps) var += (g - mean) * (g - mean) / double(std::max<std::size_t>(1, gaps.size() - 1));
   const double se = std::sqrt(var / double(gaps.size()));
   r.t_statistic = se > 0 ? mean / se : (mean > 0 ? HUGE_VAL : 0.0);
   r.t_critical = t_95(int64_t(gaps.size()) - 1);
-  r.conclusive = others && gaps.size() > 1 && r.t_statistic > r.t_critical;
+  r.conclusive = others && finite && gaps.size() > 1 && r.t_statistic > r.t_critical;
   for (std::size_t k = 0; k < gaps.size(); ++k) replicas += cat(k ? ", " : "", gaps[k]);
   r.summary = cat(r.trials.size(), " trial reconstructions of ", o.iterations, " iterations (positions held",
                   batch != o.batch_size ? cat(", batches of ", batch) : std::string(), "), candidates every ",
