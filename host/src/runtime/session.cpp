@@ -291,6 +291,11 @@ void session::state::search_geometry(state& s, start& st) {
                    "than 3 positions along an axis)");
   const bool measured = report["scan_map"].value("source", std::string("nominal")) != "nominal";
   if (pre.geometry_search == mode::fallback && measured) return;
+  if (s.par->world_size() > 1) {
+    log_warning("session", cat("[preprocess] scan_geometry_search: not run on ", s.par->world_size(),
+                               " ranks (its trials are single-rank runs): the preprocessing's geometry is used"));
+    return;
+  }
   // The trials rank geometries by how well an object explains the data through the positions:
   // where neighbouring patterns differ by no more than their counting noise the data place no
   // position, and any ranking is the noise's (pure Poisson noise gave a 't = 4.4' winner). The
@@ -332,11 +337,6 @@ void session::state::search_geometry(state& s, start& st) {
                                std::round(work / geometry_search_auto_max_work * 10) / 10,
                                " times the work \"auto\" allows them (about a quarter of an hour); ",
                                "scan_geometry_search = true runs them, or give scan_rotation_deg and scan_transpose"));
-    return;
-  }
-  if (s.par->world_size() > 1) {
-    log_warning("session", cat("[preprocess] scan_geometry_search: not run on ", s.par->world_size(),
-                               " ranks (its trials are single-rank runs): the preprocessing's geometry is used"));
     return;
   }
   const auto t0 = std::chrono::steady_clock::now();
