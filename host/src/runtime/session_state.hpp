@@ -14,6 +14,7 @@
 #include <tycho/sdk.hpp>
 #include <tycho/sdk/optimizer.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <complex>
 #include <cstddef>
@@ -126,6 +127,8 @@ void check_resume_shapes(const resume_data& r, const std::vector<int64_t>& scan,
 void restore_optimizer(const resume_data& r, const char* which, const component_ref& ref, tycho_optimizer* opt);
 void restore_tile_steps(const resume_data& r, driver& drv, int64_t object_steps);
 
+// Seconds since t0, to the millisecond (for log lines).
+double seconds_since(std::chrono::steady_clock::time_point t0);
 }  // namespace session_detail
 
 struct session::state {

@@ -1,0 +1,166 @@
+// The session's step 2b (session.cpp's constructor): the scan's geometry by trial
+// reconstructions ([preprocess] scan_geometry_search, runtime/geometry_search.hpp) where the
+// preprocessing could not measure it, and a resumed run's adoption of the geometry they found.
+
+#include "runtime/session_state.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/geometry_search.hpp"
+#include "tycho/host/log.hpp"
+#include "tycho/host/preprocess.hpp"
+
+namespace tycho::host {
+
+using namespace session_detail;
+
+// 2b. The scan's geometry by trial reconstructions ([preprocess] scan_geometry_search), where the
+// preprocessing could not measure it (or always, where asked): the data are then read again with
+// the search's rotation and transpose stated, and the scan map refines the rotation from there.
+void session::state::search_geometry(state& s, start& st) {
+  using mode = preprocess_settings::search_mode;
+  const preprocess_settings pre = read_preprocess_settings(s.config.table_at("preprocess"), s.config.origin());
+  if (!pre.rotation_auto || pre.geometry_search == mode::never) return;
+  // Where the search cannot run, a stated `true` hears why ("auto" asked for nothing).
+  const auto not_run = [&](const std::string& why) {
+    if (pre.geometry_search == mode::always)
+      log_warning("session", cat("[preprocess] scan_geometry_search = true: not run: ", why));
+  };
+  if (st.prepared) return not_run("the prepared file's geometry was decided when it was made");
+  nlohmann::json report = nlohmann::json::parse(s.preprocess_json, nullptr, false);
+  // The search's geometry, stated: the data are read again with it (a transpose reorders the
+  // patterns' pixels), the scan map refines the rotation from there, and the run's record says
+  // what it ran with; the first read's measurements stay in the search's record.
+  const auto adopt = [&](double deg, bool transpose, nlohmann::json record) {
+    if (report.is_object() && report.contains("scan_map")) record["preprocessing_scan_map"] = report["scan_map"];
+    s.config.set_from_text(cat("preprocess.scan_rotation_deg=", deg));
+    s.config.set_from_text(cat("preprocess.scan_transpose=", transpose ? "true" : "false"));
+    s.config.set_from_text("preprocess.scan_geometry_search=false");  // done: the record states its result
+    s.data = dataset{};
+    {
+      log_repeats_dropped said(s.first_read_log);
+      read_data(s, st);
+    }
+    st.settings.scan.free[0] = true;  // the map refines the rotation from the search's (a step apart)
+    nlohmann::json again = nlohmann::json::parse(s.preprocess_json, nullptr, false);
+    if (again.is_object()) {
+      if (again.contains("scan_map") && again["scan_map"].is_object()) again["scan_map"]["source"] = "trial reconstructions";
+      again["scan_geometry_search"] = std::move(record);
+      s.preprocess_json = again.dump();
+    }
+  };
+  if (st.resume) {
+    // A run whose geometry the search found resumes with it, from the config it ran from too
+    // (whose "auto" would otherwise read the data with the preprocessing's geometry).
+    const nlohmann::json* found = st.resume->file.manifest.find("preprocess.scan_geometry_search");
+    if (found != nullptr && found->is_object() && found->value("conclusive", false) &&
+        found->contains("rotation_deg") && (*found)["rotation_deg"].is_number() && found->contains("transpose") &&
+        (*found)["transpose"].is_boolean()) {
+      const double deg = (*found)["rotation_deg"].get<double>();
+      const bool transpose = (*found)["transpose"].get<bool>();
+      if (!std::isfinite(deg) || std::abs(deg) > 360)
+        fail(TYCHO_ERR_BAD_DATA, "'", st.resume->path, "': preprocess.scan_geometry_search.rotation_deg = ", deg,
+             ": expected a number of degrees from -360 to 360");
+      log_info("session", cat("resuming with the geometry the trial reconstructions of '", st.resume->path,
+                              "' found: scan_rotation_deg = ", deg, ", scan_transpose = ", transpose ? "true" : "false"));
+      adopt(deg, transpose, *found);
+      return;
+    }
+    return not_run("a resumed run continues from its own positions");
+  }
+  if (!report.is_object() || !report.contains("scan_map") || !report["scan_map"].is_object())
+    return not_run("the scan's geometry is not estimated (the source lists the positions, or the scan has fewer "
+                   "than 3 positions along an axis)");
+  const bool measured = report["scan_map"].value("source", std::string("nominal")) != "nominal";
+  if (pre.geometry_search == mode::fallback && measured) return;
+  if (s.par->world_size() > 1) {
+    log_warning("session", cat("[preprocess] scan_geometry_search: not run on ", s.par->world_size(),
+                               " ranks (its trials are single-rank runs): the preprocessing's geometry is used"));
+    return;
+  }
+  // The trials rank geometries by how well an object explains the data through the positions:
+  // where neighbouring patterns differ by no more than their counting noise the data place no
+  // position, and any ranking is the noise's (pure Poisson noise gave a 't = 4.4' winner). The
+  // sum over both axes of the neighbours' information must exceed twice its standard error.
+  const pair_information_sums info = neighbour_information(s);
+  if (info.measured) {
+    const double total = info.mean[0] + info.mean[1];
+    const double se = std::hypot(info.standard_error[0], info.standard_error[1]);
+    if (!(total > 2 * se)) {
+      log_warning("session", cat("[preprocess] scan_geometry_search: not run: the data place no position (neighbouring "
+                                 "patterns differ by ", total, " ± ", se, " counts² per count beyond their counting "
+                                 "noise, less than twice its standard error): the ",
+                                 measured ? "preprocessing's geometry" : "nominal raster", " is used",
+                                 measured ? "" : " (give scan_rotation_deg and scan_transpose if the scan is turned)"));
+      report["scan_geometry_search"] = {{"conclusive", false},
+                                        {"not_run", "the data place no position"},
+                                        {"neighbour_information", total},
+                                        {"neighbour_information_standard_error", se}};
+      s.preprocess_json = report.dump();
+      return;
+    }
+  }
+  geometry_search_options o;
+  o.step_deg = pre.geometry_search_step_deg;
+  o.iterations = pre.geometry_search_iterations;
+  o.transpose_free = pre.transpose_auto;
+  o.transpose = pre.transpose;
+  o.patterns = s.data.all_patterns;
+  o.batch_size = st.settings.driver.batch_size;
+  // "auto" bounds the trials' whole work (geometry_search_auto_max_work: about a quarter of an
+  // hour on two cores). A larger scan's parallax is the more precise for it (its error falls as
+  // 1/√patterns), so one that it cannot measure holds little to find.
+  const double work = double(geometry_search_trials(o)) * double(o.iterations) * double(s.data.all_patterns) *
+                      double(s.data.n0) * double(s.data.n1);
+  if (pre.geometry_search == mode::fallback && work > geometry_search_auto_max_work) {
+    log_warning("session", cat("[preprocess] scan_geometry_search = \"auto\": the trial reconstructions are not run: ",
+                               geometry_search_trials(o), " trials of ", o.iterations, " iterations over ",
+                               s.data.all_patterns, " patterns of ", s.data.n0, " x ", s.data.n1, " pixels are ",
+                               std::round(work / geometry_search_auto_max_work * 10) / 10,
+                               " times the work \"auto\" allows them (about a quarter of an hour); ",
+                               "scan_geometry_search = true runs them, or give scan_rotation_deg and scan_transpose"));
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  log_info("session", cat("the scan's geometry ", measured ? "(scan_geometry_search = true)" : "was not measured",
+                          ": ranking candidate rotations", pre.transpose_auto ? " and transposes" : "",
+                          " by ", geometry_search_trials(o), " trial reconstructions ([preprocess] scan_geometry_search)"));
+  // The trials read the data themselves: this read's patterns go first, so that the search's peak
+  // memory is one run's (tycho plan's figure), and whichever geometry follows reads them again.
+  s.data = dataset{};
+  s.measured_mean = {};
+  const geometry_search_result r = search_scan_geometry(s.config, *s.reg, o);
+  nlohmann::json trials = nlohmann::json::array();
+  for (const geometry_trial& t : r.trials) trials.push_back({t.rotation_deg, t.transpose, t.seed, t.loss});
+  nlohmann::json search = {{"conclusive", r.conclusive},
+                           {"rotation_deg", r.rotation_deg},
+                           {"transpose", r.transpose},
+                           {"runner_up", {r.runner_up_deg, r.runner_up_transpose}},
+                           {"step_deg", r.step_deg},
+                           {"iterations", o.iterations},
+                           {"t_statistic", r.t_statistic},
+                           {"trials_rotation_transpose_seed_loss", trials},
+                           {"seconds", seconds_since(t0)}};
+  if (!r.conclusive) {
+    log_warning("session", cat(r.summary, " (", seconds_since(t0), " s): the ", measured ? "preprocessing's geometry" : "nominal raster",
+                               " is used (give scan_rotation_deg and scan_transpose if the scan is turned against the detector)"));
+    {
+      log_repeats_dropped said(s.first_read_log);
+      read_data(s, st);  // as before the trials: the same geometry, the same report
+    }
+    nlohmann::json again = nlohmann::json::parse(s.preprocess_json, nullptr, false);
+    if (again.is_object()) {
+      again["scan_geometry_search"] = std::move(search);
+      s.preprocess_json = again.dump();
+    }
+    return;
+  }
+  log_info("session", cat(r.summary, " (", seconds_since(t0), " s); the data are read again with it"));
+  adopt(r.rotation_deg, r.transpose, std::move(search));
+}
+
+}  // namespace tycho::host
