@@ -4,6 +4,7 @@
 #include "tycho/core/accuracy.hpp"
 
 #include "tycho/core/error.hpp"
+#include "tycho/core/fft_size.hpp"
 #include "tycho/core/fftw_planner.hpp"
 
 #include <algorithm>
@@ -270,9 +271,9 @@ accuracy_result evaluate_accuracy(const accuracy_input& in) {
     const double two_pi = 2 * std::acos(-1.0), norm = 1.0 / double(th * tw);
     const auto pearson_moved = [&](double f0, double f1) {
       for (int64_t u = 0; u < th; ++u) {
-        const double k0 = double(u <= th / 2 ? u : u - th) / double(th);
+        const double k0 = double(fft_frequency(u, th)) / double(th);
         for (int64_t v = 0; v < tw; ++v) {
-          const double k1 = double(v <= tw / 2 ? v : v - tw) / double(tw);
+          const double k1 = double(fft_frequency(v, tw)) / double(tw);
           moved[size_t(u * tw + v)] = spectrum[size_t(u * tw + v)] * std::polar(norm, two_pi * (k0 * f0 + k1 * f1));
         }
       }

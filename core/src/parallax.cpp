@@ -1,5 +1,7 @@
 #include "tycho/core/parallax.hpp"
 
+#include "tycho/core/fft_size.hpp"
+
 #include <fftw3.h>
 
 #include "tycho/core/fftw_planner.hpp"
@@ -19,7 +21,6 @@ constexpr double pi = 3.14159265358979323846;
 using cplx = std::complex<double>;
 
 
-double signed_frequency(int64_t f, int64_t n) { return double(f < (n + 1) / 2 ? f : f - n); }
 
 // A robust mean of 2-vectors (iteratively reweighted, Huber weights at twice the median
 // distance): the centre, the scatter (rms distance of the inliers) and the count.
@@ -67,7 +68,7 @@ class shift_finder {
         inverse_(inverse_buffer_.data(), 2 * b0, 2 * b1, FFTW_BACKWARD) {
     for (int a = 0; a < 2; ++a) {
       freq_[a].resize(std::size_t(m_[a]));
-      for (int64_t f = 0; f < m_[a]; ++f) freq_[a][std::size_t(f)] = signed_frequency(f, m_[a]);
+      for (int64_t f = 0; f < m_[a]; ++f) freq_[a][std::size_t(f)] = double(fft_frequency(f, m_[a]));
     }
   }
   int64_t size(int a) const { return m_[a]; }
@@ -194,7 +195,7 @@ class aligned_power {
       for (int b = 0; b < 2; ++b) A_[a][b] = A[a][b];
     for (int a = 0; a < 2; ++a) {
       q_[a].resize(std::size_t(m_[a]));
-      for (int64_t f = 0; f < m_[a]; ++f) q_[a][std::size_t(f)] = signed_frequency(f, m_[a]) / double(m_[a]);
+      for (int64_t f = 0; f < m_[a]; ++f) q_[a][std::size_t(f)] = double(fft_frequency(f, m_[a])) / double(m_[a]);
     }
   }
   // S(θ) over the groups: all with `part` = −1, else every `parts`-th group from `part` on

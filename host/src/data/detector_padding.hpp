@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <tycho/core/array.hpp>
+#include <tycho/core/fft_size.hpp>
 
 #include "tycho/host/dataset.hpp"
 
@@ -32,9 +33,8 @@ class table;
 
 namespace tycho::host {
 
-// Frequency of FFT-order index i of an n-point axis (the engine's convention): 0, 1, ...,
-// ⌈n/2⌉ − 1, then −⌊n/2⌋, ..., −1.
-inline int64_t fft_frequency(int64_t i, int64_t n) { return i < (n + 1) / 2 ? i : i - n; }
+// fft_frequency (FFT-order index → frequency): tycho/core/fft_size.hpp.
+using tycho::fft_frequency;
 // FFT-order index of frequency f on an n-point axis (f taken modulo n).
 inline int64_t fft_index(int64_t f, int64_t n) { return ((f % n) + n) % n; }
 // Whether an n-point centred axis has frequency f: −⌊n/2⌋ ≤ f ≤ ⌈n/2⌉ − 1.

@@ -31,4 +31,8 @@ bool is_fast_fft_size(int64_t n);
 // Throws tycho::error (TYCHO_ERR_INVALID_ARGUMENT) for n > k_max_fft_size_query.
 int64_t next_fast_fft_size(int64_t n);
 
+// Frequency of FFT-order index i of an n-point axis (the engines' convention): 0, 1, ...,
+// ⌈n/2⌉ − 1, then −⌊n/2⌋, ..., −1.
+inline constexpr int64_t fft_frequency(int64_t i, int64_t n) { return i < (n + 1) / 2 ? i : i - n; }
+
 }  // namespace tycho
