@@ -710,7 +710,8 @@ stage_plan plan_preprocess_stage(dataset& d, const config_document& doc, const r
     }
     if (rx >= 3 && ry >= 3) rep.rotation = estimate_scan_rotation(com_field, rx, ry, s.transpose_auto ? -1 : int(s.transpose));
     rep.geometry = estimate_scan_geometry(com_field, rx, ry, parallax ? &*parallax : nullptr, optics,
-                                          s.transpose_auto ? -1 : int(s.transpose));
+                                          s.transpose_auto ? -1 : int(s.transpose),
+                                          s.geometry_search != preprocess_settings::search_mode::never);
     parallax.reset();  // its images are not needed again
     if (fast_axis_held) {
       rep.geometry.notes.push_back("scan_scale = \"auto\": the lattice is not measured: the run holds the stated "
@@ -732,15 +733,6 @@ stage_plan plan_preprocess_stage(dataset& d, const config_document& doc, const r
                                          "): the stated step is kept"));
       }
     }
-    // A run searches where nothing measured the geometry (the session's scan_geometry_search):
-    // the fallback's warning says so.
-    if (rep.geometry.source == "nominal" && s.geometry_search != preprocess_settings::search_mode::never)
-      for (std::string& note : rep.geometry.notes)
-        if (const std::size_t at = note.find("the nominal raster is used (give");
-            at != std::string::npos && note.rfind("warning: the scan's geometry could not be measured", 0) == 0)
-          note.replace(at, std::string("the nominal raster is used (give").size(),
-                       "the nominal raster is used unless a run's trial reconstructions rank a geometry first "
-                       "([preprocess] scan_geometry_search; or give");
     for (const std::string& note : rep.geometry.notes) {
       if (note.rfind("warning: ", 0) == 0) log_warning("preprocess", note.substr(9));
       else log_info("preprocess", note);

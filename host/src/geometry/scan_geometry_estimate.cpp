@@ -159,7 +159,7 @@ double dpc_skewness(const std::vector<double>& com, int64_t rx, int64_t ry, doub
 
 scan_geometry_estimate estimate_scan_geometry(const std::vector<double>& com, int64_t rx, int64_t ry,
                                               const parallax_images* images, const geometry_optics& o,
-                                              int transpose_given) {
+                                              int transpose_given, bool search_follows) {
   scan_geometry_estimate e;
   e.done = true;
   // The COM curl (py4DSTEM's convention: θ turns detector vectors into scan ones, so the scan's
@@ -315,8 +315,11 @@ scan_geometry_estimate estimate_scan_geometry(const std::vector<double>& com, in
                           curl.done ? cat("the centre-of-mass curl varies by only ", std::round(curl.contrast() * 1000) / 10,
                                           " % over the angles (noise dominates)")
                                     : std::string("the scan is smaller than 3 x 3"),
-                          " and the parallax is not usable; the nominal raster is used (give scan_rotation_deg and ",
-                          "scan_transpose if the scan is turned against the detector)"));
+                          " and the parallax is not usable; the nominal raster is used ",
+                          search_follows ? "unless a run's trial reconstructions rank a geometry first ([preprocess] "
+                                           "scan_geometry_search; or give"
+                                         : "(give",
+                          " scan_rotation_deg and scan_transpose if the scan is turned against the detector)"));
   }
   // Whatever was measured must be a map the positions can take (noise-only or non-finite data
   // can give none): else the nominal raster, said.

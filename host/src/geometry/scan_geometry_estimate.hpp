@@ -52,9 +52,11 @@ parallax_images make_parallax_images(const geometry_optics& o, int64_t rx, int64
 
 // Decides the map. `com` (rx·ry x 2, the fit subtracted, NaN where unknown) on the whole scan;
 // `images` summed over every rank (nullptr: no parallax). transpose_given: −1 estimate, 0 / 1 given.
+// search_follows: where nothing measures the geometry, a run's trial reconstructions may rank one
+// ([preprocess] scan_geometry_search not false): the fallback's warning says so.
 scan_geometry_estimate estimate_scan_geometry(const std::vector<double>& com, int64_t rx, int64_t ry,
                                               const parallax_images* images, const geometry_optics& o,
-                                              int transpose_given);
+                                              int transpose_given, bool search_follows);
 
 // How a note of the lattice's measurement begins: the setting (scan_scale = "lattice" where it was
 // `asked` for, else "auto"), and for a `fallback` to the stated step a warning where it was asked

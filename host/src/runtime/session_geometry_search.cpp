@@ -32,6 +32,21 @@ void session::state::search_geometry(state& s, start& st) {
   };
   if (st.prepared) return not_run("the prepared file's geometry was decided when it was made");
   nlohmann::json report = nlohmann::json::parse(s.preprocess_json, nullptr, false);
+  // The data read again with the config as it now stands, saying only what the first read did
+  // not; the search's record joins the new report (`taken`: its geometry is the map's source).
+  const auto read_again = [&](nlohmann::json record, bool taken) {
+    s.data = dataset{};
+    {
+      log_repeats_dropped said(s.first_read_log);
+      read_data(s, st);
+    }
+    nlohmann::json again = nlohmann::json::parse(s.preprocess_json, nullptr, false);
+    if (!again.is_object()) return;
+    if (taken && again.contains("scan_map") && again["scan_map"].is_object())
+      again["scan_map"]["source"] = "trial reconstructions";
+    again["scan_geometry_search"] = std::move(record);
+    s.preprocess_json = again.dump();
+  };
   // The search's geometry, stated: the data are read again with it (a transpose reorders the
   // patterns' pixels), the scan map refines the rotation from there, and the run's record says
   // what it ran with; the first read's measurements stay in the search's record.
@@ -40,18 +55,8 @@ void session::state::search_geometry(state& s, start& st) {
     s.config.set_from_text(cat("preprocess.scan_rotation_deg=", deg));
     s.config.set_from_text(cat("preprocess.scan_transpose=", transpose ? "true" : "false"));
     s.config.set_from_text("preprocess.scan_geometry_search=false");  // done: the record states its result
-    s.data = dataset{};
-    {
-      log_repeats_dropped said(s.first_read_log);
-      read_data(s, st);
-    }
+    read_again(std::move(record), true);
     st.settings.scan.free[0] = true;  // the map refines the rotation from the search's (a step apart)
-    nlohmann::json again = nlohmann::json::parse(s.preprocess_json, nullptr, false);
-    if (again.is_object()) {
-      if (again.contains("scan_map") && again["scan_map"].is_object()) again["scan_map"]["source"] = "trial reconstructions";
-      again["scan_geometry_search"] = std::move(record);
-      s.preprocess_json = again.dump();
-    }
   };
   if (st.resume) {
     // A run whose geometry the search found resumes with it, from the config it ran from too
@@ -148,15 +153,7 @@ void session::state::search_geometry(state& s, start& st) {
   if (!r.conclusive) {
     log_warning("session", cat(r.summary, " (", seconds_since(t0), " s): the ", measured ? "preprocessing's geometry" : "nominal raster",
                                " is used (give scan_rotation_deg and scan_transpose if the scan is turned against the detector)"));
-    {
-      log_repeats_dropped said(s.first_read_log);
-      read_data(s, st);  // as before the trials: the same geometry, the same report
-    }
-    nlohmann::json again = nlohmann::json::parse(s.preprocess_json, nullptr, false);
-    if (again.is_object()) {
-      again["scan_geometry_search"] = std::move(search);
-      s.preprocess_json = again.dump();
-    }
+    read_again(std::move(search), false);  // as before the trials: the same geometry, the same report
     return;
   }
   log_info("session", cat(r.summary, " (", seconds_since(t0), " s); the data are read again with it"));
