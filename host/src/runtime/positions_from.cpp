@@ -4,6 +4,8 @@
 #include <tycho/host/result_record.hpp>
 
 #include <array>
+#include <cstdint>
+#include <utility>
 #include <cmath>
 #include <filesystem>
 
@@ -47,6 +49,22 @@ std::vector<double> positions_from_result(const registry& reg, const std::string
          " px: its positions lie on another grid (check [preprocess] object_padding_px and scan_origin_A)");
   const owned_array& positions = r.array("positions_px");
   return {positions.as<double>(), positions.as<double>() + positions.count()};
+}
+
+void shuffle_position_pairs(std::vector<double>& positions_px, uint64_t seed) {
+  uint64_t state = seed;
+  const auto next = [&state] {  // SplitMix64 (Steele, Lea & Flood 2014)
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  const std::size_t P = positions_px.size() / 2;
+  for (std::size_t k = P; k > 1; --k) {
+    const std::size_t j = std::size_t(next() % uint64_t(k));  // bias below 2^-40 for any scan
+    std::swap(positions_px[2 * (k - 1)], positions_px[2 * j]);
+    std::swap(positions_px[2 * (k - 1) + 1], positions_px[2 * j + 1]);
+  }
 }
 
 }  // namespace tycho::host

@@ -1,6 +1,7 @@
-// [data] positions_from: a fresh run that starts from the probe positions a tycho result saved
-// (e.g. corrected by an earlier run) instead of the source's raster or listed positions. The
-// object, probe and optimizers start anew; only the positions are taken. Host-internal.
+// Where a fresh run's positions come from other than its source: [data] positions_from, the probe
+// positions a tycho result saved (e.g. corrected by an earlier run) instead of the source's raster
+// or listed positions (the object, probe and optimizers start anew; only the positions are
+// taken); and [data] shuffle_positions, the same positions in a random order. Host-internal.
 #pragma once
 
 #include <tycho/core/geometry.hpp>
@@ -20,5 +21,10 @@ namespace tycho::host {
 // non-float64 positions_px, or a non-finite position. Reads the whole file (it is small).
 std::vector<double> positions_from_result(const registry& reg, const std::string& path, const scan_geometry& g,
                                           const object_layout& layout);
+
+// [data] shuffle_positions: permutes the (P, 2) pairs of `positions_px` in place, a Fisher–Yates
+// shuffle driven by SplitMix64 from `seed` (the same order on every platform and library, unlike
+// std::shuffle), so that pattern k gets another pattern's position.
+void shuffle_position_pairs(std::vector<double>& positions_px, uint64_t seed);
 
 }  // namespace tycho::host

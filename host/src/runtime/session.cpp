@@ -300,6 +300,18 @@ void session::state::resolve_geometry(state& s, start& st) {
       s.layout.positions_px = std::move(saved);
     }
   }
+  // [data] shuffle_positions: a control whose positions place nothing (the geometry search's
+  // structureless baseline): the same positions, given to the patterns in a seeded random order.
+  if (read_key<bool>(s.config.table_at("data"), "shuffle_positions", "data").value_or(false)) {
+    if (st.resume) {
+      log_info("session", "[data] shuffle_positions is not used: --from resumes with its own positions");
+    } else {
+      shuffle_position_pairs(s.layout.positions_px, uint64_t(st.settings.driver.seed));
+      log_info("session", cat("[data] shuffle_positions: the ", s.layout.positions_px.size() / 2,
+                              " patterns are given the scan's positions in a random order (seed ",
+                              st.settings.driver.seed, "): a control whose positions place nothing"));
+    }
+  }
   // ---- memory: the planner's count for this engine against this machine's memory, before
   // anything that size is allocated (a wrong scan step or pixel size makes a huge object)
   memory_problem need = run_memory_problem(s.config, *s.reg, info, s.data.n0, s.data.n1, s.layout);

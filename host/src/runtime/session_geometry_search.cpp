@@ -89,8 +89,10 @@ void session::state::search_geometry(state& s, start& st) {
   }
   // The trials rank geometries by how well an object explains the data through the positions:
   // where neighbouring patterns differ by no more than their counting noise the data place no
-  // position, and any ranking is the noise's (pure Poisson noise gave a 't = 4.4' winner). The
-  // sum over both axes of the neighbours' information must exceed twice its standard error.
+  // position, and any ranking is the noise's (pure Poisson noise gave a 't = 4.4' winner: the
+  // search's checks vary the mini-batches and shuffle the positions, but every trial sees the
+  // one realisation of the noise that also chose the winner). The sum over both axes of the
+  // neighbours' information must exceed twice its standard error.
   const pair_information_sums info = neighbour_information(s);
   if (info.measured) {
     const double total = info.mean[0] + info.mean[1];
@@ -140,15 +142,19 @@ void session::state::search_geometry(state& s, start& st) {
   s.measured_mean = {};
   const geometry_search_result r = search_scan_geometry(s.config, *s.reg, o);
   nlohmann::json trials = nlohmann::json::array();
-  for (const geometry_trial& t : r.trials) trials.push_back({t.rotation_deg, t.transpose, t.seed, t.loss});
+  for (const geometry_trial& t : r.trials) trials.push_back({t.rotation_deg, t.transpose, t.seed, t.shuffled, t.loss});
   nlohmann::json search = {{"conclusive", r.conclusive},
                            {"rotation_deg", r.rotation_deg},
                            {"transpose", r.transpose},
                            {"runner_up", {r.runner_up_deg, r.runner_up_transpose}},
                            {"step_deg", r.step_deg},
                            {"iterations", o.iterations},
+                           {"gaps", r.gaps},
+                           {"shuffled_gaps", r.shuffled_gaps},
                            {"t_statistic", r.t_statistic},
-                           {"trials_rotation_transpose_seed_loss", trials},
+                           {"t_over_shuffled", r.t_over_shuffled},
+                           {"t_critical", r.t_critical},
+                           {"trials_rotation_transpose_seed_shuffled_loss", trials},
                            {"seconds", seconds_since(t0)}};
   if (!r.conclusive) {
     log_warning("session", cat(r.summary, " (", seconds_since(t0), " s): the ", measured ? "preprocessing's geometry" : "nominal raster",
