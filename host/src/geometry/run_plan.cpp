@@ -3,6 +3,7 @@
 // session.cpp, beside the config readers they share with the session).
 #include "tycho/host/run_plan.hpp"
 #include "geometry/time_plan.hpp"
+#include "runtime/geometry_search.hpp"
 
 #include <tycho/core/error.hpp>
 
@@ -215,6 +216,8 @@ int run_plan_command(const config_document& doc, const registry& reg, const plan
   }
   out << "(memory: " << capacity_source << ")\n\n";
   if (!device_model) out << residency_options(p, r.info, doc) << "\n";
+  // The scan geometry search estimates from a raster of at least 3 x 3 (listed positions are not searched).
+  const bool searchable = r.positions_A.empty() && r.info.scan_shape[0] >= 3 && r.info.scan_shape[1] >= 3;
   if (options.estimate_time) {
     // The time per iteration, from a short calibration run of this machine's engine (time_plan.hpp).
     const time_estimate t = estimate_iteration_time(doc, reg, r);
@@ -228,10 +231,18 @@ int run_plan_command(const config_document& doc, const registry& reg, const plan
           << " iterations ~"
           << (total < 120 ? cat(std::lround(total), " s") : total < 7200 ? cat(std::lround(total / 60), " min")
                                                                           : cat(std::lround(total / 360) / 10.0, " h"))
-          << "\n         " << t.why << "\n\n";
+          << "\n         " << t.why << "\n";
+      const std::string search = geometry_search_plan_line(doc, searchable, p.patterns,
+                                                           p.window[0] * p.window[1], t.seconds_per_iteration);
+      if (!search.empty()) out << search << "\n";
+      out << "\n";
     } else {
       out << "time     " << t.why << "\n\n";
     }
+  } else {
+    const std::string search =
+        geometry_search_plan_line(doc, searchable, p.patterns, p.window[0] * p.window[1], 0);
+    if (!search.empty()) out << search << "\n\n";
   }
 
   if (plan.fits && !plan.batch_shrunk) {

@@ -9,6 +9,7 @@
 #include <tycho/core/error.hpp>
 
 #include "tycho/host/log.hpp"
+#include "tycho/host/preprocess.hpp"
 #include "settings/settings_read.hpp"
 #include "tycho/host/session.hpp"
 
@@ -95,6 +96,41 @@ int64_t geometry_search_trials(const geometry_search_options& o) {
   // The candidates, the best's two neighbours, and the best and the runner-up with each replica
   // seed, on the patterns and on them shuffled.
   return candidate_count(o) * (o.transpose_free ? 2 : 1) + 2 + 4 * geometry_search_replicas;
+}
+
+double geometry_search_work(const geometry_search_options& o, int64_t detector_pixels) {
+  return double(geometry_search_trials(o)) * double(o.iterations) * double(o.patterns) * double(detector_pixels);
+}
+
+std::string geometry_search_plan_line(const config_document& config, bool raster, int64_t patterns,
+                                      int64_t detector_pixels, double seconds_per_iteration) {
+  using mode = preprocess_settings::search_mode;
+  const preprocess_settings pre = read_preprocess_settings(config.table_at("preprocess"), config.origin());
+  if (!raster || !pre.rotation_auto || pre.geometry_search == mode::never) return "";
+  geometry_search_options o;
+  o.step_deg = pre.geometry_search_step_deg;
+  o.iterations = pre.geometry_search_iterations;
+  o.transpose_free = pre.transpose_auto;
+  o.patterns = patterns;
+  const int64_t trials = geometry_search_trials(o);
+  const double work = geometry_search_work(o, detector_pixels);
+  std::string time;
+  if (seconds_per_iteration > 0) {
+    const double total = seconds_per_iteration * double(trials) * double(o.iterations);
+    time = cat(" ~", total < 120 ? cat(std::lround(total), " s") : total < 7200 ? cat(std::lround(total / 60), " min")
+                                                                                 : cat(std::lround(total / 360) / 10.0, " h"));
+  }
+  const std::string trials_text = cat(trials, " trial reconstructions of ", o.iterations, " iterations", time);
+  if (pre.geometry_search == mode::always)
+    return cat("search   [preprocess] scan_geometry_search = true: ", trials_text,
+               " before the run (docs/scan-geometry.md)");
+  if (work > geometry_search_auto_max_work)
+    return cat("search   [preprocess] scan_geometry_search = \"auto\": not run on this scan (", trials_text, " would be ",
+               std::round(work / geometry_search_auto_max_work * 10) / 10,
+               " times the work \"auto\" allows); where neither the parallax nor the curl measures the geometry the "
+               "nominal raster is used");
+  return cat("search   [preprocess] scan_geometry_search = \"auto\": where neither the parallax nor the curl measures "
+             "the scan's geometry (low dose, weak contrast), ", trials_text, " before the run (docs/scan-geometry.md)");
 }
 
 geometry_search_result search_scan_geometry(const config_document& config, registry& reg,

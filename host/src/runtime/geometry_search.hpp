@@ -91,6 +91,18 @@ struct geometry_search_result {
   std::string summary;  // for the log and the manifest
 };
 
+// The trials' whole work, trials x iterations x patterns x detector pixels (the window's), which
+// "auto" bounds by geometry_search_auto_max_work.
+double geometry_search_work(const geometry_search_options& o, int64_t detector_pixels);
+
+// What `tycho plan` says of the search for a run of `config` whose data are `patterns` patterns of
+// `detector_pixels` (the window's), `seconds_per_iteration` its estimated time per iteration (0:
+// not estimated): "" where it cannot run (a stated rotation, scan_geometry_search = false, listed
+// positions: `raster` false), else its trials, iterations and time (about trials x iterations x
+// seconds_per_iteration: a trial iterates over the whole scan), and whether "auto" would run them.
+std::string geometry_search_plan_line(const config_document& config, bool raster, int64_t patterns,
+                                      int64_t detector_pixels, double seconds_per_iteration);
+
 // Runs the search on `config` (the user's: each trial is a copy with its candidate's geometry,
 // a fixed count of iterations, the positions and the scan map held, no previews). Throws what a
 // trial session throws.

@@ -121,8 +121,7 @@ void session::state::search_geometry(state& s, start& st) {
   // "auto" bounds the trials' whole work (geometry_search_auto_max_work: about a quarter of an
   // hour on two cores). A larger scan's parallax is the more precise for it (its error falls as
   // 1/√patterns), so one that it cannot measure holds little to find.
-  const double work = double(geometry_search_trials(o)) * double(o.iterations) * double(s.data.all_patterns) *
-                      double(s.data.n0) * double(s.data.n1);
+  const double work = geometry_search_work(o, s.data.n0 * s.data.n1);
   if (pre.geometry_search == mode::fallback && work > geometry_search_auto_max_work) {
     log_warning("session", cat("[preprocess] scan_geometry_search = \"auto\": the trial reconstructions are not run: ",
                                geometry_search_trials(o), " trials of ", o.iterations, " iterations over ",
