@@ -111,6 +111,7 @@ void session::state::restore_position_correction(state& s, const session_detail:
 }
 
 session::state::pair_information_sums session::state::neighbour_information(const state& s) {
+  if (s.neighbour_sums) return *s.neighbour_sums;
   const dataset& d = s.data;
   const int64_t rx = d.info.scan_shape[0], ry = d.info.scan_shape[1], pixels = d.n0 * d.n1;
   const bool raster = d.positions_A.empty() && rx >= 2 && ry >= 2;
@@ -141,14 +142,16 @@ session::state::pair_information_sums session::state::neighbour_information(cons
   }
   if (s.par->world_size() > 1 && s.par->sharding() != shard::mode::replicated) s.par->sum(v.data(), int(v.size()));
   pair_information_sums r;
+  s.neighbour_sums = r;  // not measured, unless every axis has pairs
   for (int a = 0; a < 2; ++a) {
     const double n = v[std::size_t(3 * a + 2)];
-    if (!(n > 1)) return {};
+    if (!(n > 1)) return r;
     r.mean[a] = v[std::size_t(3 * a)] / n;
     r.standard_error[a] = std::sqrt(std::max(0.0, v[std::size_t(3 * a + 1)] / n - r.mean[a] * r.mean[a]) / (n - 1));
     r.pairs[a] = int64_t(n);
   }
   r.measured = std::isfinite(r.mean[0]) && std::isfinite(r.mean[1]);
+  s.neighbour_sums = r;
   return r;
 }
 

@@ -344,7 +344,11 @@ struct session::state {
     double mean[2] = {0, 0}, standard_error[2] = {0, 0};
     int64_t pairs[2] = {0, 0};
   };
+  // Computed once per session (the scan geometry search's guard and the weighing both ask): the
+  // sums do not change when the search's geometry reads the data again (a transpose permutes
+  // every pattern's pixels alike, a rotation moves no pattern in the raster).
   static pair_information_sums neighbour_information(const state& s);
+  mutable std::optional<pair_information_sums> neighbour_sums;
   static void restore_position_correction(state& s, const session_detail::resume_data& r);
   // The twin test of the object's local phase (tycho/core/phase_twin.hpp) over the scanned field,
   // for electrons: not done when not made; its verdict ("specimen", "twin", "undecided"); the
