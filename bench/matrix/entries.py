@@ -112,4 +112,18 @@ HELD_OUT = [
          drift_A=(0.9, 135.0), fast_axis=0, jitter_A=0.15),
 ]
 
-BY_ID = {e["id"]: e for e in ENTRIES + HELD_OUT}
+# Held out for the scan geometry search (session 21): low-dose one-slice entries fixed before any
+# run, after the search's checks (bench/RESULTS.md "Session 20", "Session 21") were set on the
+# hBN entry above; whether the parallax measures their geometry was not known when they were fixed.
+HELD_OUT_LOWDOSE = [
+    dict(id="mos2_80kv_64_lowdose_rot130t", specimen="MoS2", energy_eV=80e3, semiangle_mrad=25.0, C10_A=-100.0,
+         C10_nominal_A=-120.0, detector=64, dk_invA=0.1, scan=(24, 24), step_A=0.45, dose=4e3,
+         source_sigma_A=0.0, rotation_deg=130.0, transpose=True, step_error=(0.02, -0.01), shear=0.0,
+         drift_A=(0.3, 60.0), fast_axis=1, jitter_A=0.05),
+    dict(id="graphene_100kv_64_lowdose_rot250", specimen="graphene", energy_eV=100e3, semiangle_mrad=22.0,
+         C10_A=-90.0, C10_nominal_A=-80.0, detector=64, dk_invA=0.08, scan=(24, 24), step_A=0.4, dose=1e4,
+         source_sigma_A=0.05, rotation_deg=250.0, transpose=False, step_error=(0.0, 0.02), shear=0.0,
+         drift_A=(0.4, 300.0), fast_axis=0, jitter_A=0.05),
+]
+
+BY_ID = {e["id"]: e for e in ENTRIES + HELD_OUT + HELD_OUT_LOWDOSE}

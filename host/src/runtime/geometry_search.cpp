@@ -71,10 +71,12 @@ int64_t candidate_count(const geometry_search_options& o) {
   return std::max<int64_t>(1, int64_t(std::llround(360.0 / o.step_deg)));
 }
 
-// The one-sided 95 % points of Student's t with 1 to 8 degrees of freedom.
-double t_95(int64_t dof) {
-  static const double t[] = {6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860};
-  return t[std::clamp<int64_t>(dof, 1, 8) - 1];
+// The one-sided 95 % (99 %: strict) points of Student's t with 1 to 8 degrees of freedom.
+double t_point(int64_t dof, bool strict) {
+  static const double t95[] = {6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860};
+  static const double t99[] = {31.821, 6.965, 4.541, 3.747, 3.365, 3.143, 2.998, 2.896};
+  const int64_t k = std::min<int64_t>(std::max<int64_t>(dof, 1), 8);  // not std::clamp: it returns a reference to its bounds
+  return (strict ? t99 : t95)[k - 1];
 }
 
 // Student's t of the values' mean against 0; 0 where one is not finite (a failed trial: no verdict).
@@ -201,7 +203,7 @@ geometry_search_result search_scan_geometry(const config_document& config, regis
     r.shuffled_gaps.push_back(b0 - a0);
     over_shuffled.push_back((b - a) - (b0 - a0));
   }
-  r.t_critical = t_95(int64_t(r.gaps.size()) - 1);
+  r.t_critical = t_point(int64_t(r.gaps.size()) - 1, o.strict);
   r.t_statistic = t_of(r.gaps);
   r.t_over_shuffled = t_of(over_shuffled);
   r.conclusive = others && r.gaps.size() > 1 && r.t_statistic > r.t_critical && r.t_over_shuffled > r.t_critical;
@@ -215,8 +217,8 @@ geometry_search_result search_scan_geometry(const config_document& config, regis
                   candidate_text(runner.rotation_deg, runner.transpose), ", ", runner.loss,
                   "; its loss above the best's with ", r.gaps.size(), " other seeds (and on the patterns shuffled over ",
                   "the positions): ", replicas, ": t = ", r.t_statistic, ", less the shuffled gaps t = ", r.t_over_shuffled,
-                  r.conclusive ? cat(", both > ", r.t_critical, " (one-sided 95 %): the search's geometry is taken")
-                               : cat(", not both > ", r.t_critical, " (one-sided 95 %): the search is inconclusive"));
+                  r.conclusive ? cat(", both > ", r.t_critical, " (one-sided ", o.strict ? "99" : "95", " %): the search's geometry is taken")
+                               : cat(", not both > ", r.t_critical, " (one-sided ", o.strict ? "99" : "95", " %): the search is inconclusive"));
   return r;
 }
 
