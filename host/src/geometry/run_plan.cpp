@@ -229,8 +229,7 @@ int run_plan_command(const config_document& doc, const registry& reg, const plan
           << std::lround(t.us_per_position * 10) / 10.0 << " µs per position·iteration; CPU time "
           << std::lround(t.cpu_us_per_position * 10) / 10.0 << " µs, " << t.batching << " batches); " << (length.by_rule ? "at most " : "") << iterations
           << " iterations ~"
-          << (total < 120 ? cat(std::lround(total), " s") : total < 7200 ? cat(std::lround(total / 60), " min")
-                                                                          : cat(std::lround(total / 360) / 10.0, " h"))
+          << duration_text(total)
           << "\n         " << t.why << "\n";
       const std::string search = geometry_search_plan_line(doc, searchable, p.patterns,
                                                            p.window[0] * p.window[1], t.seconds_per_iteration);

@@ -212,4 +212,10 @@ time_estimate estimate_iteration_time(const config_document& doc, const registry
   return e;
 }
 
+std::string duration_text(double seconds) {
+  if (seconds < 120) return cat(std::lround(seconds), " s");
+  if (seconds < 7200) return cat(std::lround(seconds / 60), " min");
+  return cat(std::lround(seconds / 360) / 10.0, " h");
+}
+
 }  // namespace tycho::host

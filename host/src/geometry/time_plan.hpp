@@ -35,4 +35,7 @@ struct time_estimate {
 time_estimate estimate_iteration_time(const config_document& doc, const registry& reg, const run_preview& r,
                                       double budget_s = 1.0);
 
+// A duration for the plan's lines: "42 s" under 2 minutes, "12 min" under 2 hours, else "3.5 h".
+std::string duration_text(double seconds);
+
 }  // namespace tycho::host

@@ -8,6 +8,7 @@
 
 #include <tycho/core/error.hpp>
 
+#include "geometry/time_plan.hpp"
 #include "tycho/host/log.hpp"
 #include "tycho/host/preprocess.hpp"
 #include "settings/settings_read.hpp"
@@ -119,8 +120,7 @@ std::string geometry_search_plan_line(const config_document& config, bool raster
   std::string time;
   if (seconds_per_iteration > 0) {
     const double total = seconds_per_iteration * double(trials) * double(o.iterations);
-    time = cat(" ~", total < 120 ? cat(std::lround(total), " s") : total < 7200 ? cat(std::lround(total / 60), " min")
-                                                                                 : cat(std::lround(total / 360) / 10.0, " h"));
+    time = cat(" ~", duration_text(total));
   }
   const std::string trials_text = cat(trials, " trial reconstructions of ", o.iterations, " iterations", time);
   if (pre.geometry_search == mode::always)
