@@ -216,8 +216,7 @@ int run_plan_command(const config_document& doc, const registry& reg, const plan
   }
   out << "(memory: " << capacity_source << ")\n\n";
   if (!device_model) out << residency_options(p, r.info, doc) << "\n";
-  // The scan geometry search estimates from a raster of at least 3 x 3 (listed positions are not searched).
-  const bool searchable = r.positions_A.empty() && r.info.scan_shape[0] >= 3 && r.info.scan_shape[1] >= 3;
+  double seconds_per_iteration = 0;  // 0: not estimated
   if (options.estimate_time) {
     // The time per iteration, from a short calibration run of this machine's engine (time_plan.hpp).
     const time_estimate t = estimate_iteration_time(doc, reg, r);
@@ -225,24 +224,24 @@ int run_plan_command(const config_document& doc, const registry& reg, const plan
       const iteration_settings length = read_iteration_settings(doc.table_at("reconstruct"));
       const int64_t iterations = length.most();
       const double total = t.seconds_per_iteration * double(iterations);
+      seconds_per_iteration = t.seconds_per_iteration;
       out << "time     ~" << std::lround(t.seconds_per_iteration * 100) / 100.0 << " s per iteration ("
           << std::lround(t.us_per_position * 10) / 10.0 << " µs per position·iteration; CPU time "
           << std::lround(t.cpu_us_per_position * 10) / 10.0 << " µs, " << t.batching << " batches); " << (length.by_rule ? "at most " : "") << iterations
           << " iterations ~"
           << duration_text(total)
           << "\n         " << t.why << "\n";
-      const std::string search = geometry_search_plan_line(doc, searchable, p.patterns,
-                                                           p.window[0] * p.window[1], t.seconds_per_iteration);
-      if (!search.empty()) out << search << "\n";
-      out << "\n";
     } else {
-      out << "time     " << t.why << "\n\n";
+      out << "time     " << t.why << "\n";
     }
-  } else {
-    const std::string search =
-        geometry_search_plan_line(doc, searchable, p.patterns, p.window[0] * p.window[1], 0);
-    if (!search.empty()) out << search << "\n\n";
   }
+  // The scan geometry search's trials, with their time where the iteration's was estimated (a
+  // raster of at least 3 x 3: listed positions are not searched).
+  const bool searchable = r.positions_A.empty() && r.info.scan_shape[0] >= 3 && r.info.scan_shape[1] >= 3;
+  const std::string search =
+      geometry_search_plan_line(doc, searchable, p.patterns, p.window[0] * p.window[1], seconds_per_iteration);
+  if (!search.empty()) out << search << "\n";
+  if (options.estimate_time || !search.empty()) out << "\n";
 
   if (plan.fits && !plan.batch_shrunk) {
     out << "fits: " << human_bytes(plan.total) << (device_model ? " per device" : "") << " of "

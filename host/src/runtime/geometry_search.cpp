@@ -10,7 +10,6 @@
 
 #include "geometry/time_plan.hpp"
 #include "tycho/host/log.hpp"
-#include "tycho/host/preprocess.hpp"
 #include "settings/settings_read.hpp"
 #include "tycho/host/session.hpp"
 
@@ -95,6 +94,18 @@ double t_of(const std::vector<double>& v) {
 
 }  // namespace
 
+geometry_search_options geometry_search_options_of(const preprocess_settings& pre, int64_t patterns,
+                                                   int64_t batch_size) {
+  geometry_search_options o;
+  o.step_deg = pre.geometry_search_step_deg;
+  o.iterations = pre.geometry_search_iterations;
+  o.transpose_free = pre.transpose_auto;
+  o.transpose = pre.transpose;
+  o.patterns = patterns;
+  o.batch_size = batch_size;
+  return o;
+}
+
 int64_t geometry_search_trials(const geometry_search_options& o) {
   // The candidates, the best's two neighbours, and the best and the runner-up with each replica
   // seed, on the patterns and on them shuffled.
@@ -110,11 +121,7 @@ std::string geometry_search_plan_line(const config_document& config, bool raster
   using mode = preprocess_settings::search_mode;
   const preprocess_settings pre = read_preprocess_settings(config.table_at("preprocess"), config.origin());
   if (!raster || !pre.rotation_auto || pre.geometry_search == mode::never) return "";
-  geometry_search_options o;
-  o.step_deg = pre.geometry_search_step_deg;
-  o.iterations = pre.geometry_search_iterations;
-  o.transpose_free = pre.transpose_auto;
-  o.patterns = patterns;
+  const geometry_search_options o = geometry_search_options_of(pre, patterns, geometry_search_options{}.batch_size);
   const int64_t trials = geometry_search_trials(o);
   const double work = geometry_search_work(o, detector_pixels);
   std::string time;

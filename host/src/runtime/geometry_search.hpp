@@ -42,6 +42,8 @@
 
 #include <tycho/core/config.hpp>
 
+#include "tycho/host/preprocess.hpp"
+
 namespace tycho::host {
 
 class registry;
@@ -64,6 +66,11 @@ struct geometry_search_options {
   int64_t batch_size = 128;    // [reconstruct] batch_size
   bool strict = false;         // the checks at the one-sided 99 % point instead of 95 %
 };
+
+// The search's options as [preprocess] states them, for a scan of `patterns` patterns run with
+// [reconstruct] batch_size `batch_size` (strict: false).
+geometry_search_options geometry_search_options_of(const preprocess_settings& pre, int64_t patterns,
+                                                   int64_t batch_size);
 
 // The trials a search runs: the candidates, the best's two neighbours, and the best and the
 // runner-up again with each replica seed.

@@ -101,19 +101,13 @@ void session::state::search_geometry(state& s, start& st) {
   const double information_se =
       info.measured ? std::hypot(info.standard_error[0], info.standard_error[1]) : std::nan("");
   const bool places = info.measured && information > 2 * information_se;
-  geometry_search_options o;
+  geometry_search_options o = geometry_search_options_of(pre, s.data.all_patterns, st.settings.driver.batch_size);
   o.strict = !places;
   if (!places)
     log_info("session", cat("[preprocess] scan_geometry_search: neighbouring patterns differ by ",
                             info.measured ? cat(information, " ± ", information_se) : std::string("(not measured)"),
                             " counts² per count beyond their counting noise, not beyond twice its standard error: the "
                             "search's checks need the one-sided 99 % point"));
-  o.step_deg = pre.geometry_search_step_deg;
-  o.iterations = pre.geometry_search_iterations;
-  o.transpose_free = pre.transpose_auto;
-  o.transpose = pre.transpose;
-  o.patterns = s.data.all_patterns;
-  o.batch_size = st.settings.driver.batch_size;
   // "auto" bounds the trials' whole work (geometry_search_auto_max_work: about a quarter of an
   // hour on two cores). A larger scan's parallax is the more precise for it (its error falls as
   // 1/√patterns), so one that it cannot measure holds little to find.

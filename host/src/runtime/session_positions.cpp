@@ -148,7 +148,6 @@ session::state::pair_information_sums session::state::neighbour_information(cons
     if (!(n > 1)) return r;
     r.mean[a] = v[std::size_t(3 * a)] / n;
     r.standard_error[a] = std::sqrt(std::max(0.0, v[std::size_t(3 * a + 1)] / n - r.mean[a] * r.mean[a]) / (n - 1));
-    r.pairs[a] = int64_t(n);
   }
   r.measured = std::isfinite(r.mean[0]) && std::isfinite(r.mean[1]);
   s.neighbour_sums = r;

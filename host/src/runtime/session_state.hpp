@@ -342,7 +342,6 @@ struct session::state {
   struct pair_information_sums {
     bool measured = false;
     double mean[2] = {0, 0}, standard_error[2] = {0, 0};
-    int64_t pairs[2] = {0, 0};
   };
   // Computed once per session (the scan geometry search's guard and the weighing both ask): the
   // sums do not change when the search's geometry reads the data again (a transpose permutes
