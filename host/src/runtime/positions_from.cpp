@@ -1,6 +1,7 @@
 #include "runtime/positions_from.hpp"
 
 #include <tycho/core/error.hpp>
+#include <tycho/core/geometry.hpp>
 #include <tycho/host/result_record.hpp>
 
 #include <array>
@@ -52,18 +53,11 @@ std::vector<double> positions_from_result(const registry& reg, const std::string
 }
 
 void shuffle_position_pairs(std::vector<double>& positions_px, uint64_t seed) {
-  uint64_t state = seed;
-  const auto next = [&state] {  // SplitMix64 (Steele, Lea & Flood 2014)
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  };
-  const std::size_t P = positions_px.size() / 2;
-  for (std::size_t k = P; k > 1; --k) {
-    const std::size_t j = std::size_t(next() % uint64_t(k));  // bias below 2^-40 for any scan
-    std::swap(positions_px[2 * (k - 1)], positions_px[2 * j]);
-    std::swap(positions_px[2 * (k - 1) + 1], positions_px[2 * j + 1]);
+  const std::vector<double> given = positions_px;
+  const std::vector<int64_t> order = epoch_permutation(int64_t(given.size() / 2), seed, -1);
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    positions_px[2 * k] = given[2 * std::size_t(order[k])];
+    positions_px[2 * k + 1] = given[2 * std::size_t(order[k]) + 1];
   }
 }
 

@@ -22,9 +22,10 @@ namespace tycho::host {
 std::vector<double> positions_from_result(const registry& reg, const std::string& path, const scan_geometry& g,
                                           const object_layout& layout);
 
-// [data] shuffle_positions: permutes the (P, 2) pairs of `positions_px` in place, a Fisher–Yates
-// shuffle driven by SplitMix64 from `seed` (the same order on every platform and library, unlike
-// std::shuffle), so that pattern k gets another pattern's position.
+// [data] shuffle_positions: permutes the (P, 2) pairs of `positions_px` in place by
+// epoch_permutation(P, seed, −1) (core's Fisher–Yates, the same order on every platform and
+// library, unlike std::shuffle; an epoch neither the batches nor the held-out patterns draw), so
+// that pattern k gets pattern π(k)'s position.
 void shuffle_position_pairs(std::vector<double>& positions_px, uint64_t seed);
 
 }  // namespace tycho::host
