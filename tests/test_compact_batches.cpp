@@ -48,6 +48,20 @@ TEST(BatchPlan, RandomBatchesAreTheIterationsPermutationCutInOrder) {
       EXPECT_TRUE(std::equal(b, b + count, order.begin() + k * 128)) << "epoch " << epoch << ", batch " << k;
     }
   }
+  // Where the batch size does not divide the patterns, batches of as equal a size as can be: 518
+  // in batches of at most 128 are 5 of 103 or 104 (not four of 128 and one of 6), in order.
+  tycho::batch_plan uneven(518, 128, 5, tycho::batching::random);
+  ASSERT_EQ(uneven.batches(), 5);
+  const auto order = tycho::epoch_permutation(518, 5, 3);
+  int64_t at = 0;
+  for (int64_t k = 0; k < 5; ++k) {
+    int64_t count = 0;
+    const int64_t* b = uneven.batch(3, k, count);
+    EXPECT_TRUE(count == 103 || count == 104) << count;
+    EXPECT_TRUE(std::equal(b, b + count, order.begin() + at)) << "batch " << k;
+    at += count;
+  }
+  EXPECT_EQ(at, 518);
 }
 
 // A raster of 40 x 30 positions (4 px apart) in blocks of 64: every pattern once per iteration,
@@ -67,7 +81,8 @@ TEST(BatchPlan, CompactBlocksArePatchesVisitedInASeededOrder) {
     for (int64_t k = 0; k < plan.batches(); ++k) {
       int64_t count = 0;
       const int64_t* b = plan.batch(epoch, k, count);
-      EXPECT_TRUE(count == 64 || count == p % 64) << count;
+      // 1200 patterns in 19 blocks: 63 or 64 each.
+      EXPECT_TRUE(count == p / plan.batches() || count == p / plan.batches() + 1) << count;
       int64_t lo[2] = {rx, ry}, hi[2] = {0, 0};
       for (int64_t i = 0; i < count; ++i) {
         ++seen[std::size_t(b[i])];
@@ -89,6 +104,42 @@ TEST(BatchPlan, CompactBlocksArePatchesVisitedInASeededOrder) {
 
 // The tiles under windows, as boxes: runs of marked tiles along each tile row with one step count,
 // the plane's edge clipping the last tiles; counting a step raises exactly the marked tiles'.
+// [reconstruct] validation_fraction and validation_fold: the folds of one seed are disjoint blocks
+// of n = round(f P) patterns of a seeded permutation (k-fold cross-validation); another seed draws
+// others; f = 0 holds none out; values out of range are refused naming the key.
+TEST(BatchPlan, HeldOutFoldsAreDisjointBlocksOfASeededPermutation) {
+  const std::string key = "[reconstruct] validation_fraction";
+  std::set<int64_t> seen;
+  for (int64_t fold = 0; fold < 4; ++fold) {
+    const std::vector<int64_t> out = tycho::held_out_patterns(101, 0.25, 7, fold, key);
+    ASSERT_EQ(out.size(), 25u);
+    EXPECT_TRUE(std::is_sorted(out.begin(), out.end()));
+    for (int64_t j : out) {
+      EXPECT_TRUE(j >= 0 && j < 101) << j;
+      EXPECT_TRUE(seen.insert(j).second) << "pattern " << j << " in two folds";
+    }
+  }
+  EXPECT_EQ(seen.size(), 100u);  // one pattern of 101 is in no fold
+  EXPECT_EQ(tycho::held_out_patterns(101, 0.25, 7, 0, key), tycho::held_out_patterns(101, 0.25, 7, 0, key));
+  EXPECT_NE(tycho::held_out_patterns(101, 0.25, 7, 0, key), tycho::held_out_patterns(101, 0.25, 8, 0, key));
+  EXPECT_TRUE(tycho::held_out_patterns(101, 0.0, 7, 0, key).empty());
+  EXPECT_TRUE(tycho::held_out_patterns(101, 0.001, 7, 0, key).empty());  // rounds to none
+  for (double bad : {-0.1, 0.6, std::nan("")}) {
+    try {
+      tycho::held_out_patterns(101, bad, 7, 0, key);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const tycho::error& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+  try {
+    tycho::held_out_patterns(101, 0.25, 7, 4, key);
+    ADD_FAILURE() << "fold 4 of 4 accepted";
+  } catch (const tycho::error& e) {
+    EXPECT_NE(std::string(e.what()).find("validation_fold' must be from 0 to 3"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ObjectTiles, BoxesAreTheMarkedTilesWithTheirStepCounts) {
   tycho::object_tiles tiles(70, 50, 16);  // 5 x 4 tiles, the last row 6 px, the last column 2 px
   ASSERT_EQ(tiles.rows(), 5);

@@ -261,8 +261,16 @@ TEST(FileFormatDoc, EveryMemberAndKeyIsDocumented) {
                                       "output.previews=false", "--set", "reconstruct.iterations=\"auto\"", "--set",
                                       "reconstruct.schedule_iterations=40", "-o", tmp / "weighed.zip"});
   ASSERT_TRUE(rw.exited_with(0)) << rw.describe();
+  // Patterns held out of the batches (validation_fraction): the manifest's `validation`.
+  auto rv = tycho::test::run_command({tycho::test::tycho_exe(), "reconstruct",
+                                      tycho::test::source_dir() + "/examples/mos2.toml", "-q", "--iterations", "1",
+                                      "--set", "output.previews=false", "--set", "reconstruct.validation_fraction=0.1",
+                                      "--set", "reconstruct.positions.correct=false", "--set",
+                                      "reconstruct.positions.refine_scan_map=false", "-o", tmp / "validated.zip"});
+  ASSERT_TRUE(rv.exited_with(0)) << rv.describe();
   const std::vector<saved> results = {inspect(tmp / "one.zip", "one rank"), inspect(tmp / "two.zip", "two ranks"),
-                                      inspect(tmp / "weighed.zip", "positions weighed")};
+                                      inspect(tmp / "weighed.zip", "positions weighed"),
+                                      inspect(tmp / "validated.zip", "patterns held out")};
   ASSERT_TRUE(results[0].members.count("optimizer.object.m.npy")) << "the run saved no optimizer state";
   ASSERT_TRUE(results[0].members.count("mask.npy")) << "the run saved no mask";
 

@@ -341,10 +341,10 @@ TEST(ScanGeometryMoS2, ScanTurnedAQuarter) {
 }
 
 // [data] shuffle_positions: the same positions given to the patterns in a random order seeded by
-// [reconstruct] seed (the geometry search's structureless baseline). The saved positions are the
-// raster's, permuted (a few left in place of 144: SplitMix64's Fisher–Yates), the same for the
+// [reconstruct] seed (a structureless baseline). The saved positions are the
+// raster's, permuted (a few left in place of 144: core's epoch_permutation), the same for the
 // same seed and another for another; and the patterns no longer fit one object: on 12 x 12 of the
-// MoS2 counts the loss after 20 iterations rises from 0.01846 to 0.02066 (+12 %).
+// MoS2 counts the loss after 20 iterations rises from 0.01765 to 0.01992 (+13 %).
 TEST(ScanGeometryMoS2, ShuffledPositionsAreTheRastersInAnotherOrder) {
   tycho::test::temp_folder tmp;
   const std::string cfg =
@@ -394,6 +394,55 @@ TEST(ScanGeometryMoS2, ShuffledPositionsAreTheRastersInAnotherOrder) {
   std::printf("shuffled positions: loss %.5f against %.5f on the raster\n", shuffled.loss, raster.loss);
 }
 
+// [reconstruct] validation_fraction: a share of the patterns (drawn by the seed) never enters a
+// batch, and their mean loss at the run's end is the held-out loss — how well the object and probe
+// predict patterns they were not fitted to. On 12 x 12 of the MoS2 counts (36 of 144 held out, 50
+// iterations) the neighbours' overlap predicts them where the positions place the patterns (held-out
+// loss 0.01662), and not where the patterns are shuffled over the positions (0.01943, +17 %).
+TEST(ScanGeometryMoS2, HeldOutPatternsArePredictedOnlyWhereThePositionsPlaceThem) {
+  tycho::test::temp_folder tmp;
+  const std::string cfg =
+      write_recorded_scan(tmp, 12, 12, [](int64_t a, int64_t b) { return std::pair{a + 10, b + 6}; }, false, "0.5");
+  const auto run = [&](const std::string& name, const std::string& shuffle, const std::string& seed) {
+    const auto r = tycho::test::run_command(
+        {tycho::test::tycho_exe(), "reconstruct", cfg, "-o", tmp / name, "--iterations", "50", "--set",
+         "reconstruct.validation_fraction=0.25", "--set", "data.shuffle_positions=" + shuffle, "--set",
+         "reconstruct.seed=" + seed, "--set", "preprocess.scan_rotation_deg=0", "--set", "preprocess.scan_transpose=false",
+         "--set", "reconstruct.positions.correct=false", "--set", "reconstruct.positions.refine_scan_map=false", "--set",
+         "output.previews=false"});
+    EXPECT_TRUE(r.exited_with(0)) << r.describe();
+    EXPECT_NE(r.err.find("the 36 held-out patterns' mean loss"), std::string::npos) << r.err;
+    if (!r.exited_with(0)) return nlohmann::json{};
+    return nlohmann::json::parse(tycho::test::load_result(tmp / name).manifest_json).at("validation");
+  };
+  const nlohmann::json placed = run("a.zip", "false", "0"), again = run("b.zip", "false", "0"),
+                       shuffled = run("c.zip", "true", "0");
+  ASSERT_FALSE(placed.is_null());
+  ASSERT_FALSE(shuffled.is_null());
+  EXPECT_EQ(placed.at("patterns").get<int64_t>(), 36) << placed.dump();
+  EXPECT_DOUBLE_EQ(placed.at("fraction").get<double>(), 0.25) << placed.dump();
+  EXPECT_EQ(placed.dump(), again.dump());  // the seed decides the held-out patterns; the run is deterministic
+  const double p = placed.at("held_out_loss").get<double>(), q = shuffled.at("held_out_loss").get<double>();
+  EXPECT_TRUE(std::isfinite(p)) << placed.dump();
+  EXPECT_GT(q, 1.1 * p) << placed.dump() << " " << shuffled.dump();
+  std::printf("held-out loss %.5f where the positions place the patterns, %.5f shuffled (fitted %.5f, %.5f)\n", p, q,
+              placed.at("last_iteration_loss").get<double>(), shuffled.at("last_iteration_loss").get<double>());
+  // Bad values name the key; the positions' correction (a held-out pattern has no gradient) is refused.
+  for (const std::string& bad : {"0.6", "-0.1", "\"half\""}) {
+    const auto r = tycho::test::run_command({tycho::test::tycho_exe(), "reconstruct", cfg, "-o", tmp / "x.zip",
+                                             "--iterations", "1", "--set", "reconstruct.validation_fraction=" + bad});
+    EXPECT_FALSE(r.exited_with(0)) << bad;
+    EXPECT_NE(r.err.find("validation_fraction"), std::string::npos) << bad << ": " << r.err;
+  }
+  const auto held = tycho::test::run_command({tycho::test::tycho_exe(), "reconstruct", cfg, "-o", tmp / "y.zip",
+                                              "--iterations", "1", "--set", "reconstruct.validation_fraction=0.1",
+                                              "--set", "preprocess.scan_rotation_deg=0", "--set",
+                                              "preprocess.scan_transpose=false", "--set", "output.previews=false"});
+  EXPECT_FALSE(held.exited_with(0)) << held.describe();
+  EXPECT_NE(held.err.find("validation_fraction needs the positions held"), std::string::npos) << held.err;
+  EXPECT_FALSE(std::filesystem::exists(tmp / "y.zip"));
+}
+
 // scan_geometry_search = true (host/src/runtime/geometry_search.hpp): trial reconstructions rank
 // the candidate geometries by their loss. The MoS2 counts turned a quarter (as ScanTurnedAQuarter)
 // on a transposed detector; candidates every 90° with both transposes, 20 iterations each (on
@@ -414,17 +463,17 @@ TEST(ScanGeometryMoS2, TrialReconstructionsRankTheGeometry) {
   EXPECT_TRUE(search.at("conclusive").get<bool>()) << search.dump();
   EXPECT_DOUBLE_EQ(search.at("rotation_deg").get<double>(), 90.0) << search.dump();
   EXPECT_TRUE(search.at("transpose").get<bool>()) << search.dump();
-  // 8 candidates, the best's two neighbours half a step away, five other seeds for the best and
-  // the runner-up, on the patterns and on them shuffled over the positions.
-  EXPECT_EQ(search.at("trials_rotation_transpose_seed_shuffled_loss").size(), 30u) << search.dump();
-  ASSERT_EQ(search.at("gaps").size(), 5u) << search.dump();
-  ASSERT_EQ(search.at("shuffled_gaps").size(), 5u) << search.dump();
-  EXPECT_DOUBLE_EQ(search.at("t_critical").get<double>(), 2.132) << search.dump();
-  EXPECT_GT(search.at("t_statistic").get<double>(), 2.132) << search.dump();
-  EXPECT_GT(search.at("t_over_shuffled").get<double>(), 2.132) << search.dump();
-  // Every gap on the patterns exceeds its gap on them shuffled (the positions place the patterns).
-  for (std::size_t k = 0; k < 5; ++k)
-    EXPECT_GT(search.at("gaps")[k].get<double>(), search.at("shuffled_gaps")[k].get<double>()) << search.dump();
+  // 8 candidates, the best's two neighbours half a step away, and the best and the runner-up with
+  // five other seeds, each holding out four folds of the patterns in turn.
+  const nlohmann::json& trials = search.at("trials_rotation_transpose_seed_fold_loss");
+  EXPECT_EQ(trials.size(), 50u) << search.dump();
+  int64_t held_out_trials = 0;
+  for (const auto& t : trials) held_out_trials += t[3].get<int64_t>() >= 0;
+  EXPECT_EQ(held_out_trials, 40) << search.dump();
+  ASSERT_EQ(search.at("gaps").size(), 20u) << search.dump();
+  EXPECT_DOUBLE_EQ(search.at("t_critical").get<double>(), 1.729) << search.dump();  // 19 degrees of freedom
+  EXPECT_GT(search.at("t_statistic").get<double>(), 1.729) << search.dump();
+  std::printf("the held-out gaps' t %.3f\n", search.at("t_statistic").get<double>());
   // The first read's measurement stays in the record: here the parallax's (the search was asked for).
   EXPECT_EQ(search.at("preprocessing_scan_map").at("source"), "parallax") << search.dump();
   const nlohmann::json& map = manifest.at("preprocess").at("scan_map");
@@ -443,11 +492,10 @@ TEST(ScanGeometryMoS2, TrialReconstructionsRankTheGeometry) {
 }
 
 // The search on a scan of pure Poisson noise (no specimen: a disc of 1,000 counts a pattern over
-// 12 x 12 positions): neighbouring patterns differ by no more than their noise, so the checks take
-// the one-sided 99 % point; the trials rank some geometry first (their loss favours rasters turned
-// off the object's pixel axes even here), the seeds' test passes (t 11.4) and so would the test
-// against the shuffled baseline at 95 % (2.48 > 2.132) — the one noise realisation chose the
-// winner and every seed sees it — but not at 99 % (3.747): inconclusive, the nominal raster stays.
+// 12 x 12 positions): neighbouring patterns differ by no more than their noise, so the check takes
+// the one-sided 99 % point; the trials rank some geometry first (the one whose trial fitted this
+// noise best), but it predicts held-out patterns no better than the runner-up: inconclusive, the
+// nominal raster stays. (Session 21's check on the fitted loss passed its first test here, t 11.4.)
 TEST(ScanGeometryMoS2, TrialReconstructionsOfPureNoiseAreInconclusive) {
   const int64_t sa = 12, sb = 12, n = 32;
   std::vector<uint16_t> counts(std::size_t(sa * sb * n * n), 0);
@@ -487,15 +535,15 @@ TEST(ScanGeometryMoS2, TrialReconstructionsOfPureNoiseAreInconclusive) {
   const auto manifest = nlohmann::json::parse(tycho::test::load_result(tmp / "r.zip").manifest_json);
   const nlohmann::json& search = manifest.at("preprocess").at("scan_geometry_search");
   EXPECT_FALSE(search.at("conclusive").get<bool>()) << search.dump();
-  EXPECT_DOUBLE_EQ(search.at("t_critical").get<double>(), 3.747) << search.dump();
+  EXPECT_DOUBLE_EQ(search.at("t_critical").get<double>(), 2.539) << search.dump();  // 99 %, 19 degrees of freedom
   EXPECT_LE(search.at("neighbour_information").get<double>(),
             2 * search.at("neighbour_information_standard_error").get<double>())
       << search.dump();
-  EXPECT_LE(search.at("t_over_shuffled").get<double>(), 3.747) << search.dump();
-  EXPECT_EQ(search.at("trials_rotation_transpose_seed_shuffled_loss").size(), 30u) << search.dump();
-  std::printf("noise scan: the seeds' t %.3f, less the shuffled gaps %.3f, against %.3f; neighbours %.3f ± %.3f\n",
-              search.at("t_statistic").get<double>(), search.at("t_over_shuffled").get<double>(),
-              search.at("t_critical").get<double>(), search.at("neighbour_information").get<double>(),
+  EXPECT_LE(search.at("t_statistic").get<double>(), 2.539) << search.dump();
+  EXPECT_EQ(search.at("trials_rotation_transpose_seed_fold_loss").size(), 50u) << search.dump();
+  std::printf("noise scan: the held-out gaps' t %.3f against %.3f; neighbours %.3f ± %.3f\n",
+              search.at("t_statistic").get<double>(), search.at("t_critical").get<double>(),
+              search.at("neighbour_information").get<double>(),
               search.at("neighbour_information_standard_error").get<double>());
 }
 

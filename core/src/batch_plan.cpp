@@ -18,6 +18,24 @@ batching parse_batching(const std::string& name, const std::string& key) {
 
 const char* batching_name(batching kind) { return kind == batching::compact ? "compact" : "random"; }
 
+std::vector<int64_t> held_out_patterns(int64_t patterns, double fraction, uint64_t seed, int64_t fold,
+                                       const std::string& key) {
+  if (!(fraction >= 0 && fraction <= 0.5))
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key '", key, "' must be a number from 0 to 0.5, got ", fraction);
+  const int64_t count = int64_t(std::llround(fraction * double(patterns)));
+  if (count == 0) return {};
+  if (count >= patterns)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key '", key, "' = ", fraction, " holds out all ", patterns,
+         " patterns; at least one must remain in the batches");
+  if (fold < 0 || fold >= patterns / count)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "config key '[reconstruct] validation_fold' must be from 0 to ", patterns / count - 1, " (", patterns / count,
+         " disjoint blocks of ", count, " of the ", patterns, " patterns), got ", fold);
+  std::vector<int64_t> order = epoch_permutation(patterns, seed, -2);
+  std::vector<int64_t> out(order.begin() + fold * count, order.begin() + (fold + 1) * count);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 uint64_t hilbert_index(uint32_t x, uint32_t y) {
   constexpr uint32_t n = 1u << 16;
   uint64_t d = 0;
@@ -69,13 +87,20 @@ batch_plan::batch_plan(int64_t patterns, int64_t batch_size, uint64_t seed, batc
   for (int64_t j = 0; j < patterns; ++j) hilbert_order_[std::size_t(j)] = keyed[std::size_t(j)].second;
 }
 
+int64_t batch_plan::start_of(int64_t k) const {
+  // ⌊k P / B⌋ without overflow for any P, B that fit int64 (k ≤ B ≤ P).
+  if (batches_ == 0) return 0;
+  const int64_t q = patterns_ / batches_, r = patterns_ % batches_;
+  return k * q + (k * r) / batches_;
+}
+
 void batch_plan::prepare(int64_t epoch) {
   if (epoch == epoch_) return;
   epoch_ = epoch;
   starts_.assign(std::size_t(batches_ + 1), 0);
   if (kind_ == batching::random) {
     order_ = epoch_permutation(patterns_, seed_, epoch);
-    for (int64_t k = 0; k <= batches_; ++k) starts_[std::size_t(k)] = std::min(k * batch_size_, patterns_);
+    for (int64_t k = 0; k <= batches_; ++k) starts_[std::size_t(k)] = start_of(k);
     return;
   }
   const std::vector<int64_t> blocks = epoch_permutation(batches_, seed_, epoch);
@@ -83,7 +108,7 @@ void batch_plan::prepare(int64_t epoch) {
   order_.reserve(std::size_t(patterns_));
   for (int64_t k = 0; k < batches_; ++k) {
     const int64_t b = blocks[std::size_t(k)];
-    const int64_t first = b * batch_size_, last = std::min(first + batch_size_, patterns_);
+    const int64_t first = start_of(b), last = start_of(b + 1);
     starts_[std::size_t(k)] = int64_t(order_.size());
     order_.insert(order_.end(), hilbert_order_.begin() + first, hilbert_order_.begin() + last);
   }

@@ -5,6 +5,7 @@
 #include <complex>
 #include <cstddef>
 #include <iomanip>
+#include <limits>
 #include <numeric>
 #include <sstream>
 #include <type_traits>
@@ -37,13 +38,28 @@ learning_rate_schedule::shape learning_rate_schedule::parse(const std::string& n
   fail(TYCHO_ERR_INVALID_ARGUMENT, "config key '", key, "' must be \"constant\", \"cosine\" or \"exponential\", got \"", name, "\"");
 }
 
+namespace {
+// The patterns 0 .. n − 1 not in `held_out` (sorted), in order.
+std::vector<int64_t> kept_patterns(int64_t n, const std::vector<int64_t>& held_out) {
+  std::vector<int64_t> kept;
+  kept.reserve(std::size_t(n) - std::min(held_out.size(), std::size_t(n)));
+  std::size_t h = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    if (h < held_out.size() && held_out[h] == j)
+      ++h;
+    else
+      kept.push_back(j);
+  }
+  return kept;
+}
+}  // namespace
+
 driver::driver(engine_binding engine, std::vector<optimizer_binding> optimizers,
                int64_t n_patterns, driver_options options, shard share,
                rank_collectives* collectives)
     : engine_(engine), optimizers_(std::move(optimizers)), n_patterns_(n_patterns),
       options_(std::move(options)), share_(share), collectives_(collectives),
-      plan_(n_patterns, std::max<int64_t>(options_.batch_size, 1), options_.seed, options_.batches,
-            options_.block_positions_px.empty() ? options_.positions_px : options_.block_positions_px) {
+      plan_(plan_of(n_patterns, options_)) {
   if (share_.world_size == 1 && share_.count == 0) share_ = shard::of(n_patterns, 0, 1, shard::mode::patterns);
   if (share_.world_size > 1 && collectives_ == nullptr)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "driver: a run of ", share_.world_size, " ranks needs collectives");
@@ -69,7 +85,47 @@ driver::driver(engine_binding engine, std::vector<optimizer_binding> optimizers,
       if (c.acts_on & TYCHO_CONSTRAINT_POSITIONS)
         fail(TYCHO_ERR_UNSUPPORTED, c.name, " constrains the positions, which runs on one rank in this version (this run has ",
              share_.world_size, "); leave it out, or correct positions on one rank");
+  if (!options_.held_out.empty()) {
+    if (share_.world_size > 1)
+      fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] validation_fraction: held-out patterns run on one rank in this version (this run has ",
+           share_.world_size, ")");
+    if (options_.positions.enabled)
+      fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] validation_fraction needs the positions held ([reconstruct.positions] correct = false): "
+           "a held-out pattern has no gradient to correct its position by");
+    in_batches_ = kept_patterns(n_patterns_, options_.held_out);
+  }
   if (options_.batches == batching::compact) setup_tiles();
+}
+
+batch_plan driver::plan_of(int64_t n_patterns, const driver_options& o) {
+  const std::vector<int64_t>& out = o.held_out;
+  for (std::size_t k = 0; k < out.size(); ++k)
+    if (out[k] < 0 || out[k] >= n_patterns || (k > 0 && out[k] <= out[k - 1]))
+      fail(TYCHO_ERR_INVALID_ARGUMENT, "driver: the held-out patterns must be sorted, unique indices below ", n_patterns,
+           "; entry ", k, " is ", out[k]);
+  if (int64_t(out.size()) >= n_patterns && n_patterns > 0)
+    fail(TYCHO_ERR_INVALID_ARGUMENT, "driver: all ", n_patterns, " patterns are held out; at least one must remain in the batches");
+  const std::vector<double>& all = o.block_positions_px.empty() ? o.positions_px : o.block_positions_px;
+  std::vector<double> kept;
+  if (!out.empty() && !all.empty())
+    for (int64_t j : kept_patterns(n_patterns, out))
+      if (2 * std::size_t(j) + 1 < all.size()) kept.insert(kept.end(), {all[2 * std::size_t(j)], all[2 * std::size_t(j) + 1]});
+  return batch_plan(n_patterns - int64_t(out.size()), std::max<int64_t>(o.batch_size, 1), o.seed, o.batches,
+                    out.empty() ? all : kept);
+}
+
+double driver::held_out_loss() {
+  const std::vector<int64_t>& out = options_.held_out;
+  if (out.empty()) return std::numeric_limits<double>::quiet_NaN();
+  double loss = 0;
+  void* stream = engine_.vtable->stream ? engine_.vtable->stream(engine_.instance) : nullptr;
+  want_position_gradient(false);
+  const int64_t size = std::max<int64_t>(options_.batch_size, 1), total = int64_t(out.size());
+  for (int64_t at = 0; at < total; at += size)
+    compute_patterns(out.data() + at, std::min(size, total - at), at + size >= total, false, loss, stream);
+  if (engine_.vtable->collect_loss != nullptr)
+    check_status(engine_.vtable->collect_loss(engine_.instance, &loss), "engine collect_loss");
+  return loss / double(total);
 }
 
 // Compact batches step the object's tiles under each batch's windows where the engine keeps
@@ -167,7 +223,7 @@ double driver::run_iteration() {
   int64_t done = 0;
   for (int64_t b = 0; b < batches; ++b) {
     if (b > 0 && stop_ && stop_())
-      fail(TYCHO_ERR_CANCELLED, "stopped on request during iteration ", epoch, " (", done, " of ", n_patterns_,
+      fail(TYCHO_ERR_CANCELLED, "stopped on request during iteration ", epoch, " (", done, " of ", patterns_in_batches(),
            " patterns done)");
     const int64_t count = compute_batch(epoch, b, batches, object_steps, loss, stream);
     for (const auto& opt : optimizers_) {
@@ -203,7 +259,7 @@ double driver::run_iteration() {
   // state, and the positions' step would only fail on the non-finite object first.
   if (!std::isfinite(loss)) {
     ++iterations_done_;
-    return loss / double(n_patterns_);
+    return loss / double(patterns_in_batches());
   }
   if (per_position) {
     correct_positions(epoch);
@@ -218,7 +274,7 @@ double driver::run_iteration() {
     refresh_positions();
   }
   ++iterations_done_;
-  return loss / double(n_patterns_);
+  return loss / double(patterns_in_batches());
 }
 
 // The engine's integer sums of the batch summed over the ranks (exact, in any order), then
@@ -526,6 +582,11 @@ void driver::measure_position_curvature(int64_t epoch, const double h[2], const 
 int64_t driver::compute_batch(int64_t epoch, int64_t b, int64_t batches, bool object_steps, double& loss, void* stream) {
   int64_t count = 0;
   const int64_t* global = plan_.batch(epoch, b, count);
+  if (!in_batches_.empty()) {  // the plan's indices stand for the patterns in the batches
+    batch_global_.resize(std::size_t(count));
+    for (int64_t k = 0; k < count; ++k) batch_global_[std::size_t(k)] = in_batches_[std::size_t(global[k])];
+    global = batch_global_.data();
+  }
   compute_patterns(global, count, b + 1 == batches, object_steps, loss, stream);
   return count;
 }
@@ -639,6 +700,9 @@ void driver::set_scan_refinement(scan_refinement r) {
   if (share_.world_size > 1 && share_.kind != shard::mode::patterns)
     fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct.positions] refine_scan_map = true on ", share_.world_size,
          " ranks needs [parallel] sharding = \"patterns\" (each position's gradient has one owner)");
+  if (!options_.held_out.empty() && r.options().enabled)
+    fail(TYCHO_ERR_UNSUPPORTED, "[reconstruct] validation_fraction needs the positions held ([reconstruct.positions] "
+         "refine_scan_map = false): a held-out pattern has no gradient to move its position by");
   scan_ = std::move(r);
   scan_enabled_ = true;
 }

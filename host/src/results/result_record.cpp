@@ -99,6 +99,7 @@ std::string to_json(const result_manifest& m) {
   if (!m.scan_map_json.empty()) j["scan_map_refined"] = nlohmann::ordered_json::parse(m.scan_map_json);
   if (!m.position_correction_json.empty())
     j["position_correction"] = nlohmann::ordered_json::parse(m.position_correction_json);
+  if (!m.validation_json.empty()) j["validation"] = nlohmann::ordered_json::parse(m.validation_json);
   if (!m.positions_precision_json.empty())
     j["positions_precision"] = nlohmann::ordered_json::parse(m.positions_precision_json);
   if (!m.probe_fit_json.empty()) j["probe_fit"] = nlohmann::ordered_json::parse(m.probe_fit_json);

@@ -2,6 +2,7 @@
 
 #include "runtime/session_state.hpp"
 
+#include <tycho/core/batch_plan.hpp>
 #include <tycho/core/driver.hpp>
 #include <tycho/core/device_label.hpp>
 #include <tycho/core/error.hpp>
@@ -638,6 +639,9 @@ void session::state::create_optimizers(state& s, start& st) {
     s.constraints.create(cs, settings.driver.positions.enabled);
   }
   driver_options dopt = settings.driver;
+  dopt.held_out = held_out_patterns(s.data.all_patterns, settings.validation_fraction, dopt.seed,
+                                    settings.validation_fold, "[reconstruct] validation_fraction");
+  s.validation_fold = settings.validation_fold;
   dopt.constraints = s.constraints.bindings();
   dopt.batches = s.batches.kind;
   if (s.batches.kind == batching::compact) {

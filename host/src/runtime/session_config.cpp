@@ -181,6 +181,8 @@ reconstruct_settings session_detail::read_reconstruct_settings(const config_docu
   if (r.driver.batch_size <= 0)
     fail(TYCHO_ERR_INVALID_ARGUMENT, "[reconstruct] batch_size must be > 0, got ", r.driver.batch_size);
   r.driver.seed = uint64_t(*setting_value<int64_t>(rec_t, "reconstruct", "seed"));
+  r.validation_fraction = *setting_value<double>(rec_t, "reconstruct", "validation_fraction");
+  r.validation_fold = *setting_value<int64_t>(rec_t, "reconstruct", "validation_fold");
   r.constraints.amplitude_max =
       *setting_value<double>(doc.table_at("reconstruct.object"), "reconstruct.object", "amplitude_max");
   {

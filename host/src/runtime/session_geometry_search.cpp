@@ -131,7 +131,7 @@ void session::state::search_geometry(state& s, start& st) {
   s.measured_mean = {};
   const geometry_search_result r = search_scan_geometry(s.config, *s.reg, o);
   nlohmann::json trials = nlohmann::json::array();
-  for (const geometry_trial& t : r.trials) trials.push_back({t.rotation_deg, t.transpose, t.seed, t.shuffled, t.loss});
+  for (const geometry_trial& t : r.trials) trials.push_back({t.rotation_deg, t.transpose, t.seed, t.fold, t.loss});
   nlohmann::json search = {{"conclusive", r.conclusive},
                            {"rotation_deg", r.rotation_deg},
                            {"transpose", r.transpose},
@@ -139,13 +139,11 @@ void session::state::search_geometry(state& s, start& st) {
                            {"step_deg", r.step_deg},
                            {"iterations", o.iterations},
                            {"gaps", r.gaps},
-                           {"shuffled_gaps", r.shuffled_gaps},
                            {"neighbour_information", information},
                            {"neighbour_information_standard_error", information_se},
                            {"t_statistic", r.t_statistic},
-                           {"t_over_shuffled", r.t_over_shuffled},
                            {"t_critical", r.t_critical},
-                           {"trials_rotation_transpose_seed_shuffled_loss", trials},
+                           {"trials_rotation_transpose_seed_fold_loss", trials},
                            {"seconds", seconds_since(t0)}};
   if (!r.conclusive) {
     log_warning("session", cat(r.summary, " (", seconds_since(t0), " s): the ", measured ? "preprocessing's geometry" : "nominal raster",

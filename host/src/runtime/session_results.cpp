@@ -189,6 +189,7 @@ int64_t session::configured_iterations() const { return s_->length.most(); }
 std::string session::precision() const { return precision_of(s_->engine_tensor(TYCHO_TENSOR_OBJECT).dtype); }
 int64_t session::iterations_done() const { return s_->drv->iterations_done(); }
 const std::vector<double>& session::loss_history() const { return s_->loss_history; }
+double session::held_out_loss() const { return s_->held_out_loss; }
 const std::vector<double>& session::measured_mean_pattern() const { return s_->measured_mean; }
 const std::vector<uint8_t>& session::detector_mask() const { return s_->padding.mask; }
 double session::object_pixel_A(int axis) const { return s_->geometry.pixel_A[axis]; }
@@ -254,6 +255,7 @@ std::string session::manifest_json() const {
   m.phase_check_json = state::phase_check_json(s);
   m.initial_probe_json = s.initial_probe_json;
   m.positions_precision_json = s.positions_precision_json;
+  m.validation_json = s.validation_json;
   m.position_correction_json = state::position_correction_json(s);
   m.batching = batching_name(s.batches.kind);
   if (s.drv->object_in_tiles()) m.tile_px = s.drv->tiles()->tile();

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include <tycho/sdk/npy.hpp>
+#include <nlohmann/json.hpp>
 
 #include "tycho/host/log.hpp"
 #include "tycho/host/progress.hpp"
@@ -259,6 +260,7 @@ bool session::run_iterations(int64_t n, const progress_callback& progress, bool 
                                 s.optics.C10_A, " Å; state [optics] C10_A = ", -s.optics.C10_A,
                                 " and run again (py4DSTEM's and abTEM's defocus is −C10)"));
   report_position_bound();
+  report_held_out_loss();
   // correct = "auto" that ended before its weighing: say the corrections stand unweighed. From the
   // iteration of their first own step (later than configured where they waited for the object).
   const int64_t first_own_step = s.drv->position_curvature_scale().first;
@@ -280,6 +282,23 @@ bool session::run_iterations(int64_t n, const progress_callback& progress, bool 
                               st.seconds / double(st.calls) * 1e3, " ms each; iterations took ", total, " s)"));
   }
   return true;
+}
+
+void session::report_held_out_loss() {
+  state& s = *s_;
+  const int64_t held = s.drv->patterns_total() - s.drv->patterns_in_batches();
+  if (held == 0) return;
+  s.held_out_loss = s.drv->held_out_loss();
+  const double fitted = s.loss_history.empty() ? std::numeric_limits<double>::quiet_NaN() : s.loss_history.back();
+  nlohmann::ordered_json j{{"fraction", double(held) / double(s.drv->patterns_total())},
+                           {"patterns", held},
+                           {"fold", s.validation_fold},
+                           {"held_out_loss", s.held_out_loss},
+                           {"last_iteration_loss", fitted}};
+  s.validation_json = j.dump();
+  if (s.par->is_root())
+    log_info("validation", cat("the ", held, " held-out patterns' mean loss ", s.held_out_loss,
+                               " (the last iteration's over the patterns in the batches ", fitted, ")"));
 }
 
 // Where the positions moved (the scan map stepped, or their own correction began) and the data

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -67,6 +68,8 @@ struct reconstruct_settings {
   scan_refinement_options scan;      // [reconstruct.positions] refine_scan_map and its keys
   C10_refinement C10_mode = C10_refinement::auto_;  // [optics] refine_C10 (the start and scan.free[4])
   driver_options driver;
+  double validation_fraction = 0;  // [reconstruct] validation_fraction (driver.held_out once the scan is known)
+  int64_t validation_fold = 0;     // [reconstruct] validation_fold
   constraint_shorthands constraints;  // the runtime's keys that stand for built-in constraints
   parameter_settings object, probe;
 };
@@ -203,6 +206,9 @@ struct session::state {
   }
   std::string parallel_json;             // the ranks' reports, for the manifest
   std::string preprocess_json;           // what the preprocessing stage did, for the manifest
+  std::string validation_json;
+  double held_out_loss = std::numeric_limits<double>::quiet_NaN();
+  int64_t validation_fold = 0;  // [reconstruct] validation_fold of the held-out patterns  // the held-out patterns' loss at the run's end ("" when none are held out)
   std::string positions_precision_json;   // the positions' Cramér–Rao bound at the run's end ("" when not measured)
   std::string initial_probe_json;        // where the initial probe came from, when not the model ("" otherwise)
   // What the first read of the data logged: a second read (the geometry search's) says only what differs.

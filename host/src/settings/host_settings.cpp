@@ -127,6 +127,13 @@ const std::map<std::string, std::vector<setting_decl>>& tables() {
         at_least(decl("batch_size", I, "128", "", "mini-batch size in positions, global over the ranks"), 1),
         decl("loss", S, quoted(defaults::loss), "", "the loss component"),
         decl("seed", I, "0", "", "seeds the per-iteration permutation of the patterns"),
+        at_most(at_least(decl("validation_fraction", N, "0", "",
+                              "the share of the patterns held out of every batch (drawn by seed), their mean loss at the "
+                              "run's end reported as the held-out loss: how well the model predicts patterns it was not "
+                              "fitted to; needs the positions held"), 0), 0.5),
+        at_least(decl("validation_fold", I, "0", "",
+                      "with validation_fraction f: which of the seed's 1/f disjoint blocks of patterns is held out "
+                      "(k-fold cross-validation: folds 0 to 1/f - 1)"), 0),
         one_of(decl("batching", S, "\"auto\"", "",
                     "which patterns form a batch: random (a permutation each iteration), compact (patches of "
                     "neighbouring positions, the object stepped only under each batch's windows), or auto "

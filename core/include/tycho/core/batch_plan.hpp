@@ -20,11 +20,14 @@ const char* batching_name(batching kind);
 
 class batch_plan {
  public:
-  // random: epoch_permutation(patterns, seed, epoch) cut into batches of batch_size (the last
-  // may be smaller). compact: the patterns sorted by the Hilbert index of their position
-  // (positions_px, (patterns, 2) px; ties by index) and cut once into blocks of batch_size,
-  // each a spatially compact patch of the scan; iteration e visits the blocks in the order
-  // epoch_permutation(blocks, seed, e) (the short block, if any, where it falls).
+  // B = ⌈patterns / batch_size⌉ batches, batch k holding the patterns [⌊k P / B⌋, ⌊(k+1) P / B⌋)
+  // of the iteration's order: sizes that differ by at most one, none above batch_size (a last
+  // batch of a few patterns would step the object as a full one: 518 patterns in batches of 128
+  // and one of 6 raised the fitted loss 5 % on a low-dose scan, bench/RESULTS.md "Session 22").
+  // random: the order is epoch_permutation(patterns, seed, epoch). compact: the patterns sorted
+  // by the Hilbert index of their position (positions_px, (patterns, 2) px; ties by index) and cut
+  // once into those B blocks, each a spatially compact patch of the scan; iteration e visits the
+  // blocks in the order epoch_permutation(B, seed, e).
   batch_plan(int64_t patterns, int64_t batch_size, uint64_t seed, batching kind,
              const std::vector<double>& positions_px = {});
 
@@ -37,6 +40,7 @@ class batch_plan {
 
  private:
   void prepare(int64_t epoch);
+  int64_t start_of(int64_t k) const;  // batch k's first position in the iteration's order
   int64_t patterns_, batch_size_;
   uint64_t seed_;
   batching kind_;
@@ -45,6 +49,14 @@ class batch_plan {
   int64_t epoch_ = -1;                  // the iteration order_ and starts_ are for
   std::vector<int64_t> order_, starts_; // the iteration's patterns in batch order; batch k's start
 };
+
+// The patterns a run holds out of every batch (driver_options::held_out): block `fold` of
+// n = round(fraction · patterns) of epoch_permutation(patterns, seed, −2) (an epoch no iteration
+// uses), i.e. its entries [fold · n, (fold + 1) · n), sorted: folds 0, 1, ... of one seed are
+// disjoint (k-fold cross-validation, k = 1 / fraction). Empty for fraction 0; fraction must lie in
+// [0, 0.5] and fold in [0, patterns / n) (else TYCHO_ERR_INVALID_ARGUMENT naming `key`).
+std::vector<int64_t> held_out_patterns(int64_t patterns, double fraction, uint64_t seed, int64_t fold,
+                                       const std::string& key);
 
 // The Hilbert index of (x, y) on a 2^16 × 2^16 grid (x, y < 65536).
 uint64_t hilbert_index(uint32_t x, uint32_t y);

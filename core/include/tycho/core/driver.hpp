@@ -117,6 +117,13 @@ struct driver_options {
   // scale free, a probe refined from the start settles with a scan 0.5–2 % small (the shared
   // si110, an exact raster: 1.0 % against 0.25 % with the probe held; docs/scan-geometry.md).
   bool probe_waits_for_scan_map = false;
+  // Patterns held out of every batch (global indices, sorted, unique; held_out_patterns): they
+  // never step the object or the probe, and held_out_loss() is their mean loss at the current
+  // state — an estimate of how well the model predicts patterns it was not fitted to, which
+  // fitting the noise cannot lower ([reconstruct] validation_fraction). In this version one rank
+  // only, with the positions held (no per-position correction, no scan map refinement: a held-out
+  // pattern has no gradient to move its position by).
+  std::vector<int64_t> held_out;
   // Applied in this order (the runtime's own, from [reconstruct.object] amplitude_max and kind and
   // [reconstruct.probe] orthogonalize_modes, first; then [[reconstruct.constraints]]).
   std::vector<constraint_binding> constraints;
@@ -135,9 +142,15 @@ class driver {
   // each batch. Gradients are summed over the ranks and divided by the global batch size before
   // the optimizer step; an engine with deterministic sums has its integer sums summed instead
   // (the same bits on any number of ranks).
-  // Returns the mean loss per pattern over all ranks.
+  // Returns the mean loss per pattern in the batches over all ranks.
   double run_iteration();
   int64_t iterations_done() const { return iterations_done_; }
+  // The mean loss per held-out pattern (driver_options::held_out) at the current object, probe and
+  // positions, nothing stepped; NaN where none are held out. A pass over them through the engine.
+  double held_out_loss();
+  // The patterns in the batches: all, less the held-out ones.
+  int64_t patterns_in_batches() const { return n_patterns_ - int64_t(options_.held_out.size()); }
+  int64_t patterns_total() const { return n_patterns_; }
   // Resuming a saved run: the next iteration is n + 1, with that epoch's permutation and
   // schedule factor, exactly as in a run that never stopped.
   void set_iterations_done(int64_t n) { iterations_done_ = n; }
@@ -311,6 +324,11 @@ class driver {
   std::vector<int64_t> local_indices_;
   std::vector<double> gathered_positions_;
   batch_plan plan_;
+  // With held-out patterns: the patterns the plan's indices stand for (global, sorted), and the
+  // current batch's global indices.
+  std::vector<int64_t> in_batches_, batch_global_;
+  // The plan over the patterns in the batches (their positions, for compact batches).
+  static batch_plan plan_of(int64_t n_patterns, const driver_options& o);
   std::unique_ptr<object_tiles> tiles_;   // compact batches stepping tiles: the object's tiles
   int64_t window_[2] = {0, 0};            // the probe's window, px
   std::vector<int64_t> boxes_, box_steps_;

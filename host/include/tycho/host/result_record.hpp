@@ -64,6 +64,7 @@ struct result_manifest {
   // "scan_map_refined"; empty when it was not refined.
   std::string scan_map_json;
   std::string position_correction_json;  // "position_correction": the steps' measured curvature scale ("" before any)
+  std::string validation_json;  // "validation": the held-out patterns' loss ([reconstruct] validation_fraction; "" when none)
   std::string positions_precision_json;  // "positions_precision": the positions' Cramér–Rao bound ("" when not measured)
   // The defocus the reconstructed probe shows (tycho/core/probe_fit.hpp), "probe_fit"; empty: none.
   std::string probe_fit_json;

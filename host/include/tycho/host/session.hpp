@@ -97,6 +97,10 @@ class session {
   static std::string configured_output_path(const config_document& config);
   bool previews_enabled() const;
   const std::vector<double>& loss_history() const;
+  // [reconstruct] validation_fraction > 0: the mean loss per held-out pattern at the end of the
+  // last run() (patterns that never stepped the object or probe); NaN before, or where none are
+  // held out. loss_history() is then over the patterns in the batches only.
+  double held_out_loss() const;
   // The mean of the measured patterns this rank holds, after preprocessing and padding: (N0, N1)
   // FFT natural order like the targets, non-finite (bad) pixels as 0 (for the previews).
   const std::vector<double>& measured_mean_pattern() const;
@@ -110,6 +114,8 @@ class session {
   // Where the positions were refined and the data are counts: their Cramér–Rao bound at the
   // run's end, logged and kept for the manifest (run() calls it on every rank).
   void report_position_bound();
+  // Held-out patterns: their loss at the run's end, logged and kept for the manifest.
+  void report_held_out_loss();
   std::vector<std::string> optimizer_state_names() const;
   owned_array optimizer_state(const std::string& full_name) const;
   struct state;
