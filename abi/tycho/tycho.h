@@ -66,8 +66,9 @@ TYCHO_API tycho_status tycho_session_run(tycho_session* session, int64_t iterati
 /* A copy of "object" (slices,H,W c64; c128 when [reconstruct] precision = "float64"), "probe"
  * (modes,N0,N1, the object's dtype), "positions_px" (P,2 f64,
  * probe centres in object pixels; "positions" is the same), "positions_A" (P,2 f64, Å) or
- * "loss_history" (iterations f64), owned by the caller: call (*out)->deleter(*out).
- * TYCHO_ERR_NOT_FOUND for any other name. */
+ * "loss_history" (iterations f64), owned by the caller: call (*out)->deleter(*out). With
+ * [reconstruct] validation_fraction > 0 also "held_out_loss" ((1,) f64: the held-out patterns'
+ * mean loss at the end of the last run; NaN before one). TYCHO_ERR_NOT_FOUND for any other name. */
 TYCHO_API tycho_status tycho_session_get(tycho_session* session, const char* name,
                                          DLManagedTensor** out);
 /* Saves the result (arrays, manifest with resolved config and provenance) through the

@@ -157,3 +157,18 @@ def test_library_search_order(monkeypatch):
     done = subprocess.run([sys.executable, "-c", "import tycho; tycho.version()"], env=env, capture_output=True,
                           text=True)
     assert done.returncode != 0 and "TYCHO_LIBRARY: /nonexistent/libtycho.so (does not exist)" in done.stderr
+
+
+def test_held_out_loss(mos2, session):
+    # [reconstruct] validation_fraction: a tenth of the patterns never enters a batch; their mean
+    # loss after the run is the held-out loss.
+    with tycho.Session(mos2, overrides=[f"reconstruct.iterations={ITERATIONS}", "reconstruct.validation_fraction=0.1",
+                                        "reconstruct.positions.correct=false",
+                                        "reconstruct.positions.refine_scan_map=false"]) as s:
+        assert np.isnan(s.held_out_loss)  # before a run
+        s.run(progress=False)
+        loss = s.held_out_loss
+        assert np.isfinite(loss) and loss > 0
+        assert s.loss_history.shape == (ITERATIONS,)
+    with pytest.raises(tycho.NotFoundError):
+        session.held_out_loss  # none held out

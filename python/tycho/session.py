@@ -301,7 +301,8 @@ class Session:
         """A copy of a result array as a numpy array (zero-copy from libtycho's tensor, DLPack).
 
         Names: ``"object"``, ``"probe"``, ``"positions_px"`` (or ``"positions"``),
-        ``"positions_A"``, ``"loss_history"``, ``"mask"``, ``"optimizer.<object|probe>.<array>"``
+        ``"positions_A"``, ``"loss_history"``, ``"mask"``, ``"optimizer.<object|probe>.<array>"``,
+        and with ``[reconstruct] validation_fraction`` > 0 ``"held_out_loss"``
         (see the properties for shapes, dtypes and units). Another name raises
         :class:`tycho.NotFoundError` listing the available ones.
         """
@@ -330,8 +331,16 @@ class Session:
 
     @property
     def loss_history(self) -> np.ndarray:
-        """(iterations,) float64: mean loss per pattern of each iteration run so far."""
+        """(iterations,) float64: mean loss per pattern of each iteration run so far (over the
+        patterns in the batches where ``[reconstruct] validation_fraction`` holds some out)."""
         return self.get("loss_history")
+
+    @property
+    def held_out_loss(self) -> float:
+        """With ``[reconstruct] validation_fraction`` > 0: the held-out patterns' mean loss at the
+        end of the last :meth:`run` (patterns that never stepped the object or probe; NaN before
+        a run). Raises :class:`tycho.NotFoundError` where none are held out."""
+        return float(self.get("held_out_loss")[0])
 
     @property
     def mask(self) -> np.ndarray:

@@ -139,6 +139,9 @@ owned_array session::get(const std::string& name) const {
   }
   if (name == "loss_history")
     return owned_array::from_vector(name, k_float64, {int64_t(s.loss_history.size())}, s.loss_history);
+  // Not a saved member (the manifest's `validation` keeps it): where patterns are held out.
+  if (name == "held_out_loss" && s.drv->patterns_in_batches() < s.drv->patterns_total())
+    return owned_array::from_vector(name, k_float64, {1}, std::vector<double>{s.held_out_loss});
   if (name == "mask") return result_mask(s.padding);
   if (name == "object_tile_steps" && s.drv->object_in_tiles()) {
     const object_tiles& t = *s.drv->tiles();
