@@ -53,11 +53,14 @@ class registry;
 // patterns each holds out in turn ([reconstruct] validation_fraction = 1 / folds).
 constexpr int geometry_search_replicas = 5;
 constexpr int geometry_search_folds = 4;
+// Seeds (other than the ranking's and the check's) whose mean loss places the rotation between the
+// candidates: seven angles a quarter step apart around the best, a parabola's vertex.
+constexpr int geometry_search_fine_seeds = 3;
 // scan_geometry_search = "auto" runs the trials only where their whole work, trials x iterations
 // x patterns x detector pixels, is at most this: about a quarter of an hour on two cores (46
 // trials of 200 iterations over the hBN entry's 576 x 64² took 117 s; this is 7 times that). The
-// default search (78 trials of 200 iterations) then admits 9.9e6 pattern pixels, 64 x 64 patterns
-// of 49².
+// default search (99 trials of 200 iterations) then admits 7.8e6 pattern pixels, 64 x 64 patterns
+// of 44².
 constexpr double geometry_search_auto_max_work = 46.0 * 200.0 * double(1 << 24);
 
 struct geometry_search_options {
@@ -95,6 +98,9 @@ struct geometry_search_result {
   double runner_up_deg = 0;  // the best candidate away from the winner, which it must beat
   bool runner_up_transpose = false;
   double step_deg = 0;       // the candidates' spacing (360 / a whole number)
+  // The fine placement: offsets from the ranking's best (a quarter step apart) and the mean loss
+  // over geometry_search_fine_seeds seeds at each; rotation_deg is their parabola's vertex.
+  std::vector<double> fine_offsets_deg, fine_mean_losses;
   // Per replica seed and fold (seed-major): the runner-up's held-out loss minus the best's.
   std::vector<double> gaps;
   double t_statistic = 0;  // of the gaps

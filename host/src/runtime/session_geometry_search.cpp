@@ -138,6 +138,8 @@ void session::state::search_geometry(state& s, start& st) {
                            {"runner_up", {r.runner_up_deg, r.runner_up_transpose}},
                            {"step_deg", r.step_deg},
                            {"iterations", o.iterations},
+                           {"fine_offsets_deg", r.fine_offsets_deg},
+                           {"fine_mean_losses", r.fine_mean_losses},
                            {"gaps", r.gaps},
                            {"neighbour_information", information},
                            {"neighbour_information_standard_error", information_se},
