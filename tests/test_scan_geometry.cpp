@@ -543,7 +543,8 @@ TEST(ScanGeometryMoS2, TrialReconstructionsOfPureNoiseAreInconclusive) {
             2 * search.at("neighbour_information_standard_error").get<double>())
       << search.dump();
   EXPECT_LE(search.at("t_statistic").get<double>(), 2.539) << search.dump();
-  EXPECT_EQ(search.at("trials_rotation_transpose_seed_fold_loss").size(), 71u) << search.dump();
+  // No placement between the candidates: it follows a conclusive check only.
+  EXPECT_EQ(search.at("trials_rotation_transpose_seed_fold_loss").size(), 50u) << search.dump();
   std::printf("noise scan: the held-out gaps' t %.3f against %.3f; neighbours %.3f ± %.3f\n",
               search.at("t_statistic").get<double>(), search.at("t_critical").get<double>(),
               search.at("neighbour_information").get<double>(),
