@@ -117,15 +117,8 @@ batch_plan driver::plan_of(int64_t n_patterns, const driver_options& o) {
 double driver::held_out_loss() {
   const std::vector<int64_t>& out = options_.held_out;
   if (out.empty()) return std::numeric_limits<double>::quiet_NaN();
-  double loss = 0;
-  void* stream = engine_.vtable->stream ? engine_.vtable->stream(engine_.instance) : nullptr;
   want_position_gradient(false);
-  const int64_t size = std::max<int64_t>(options_.batch_size, 1), total = int64_t(out.size());
-  for (int64_t at = 0; at < total; at += size)
-    compute_patterns(out.data() + at, std::min(size, total - at), at + size >= total, false, loss, stream);
-  if (engine_.vtable->collect_loss != nullptr)
-    check_status(engine_.vtable->collect_loss(engine_.instance, &loss), "engine collect_loss");
-  return loss / double(total);
+  return gradient_pass(out) / double(out.size());
 }
 
 // Compact batches step the object's tiles under each batch's windows where the engine keeps
@@ -626,14 +619,15 @@ std::vector<int64_t> driver::curvature_sample_here() const {
   return local;
 }
 
-void driver::gradient_pass(const std::vector<int64_t>& global) {
-  double loss = 0;  // discarded: the pass only wants the positions' gradient
+double driver::gradient_pass(const std::vector<int64_t>& global) {
+  double loss = 0;
   void* stream = engine_.vtable->stream ? engine_.vtable->stream(engine_.instance) : nullptr;
   const int64_t size = std::max<int64_t>(options_.batch_size, 1), total = int64_t(global.size());
   for (int64_t at = 0; at < total; at += size)
     compute_patterns(global.data() + at, std::min(size, total - at), at + size >= total, false, loss, stream);
   if (engine_.vtable->collect_loss != nullptr)
     check_status(engine_.vtable->collect_loss(engine_.instance, &loss), "engine collect_loss");
+  return loss;
 }
 
 // Each position's correction beyond the scan map, Δ_j, is what its own steps added: the positions'

@@ -206,9 +206,9 @@ struct session::state {
   }
   std::string parallel_json;             // the ranks' reports, for the manifest
   std::string preprocess_json;           // what the preprocessing stage did, for the manifest
-  std::string validation_json;
-  double held_out_loss = std::numeric_limits<double>::quiet_NaN();
-  int64_t validation_fold = 0;  // [reconstruct] validation_fold of the held-out patterns  // the held-out patterns' loss at the run's end ("" when none are held out)
+  std::string validation_json;  // the held-out patterns' loss at the run's end ("" when none are held out)
+  double held_out_loss = std::numeric_limits<double>::quiet_NaN();  // NaN before a run's end
+  int64_t validation_fold = 0;  // [reconstruct] validation_fold of the held-out patterns
   std::string positions_precision_json;   // the positions' Cramér–Rao bound at the run's end ("" when not measured)
   std::string initial_probe_json;        // where the initial probe came from, when not the model ("" otherwise)
   // What the first read of the data logged: a second read (the geometry search's) says only what differs.

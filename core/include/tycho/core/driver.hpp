@@ -282,7 +282,8 @@ class driver {
   int64_t first_pattern_here() const { return share_.world_size > 1 ? share_.first : 0; }
   // The global patterns `global`, in batches of at most batch_size, through the engine, nothing
   // stepped (the positions' gradient of each; the rest of the gradient tensor is stale).
-  void gradient_pass(const std::vector<int64_t>& global);
+  // Returns their loss, summed (held_out_loss's pass; the curvature's discards it).
+  double gradient_pass(const std::vector<int64_t>& global);
   // Runs the engine on the global patterns `global` (this rank's share of them).
   void compute_patterns(const int64_t* global, int64_t count, bool ends_pass, bool object_steps, double& loss,
                         void* stream);
