@@ -447,7 +447,7 @@ TEST(ScanGeometryMoS2, HeldOutPatternsArePredictedOnlyWhereThePositionsPlaceThem
 // the candidate geometries by their loss. The MoS2 counts turned a quarter (as ScanTurnedAQuarter)
 // on a transposed detector; candidates every 90° with both transposes, 20 iterations each (on
 // these counts the best's loss is 0.0153 against 0.0179 for the best elsewhere, with every seed).
-// The run then reads the data again with the search's geometry and refines its rotation.
+// The run then reads the data again with the search's geometry and holds its placed rotation.
 TEST(ScanGeometryMoS2, TrialReconstructionsRankTheGeometry) {
   tycho::test::temp_folder tmp;
   const std::string cfg = write_recorded_scan(tmp, 24, 32, [](int64_t a, int64_t b) { return std::pair{b, 23 - a}; },
@@ -461,15 +461,19 @@ TEST(ScanGeometryMoS2, TrialReconstructionsRankTheGeometry) {
   const auto manifest = nlohmann::json::parse(tycho::test::load_result(tmp / "r.zip").manifest_json);
   const nlohmann::json& search = manifest.at("preprocess").at("scan_geometry_search");
   EXPECT_TRUE(search.at("conclusive").get<bool>()) << search.dump();
-  // The ranking's 90°, placed between the candidates by three other seeds' losses a quarter step
-  // apart (a parabola's vertex: 89.82°).
+  // The ranking's 90°, placed between the candidates by eleven trials in batches of a fifth of
+  // the scan (20 iterations: 100 steps of the object), one draw for all, a parabola's vertex.
   EXPECT_NEAR(search.at("rotation_deg").get<double>(), 90.0, 0.5) << search.dump();
-  EXPECT_EQ(search.at("fine_offsets_deg").size(), 7u) << search.dump();
+  EXPECT_EQ(search.at("fine_offsets_deg").size(), 11u) << search.dump();
+  EXPECT_EQ(search.at("fine_losses").size(), 11u) << search.dump();
+  EXPECT_EQ(search.at("fine_batch").get<int64_t>(), 154) << search.dump();
   EXPECT_TRUE(search.at("transpose").get<bool>()) << search.dump();
-  // 8 candidates, the best's two neighbours half a step away, 7 angles with 3 seeds, and the best
-  // and the runner-up with five other seeds, each holding out four folds of the patterns in turn.
+  std::printf("placed at %.3f°\n", search.at("rotation_deg").get<double>());
+  // 8 candidates, the best's two neighbours half a step away, and the best and the runner-up with
+  // five other seeds, each holding out four folds of the patterns in turn (the placement's are
+  // listed apart).
   const nlohmann::json& trials = search.at("trials_rotation_transpose_seed_fold_loss");
-  EXPECT_EQ(trials.size(), 71u) << search.dump();
+  EXPECT_EQ(trials.size(), 50u) << search.dump();
   int64_t held_out_trials = 0;
   for (const auto& t : trials) held_out_trials += t[3].get<int64_t>() >= 0;
   EXPECT_EQ(held_out_trials, 40) << search.dump();

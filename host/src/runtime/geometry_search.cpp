@@ -96,44 +96,76 @@ int64_t other_seed(int64_t seed, int64_t extra) {
   return seed <= std::numeric_limits<int64_t>::max() - extra ? seed + extra : seed - extra;
 }
 
-// The rotation between the candidates. One seed's ranking places it to within a step or so only
-// (graphene at 1,600 electrons a pattern, 100°–130° every 5°: each seed's lowest loss anywhere
-// from 105° to 125°, the truth 111.5°; the ranking's seed took 120°, the run then 8.5° off). The
-// losses a quarter step apart over ±3/4 step around the best, each the mean over
-// geometry_search_fine_seeds seeds (not the ranking's nor the check's), fitted by a parabola:
-// its vertex, where the parabola opens upwards and the vertex lies within the span, is the
-// rotation (hBN at 5,000 e/Å²: 50° placed at 59.2°, truth 60.05°); else the lowest mean's angle.
-// Records the offsets and means in r.
+// The vertex of the least-squares parabola y = a x² + b x + c through the points; NaN where it
+// does not open upwards or fewer than three points span it. Normal equations on x centred and
+// scaled (the offsets are degrees, the losses ~1e-2 with differences ~1e-6: well conditioned).
+double parabola_vertex(const std::vector<double>& x, const std::vector<double>& y) {
+  const std::size_t n = x.size();
+  if (n < 3) return std::nan("");
+  double m = 0, s = 0;
+  for (double v : x) m += v / double(n);
+  for (double v : x) s = std::max(s, std::abs(v - m));
+  if (!(s > 0)) return std::nan("");
+  // Σ over t = (x − m) / s of t^k and t^k y, k = 0..4 and 0..2.
+  double T[5] = {0, 0, 0, 0, 0}, Y[3] = {0, 0, 0};
+  for (std::size_t i = 0; i < n; ++i) {
+    const double t = (x[i] - m) / s;
+    double p = 1;
+    for (int k = 0; k < 5; ++k) {
+      if (k < 3) Y[k] += p * y[i];
+      T[k] += p, p *= t;
+    }
+  }
+  // Solve [[T4 T3 T2] [T3 T2 T1] [T2 T1 T0]] (a, b, c) = (Y2, Y1, Y0) by Cramer's rule.
+  const auto det3 = [](double a, double b, double c, double d, double e, double f, double g, double h, double i) {
+    return a * (e * i - f * h) - b * (d * i - f * g) + c * (d * h - e * g);
+  };
+  const double D = det3(T[4], T[3], T[2], T[3], T[2], T[1], T[2], T[1], T[0]);
+  if (!(std::abs(D) > 0)) return std::nan("");
+  const double a = det3(Y[2], T[3], T[2], Y[1], T[2], T[1], Y[0], T[1], T[0]) / D;
+  const double b = det3(T[4], Y[2], T[2], T[3], Y[1], T[1], T[2], Y[0], T[0]) / D;
+  if (!(a > 0)) return std::nan("");
+  return m + s * (-b / (2 * a));
+}
+
+// The rotation between the candidates, placed by trials whose loss is a smooth function of the
+// angle: each takes the whole scan as one batch (up to geometry_search_placement_pixels pattern
+// pixels), so that no draw of mini-batches moves it. A mini-batch trial's loss scatters with the
+// batches' draw by more than angles a few degrees apart differ: on graphene at 1,600 electrons a
+// pattern (truth 111.45°) five seeds' lowest losses over 100°–130° every 5° lay anywhere from 105°
+// to 125° and the vertex of three seeds' means at 118.2° (the run then 6.7° off, Pearson 0.27);
+// one batch of the whole scan at 1.25° steps gives a loss smooth within 3·10⁻⁶ of 3.4·10⁻² whose
+// vertex is 113.7° (hBN at 5,000 e/Å²: 59.3°, truth 60.05°), in 7 + 4 trials instead of 21. The
+// losses a quarter step apart over ±3/4 step around the best, then an eighth and a sixteenth of
+// a step either side of the lowest; the vertex of a parabola through those within a quarter step
+// of the lowest, where it opens upwards and lies within that span, is the rotation; else the
+// lowest's angle. Records the offsets (from the ranking's best) and losses in r.
 template <class loss_of>
-double fine_rotation(geometry_search_result& r, const geometry_trial& best, int64_t seed, loss_of&& loss) {
+double fine_rotation(geometry_search_result& r, const geometry_trial& best, loss_of&& loss) {
   const double h = 0.25 * r.step_deg;
-  double lowest = HUGE_VAL, at = best.rotation_deg;
-  for (int j = -3; j <= 3; ++j) {
-    double mean = 0;
-    for (int64_t k = 1; k <= geometry_search_fine_seeds; ++k)
-      mean += loss(wrapped_deg(best.rotation_deg + j * h), other_seed(seed, geometry_search_replicas + k)) /
-              double(geometry_search_fine_seeds);
-    r.fine_offsets_deg.push_back(j * h);
-    r.fine_mean_losses.push_back(mean);
-    if (mean < lowest) lowest = mean, at = wrapped_deg(best.rotation_deg + j * h);
-  }
-  if (!std::isfinite(lowest)) return best.rotation_deg;  // a trial failed: the ranking's
-  for (double y : r.fine_mean_losses)
-    if (!std::isfinite(y)) return at;
-  // Least squares y = a x² + b x + c over the symmetric offsets: b = Σxy / Σx², a from x² centred.
-  const std::vector<double>& x = r.fine_offsets_deg;
-  const std::vector<double>& y = r.fine_mean_losses;
-  double m2 = 0, my = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) m2 += x[i] * x[i] / double(x.size()), my += y[i] / double(x.size());
-  double sxy = 0, sxx = 0, s2y = 0, s22 = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    sxy += x[i] * y[i], sxx += x[i] * x[i];
-    s2y += (x[i] * x[i] - m2) * (y[i] - my), s22 += (x[i] * x[i] - m2) * (x[i] * x[i] - m2);
-  }
-  const double a = s2y / s22, b = sxy / sxx;
-  if (!(a > 0)) return at;
-  const double vertex = -b / (2 * a);
-  return std::abs(vertex) <= 3 * h ? wrapped_deg(best.rotation_deg + vertex) : at;
+  const auto at = [&](double offset) {
+    r.fine_offsets_deg.push_back(offset);
+    r.fine_losses.push_back(loss(wrapped_deg(best.rotation_deg + offset)));
+  };
+  for (int j = -3; j <= 3; ++j) at(j * h);
+  const auto lowest = [&] {
+    std::size_t k = 0;
+    for (std::size_t i = 1; i < r.fine_losses.size(); ++i)
+      if (r.fine_losses[i] < r.fine_losses[k]) k = i;
+    return k;
+  };
+  if (!std::isfinite(r.fine_losses[lowest()])) return best.rotation_deg;  // every trial failed: the ranking's
+  const double centre = r.fine_offsets_deg[lowest()];
+  for (double d : {-0.5 * h, -0.25 * h, 0.25 * h, 0.5 * h}) at(centre + d);
+  const double low = r.fine_offsets_deg[lowest()];
+  // Least squares y = a x² + b x + c over the points within a quarter step of the lowest (x from it).
+  std::vector<double> x, y;
+  for (std::size_t i = 0; i < r.fine_losses.size(); ++i)
+    if (std::abs(r.fine_offsets_deg[i] - low) <= h + 1e-9 && std::isfinite(r.fine_losses[i]))
+      x.push_back(r.fine_offsets_deg[i] - low), y.push_back(r.fine_losses[i]);
+  const double vertex = parabola_vertex(x, y);
+  return std::isfinite(vertex) && std::abs(vertex) <= h ? wrapped_deg(best.rotation_deg + low + vertex)
+                                                        : wrapped_deg(best.rotation_deg + low);
 }
 
 // Student's t of the values' mean against 0; 0 where one is not finite (a failed trial: no verdict).
@@ -164,10 +196,22 @@ geometry_search_options geometry_search_options_of(const preprocess_settings& pr
 }
 
 int64_t geometry_search_trials(const geometry_search_options& o) {
-  // The candidates, the best's two neighbours, and the best and the runner-up with each replica
-  // seed, each fold held out in turn.
-  return candidate_count(o) * (o.transpose_free ? 2 : 1) + 2 + (candidate_count(o) > 1 ? 7 * geometry_search_fine_seeds : 0) +
-         2 * geometry_search_replicas * geometry_search_folds;
+  // The candidates, the best's two neighbours, the best and the runner-up with each replica seed,
+  // each fold held out in turn, and the placement's.
+  return candidate_count(o) * (o.transpose_free ? 2 : 1) + 2 + 2 * geometry_search_replicas * geometry_search_folds +
+         (candidate_count(o) > 1 ? geometry_search_placement_trials : 0);
+}
+
+int64_t geometry_search_placement_batch(const geometry_search_options& o) {
+  if (o.patterns <= 0) return o.batch_size;
+  // As few batches as give the object geometry_search_placement_updates steps in the trial's
+  // iterations (one with the default 200), each of at most geometry_search_placement_pixels.
+  const int64_t batches = (geometry_search_placement_updates + std::max<int64_t>(o.iterations, 1) - 1) /
+                          std::max<int64_t>(o.iterations, 1);
+  int64_t batch = (o.patterns + batches - 1) / batches;
+  if (o.detector_pixels > 0)
+    batch = std::min(batch, std::max(o.batch_size, geometry_search_placement_pixels / o.detector_pixels));
+  return std::max<int64_t>(1, std::min(o.patterns, batch));
 }
 
 double geometry_search_work(const geometry_search_options& o, int64_t detector_pixels) {
@@ -273,17 +317,28 @@ geometry_search_result search_scan_geometry(const config_document& config, regis
   // chooses among angles by the fitted loss of this data's noise, and a check at the placed angle
   // inherits that choice (pure noise: a placed winner passed the held-out test at 99 %, t = 2.72,
   // where the candidates' winners of eight noise scans gave t <= 0.99).
-  if (r.conclusive && steps > 1)
-    r.rotation_deg = fine_rotation(r, best, seed, [&](double deg, int64_t s) { return trial(deg, best.transpose, s).loss; });
+  if (r.conclusive && steps > 1) {
+    r.fine_batch = geometry_search_placement_batch(o);
+    r.rotation_deg = fine_rotation(r, best, [&](double deg) {
+      try {
+        return run_trial(config, reg, deg, best.transpose, seed, -1, o.iterations, r.fine_batch).loss;
+      } catch (const tycho::error&) {
+        return HUGE_VAL;  // ranks last
+      }
+    });
+  }
   double mean_gap = 0;
   for (double g : r.gaps) mean_gap += g / double(std::max<std::size_t>(r.gaps.size(), 1));
-  r.summary = cat(r.trials.size(), " trial reconstructions of ", o.iterations, " iterations (positions held",
+  r.summary = cat(r.trials.size() + r.fine_losses.size(), " trial reconstructions of ", o.iterations, " iterations (positions held",
                   batch != o.batch_size ? cat(", batches of ", batch) : std::string(), "), candidates every ",
                   std::round(r.step_deg * 100) / 100, "°: the lowest loss at ",
                   candidate_text(best.rotation_deg, best.transpose), ", ", best.loss,
                   r.fine_offsets_deg.empty() ? std::string()
                                              : cat(", placed at ", std::round(r.rotation_deg * 100) / 100, "° by ",
-                                                   geometry_search_fine_seeds, " other seeds' losses a quarter step apart"),
+                                                   r.fine_losses.size(), " trials of ",
+                                                   r.fine_batch >= o.patterns ? std::string("the whole scan as one batch")
+                                                                              : cat("batches of ", r.fine_batch, " in a fixed draw"),
+                                                   " around it"),
                   "; the best elsewhere ",
                   candidate_text(runner.rotation_deg, runner.transpose), ", ", runner.loss, "; with ",
                   geometry_search_replicas, " other seeds, each of ", geometry_search_folds,

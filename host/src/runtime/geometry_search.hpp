@@ -12,7 +12,9 @@
 // validation_fraction, validation_fold), both run again and their held-out loss compared: the
 // runner-up's less the best's must be positive beyond its scatter over the 20 seeds and folds, a
 // one-sided Student t test at 95 %. Else the search is inconclusive and the caller keeps its
-// geometry, with a warning.
+// geometry, with a warning. Once it has passed, the rotation is placed between the candidates by
+// trials that take the whole scan as one batch (their loss then a smooth function of the angle,
+// no draw of mini-batches in it): eleven angles around the best, a parabola's vertex.
 //
 // Why held-out patterns: the fitted loss is biased by the choice. The best is the geometry whose
 // trial fits this data's noise best, and it keeps fitting it with any seed: on 16 x 16 patterns
@@ -53,14 +55,23 @@ class registry;
 // patterns each holds out in turn ([reconstruct] validation_fraction = 1 / folds).
 constexpr int geometry_search_replicas = 5;
 constexpr int geometry_search_folds = 4;
-// Seeds (other than the ranking's and the check's) whose mean loss places the rotation between the
-// candidates: seven angles a quarter step apart around the best, a parabola's vertex.
-constexpr int geometry_search_fine_seeds = 3;
+// The trials that place the rotation between the candidates once the check has passed: seven
+// angles a quarter step apart around the best, then four an eighth and a sixteenth of a step
+// either side of the lowest; a parabola's vertex. Each takes the whole scan as one batch where
+// that still gives the object geometry_search_placement_updates steps (with the default 200
+// iterations; the MoS2 counts after 20 steps of the whole scan: loss 0.0253 against 0.0153 in
+// batches of 128, and rough over the angle; after 60 smooth) and holds at most
+// geometry_search_placement_pixels pattern pixels (2²³: 64 MiB of complex64 per buffer of the
+// batch; the hBN entry's 576 x 64² is 2.4e6); else as few batches as meet both, one draw of them
+// for every angle.
+constexpr int geometry_search_placement_trials = 11;
+constexpr int64_t geometry_search_placement_updates = 100;
+constexpr int64_t geometry_search_placement_pixels = int64_t(1) << 23;
 // scan_geometry_search = "auto" runs the trials only where their whole work, trials x iterations
 // x patterns x detector pixels, is at most this: about a quarter of an hour on two cores (46
 // trials of 200 iterations over the hBN entry's 576 x 64² took 117 s; this is 7 times that). The
-// default search (99 trials of 200 iterations) then admits 7.8e6 pattern pixels, 64 x 64 patterns
-// of 44².
+// default search (89 trials of 200 iterations) then admits 8.7e6 pattern pixels, 64 x 64 patterns
+// of 46².
 constexpr double geometry_search_auto_max_work = 46.0 * 200.0 * double(1 << 24);
 
 struct geometry_search_options {
@@ -69,6 +80,7 @@ struct geometry_search_options {
   bool transpose_free = true;  // both transposes tried; else only `transpose`
   bool transpose = false;
   int64_t patterns = 0;        // the scan's, for the trials' batches
+  int64_t detector_pixels = 0;  // the window's, for the placement's batch (0: the whole scan)
   int64_t batch_size = 128;    // [reconstruct] batch_size
   bool strict = false;         // the checks at the one-sided 99 % point instead of 95 %
 };
@@ -78,9 +90,14 @@ struct geometry_search_options {
 geometry_search_options geometry_search_options_of(const preprocess_settings& pre, int64_t patterns,
                                                    int64_t batch_size);
 
-// The trials a search runs: the candidates, the best's two neighbours, and the best and the
-// runner-up again with each replica seed.
+// The trials a search runs: the candidates, the best's two neighbours, the best and the
+// runner-up again with each replica seed and fold, and the placement's (where it runs: at most).
 int64_t geometry_search_trials(const geometry_search_options& o);
+
+// The placement's batch: the whole scan, or as few batches as give the object
+// geometry_search_placement_updates steps in o.iterations and hold at most
+// geometry_search_placement_pixels pattern pixels each (but at least the run's batch_size).
+int64_t geometry_search_placement_batch(const geometry_search_options& o);
 
 struct geometry_trial {
   double rotation_deg = 0;
@@ -98,9 +115,10 @@ struct geometry_search_result {
   double runner_up_deg = 0;  // the best candidate away from the winner, which it must beat
   bool runner_up_transpose = false;
   double step_deg = 0;       // the candidates' spacing (360 / a whole number)
-  // The fine placement: offsets from the ranking's best (a quarter step apart) and the mean loss
-  // over geometry_search_fine_seeds seeds at each; rotation_deg is their parabola's vertex.
-  std::vector<double> fine_offsets_deg, fine_mean_losses;
+  // The placement: its trials' offsets from the ranking's best (degrees) and losses, in the order
+  // run, and their batch (the whole scan's patterns where it fits); rotation_deg is the vertex.
+  std::vector<double> fine_offsets_deg, fine_losses;
+  int64_t fine_batch = 0;
   // Per replica seed and fold (seed-major): the runner-up's held-out loss minus the best's.
   std::vector<double> gaps;
   double t_statistic = 0;  // of the gaps
