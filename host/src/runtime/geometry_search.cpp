@@ -129,8 +129,8 @@ double parabola_vertex(const std::vector<double>& x, const std::vector<double>& 
 }
 
 // The rotation between the candidates, placed by trials whose loss is a smooth function of the
-// angle: each takes the whole scan as one batch (up to geometry_search_placement_pixels pattern
-// pixels), so that no draw of mini-batches moves it. A mini-batch trial's loss scatters with the
+// angle: each takes the whole scan as one batch (geometry_search_placement_batch: where that
+// gives the object enough steps and fits), so that no draw of mini-batches moves it. A mini-batch trial's loss scatters with the
 // batches' draw by more than angles a few degrees apart differ: on graphene at 1,600 electrons a
 // pattern (truth 111.45°) five seeds' lowest losses over 100°–130° every 5° lay anywhere from 105°
 // to 125° and the vertex of three seeds' means at 118.2° (the run then 6.7° off, Pearson 0.27);

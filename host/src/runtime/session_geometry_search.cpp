@@ -52,8 +52,9 @@ void session::state::search_geometry(state& s, start& st) {
   // stay in the search's record. The scan map holds the placed rotation (its other parameters are
   // refined as ever): the placement is the minimum of the whole scan's loss over the angle, where
   // the map's steps, on slopes from mini-batches at the doses the search runs at, move it by their
-  // noise (hBN at 5,000 e/Å²: placed 0.47° from the truth, the map took it to 2.05° off, Pearson
-  // 0.354; held 0.422).
+  // noise (hBN at 5,000 e/Å²: placed 0.47° from the truth, the map took it to 2.05° off; graphene
+  // 1.84° -> 1.96°). The run's Pearson there scatters by ±0.04 with the map's other steps either
+  // way (bench/RESULTS.md, "Session 23").
   const auto adopt = [&](double deg, bool transpose, nlohmann::json record) {
     if (report.is_object() && report.contains("scan_map")) record["preprocessing_scan_map"] = report["scan_map"];
     s.config.set_from_text(cat("preprocess.scan_rotation_deg=", deg));
