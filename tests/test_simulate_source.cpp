@@ -281,7 +281,10 @@ TEST_F(SimulateSource, RoundTripReconstructsAKnownPhaseMap) {
 
   // The truth: the map, its pixel, and where scan position (0, 0) lies in it. The simulated
   // object is the map laid out on the runtime's grid (padding 16, scan origin 0), so the first
-  // probe centre is pixel (pad + N/2, pad + N/2) of the map.
+  // probe centre is pixel (pad + N/2, pad + N/2) of the map. The stated step is the simulation's,
+  // exact: scan_scale = "stated" keeps it (the default would take the lattice's measurement, which
+  // a point-sampled far field biases by 1–3 % (bench/RESULTS.md, session 18): here 0.976 of the
+  // step, and Pearson 0.949 against 0.9999 with the step kept, on an Intel Xeon).
   const double origin = double(pad + n / 2) * pixel;
   write_truth(tmp_ / "truth.npz", phase, rows, cols, pixel, origin, origin);
 
@@ -299,6 +302,7 @@ object_phase_npy = "phase.npy"
 
 [preprocess]
 object_padding_px = 16
+scan_scale = "stated"
 
 [reconstruct]
 engine = "cpu"
@@ -331,7 +335,7 @@ previews = false
   RecordProperty("pearson", std::to_string(pearson));
   std::cout << "simulate round trip: pearson " << pearson << ", rms " << j.at("rms_rad") << " rad, shift "
             << j.at("shift_px") << ", loss " << r.loss.front() << " -> " << r.loss.back() << "\n";
-  EXPECT_GE(pearson, 0.95) << j.dump();
+  EXPECT_GE(pearson, 0.99) << j.dump();
   // The grid is the one documented: the best registration is the expected one.
   EXPECT_EQ(j.at("shift_px"), nlohmann::json::array({0, 0})) << j.dump();
 }
