@@ -263,13 +263,16 @@ geometry_search_result search_scan_geometry(const config_document& config, regis
   // A candidate whose trial fails (its loss not finite) ranks last; where every one fails, the
   // first's error is the run's (a config or data error, not the geometry's).
   std::string first_error;
-  auto trial = [&](double deg, bool t, int64_t s, int64_t fold = -1) {
+  auto attempt = [&](double deg, bool t, int64_t s, int64_t fold, int64_t b) -> geometry_trial {
     try {
-      r.trials.push_back(run_trial(config, reg, deg, t, s, fold, o.iterations, batch));
+      return run_trial(config, reg, deg, t, s, fold, o.iterations, b);
     } catch (const tycho::error& e) {
       if (first_error.empty()) first_error = e.what();
-      r.trials.push_back({deg, t, s, fold, HUGE_VAL});
+      return {deg, t, s, fold, HUGE_VAL};
     }
+  };
+  auto trial = [&](double deg, bool t, int64_t s, int64_t fold = -1) {
+    r.trials.push_back(attempt(deg, t, s, fold, batch));
     return r.trials.back();
   };
   for (bool t : transposes)
@@ -319,13 +322,8 @@ geometry_search_result search_scan_geometry(const config_document& config, regis
   // where the candidates' winners of eight noise scans gave t <= 0.99).
   if (r.conclusive && steps > 1) {
     r.fine_batch = geometry_search_placement_batch(o);
-    r.rotation_deg = fine_rotation(r, best, [&](double deg) {
-      try {
-        return run_trial(config, reg, deg, best.transpose, seed, -1, o.iterations, r.fine_batch).loss;
-      } catch (const tycho::error&) {
-        return HUGE_VAL;  // ranks last
-      }
-    });
+    r.rotation_deg = fine_rotation(
+        r, best, [&](double deg) { return attempt(deg, best.transpose, seed, -1, r.fine_batch).loss; });
   }
   double mean_gap = 0;
   for (double g : r.gaps) mean_gap += g / double(std::max<std::size_t>(r.gaps.size(), 1));
